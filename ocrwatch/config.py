@@ -1,0 +1,334 @@
+"""Configuration: one typed object, read from TOML, overridden by environment and flags.
+
+Precedence, lowest first: built-in defaults, the TOML file, ``OCRWATCH_*`` environment
+variables, command-line flags. Everything is validated before the daemon starts; a bad
+value stops start-up with a message naming the key, where it came from and what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ocrwatch import paths
+from ocrwatch.errors import ConfigError
+
+ENGINES = ("auto", "tesseract", "vllm", "remote", "fake")
+OBSERVERS = ("auto", "native", "polling")
+
+
+@dataclass
+class VllmConfig:
+    """Settings of the embedded vLLM engine (``engine = "vllm"``)."""
+
+    model: str = "lightonai/LightOnOCR-2-1B"
+    load_format: str = "auto"  # "dummy" runs the real compute on random weights (tests)
+    gpu_memory_gb: float = 0.0  # 0: the card's size, capped at 16
+    max_tokens: int = 4096
+    temperature: float = 0.2
+    top_p: float = 0.9
+    enforce_eager: bool = False
+    idle_sleep_seconds: float = 60.0
+    idle_stop_seconds: float = 900.0
+    partner_wait_seconds: float = 0.5
+    start_timeout_seconds: float = 600.0
+
+
+@dataclass
+class RemoteConfig:
+    """Settings of the remote engine: an OpenAI-compatible server (``vllm serve``)."""
+
+    url: str = "http://127.0.0.1:8000/v1"
+    model: str = "lightonai/LightOnOCR-2-1B"
+    api_key: str = ""
+    max_tokens: int = 4096
+    temperature: float = 0.2
+    top_p: float = 0.9
+    concurrency: int = 2
+    timeout_seconds: float = 300.0
+
+
+@dataclass
+class Config:
+    """Every setting of ocrwatch, with its default."""
+
+    inbox: list[Path] = field(default_factory=lambda: [paths.default_inbox()])
+    output_dir: Path | None = None  # None: sidecars beside the originals
+    database: Path = field(default_factory=paths.default_database)
+    engine: str = "auto"
+    languages: list[str] = field(default_factory=lambda: ["eng"])
+    tessdata: Path | None = None  # None: look in the usual places
+    workers: int = 0  # pages read at once by the CPU engine; 0: one per core
+    settle_seconds: float = 2.0
+    rescan_minutes: float = 5.0
+    observer: str = "auto"
+    follow_symlinks: bool = False
+    pdf_dpi: int = 200
+    max_pages: int = 2000
+    max_pixels: int = 200_000_000  # per page, after decoding
+    max_file_mb: float = 2048.0
+    failed_dir: Path | None = None  # None: failed files stay where they are
+    max_attempts: int = 5  # transient failures (full disk...) before giving up
+    log_level: str = "INFO"
+    vllm: VllmConfig = field(default_factory=VllmConfig)
+    remote: RemoteConfig = field(default_factory=RemoteConfig)
+
+    # Where the values came from; used for messages only.
+    source: str = field(default="defaults", compare=False, repr=False)
+
+
+_SECTIONS: dict[str, type[Any]] = {"vllm": VllmConfig, "remote": RemoteConfig}
+_INTERNAL = {"source"}
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is list:
+        (inner,) = typing.get_args(tp)
+        return f"a list of {_type_name(inner)}s"
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in typing.get_args(tp) if a is not type(None)]
+        return f"{_type_name(inner[0])} or empty"
+    return {bool: "true or false", int: "an integer", float: "a number", str: "a string",
+            Path: "a path"}.get(tp, str(tp))
+
+
+def _coerce(key: str, where: str, tp: Any, value: Any, *, from_text: bool) -> Any:
+    """Turn ``value`` into ``tp`` or raise a ConfigError naming key and place."""
+
+    def bad(extra: str = "") -> ConfigError:
+        return ConfigError(
+            f"{where}: {key} = {value!r} is not valid: expected {_type_name(tp)}{extra}."
+        )
+
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        inner = next(a for a in typing.get_args(tp) if a is not type(None))
+        if value is None or value == "":
+            return None
+        return _coerce(key, where, inner, value, from_text=from_text)
+    if origin is list:
+        (inner,) = typing.get_args(tp)
+        if from_text and isinstance(value, str):
+            value = [v for v in (p.strip() for p in value.replace(os.pathsep, ",").split(","))
+                     if v]
+        if isinstance(value, str | Path):
+            value = [value]
+        if not isinstance(value, list):
+            raise bad()
+        return [_coerce(key, where, inner, v, from_text=from_text) for v in value]
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if from_text and isinstance(value, str):
+            low = value.strip().lower()
+            if low in ("1", "true", "yes", "on"):
+                return True
+            if low in ("0", "false", "no", "off"):
+                return False
+        raise bad()
+    if tp is int:
+        if isinstance(value, bool):
+            raise bad()
+        if isinstance(value, int):
+            return value
+        if from_text and isinstance(value, str):
+            try:
+                return int(value)
+            except ValueError:
+                raise bad() from None
+        raise bad()
+    if tp is float:
+        if isinstance(value, bool):
+            raise bad()
+        if isinstance(value, int | float):
+            return float(value)
+        if from_text and isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                raise bad() from None
+        raise bad()
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise bad()
+    if tp is Path:
+        if isinstance(value, str | Path) and str(value):
+            return Path(os.path.expandvars(str(value))).expanduser()
+        raise bad()
+    raise bad()
+
+
+def _hints(cls: type[Any]) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _apply(target: Any, data: Mapping[str, Any], where: str, prefix: str = "") -> None:
+    hints = _hints(type(target))
+    known = [f.name for f in dataclasses.fields(target) if f.name not in _INTERNAL]
+    for key, value in data.items():
+        full = f"{prefix}{key}"
+        if key not in known:
+            raise ConfigError(
+                f"{where}: unknown key {full!r}. Known keys here: {', '.join(sorted(known))}."
+            )
+        if key in _SECTIONS and not prefix:
+            if not isinstance(value, Mapping):
+                raise ConfigError(f"{where}: [{key}] must be a table of settings.")
+            _apply(getattr(target, key), value, where, prefix=f"{key}.")
+            continue
+        setattr(target, key, _coerce(full, where, hints[key], value, from_text=False))
+
+
+def _env_overrides(config: Config, environ: Mapping[str, str]) -> None:
+    """``OCRWATCH_KEY`` sets ``key``; ``OCRWATCH_VLLM_MODEL`` sets ``vllm.model``."""
+    hints = _hints(Config)
+    for f in dataclasses.fields(config):
+        if f.name in _INTERNAL:
+            continue
+        if f.name in _SECTIONS:
+            section = getattr(config, f.name)
+            sub_hints = _hints(type(section))
+            for sf in dataclasses.fields(section):
+                var = f"OCRWATCH_{f.name}_{sf.name}".upper()
+                if var in environ:
+                    setattr(section, sf.name, _coerce(
+                        f"{f.name}.{sf.name}", f"environment variable {var}",
+                        sub_hints[sf.name], environ[var], from_text=True))
+            continue
+        var = f"OCRWATCH_{f.name}".upper()
+        if var in environ:
+            setattr(config, f.name, _coerce(f.name, f"environment variable {var}",
+                                            hints[f.name], environ[var], from_text=True))
+
+
+def validate(config: Config) -> None:
+    """Check values that have the right type but a wrong meaning."""
+    where = config.source
+
+    def fail(key: str, msg: str) -> None:
+        raise ConfigError(f"{where}: {key} {msg}")
+
+    if config.engine not in ENGINES:
+        fail("engine", f"= {config.engine!r} is not one of {', '.join(ENGINES)}.")
+    if config.observer not in OBSERVERS:
+        fail("observer", f"= {config.observer!r} is not one of {', '.join(OBSERVERS)}.")
+    if not config.inbox:
+        fail("inbox", "must name at least one folder to watch.")
+    if not config.languages or any(not lang or "/" in lang for lang in config.languages):
+        fail("languages", "must be a list of Tesseract language codes such as ['eng', 'deu'].")
+    positive = {
+        "settle_seconds": config.settle_seconds, "rescan_minutes": config.rescan_minutes,
+        "pdf_dpi": config.pdf_dpi, "max_pages": config.max_pages,
+        "max_pixels": config.max_pixels, "max_file_mb": config.max_file_mb,
+        "max_attempts": config.max_attempts,
+        "vllm.max_tokens": config.vllm.max_tokens, "remote.max_tokens": config.remote.max_tokens,
+        "remote.concurrency": config.remote.concurrency,
+    }
+    for key, value in positive.items():
+        if value <= 0:
+            fail(key, f"= {value!r} must be greater than 0.")
+    if config.workers < 0:
+        fail("workers", "must be 0 (one per core) or a positive number.")
+    if not 36 <= config.pdf_dpi <= 1200:
+        fail("pdf_dpi", f"= {config.pdf_dpi} must be between 36 and 1200.")
+    if config.vllm.gpu_memory_gb < 0:
+        fail("vllm.gpu_memory_gb", "must be 0 (the card's size, at most 16) or a size in GB.")
+    if config.vllm.load_format not in ("auto", "dummy", "safetensors"):
+        fail("vllm.load_format", "must be 'auto', 'safetensors' or 'dummy'.")
+    if config.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        fail("log_level", "must be DEBUG, INFO, WARNING or ERROR.")
+    _check_loops(config)
+
+
+def _inside(child: Path, parent: Path) -> bool:
+    try:
+        child.resolve().relative_to(parent.resolve())
+    except ValueError:
+        return False
+    return True
+
+
+def _check_loops(config: Config) -> None:
+    """Refuse layouts where the daemon would read its own output back."""
+    for inbox in config.inbox:
+        if config.output_dir is not None and _inside(config.output_dir, inbox):
+            raise ConfigError(
+                f"{config.source}: output_dir {config.output_dir} is inside the watched folder "
+                f"{inbox}; the sidecars would be read again. Choose a folder outside it, or "
+                "leave output_dir empty to write sidecars beside the originals."
+            )
+        if config.failed_dir is not None and _inside(config.failed_dir, inbox):
+            raise ConfigError(
+                f"{config.source}: failed_dir {config.failed_dir} is inside the watched folder "
+                f"{inbox}; failed files would be read again. Choose a folder outside it."
+            )
+        if _inside(config.database.parent, inbox):
+            raise ConfigError(
+                f"{config.source}: database {config.database} is inside the watched folder "
+                f"{inbox}. Keep the index outside the inbox."
+            )
+        if config.output_dir is not None and _inside(inbox, config.output_dir):
+            raise ConfigError(
+                f"{config.source}: the watched folder {inbox} is inside output_dir "
+                f"{config.output_dir}. Choose an output folder outside the inbox."
+            )
+
+
+def load(
+    path: Path | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Config:
+    """Read defaults, then the TOML file, then the environment, then ``overrides``.
+
+    ``path`` None means the default file in the platform's config folder, which may be
+    absent; a path given explicitly must exist.
+    """
+    environ = os.environ if environ is None else environ
+    if path is None and environ.get("OCRWATCH_CONFIG"):
+        path = Path(environ["OCRWATCH_CONFIG"]).expanduser()
+        explicit = True
+    else:
+        explicit = path is not None
+    if path is None:
+        path = paths.config_file()
+    config = Config()
+    sources = ["defaults"]
+    if path.exists():
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: not valid TOML: {exc}. Fix the file or remove it.") from exc
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot be read: {exc.strerror}.") from exc
+        _apply(config, data, str(path))
+        sources.append(str(path))
+    elif explicit:
+        raise ConfigError(f"config file {path} does not exist. Copy config.example.toml there.")
+    _env_overrides(config, environ)
+    if overrides:
+        hints = _hints(Config)
+        for key, value in overrides.items():
+            if value is None:
+                continue
+            if "." in key:
+                section, sub = key.split(".", 1)
+                target = getattr(config, section)
+                setattr(target, sub, _coerce(key, "command line", _hints(type(target))[sub],
+                                             value, from_text=True))
+            else:
+                setattr(config, key, _coerce(key, "command line", hints[key], value,
+                                             from_text=True))
+    config.source = " + ".join(sources)
+    validate(config)
+    return config

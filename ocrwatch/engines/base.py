@@ -1,0 +1,81 @@
+"""The engine seam: what every OCR engine takes and gives back."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from PIL import Image
+
+
+@dataclass(frozen=True)
+class Page:
+    """One prepared page: RGB, EXIF-rotated, scaled for the engine that will read it."""
+
+    source: Path
+    index: int  # 0-based page number within the source file
+    image: Image.Image
+    dpi: int | None = None  # resolution of ``image`` when known (Tesseract uses it)
+
+    @property
+    def size(self) -> tuple[int, int]:
+        return self.image.size
+
+
+@dataclass
+class PageText:
+    """What an engine read on one page."""
+
+    markdown: str
+    text: str
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class BatchPolicy:
+    """How the batcher may group pages for one engine.
+
+    ``max_tokens`` bounds the estimated image tokens of all pages in one batch;
+    ``size_matched`` keeps pages of similar size together; ``partner_wait`` is
+    how long a lone page may wait for a partner before it runs alone.
+    """
+
+    max_pages: int = 1
+    max_tokens: int | None = None
+    size_matched: bool = False
+    partner_wait: float = 0.0
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """An OCR engine. Implementations own their resources and are safe to close twice."""
+
+    name: str
+
+    @property
+    def max_side(self) -> int | None:
+        """Longest page side the engine wants, in pixels; ``None`` keeps the source size."""
+        ...
+
+    @property
+    def policy(self) -> BatchPolicy:
+        """How pages may be grouped into one ``recognize`` call."""
+        ...
+
+    def recognize(self, pages: Sequence[Page]) -> list[PageText]:
+        """Read one batch; returns one result per page, in order."""
+        ...
+
+    def release(self) -> None:
+        """Give back accelerator memory while staying able to resume."""
+        ...
+
+    def close(self) -> None:
+        """Free everything; safe to call twice."""
+        ...
+
+    def describe(self) -> dict[str, object]:
+        """A few facts for ``ocrwatch status`` (state, memory held, pages/s...)."""
+        ...

@@ -1,0 +1,51 @@
+"""Where ocrwatch keeps things, per platform (platformdirs)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import platformdirs
+
+APP = "ocrwatch"
+
+
+def default_inbox() -> Path:
+    return Path.home() / "OCR-Inbox"
+
+
+def config_dir() -> Path:
+    return Path(platformdirs.user_config_dir(APP))
+
+
+def config_file() -> Path:
+    return config_dir() / "config.toml"
+
+
+def data_dir() -> Path:
+    return Path(platformdirs.user_data_dir(APP))
+
+
+def default_database() -> Path:
+    return data_dir() / "ocrwatch.sqlite3"
+
+
+def log_dir() -> Path:
+    return Path(platformdirs.user_log_dir(APP))
+
+
+def runtime_dir() -> Path:
+    """A folder only this user can enter, for the control socket and the lock."""
+    base = os.environ.get("XDG_RUNTIME_DIR")
+    path = Path(base) / APP if base else Path(platformdirs.user_runtime_dir(APP))
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(path, 0o700)
+    return path
+
+
+def control_socket() -> Path:
+    return runtime_dir() / "control.sock"
+
+
+def lock_file() -> Path:
+    return runtime_dir() / "daemon.lock"
