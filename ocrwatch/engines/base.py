@@ -31,6 +31,7 @@ class PageText:
     markdown: str
     text: str
     warnings: list[str] = field(default_factory=list)
+    error: str | None = None  # set when this page could not be read; the file then fails
 
 
 @dataclass(frozen=True)
@@ -39,13 +40,15 @@ class BatchPolicy:
 
     ``max_tokens`` bounds the estimated image tokens of all pages in one batch;
     ``size_matched`` keeps pages of similar size together; ``partner_wait`` is
-    how long a lone page may wait for a partner before it runs alone.
+    how long a lone page may wait for a partner before it runs alone;
+    ``concurrency`` is how many ``recognize`` calls may run at the same time.
     """
 
     max_pages: int = 1
     max_tokens: int | None = None
     size_matched: bool = False
     partner_wait: float = 0.0
+    concurrency: int = 1  # batches the daemon may run at once (CPU engines: one per core)
 
 
 @runtime_checkable

@@ -1,0 +1,560 @@
+"""The daemon: files in, pages through the engine, sidecars and index out.
+
+Threads, each with one job:
+- the watcher (watchdog observer + settler) turns events into finished files and
+  records them as queued jobs;
+- the preparer claims queued jobs and decodes their pages into the batcher, keeping
+  only a bounded number of decoded pages in memory;
+- ``policy.concurrency`` recognizer threads take batches from the batcher, run the
+  engine, and finish a job (sidecars, index, done) once all its pages are read.
+The SQLite queue is the only state that matters: a crash loses nothing.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ocrwatch import __version__
+from ocrwatch.batching import Batcher, image_tokens
+from ocrwatch.config import Config
+from ocrwatch.db import Database, is_disk_full
+from ocrwatch.engines import Choice, Engine, choose, create
+from ocrwatch.engines.base import Page, PageText
+from ocrwatch.errors import InputError, OcrwatchError, TransientError
+from ocrwatch.index import cached_result, store_result
+from ocrwatch.jobs import Job, JobQueue, Seen, file_sha256
+from ocrwatch.pages import iter_pages
+from ocrwatch.sidecar import choose_stem, target_dir, write_sidecars
+from ocrwatch.watch import Watcher
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)
+class _Work:
+    """A job whose pages are being read."""
+
+    job: Job
+    results: dict[int, PageText] = field(default_factory=dict)
+    expected: int | None = None  # known once every page was prepared
+    in_flight: int = 0  # pages handed to the batcher and not yet read
+    error: str | None = None
+    transient: str | None = None
+    discarded: bool = False
+    finished: bool = False
+    followers: list[Job] = field(default_factory=list)  # identical copies waiting on it
+
+    def complete(self) -> bool:
+        if self.discarded or self.finished:
+            return False
+        if self.error or self.transient:
+            return self.in_flight == 0
+        return self.expected is not None and len(self.results) >= self.expected
+
+
+@dataclass(eq=False)
+class _Item:
+    work: _Work
+    page: Page
+
+
+class Daemon:
+    """Owns the database, the engine and the worker threads. Start once, close once."""
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        engine: Engine | None = None,
+        watch: bool = True,
+        log_file: Path | None = None,
+    ) -> None:
+        self.config = config
+        self.log_file = log_file
+        self.db = Database(config.database)
+        self.jobs = JobQueue(self.db)
+        if engine is None:
+            self.choice = choose(config)
+            self.engine: Engine = create(config, self.choice.name)
+        else:
+            self.choice = Choice(engine.name, "given by the caller")
+            self.engine = engine
+        policy = self.engine.policy
+        side = self.engine.max_side or 1540
+        self._batcher: Batcher[_Item] = Batcher(
+            policy, tokens=lambda item: image_tokens(*item.page.size, max_side=side)
+        )
+        # Enough decoded pages to keep every batch slot busy, and no more: a 500-page
+        # PDF must not sit in memory whole.
+        self._max_waiting = max(2, 2 * policy.max_pages * policy.concurrency)
+        self._cond = threading.Condition()
+        self._works: dict[int, _Work] = {}
+        self._waiting = 0  # pages decoded and not yet read
+        self._batches_running = 0
+        self._paused = self.db.get_setting("paused") == "1"
+        self._released = self._paused
+        self._stopping = threading.Event()
+        self._only: set[int] | None = None
+        self._threads: list[threading.Thread] = []
+        self._watcher: Watcher | None = None
+        self._watch = watch
+        self._started = False
+        self._closed = False
+        self.pages_done = 0
+        self.last_result: Path | None = None
+
+    # -- lifecycle -------------------------------------------------------------------
+    def start(self) -> None:
+        if self._started:
+            raise OcrwatchError("the daemon was started already")
+        self._started = True
+        for folder in self.config.inbox:
+            folder.mkdir(parents=True, exist_ok=True)
+        recovered = self.jobs.recover()
+        if recovered:
+            log.info("%d files were being read when ocrwatch last stopped: reading them again",
+                     recovered)
+        self._spawn("ocrwatch-prepare", self._prepare_loop)
+        for n in range(self.engine.policy.concurrency):
+            self._spawn(f"ocrwatch-read-{n}", self._recognize_loop)
+        if self._watch:
+            self._watcher = Watcher(
+                self.config.inbox, self.config.settle_seconds, self.consider, self._gone,
+                observer=self.config.observer,
+                rescan_seconds=self.config.rescan_minutes * 60,
+            )
+            self._watcher.start()
+        log.info("ocrwatch %s watching %s with the %s engine (%s)%s", __version__,
+                 ", ".join(str(p) for p in self.config.inbox), self.choice.name,
+                 self.choice.why, "; paused" if self._paused else "")
+
+    def _spawn(self, name: str, target: Any) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def request_stop(self) -> None:
+        self._stopping.set()
+        with self._cond:
+            self._cond.notify_all()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    def wait_stopped(self, timeout: float | None = None) -> bool:
+        return self._stopping.wait(timeout)
+
+    def close(self) -> None:
+        """Stop the threads, put unfinished jobs back in the queue, free the engine."""
+        if self._closed:
+            return
+        self._closed = True
+        self.request_stop()
+        if self._watcher is not None:
+            self._watcher.stop()
+        for thread in self._threads:
+            thread.join(timeout=60)
+            if thread.is_alive():
+                log.warning("%s did not stop in time", thread.name)
+        with self._cond:
+            works = list(self._works.values())
+            self._works.clear()
+        for work in works:
+            self._put_back(work)
+        self.engine.close()
+        self.db.close()
+
+    def __enter__(self) -> Daemon:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- control ---------------------------------------------------------------------
+    def pause(self) -> None:
+        """Finish the batch in flight, then read nothing more; keep watching and queueing."""
+        self.db.set_setting("paused", "1")
+        with self._cond:
+            self._paused = True
+            self._cond.notify_all()
+        log.info("paused: files are still queued, none is read until resume")
+
+    def resume(self) -> None:
+        self.db.set_setting("paused", "0")
+        with self._cond:
+            self._paused = False
+            self._released = False
+            self._cond.notify_all()
+        log.info("resumed")
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    def rescan(self) -> None:
+        if self._watcher is not None:
+            self._watcher.rescan()
+
+    def retry(self, paths: list[str] | None = None, all_failed: bool = False) -> int:
+        count = self.jobs.retry(None if all_failed or not paths else
+                                [Path(p).expanduser().absolute() for p in paths])
+        self._wake()
+        return count
+
+    def _wake(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    # -- discovery (called from the watcher thread and by `ocrwatch add`) -------------
+    def consider(self, path: Path) -> Seen | None:
+        """A finished file: record it as a job unless its content is already known."""
+        path = path.absolute()
+        if path.is_symlink() and not self.config.follow_symlinks:
+            self._link(path)
+            return None
+        try:
+            st = path.stat()
+            if not path.is_file():
+                return None
+            if self.jobs.is_current(path, st.st_size, st.st_mtime_ns):
+                return Seen.UNCHANGED
+            sha = file_sha256(path)
+        except FileNotFoundError:
+            return None  # gone again before we looked: nothing to do
+        except PermissionError:
+            self.jobs.reject(path, "permission denied: ocrwatch cannot read this file; make it "
+                                   "readable (chmod u+r) and run `ocrwatch retry` on it")
+            return None
+        except OSError as exc:
+            self.jobs.reject(path, f"cannot open the file: {exc.strerror or exc}")
+            return None
+        try:
+            seen = self.jobs.offer(path, st.st_size, st.st_mtime_ns, sha)
+        except TransientError as exc:
+            log.warning("could not record %s: %s", path, exc)
+            return None
+        if seen is not Seen.UNCHANGED:
+            log.info("queued %s (%s)", path, seen.value)
+            self._wake()
+        return seen
+
+    def _link(self, path: Path) -> None:
+        try:
+            target = path.resolve(strict=True)
+        except (OSError, RuntimeError):
+            self.jobs.reject(path, "a symbolic link that loops or points to nothing; "
+                                   "remove it or fix its target")
+            return
+        if any(target.is_relative_to(root.resolve()) for root in self.config.inbox):
+            return  # the target is watched itself and read on its own
+        self.jobs.reject(path, f"a symbolic link to {target}, outside the watched folders: "
+                               "not followed (set follow_symlinks = true to read such links)")
+
+    def _gone(self, path: Path) -> None:
+        if self.jobs.forget(path.absolute()):
+            log.info("%s was removed: dropped from the index", path)
+
+    # -- preparing pages ---------------------------------------------------------------
+    def _prepare_loop(self) -> None:
+        while not self.stopping:
+            try:
+                with self._cond:
+                    if self._paused:
+                        self._drain_for_pause()
+                        self._cond.wait(1.0)
+                        continue
+                    if self._waiting >= self._max_waiting:
+                        self._cond.wait(1.0)
+                        continue
+                job = self._claim()
+                if job is None:
+                    due = self.jobs.next_due()
+                    wait = 1.0 if due is None else max(0.05, min(1.0, due - time.time()))
+                    with self._cond:
+                        self._cond.wait(wait)
+                    continue
+                self._prepare(job)
+            except Exception:
+                # The loop must survive anything; the job itself was handled in _prepare.
+                log.exception("unexpected error while preparing pages")
+                self._stopping.wait(1.0)
+
+    def _claim(self) -> Job | None:
+        try:
+            if self._only is not None:
+                return self.jobs.claim_among(self._only)
+            return self.jobs.claim()
+        except TransientError as exc:
+            log.warning("cannot take a job: %s", exc)
+            return None
+
+    def _prepare(self, job: Job) -> None:
+        work = _Work(job)
+        with self._cond:
+            leader = next((w for w in self._works.values()
+                           if job.sha256 and w.job.sha256 == job.sha256 and not w.discarded),
+                          None)
+            if leader is not None:
+                leader.followers.append(job)  # identical content: read once
+                return
+            self._works[job.id] = work
+        if job.sha256:
+            cached = cached_result(self.db, job.sha256, job.id)
+            if cached is not None:
+                pages, engine = cached
+                with self._cond:
+                    work.expected = len(pages)
+                    work.results = dict(enumerate(pages))
+                self._finish(work, engine=engine)
+                return
+        count = 0
+        try:
+            for page in iter_pages(job.path, self.config, self.engine.max_side):
+                with self._cond:
+                    while (self._waiting >= self._max_waiting and not self.stopping
+                           and not self._paused):
+                        self._cond.wait(0.5)
+                    if self.stopping or self._paused or work.discarded:
+                        work.discarded = True
+                        return  # put back by pause or close
+                    self._batcher.add(_Item(work, page), time.monotonic())
+                    work.in_flight += 1
+                    self._waiting += 1
+                    self._cond.notify_all()
+                count += 1
+            try:
+                st = job.path.stat()
+            except FileNotFoundError:
+                raise InputError("the file was deleted while it was being read") from None
+            if (st.st_size, st.st_mtime_ns) != (job.size, job.mtime_ns):
+                raise TransientError("the file changed while it was being read")
+            with self._cond:
+                work.expected = count
+        except InputError as exc:
+            with self._cond:
+                work.error = str(exc)
+        except TransientError as exc:
+            with self._cond:
+                work.transient = str(exc)
+        except MemoryError:
+            with self._cond:
+                work.error = "not enough memory to decode this file; lower max_pixels"
+        except Exception as exc:
+            log.exception("cannot read %s", job.display)
+            with self._cond:
+                work.error = f"unexpected error while decoding: {exc.__class__.__name__}: {exc}"
+        if work.complete():
+            self._finish(work)
+
+    def _drain_for_pause(self) -> None:
+        """Called with the lock held while paused: put unread jobs back, free the GPU."""
+        if self._batches_running:
+            return
+        for work in list(self._works.values()):
+            work.discarded = True
+            del self._works[work.job.id]
+            self._put_back(work)
+        while (batch := self._batcher.take(time.monotonic(), flush=True)) is not None:
+            self._waiting -= len(batch)
+        if not self._released:
+            self._released = True
+            try:
+                self.engine.release()
+            except Exception:
+                log.exception("the engine could not release its memory")
+
+    def _put_back(self, work: _Work) -> None:
+        for job in [work.job, *work.followers]:
+            try:
+                self.jobs.release(job.id)
+            except OcrwatchError as exc:
+                log.warning("could not put %s back in the queue: %s", job.display, exc)
+
+    # -- reading pages -----------------------------------------------------------------
+    def _recognize_loop(self) -> None:
+        while True:
+            with self._cond:
+                batch = None
+                while batch is None:
+                    if self.stopping:
+                        return
+                    if not self._paused:
+                        batch = self._batcher.take(time.monotonic())
+                        if batch is not None:
+                            break
+                    deadline = self._batcher.next_deadline()
+                    wait = 1.0 if deadline is None else deadline - time.monotonic()
+                    self._cond.wait(max(0.01, min(1.0, wait)))
+                self._batches_running += 1
+            items = [i for i in batch if not i.work.discarded]
+            results = self._read(items) if items else []
+            done: list[_Work] = []
+            with self._cond:
+                self._batches_running -= 1
+                self._waiting -= len(batch)
+                for item, result in zip(items, results, strict=True):
+                    item.work.results[item.page.index] = result
+                    item.work.in_flight -= 1
+                    if item.work.complete() and item.work not in done:
+                        done.append(item.work)
+                for item in batch:
+                    if item.work.discarded:
+                        item.work.in_flight -= 1
+                self._cond.notify_all()
+            for work in done:
+                self._finish(work)
+
+    def _read(self, items: list[_Item]) -> list[PageText]:
+        try:
+            results = self.engine.recognize([i.page for i in items])
+            if len(results) != len(items):
+                raise OcrwatchError(f"the engine returned {len(results)} results for "
+                                    f"{len(items)} pages")
+            return results
+        except Exception as exc:
+            log.exception("the %s engine failed on a batch", self.choice.name)
+            reason = str(exc) if isinstance(exc, OcrwatchError) else f"engine error: {exc}"
+            return [PageText("", "", error=reason) for _ in items]
+
+    # -- finishing ---------------------------------------------------------------------
+    def _finish(self, work: _Work, *, engine: str | None = None) -> None:
+        with self._cond:
+            if work.finished:
+                return
+            work.finished = True
+            self._works.pop(work.job.id, None)
+            followers = list(work.followers)
+        jobs = [work.job, *followers]
+        try:
+            if work.transient:
+                for job in jobs:
+                    again = self.jobs.defer(job.id, work.transient, self.config.max_attempts)
+                    log.warning("%s: %s (%s)", job.display, work.transient,
+                                "will retry" if again else "giving up")
+                return
+            if work.error:
+                for job in jobs:
+                    self._fail(job, work.error)
+                return
+            assert work.expected is not None
+            pages = [work.results[i] for i in range(work.expected)]
+            bad = [(i, p.error) for i, p in enumerate(pages, 1) if p.error]
+            if bad:
+                i, reason = bad[0]
+                where = f"page {i} of {len(pages)}" if len(pages) > 1 else "the page"
+                for job in jobs:
+                    self._fail(job, f"{where} could not be read: {reason}")
+                return
+            for job in jobs:
+                self._publish(job, pages, engine or self.choice.name)
+        except Exception:
+            log.exception("could not finish %s", work.job.display)
+            for job in jobs:
+                self._put_back(_Work(job))
+        finally:
+            self._wake()
+
+    def _fail(self, job: Job, reason: str) -> None:
+        log.warning("failed: %s: %s", job.display, reason)
+        self.jobs.fail(job.id, reason)
+        if self.config.failed_dir is not None:
+            from ocrwatch.failed import move_failed
+
+            move_failed(job.path, reason, self.config)
+
+    def _publish(self, job: Job, pages: list[PageText], engine: str) -> None:
+        folder = target_dir(job.path, self.config.inbox, self.config.output_dir)
+        try:
+            stem = choose_stem(job.path, folder, self.jobs.sidecars_of_others(job.id),
+                               self.jobs.own_sidecars(job.id))
+            md, txt = write_sidecars(stem, pages)
+            store_result(self.db, job.id, pages, engine=engine, md_path=md, txt_path=txt,
+                         sha256=job.sha256)
+        except TransientError as exc:
+            again = self.jobs.defer(job.id, str(exc), self.config.max_attempts)
+            log.warning("%s: %s (%s)", job.display, exc, "will retry" if again else "giving up")
+            return
+        except InputError as exc:
+            self._fail(job, str(exc))
+            return
+        except OSError as exc:
+            if is_disk_full(exc):
+                self.jobs.defer(job.id, "the disk is full", self.config.max_attempts)
+                return
+            raise
+        with self._cond:
+            self.pages_done += len(pages)
+            self.last_result = md
+        log.info("done: %s (%d page%s) -> %s", job.display, len(pages),
+                 "" if len(pages) == 1 else "s", md.name)
+
+    # -- one-shot use (`ocrwatch add`) -------------------------------------------------
+    def add(self, paths: Iterable[Path]) -> list[Path]:
+        """Queue these files (no settle wait) and restrict the workers to them."""
+        added: list[Path] = []
+        ids: set[int] = set()
+        for path in paths:
+            seen = self.consider(path)
+            job = self.jobs.known(path.absolute())
+            if job is not None:
+                if seen is Seen.UNCHANGED and job.state == "failed":
+                    self.jobs.retry([job.path])
+                ids.add(job.id)
+                added.append(job.path)
+        with self._cond:
+            self._only = ids
+            self._cond.notify_all()
+        return added
+
+    def is_idle(self) -> bool:
+        with self._cond:
+            busy = bool(self._works) or self._batches_running > 0 or len(self._batcher) > 0
+        if busy:
+            return False
+        counts = self.jobs.counts()
+        return counts["queued"] == 0 and counts["running"] == 0
+
+    # -- reporting ---------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        counts = self.jobs.counts()
+        midnight = _dt.datetime.combine(_dt.date.today(), _dt.time()).timestamp()
+        with self._cond:
+            busy = bool(self._works) or self._batches_running > 0
+            last = self.last_result
+        if self.stopping:
+            state = "stopping"
+        elif self._paused:
+            state = "paused"
+        elif busy or counts["running"]:
+            state = "working"
+        else:
+            state = "idle"
+        try:
+            engine_facts = dict(self.engine.describe())
+        except Exception as exc:  # status must answer even when the engine is sick
+            engine_facts = {"state": f"error: {exc}"}
+        last_result = last or self.jobs.last_result()
+        return {
+            "state": state,
+            "paused": self._paused,
+            **counts,
+            "pages_today": self.jobs.pages_since(midnight),
+            "engine": {"name": self.choice.name, "why": self.choice.why, **engine_facts},
+            "last_result": str(last_result) if last_result else None,
+            "recent_failures": self.jobs.failures(10),
+            "inbox": [str(p) for p in self.config.inbox],
+            "database": str(self.config.database),
+            "log_file": str(self.log_file) if self.log_file else None,
+            "pid": os.getpid(),
+            "version": __version__,
+        }

@@ -1,0 +1,228 @@
+"""The SQLite file that is both the durable job queue and the full-text index.
+
+One connection per :class:`Database`, guarded by a lock so the daemon's threads can
+share it; WAL mode so ``ocrwatch search`` and ``status`` read while the daemon writes.
+Schema changes are named migrations, each applied once and recorded.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+
+from ocrwatch.errors import OcrwatchError, TransientError
+
+log = logging.getLogger(__name__)
+
+
+def _m001_jobs(db: sqlite_utils.Database) -> None:
+    db["jobs"].create(  # type: ignore[union-attr]
+        {
+            "id": int,
+            "path": bytes,  # os.fsencode(path): names need not be UTF-8
+            "display": str,  # the path for people, undecodable bytes replaced
+            "sha256": str,
+            "size": int,
+            "mtime_ns": int,
+            "state": str,
+            "reason": str,
+            "attempts": int,
+            "not_before": float,
+            "pages": int,
+            "engine": str,
+            "warnings": str,
+            "md_path": bytes,
+            "txt_path": bytes,
+            "created": float,
+            "updated": float,
+            "finished": float,
+        },
+        pk="id",
+        not_null={"path", "display", "state", "attempts"},
+        defaults={"attempts": 0, "not_before": 0.0},
+    )
+    db.execute("CREATE UNIQUE INDEX jobs_path ON jobs(path)")
+    db.execute("CREATE INDEX jobs_state ON jobs(state, not_before, id)")
+    db.execute("CREATE INDEX jobs_sha ON jobs(sha256, state)")
+    db.execute("CREATE INDEX jobs_md ON jobs(md_path)")
+
+
+def _m002_pages(db: sqlite_utils.Database) -> None:
+    db["pages"].create(  # type: ignore[union-attr]
+        {"id": int, "job_id": int, "page": int, "text": str, "markdown": str, "warnings": str},
+        pk="id",
+        not_null={"job_id", "page", "text", "markdown"},
+        foreign_keys=[("job_id", "jobs", "id")],
+    )
+    db.execute("CREATE UNIQUE INDEX pages_job_page ON pages(job_id, page)")
+    # Words, accents folded ("cafe" finds "café"): ranked search.
+    db["pages"].enable_fts(  # type: ignore[union-attr]
+        ["text"], fts_version="FTS5", tokenize="unicode61 remove_diacritics 2",
+        create_triggers=True,
+    )
+    # Trigrams find substrings, which Chinese and Japanese need (no spaces between words).
+    db.executescript(
+        """
+        CREATE VIRTUAL TABLE pages_tri USING fts5(text, content='pages', content_rowid='id',
+                                                  tokenize='trigram');
+        CREATE TRIGGER pages_tri_ai AFTER INSERT ON pages BEGIN
+          INSERT INTO pages_tri(rowid, text) VALUES (new.id, new.text);
+        END;
+        CREATE TRIGGER pages_tri_ad AFTER DELETE ON pages BEGIN
+          INSERT INTO pages_tri(pages_tri, rowid, text) VALUES ('delete', old.id, old.text);
+        END;
+        CREATE TRIGGER pages_tri_au AFTER UPDATE ON pages BEGIN
+          INSERT INTO pages_tri(pages_tri, rowid, text) VALUES ('delete', old.id, old.text);
+          INSERT INTO pages_tri(rowid, text) VALUES (new.id, new.text);
+        END;
+        """
+    )
+
+
+def _m003_settings(db: sqlite_utils.Database) -> None:
+    db["settings"].create({"key": str, "value": str}, pk="key")  # type: ignore[union-attr]
+
+
+MIGRATIONS: list[tuple[str, Callable[[sqlite_utils.Database], None]]] = [
+    ("001_jobs", _m001_jobs),
+    ("002_pages", _m002_pages),
+    ("003_settings", _m003_settings),
+]
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    return isinstance(exc, sqlite3.OperationalError) and "disk is full" in str(exc)
+
+
+class Database:
+    """A thread-safe handle on the ocrwatch SQLite file."""
+
+    def __init__(self, path: Path | str, *, readonly: bool = False) -> None:
+        self.path = Path(path) if str(path) != ":memory:" else Path(":memory:")
+        if str(path) != ":memory:":
+            if readonly and not self.path.exists():
+                raise OcrwatchError(
+                    f"no index at {self.path} yet: start the daemon with `ocrwatch run` "
+                    "or read files with `ocrwatch add`"
+                )
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            conn = sqlite3.connect(
+                str(path), check_same_thread=False, isolation_level=None, timeout=30
+            )
+        except sqlite3.Error as exc:
+            raise OcrwatchError(f"cannot open the index {path}: {exc}") from exc
+        self._lock = threading.RLock()
+        self.conn = conn
+        self.db = sqlite_utils.Database(conn)
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute("PRAGMA busy_timeout = 30000")
+        if str(path) != ":memory:":
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+        self._closed = False
+        if not readonly:
+            self.migrate()
+
+    def migrate(self) -> list[str]:
+        """Apply the named migrations not yet applied; returns their names."""
+        applied: list[str] = []
+        with self.transaction():
+            self.conn.execute(
+                "CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied REAL)"
+            )
+            done = {r[0] for r in self.conn.execute("SELECT name FROM _migrations")}
+            for name, step in MIGRATIONS:
+                if name in done:
+                    continue
+                step(self.db)
+                self.conn.execute(
+                    "INSERT INTO _migrations VALUES (?, strftime('%s','now'))", (name,)
+                )
+                applied.append(name)
+        if applied:
+            log.debug("applied migrations %s to %s", applied, self.path)
+        return applied
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """BEGIN IMMEDIATE ... COMMIT under the lock; rolls back on any error.
+
+        A full disk becomes a TransientError so the job is retried later.
+        """
+        with self._lock:
+            if self._closed:
+                raise OcrwatchError("the index is closed")
+            try:
+                self.conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                if is_disk_full(exc):
+                    raise TransientError("the disk holding the index is full") from exc
+                raise
+            try:
+                yield self.conn
+            except BaseException as exc:
+                self.conn.execute("ROLLBACK")
+                if is_disk_full(exc):
+                    raise TransientError("the disk holding the index is full") from exc
+                raise
+            else:
+                try:
+                    self.conn.execute("COMMIT")
+                except sqlite3.OperationalError as exc:
+                    self.conn.execute("ROLLBACK")
+                    if is_disk_full(exc):
+                        raise TransientError("the disk holding the index is full") from exc
+                    raise
+
+    def query(self, sql: str, params: tuple[Any, ...] | dict[str, Any] = ()) -> list[sqlite3.Row]:
+        with self._lock:
+            cur = self.conn.execute(sql, params)
+            cur.row_factory = sqlite3.Row
+            return list(cur.fetchall())
+
+    def get_setting(self, key: str, default: str | None = None) -> str | None:
+        rows = self.query("SELECT value FROM settings WHERE key = ?", (key,))
+        return str(rows[0]["value"]) if rows else default
+
+    def set_setting(self, key: str, value: str) -> None:
+        with self.transaction() as conn:
+            conn.execute(
+                "INSERT INTO settings(key, value) VALUES (?, ?) "
+                "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                (key, value),
+            )
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                self.conn.execute("PRAGMA optimize")
+            except sqlite3.Error:
+                pass
+            self.conn.close()
+
+
+def encode_path(path: Path) -> bytes:
+    return os.fsencode(path)
+
+
+def decode_path(raw: bytes) -> Path:
+    return Path(os.fsdecode(raw))
+
+
+def display_path(path: Path) -> str:
+    return os.fsencode(path).decode("utf-8", errors="replace")

@@ -1,0 +1,62 @@
+"""A fake engine for testing everything around the engine. It reads nothing.
+
+Each page "reads" as a line naming its file, page number and size, so tests can check
+that every page arrived, in order, at the size the engine asked for. Environment knobs
+make it slow (``OCRWATCH_FAKE_DELAY`` seconds a page) or fail pages whose file name
+contains ``OCRWATCH_FAKE_FAIL`` (default ``fake-engine-fail``).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+
+from ocrwatch.engines.base import BatchPolicy, Page, PageText
+
+
+class FakeEngine:
+    name = "fake"
+
+    def __init__(self, *, max_side: int | None = 1540, policy: BatchPolicy | None = None,
+                 delay: float | None = None) -> None:
+        self._max_side = max_side
+        self._policy = policy or BatchPolicy(max_pages=4, max_tokens=8192, size_matched=True,
+                                             partner_wait=0.05)
+        self.delay = float(os.environ.get("OCRWATCH_FAKE_DELAY", "0")) if delay is None else delay
+        self.fail_marker = os.environ.get("OCRWATCH_FAKE_FAIL", "fake-engine-fail")
+        self.batches: list[list[tuple[str, int]]] = []
+        self.released = 0
+        self.closed = False
+        self._stop = threading.Event()
+
+    @property
+    def max_side(self) -> int | None:
+        return self._max_side
+
+    @property
+    def policy(self) -> BatchPolicy:
+        return self._policy
+
+    def recognize(self, pages: Sequence[Page]) -> list[PageText]:
+        self.batches.append([(p.source.name, p.index) for p in pages])
+        if self.delay:
+            self._stop.wait(self.delay * len(pages))
+        out = []
+        for p in pages:
+            if self.fail_marker and self.fail_marker in p.source.name:
+                out.append(PageText("", "", error="the fake engine was told to fail this page"))
+                continue
+            line = f"fake text of {p.source.name} page {p.index + 1} ({p.size[0]}x{p.size[1]})"
+            out.append(PageText(markdown=f"# {line}", text=line))
+        return out
+
+    def release(self) -> None:
+        self.released += 1
+
+    def close(self) -> None:
+        self.closed = True
+        self._stop.set()
+
+    def describe(self) -> dict[str, object]:
+        return {"state": "closed" if self.closed else "ready", "batches": len(self.batches)}

@@ -1,0 +1,202 @@
+"""Page text in the full-text index, and searching it.
+
+Two FTS5 tables index the same page text: ``pages_fts`` (words, accents folded, ranked
+with bm25) for European languages, and ``pages_tri`` (trigrams) for Chinese and Japanese,
+whose words are not separated by spaces and are found as substrings.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ocrwatch.db import Database, encode_path
+from ocrwatch.engines.base import PageText
+from ocrwatch.errors import SearchError
+from ocrwatch.jobs import warnings_json
+
+# Han, Hiragana, Katakana, Hangul and CJK punctuation/fullwidth forms.
+_CJK = re.compile(r"[\u3000-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef]")
+HIGHLIGHT = ("\x02", "\x03")  # markers the CLI turns into bold or brackets
+
+
+@dataclass(frozen=True)
+class Hit:
+    path: str
+    page: int
+    pages: int
+    snippet: str  # matches between HIGHLIGHT markers
+    rank: float
+    md_path: str | None
+
+    def as_dict(self) -> dict[str, object]:
+        data = asdict(self)
+        data["snippet"] = self.snippet.replace(HIGHLIGHT[0], "[").replace(HIGHLIGHT[1], "]")
+        return data
+
+
+def store_result(
+    db: Database,
+    job_id: int,
+    pages: list[PageText],
+    *,
+    engine: str,
+    md_path: Path | None,
+    txt_path: Path | None,
+    sha256: str | None = None,
+) -> bool:
+    """Replace the job's pages and mark it done, in one transaction.
+
+    With ``sha256``, nothing is stored when the file's content changed meanwhile (the
+    job was queued again for the new content): returns False then.
+    """
+    now = time.time()
+    warnings = [f"page {i}: {w}" for i, p in enumerate(pages, 1) for w in p.warnings]
+    with db.transaction() as conn:
+        row = conn.execute("SELECT sha256, state FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if row is None or (sha256 is not None and (row[0] != sha256 or row[1] != "running")):
+            return False
+        conn.execute("DELETE FROM pages WHERE job_id = ?", (job_id,))
+        conn.executemany(
+            "INSERT INTO pages(job_id, page, text, markdown, warnings) VALUES (?, ?, ?, ?, ?)",
+            [
+                (job_id, i, p.text, p.markdown, warnings_json(p.warnings))
+                for i, p in enumerate(pages, 1)
+            ],
+        )
+        conn.execute(
+            "UPDATE jobs SET state = 'done', reason = NULL, pages = ?, engine = ?, warnings = ?, "
+            "md_path = ?, txt_path = ?, updated = ?, finished = ? WHERE id = ?",
+            (
+                len(pages), engine, warnings_json(warnings),
+                encode_path(md_path) if md_path else None,
+                encode_path(txt_path) if txt_path else None,
+                now, now, job_id,
+            ),
+        )
+    return True
+
+
+def cached_result(db: Database, sha256: str, exclude_job: int) -> tuple[list[PageText], str] | None:
+    """Pages already read for identical content, so a copy needs no second OCR."""
+    rows = db.query(
+        "SELECT id, engine FROM jobs WHERE sha256 = ? AND state = 'done' AND id != ? "
+        "ORDER BY finished DESC LIMIT 1",
+        (sha256, exclude_job),
+    )
+    if not rows:
+        return None
+    source, engine = rows[0]["id"], rows[0]["engine"]
+    pages = db.query(
+        "SELECT text, markdown, warnings FROM pages WHERE job_id = ? ORDER BY page", (source,)
+    )
+    if not pages:
+        return None
+    import json
+
+    return (
+        [
+            PageText(markdown=p["markdown"], text=p["text"],
+                     warnings=json.loads(p["warnings"]) if p["warnings"] else [])
+            for p in pages
+        ],
+        str(engine),
+    )
+
+
+def _fts_query(query: str) -> str:
+    """The user's query for the word index: FTS5 syntax, with bare words made safe.
+
+    Words and quoted phrases are kept; AND/OR/NOT/NEAR and a trailing * work as in FTS5.
+    Words with punctuation (e-mail, 1,250.00, O'Brien) are quoted so they don't read as
+    syntax.
+    """
+    tokens = re.findall(r'"[^"]*"|\(|\)|[^\s()"]+|"', query)
+    out: list[str] = []
+    for tok in tokens:
+        if tok in ("AND", "OR", "NOT", "(", ")") or tok.startswith("NEAR"):
+            out.append(tok)
+        elif tok.startswith('"'):
+            if len(tok) < 2 or not tok.endswith('"'):
+                raise SearchError(
+                    f"the query {query!r} has an unclosed quote; close it or remove it"
+                )
+            out.append(tok)
+        elif re.fullmatch(r"\w+\*?", tok):
+            out.append(tok)
+        else:
+            prefix = tok.endswith("*") and len(tok) > 1
+            inner = tok[:-1] if prefix else tok
+            out.append('"' + inner.replace('"', '""') + '"' + ("*" if prefix else ""))
+    return " ".join(out)
+
+
+def search(db: Database, query: str, *, limit: int = 20) -> list[Hit]:
+    """Ranked hits for ``query``; raises SearchError with a plain message when malformed."""
+    query = query.strip()
+    if not query:
+        raise SearchError("the query is empty; give one or more words to look for")
+    if limit < 1:
+        raise SearchError("--limit must be at least 1")
+    base = (
+        "SELECT j.display AS path, p.page AS page, j.pages AS pages, j.md_path AS md_path, "
+    )
+    try:
+        if _CJK.search(query):
+            terms = query.split()
+            if all(len(t) >= 3 for t in terms):
+                match = " ".join('"' + t.replace('"', '""') + '"' for t in terms)
+                sql = (
+                    base + "snippet(pages_tri, 0, ?, ?, '…', 16) AS snippet, "
+                    "bm25(pages_tri) AS rank FROM pages_tri "
+                    "JOIN pages p ON p.id = pages_tri.rowid JOIN jobs j ON j.id = p.job_id "
+                    "WHERE pages_tri MATCH ? ORDER BY rank LIMIT ?"
+                )
+                rows = db.query(sql, (*HIGHLIGHT, match, limit))
+            else:
+                # Trigrams need three characters; shorter CJK words are found by scanning.
+                like = [f"%{t}%" for t in terms]
+                where = " AND ".join("p.text LIKE ?" for _ in terms)
+                sql = (
+                    base + "substr(p.text, max(1, instr(p.text, ?) - 20), 60) AS snippet, "
+                    f"0.0 AS rank FROM pages p JOIN jobs j ON j.id = p.job_id WHERE {where} "
+                    "ORDER BY j.finished DESC LIMIT ?"
+                )
+                rows = db.query(sql, (terms[0], *like, limit))
+                return [
+                    Hit(r["path"], r["page"], r["pages"] or 0,
+                        r["snippet"].replace(terms[0], HIGHLIGHT[0] + terms[0] + HIGHLIGHT[1]),
+                        0.0, _md(r["md_path"]))
+                    for r in rows
+                ]
+        else:
+            sql = (
+                base + "snippet(pages_fts, 0, ?, ?, '…', 12) AS snippet, "
+                "bm25(pages_fts) AS rank FROM pages_fts "
+                "JOIN pages p ON p.id = pages_fts.rowid JOIN jobs j ON j.id = p.job_id "
+                "WHERE pages_fts MATCH ? ORDER BY rank LIMIT ?"
+            )
+            rows = db.query(sql, (*HIGHLIGHT, _fts_query(query), limit))
+    except sqlite3.OperationalError as exc:
+        if "fts5" in str(exc) or "syntax" in str(exc) or "no such column" in str(exc):
+            raise SearchError(
+                f"could not understand the query {query!r}: use words, \"quoted phrases\", "
+                "AND, OR, NOT and prefix* (for example: invoice AND \"March 2024\")"
+            ) from None
+        raise
+    return [
+        Hit(r["path"], r["page"], r["pages"] or 0, r["snippet"], float(r["rank"]),
+            _md(r["md_path"]))
+        for r in rows
+    ]
+
+
+def _md(raw: bytes | None) -> str | None:
+    if raw is None:
+        return None
+    import os
+
+    return os.fsdecode(raw)

@@ -1,0 +1,311 @@
+"""The durable job queue: one row per file, moving queued -> running -> done | failed.
+
+Every transition is one transaction, so a crash at any moment loses nothing: at start,
+rows left ``running`` go back to ``queued``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+from ocrwatch.db import Database, decode_path, display_path, encode_path
+
+log = logging.getLogger(__name__)
+
+BACKOFF_BASE = 5.0  # seconds before the first retry of a transient failure
+BACKOFF_MAX = 600.0
+
+
+class State(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class Job:
+    id: int
+    path: Path
+    sha256: str | None
+    size: int
+    mtime_ns: int
+    state: State
+    attempts: int
+    reason: str | None = None
+
+    @property
+    def display(self) -> str:
+        return display_path(self.path)
+
+
+def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while block := fh.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class Seen(StrEnum):
+    NEW = "new"  # first time: queued
+    CHANGED = "changed"  # content changed: queued again
+    UNCHANGED = "unchanged"  # nothing to do
+
+
+def _job(row: object) -> Job:
+    r = row  # sqlite3.Row
+    return Job(
+        id=r["id"],  # type: ignore[index]
+        path=decode_path(r["path"]),  # type: ignore[index]
+        sha256=r["sha256"],  # type: ignore[index]
+        size=r["size"] or 0,  # type: ignore[index]
+        mtime_ns=r["mtime_ns"] or 0,  # type: ignore[index]
+        state=State(r["state"]),  # type: ignore[index]
+        attempts=r["attempts"],  # type: ignore[index]
+        reason=r["reason"],  # type: ignore[index]
+    )
+
+
+class JobQueue:
+    """Queue operations on a :class:`Database`."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    # -- discovery -----------------------------------------------------------------
+    def known(self, path: Path) -> Job | None:
+        rows = self.db.query("SELECT * FROM jobs WHERE path = ?", (encode_path(path),))
+        return _job(rows[0]) if rows else None
+
+    def is_current(self, path: Path, size: int, mtime_ns: int) -> bool:
+        """Whether ``path`` is known with this size and mtime (no need to hash it again)."""
+        rows = self.db.query(
+            "SELECT size, mtime_ns FROM jobs WHERE path = ?", (encode_path(path),)
+        )
+        return bool(rows) and rows[0]["size"] == size and rows[0]["mtime_ns"] == mtime_ns
+
+    def offer(self, path: Path, size: int, mtime_ns: int, sha256: str) -> Seen:
+        """Record a settled file; queue it when new or when its content changed."""
+        now = time.time()
+        key = encode_path(path)
+        with self.db.transaction() as conn:
+            row = conn.execute(
+                "SELECT id, sha256, state FROM jobs WHERE path = ?", (key,)
+            ).fetchone()
+            if row is None:
+                conn.execute(
+                    "INSERT INTO jobs(path, display, sha256, size, mtime_ns, state, attempts, "
+                    "not_before, created, updated) VALUES (?, ?, ?, ?, ?, 'queued', 0, 0, ?, ?)",
+                    (key, display_path(path), sha256, size, mtime_ns, now, now),
+                )
+                return Seen.NEW
+            job_id, old_sha, state = row
+            if old_sha == sha256 and state != State.RUNNING:
+                # Touched but same content: remember the new stat, keep the result.
+                conn.execute(
+                    "UPDATE jobs SET size = ?, mtime_ns = ?, updated = ? WHERE id = ?",
+                    (size, mtime_ns, now, job_id),
+                )
+                return Seen.UNCHANGED
+            conn.execute(
+                "UPDATE jobs SET sha256 = ?, size = ?, mtime_ns = ?, state = 'queued', "
+                "reason = NULL, attempts = 0, not_before = 0, updated = ? WHERE id = ?",
+                (sha256, size, mtime_ns, now, job_id),
+            )
+            return Seen.CHANGED
+
+    def forget(self, path: Path) -> bool:
+        """The file is gone: drop its job and its index entries."""
+        key = encode_path(path)
+        with self.db.transaction() as conn:
+            row = conn.execute("SELECT id FROM jobs WHERE path = ?", (key,)).fetchone()
+            if row is None:
+                return False
+            conn.execute("DELETE FROM pages WHERE job_id = ?", (row[0],))
+            conn.execute("DELETE FROM jobs WHERE id = ?", (row[0],))
+        return True
+
+    def reject(self, path: Path, reason: str) -> None:
+        """Record a file that cannot even be opened (a looping link...) as failed."""
+        now = time.time()
+        with self.db.transaction() as conn:
+            conn.execute(
+                "INSERT INTO jobs(path, display, state, reason, attempts, not_before, created, "
+                "updated, finished) VALUES (?, ?, 'failed', ?, 0, 0, ?, ?, ?) "
+                "ON CONFLICT(path) DO UPDATE SET state = 'failed', reason = excluded.reason, "
+                "sha256 = NULL, size = NULL, mtime_ns = NULL, updated = excluded.updated, "
+                "finished = excluded.finished",
+                (encode_path(path), display_path(path), reason, now, now, now),
+            )
+
+    def sidecars_of_others(self, job_id: int) -> set[Path]:
+        """Sidecar files that belong to other originals (never to be overwritten)."""
+        rows = self.db.query(
+            "SELECT md_path, txt_path FROM jobs WHERE id != ? AND md_path IS NOT NULL", (job_id,)
+        )
+        out: set[Path] = set()
+        for r in rows:
+            out.add(decode_path(r["md_path"]))
+            if r["txt_path"] is not None:
+                out.add(decode_path(r["txt_path"]))
+        return out
+
+    def own_sidecars(self, job_id: int) -> set[Path]:
+        rows = self.db.query("SELECT md_path, txt_path FROM jobs WHERE id = ?", (job_id,))
+        return {decode_path(v) for r in rows for v in (r["md_path"], r["txt_path"]) if v}
+
+    def paths(self) -> list[Path]:
+        return [decode_path(r["path"]) for r in self.db.query("SELECT path FROM jobs")]
+
+    # -- processing ----------------------------------------------------------------
+    def recover(self) -> int:
+        """At start: rows left ``running`` by a crash go back to ``queued``."""
+        with self.db.transaction() as conn:
+            cur = conn.execute(
+                "UPDATE jobs SET state = 'queued', updated = ? WHERE state = 'running'",
+                (time.time(),),
+            )
+            return cur.rowcount
+
+    def claim(self, now: float | None = None) -> Job | None:
+        """Take the oldest queued job that may run now and mark it running."""
+        return self._claim("", (), now)
+
+    def claim_among(self, ids: set[int], now: float | None = None) -> Job | None:
+        """Like :meth:`claim`, restricted to the given job ids (``ocrwatch add``)."""
+        if not ids:
+            return None
+        marks = ",".join("?" * len(ids))
+        return self._claim(f"AND id IN ({marks})", tuple(sorted(ids)), now)
+
+    def _claim(self, extra: str, params: tuple[int, ...], now: float | None) -> Job | None:
+        now = time.time() if now is None else now
+        with self.db.transaction() as conn:
+            cur = conn.execute(
+                f"SELECT * FROM jobs WHERE state = 'queued' AND not_before <= ? {extra} "
+                "ORDER BY not_before, id LIMIT 1",
+                (now, *params),
+            )
+            names = [d[0] for d in cur.description]
+            found = cur.fetchone()
+            if found is None:
+                return None
+            row = dict(zip(names, found, strict=True))
+            conn.execute(
+                "UPDATE jobs SET state = 'running', updated = ? WHERE id = ?", (now, row["id"])
+            )
+        row["state"] = "running"
+        return _job(row)
+
+    def next_due(self) -> float | None:
+        """When the earliest deferred job may run (for the worker's wait)."""
+        rows = self.db.query("SELECT MIN(not_before) AS t FROM jobs WHERE state = 'queued'")
+        value = rows[0]["t"] if rows else None
+        return float(value) if value is not None else None
+
+    def fail(self, job_id: int, reason: str) -> None:
+        now = time.time()
+        with self.db.transaction() as conn:
+            conn.execute(
+                "UPDATE jobs SET state = 'failed', reason = ?, updated = ?, finished = ? "
+                "WHERE id = ?",
+                (reason, now, now, job_id),
+            )
+
+    def defer(self, job_id: int, reason: str, max_attempts: int) -> bool:
+        """A transient failure: queue again after a backoff; fail after ``max_attempts``.
+
+        Returns True when the job will be tried again.
+        """
+        now = time.time()
+        with self.db.transaction() as conn:
+            (attempts,) = conn.execute(
+                "SELECT attempts FROM jobs WHERE id = ?", (job_id,)
+            ).fetchone()
+            attempts += 1
+            if attempts >= max_attempts:
+                conn.execute(
+                    "UPDATE jobs SET state = 'failed', attempts = ?, updated = ?, finished = ?, "
+                    "reason = ? WHERE id = ?",
+                    (attempts, now, now, f"{reason} (gave up after {attempts} tries)", job_id),
+                )
+                return False
+            delay = min(BACKOFF_MAX, BACKOFF_BASE * 2 ** (attempts - 1))
+            conn.execute(
+                "UPDATE jobs SET state = 'queued', attempts = ?, not_before = ?, reason = ?, "
+                "updated = ? WHERE id = ?",
+                (attempts, now + delay, reason, now, job_id),
+            )
+            return True
+
+    def release(self, job_id: int) -> None:
+        """Put a running job back (pause or shutdown before it was read)."""
+        with self.db.transaction() as conn:
+            conn.execute(
+                "UPDATE jobs SET state = 'queued', updated = ? WHERE id = ? AND state = 'running'",
+                (time.time(), job_id),
+            )
+
+    def retry(self, paths: list[Path] | None = None) -> int:
+        """Queue failed jobs again: the given paths, or every failed one."""
+        now = time.time()
+        with self.db.transaction() as conn:
+            if paths is None:
+                cur = conn.execute(
+                    "UPDATE jobs SET state = 'queued', reason = NULL, attempts = 0, "
+                    "not_before = 0, updated = ? WHERE state = 'failed'",
+                    (now,),
+                )
+                return cur.rowcount
+            count = 0
+            for path in paths:
+                cur = conn.execute(
+                    "UPDATE jobs SET state = 'queued', reason = NULL, attempts = 0, "
+                    "not_before = 0, updated = ? WHERE path = ? AND state IN ('failed', 'done')",
+                    (now, encode_path(path)),
+                )
+                count += cur.rowcount
+            return count
+
+    # -- reporting -----------------------------------------------------------------
+    def counts(self) -> dict[str, int]:
+        counts = {s.value: 0 for s in State}
+        for row in self.db.query("SELECT state, COUNT(*) AS n FROM jobs GROUP BY state"):
+            counts[row["state"]] = row["n"]
+        return counts
+
+    def failures(self, limit: int = 10) -> list[dict[str, object]]:
+        rows = self.db.query(
+            "SELECT display, reason, finished FROM jobs WHERE state = 'failed' "
+            "ORDER BY finished DESC LIMIT ?",
+            (limit,),
+        )
+        return [{"path": r["display"], "reason": r["reason"], "when": r["finished"]} for r in rows]
+
+    def state_of(self, path: Path) -> Job | None:
+        return self.known(path)
+
+    def pages_since(self, since: float) -> int:
+        rows = self.db.query(
+            "SELECT COALESCE(SUM(pages), 0) AS n FROM jobs WHERE state = 'done' AND finished >= ?",
+            (since,),
+        )
+        return int(rows[0]["n"])
+
+    def last_result(self) -> Path | None:
+        rows = self.db.query(
+            "SELECT md_path FROM jobs WHERE state = 'done' AND md_path IS NOT NULL "
+            "ORDER BY finished DESC LIMIT 1"
+        )
+        return decode_path(rows[0]["md_path"]) if rows else None
+
+
+def warnings_json(warnings: list[str]) -> str | None:
+    return json.dumps(warnings, ensure_ascii=False) if warnings else None

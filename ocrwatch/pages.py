@@ -1,0 +1,287 @@
+"""Turn a file into pages: decode, check limits, EXIF-rotate, flatten, convert, scale.
+
+The file's type is read from its first bytes, never trusted from its name, so a text
+file called ``scan.png`` fails with a plain reason instead of a decoder traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from PIL import Image, ImageOps, ImageSequence
+
+from ocrwatch.config import Config
+from ocrwatch.engines.base import Page
+from ocrwatch.errors import InputError, TransientError
+
+log = logging.getLogger(__name__)
+
+# Extensions the watcher picks up. The content decides how a file is decoded.
+IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".jpe", ".tif", ".tiff", ".bmp", ".webp"})
+PDF_SUFFIXES = frozenset({".pdf"})
+SUFFIXES = IMAGE_SUFFIXES | PDF_SUFFIXES
+
+_MAGIC: list[tuple[bytes, str]] = [
+    (b"%PDF-", "pdf"),
+    (b"\x89PNG\r\n\x1a\n", "png"),
+    (b"\xff\xd8\xff", "jpeg"),
+    (b"II*\x00", "tiff"),
+    (b"MM\x00*", "tiff"),
+    (b"II+\x00", "tiff"),  # BigTIFF
+    (b"MM\x00+", "tiff"),
+    (b"BM", "bmp"),
+]
+
+
+def is_candidate(path: Path) -> bool:
+    """Whether the watcher should consider ``path`` at all (by name)."""
+    return path.suffix.lower() in SUFFIXES
+
+
+def sniff(path: Path) -> str:
+    """The file's real type from its first bytes: pdf, png, jpeg, tiff, bmp or webp."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(1024)
+    except FileNotFoundError:
+        raise InputError("the file was deleted before it could be read") from None
+    except PermissionError:
+        raise InputError(
+            "permission denied: ocrwatch cannot read this file; make it readable "
+            "(chmod u+r) and run `ocrwatch retry` on it"
+        ) from None
+    except IsADirectoryError:
+        raise InputError("this is a folder, not a file") from None
+    except OSError as exc:
+        raise _os_error(exc, "read") from exc
+    if not head:
+        raise InputError("the file is empty (0 bytes)")
+    for magic, kind in _MAGIC:
+        if head.startswith(magic):
+            return kind
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "webp"
+    # Some PDF writers put junk before the header; readers accept it within 1 KiB.
+    if b"%PDF-" in head:
+        return "pdf"
+    raise InputError(
+        f"not an image or PDF: its content does not match its name {path.suffix!r} "
+        "(ocrwatch reads PNG, JPEG, TIFF, BMP, WebP and PDF)"
+    )
+
+
+def _os_error(exc: OSError, verb: str) -> Exception:
+    import errno
+
+    if exc.errno in (errno.ENOSPC, errno.EAGAIN, errno.EBUSY, errno.EIO, errno.ENOMEM):
+        return TransientError(f"could not {verb} the file: {exc.strerror}; will try again")
+    return InputError(f"could not {verb} the file: {exc.strerror or exc}")
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_pages: int
+    max_pixels: int
+    max_bytes: int
+
+    @classmethod
+    def from_config(cls, config: Config) -> Limits:
+        return cls(config.max_pages, config.max_pixels, int(config.max_file_mb * 1024 * 1024))
+
+
+def to_rgb(image: Image.Image) -> Image.Image:
+    """RGB on white: transparency flattened, palettes, CMYK, 16-bit and 1-bit converted."""
+    if image.mode in ("I;16", "I;16B", "I;16L", "I"):
+        # 16-bit greys would clip to white with a plain convert; rescale to 8 bits first.
+        hi = image.getextrema()[1]
+        hi_value = hi if isinstance(hi, int | float) else 65535
+        scale = 255.0 / max(1.0, float(hi_value))
+        image = image.point(lambda v: v * scale).convert("L")
+    if image.mode == "P":
+        image = image.convert("RGBA" if "transparency" in image.info else "RGB")
+    if image.mode in ("RGBA", "LA", "PA", "RGBa", "La"):
+        rgba = image.convert("RGBA")
+        background = Image.new("RGB", rgba.size, (255, 255, 255))
+        background.paste(rgba, mask=rgba.getchannel("A"))
+        return background
+    if image.mode != "RGB":
+        return image.convert("RGB")
+    return image
+
+
+def scale_to(image: Image.Image, max_side: int | None) -> Image.Image:
+    """Shrink so the longest side is at most ``max_side``; never enlarge."""
+    if max_side is None or max(image.size) <= max_side:
+        return image
+    ratio = max_side / max(image.size)
+    size = (max(1, round(image.width * ratio)), max(1, round(image.height * ratio)))
+    return image.resize(size, Image.Resampling.LANCZOS)
+
+
+def _dpi(image: Image.Image) -> int | None:
+    dpi = image.info.get("dpi")
+    try:
+        value = int(round(float(dpi[0]))) if dpi else 0
+    except (TypeError, ValueError, IndexError):
+        return None
+    return value if 30 <= value <= 2400 else None
+
+
+def _check_pixels(width: int, height: int, limits: Limits, where: str) -> None:
+    if width <= 0 or height <= 0:
+        raise InputError(f"{where} has no pixels ({width}x{height})")
+    if width * height > limits.max_pixels:
+        raise InputError(
+            f"{where} is {width}x{height} pixels ({width * height / 1e6:.0f} megapixels), over "
+            f"the limit of {limits.max_pixels / 1e6:.0f}; raise max_pixels in the config "
+            "if this file is genuine"
+        )
+
+
+def _image_pages(path: Path, limits: Limits, max_side: int | None) -> Iterator[Page]:
+    try:
+        with warnings.catch_warnings():
+            # Our own pixel limit applies; Pillow's bomb warning would only duplicate it.
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            saved = Image.MAX_IMAGE_PIXELS
+            try:
+                Image.MAX_IMAGE_PIXELS = None
+                opened = Image.open(path)
+            finally:
+                Image.MAX_IMAGE_PIXELS = saved
+    except FileNotFoundError:
+        raise InputError("the file was deleted before it could be read") from None
+    except Image.UnidentifiedImageError:
+        raise InputError("the image is damaged: no decoder recognises its content") from None
+    except OSError as exc:
+        raise _os_error(exc, "open") from exc
+    with opened:
+        frames = getattr(opened, "n_frames", 1)
+        if frames > limits.max_pages:
+            raise InputError(
+                f"the image has {frames} frames, over the limit of {limits.max_pages} pages; "
+                "raise max_pages in the config if this file is genuine"
+            )
+        for index, frame in enumerate(ImageSequence.Iterator(opened)):
+            where = f"page {index + 1}" if frames > 1 else "the image"
+            _check_pixels(frame.width, frame.height, limits, where)
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+                    frame.load()
+                    dpi = _dpi(frame)
+                    image = ImageOps.exif_transpose(frame) if index == 0 else frame.copy()
+                    image = to_rgb(image)
+            except FileNotFoundError:
+                raise InputError("the file was deleted while it was being read") from None
+            except (OSError, SyntaxError, ValueError, EOFError) as exc:
+                raise InputError(
+                    f"{where} is damaged or incomplete ({exc}); if it is still being written, "
+                    "it will be read again once it changes"
+                ) from exc
+            if max_side is not None and max(image.size) > max_side:
+                shrink = max_side / max(image.size)
+                dpi = round(dpi * shrink) if dpi else None
+                image = scale_to(image, max_side)
+            yield Page(source=path, index=index, image=image, dpi=dpi)
+
+
+def _pdf_document(path: Path) -> object:
+    import pypdfium2 as pdfium
+
+    try:
+        return pdfium.PdfDocument(str(path))
+    except FileNotFoundError:
+        raise InputError("the file was deleted before it could be read") from None
+    except pdfium.PdfiumError as exc:
+        text = str(exc).lower()
+        if "password" in text:
+            raise InputError(
+                "the PDF is password-protected; save an unprotected copy into the inbox"
+            ) from None
+        if "format" in text or "data" in text or "header" in text:
+            raise InputError(f"the PDF is damaged and cannot be opened ({exc})") from None
+        raise InputError(f"the PDF cannot be opened ({exc})") from None
+    except OSError as exc:
+        raise _os_error(exc, "open") from exc
+
+
+def _pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int) -> Iterator[Page]:
+    import pypdfium2 as pdfium
+
+    doc = _pdf_document(path)
+    assert isinstance(doc, pdfium.PdfDocument)
+    try:
+        count = len(doc)
+        if count == 0:
+            raise InputError("the PDF has no pages")
+        if count > limits.max_pages:
+            raise InputError(
+                f"the PDF has {count} pages, over the limit of {limits.max_pages}; raise "
+                "max_pages in the config if this file is genuine"
+            )
+        for index in range(count):
+            where = f"page {index + 1}"
+            try:
+                page = doc[index]
+                width_pt, height_pt = page.get_size()
+                scale = dpi / 72.0
+                # A huge page size is a layout quirk, not an attack: render it smaller.
+                pixels = width_pt * height_pt * scale * scale
+                if pixels > limits.max_pixels:
+                    scale *= (limits.max_pixels / pixels) ** 0.5
+                bitmap = page.render(scale=scale, draw_annots=True)
+                image = to_rgb(bitmap.to_pil())
+                page.close()
+            except pdfium.PdfiumError as exc:
+                raise InputError(f"{where} of the PDF cannot be drawn ({exc})") from None
+            render_dpi = round(scale * 72)
+            if max_side is not None and max(image.size) > max_side:
+                render_dpi = round(render_dpi * max_side / max(image.size))
+                image = scale_to(image, max_side)
+            yield Page(source=path, index=index, image=image, dpi=render_dpi)
+    finally:
+        doc.close()
+
+
+def count_pages(path: Path, config: Config) -> int:
+    """Number of pages without decoding them (for progress and the page limit)."""
+    kind = sniff(path)
+    if kind == "pdf":
+        doc = _pdf_document(path)
+        try:
+            return len(doc)  # type: ignore[arg-type]
+        finally:
+            doc.close()  # type: ignore[attr-defined]
+    try:
+        with Image.open(path) as image:
+            return int(getattr(image, "n_frames", 1))
+    except (OSError, Image.UnidentifiedImageError, ValueError):
+        return 1
+
+
+def iter_pages(path: Path, config: Config, max_side: int | None) -> Iterator[Page]:
+    """Yield the file's pages one at a time (a 500-page PDF never sits in memory whole).
+
+    Raises InputError with a plain reason for anything that cannot be read, and
+    TransientError for conditions that may clear (disk or I/O errors).
+    """
+    limits = Limits.from_config(config)
+    kind = sniff(path)
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        raise InputError("the file was deleted before it could be read") from None
+    if size > limits.max_bytes:
+        raise InputError(
+            f"the file is {size / 1024 / 1024:.0f} MB, over the limit of "
+            f"{limits.max_bytes / 1024 / 1024:.0f} MB; raise max_file_mb in the config"
+        )
+    if kind == "pdf":
+        yield from _pdf_pages(path, limits, max_side, config.pdf_dpi)
+    else:
+        yield from _image_pages(path, limits, max_side)

@@ -1,0 +1,114 @@
+"""Writing ``NAME.md`` and ``NAME.txt`` beside each original, whole or not at all."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import tempfile
+from pathlib import Path
+
+from ocrwatch.engines.base import PageText
+from ocrwatch.errors import InputError, TransientError
+
+MD_SUFFIX = ".md"
+TXT_SUFFIX = ".txt"
+TEMP_PREFIX = ".ocrwatch-"  # dot-files: the watcher and other tools ignore them
+
+
+def render_markdown(pages: list[PageText]) -> str:
+    """The Markdown of all pages; multi-page files get a marked break before each page."""
+    if len(pages) == 1:
+        return pages[0].markdown.strip() + "\n"
+    parts = [f"<!-- page {i} -->\n\n{p.markdown.strip()}" for i, p in enumerate(pages, 1)]
+    return "\n\n---\n\n".join(parts) + "\n"
+
+
+def render_text(pages: list[PageText]) -> str:
+    """Plain text; pages separated by a form feed, as pdftotext does."""
+    return "\n\f".join(p.text.strip() + "\n" for p in pages)
+
+
+def target_dir(source: Path, inboxes: list[Path], output_dir: Path | None) -> Path:
+    """Beside the original, or the same relative place under ``output_dir``."""
+    if output_dir is None:
+        return source.parent
+    for inbox in inboxes:
+        try:
+            rel = source.parent.relative_to(inbox)
+        except ValueError:
+            continue
+        return output_dir / inbox.name / rel
+    return output_dir / "other"
+
+
+def choose_stem(source: Path, folder: Path, others: set[Path], own: set[Path]) -> Path:
+    """``folder/STEM`` for the sidecars, unless that name belongs to someone else.
+
+    ``scan.jpg`` and ``scan.pdf`` side by side get ``scan.md`` and ``scan.pdf.md``: the
+    first keeps the short name, the other falls back to its full name. A file ocrwatch
+    did not write (the user's own ``scan.md``) is never overwritten either.
+    """
+
+    def free(stem: str) -> bool:
+        for suffix in (MD_SUFFIX, TXT_SUFFIX):
+            path = folder / (stem + suffix)
+            if path in others or (path not in own and os.path.lexists(path)):
+                return False
+        return True
+
+    for stem in (source.stem, source.name):
+        if free(stem):
+            return folder / stem
+    n = 2
+    while not free(f"{source.name}.{n}"):
+        n += 1
+    return folder / f"{source.name}.{n}"
+
+
+def write_atomic(path: Path, content: str) -> None:
+    """Write to a temporary file in the same folder, fsync, then rename into place.
+
+    A reader sees the old file or the new one, never half of either. On a full disk
+    nothing is left behind and a TransientError asks for a retry.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=".tmp", dir=path.parent)
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+            fh.write(content)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        if isinstance(exc, OSError):
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise TransientError(
+                    f"the disk is full: could not write {path.name}; will retry when there "
+                    "is space"
+                ) from exc
+            if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+                raise InputError(
+                    f"cannot write {path}: {exc.strerror}; make the folder writable or set "
+                    "output_dir in the config, then `ocrwatch retry`"
+                ) from exc
+            if exc.errno == errno.ENAMETOOLONG:
+                raise InputError(
+                    f"the sidecar name for {path.name[:40]}… is too long for the file system; "
+                    "set output_dir or shorten the file name"
+                ) from exc
+            raise TransientError(f"could not write {path.name}: {exc.strerror}") from exc
+        raise
+
+
+def write_sidecars(stem: Path, pages: list[PageText]) -> tuple[Path, Path]:
+    """Write ``STEM.md`` and ``STEM.txt``; returns their paths."""
+    md = stem.with_name(stem.name + MD_SUFFIX)
+    txt = stem.with_name(stem.name + TXT_SUFFIX)
+    write_atomic(md, render_markdown(pages))
+    write_atomic(txt, render_text(pages))
+    return md, txt

@@ -1,0 +1,336 @@
+"""Noticing finished files: watchdog events, the settle check, startup scan and rescans.
+
+Watchdog runs its handlers unguarded on the observer thread, so the handler only puts
+paths on a queue. The :class:`Settler` decides when a file is finished: its size and
+mtime unchanged for ``settle_seconds`` and its content looking complete (a JPEG that
+ends in its end marker, a PDF with its trailer). A close-after-write event shortens
+the wait for the first check but never replaces it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from watchdog.events import (
+    DirMovedEvent,
+    FileClosedEvent,
+    FileDeletedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
+from watchdog.observers import Observer
+from watchdog.observers.api import BaseObserver
+from watchdog.observers.polling import PollingObserver
+
+from ocrwatch.pages import SUFFIXES
+
+log = logging.getLogger(__name__)
+
+IGNORED_SUFFIXES = frozenset({".part", ".crdownload", ".tmp", ".partial", ".download", ".swp"})
+NETWORK_FS = frozenset({"nfs", "nfs4", "cifs", "smb3", "smbfs", "fuse.sshfs", "9p", "afpfs",
+                        "fuse.rclone", "davfs", "fuse.davfs2", "ncpfs", "glusterfs", "ceph"})
+INCOMPLETE_GRACE = 15.0  # settle periods a file that looks incomplete may keep us waiting
+
+
+def is_ignored_name(name: str) -> bool:
+    """Temporary, partial, hidden and lock files are never read."""
+    return (
+        name.startswith((".", "~$", "~lock."))
+        or Path(name).suffix.lower() in IGNORED_SUFFIXES
+        or name.endswith("~")
+    )
+
+
+def wanted(path: Path, roots: list[Path]) -> bool:
+    """Whether ``path`` is a file the daemon should read, judged by its name alone."""
+    if path.suffix.lower() not in SUFFIXES or is_ignored_name(path.name):
+        return False
+    for root in roots:
+        try:
+            rel = path.relative_to(root)
+        except ValueError:
+            continue
+        # Hidden folders (.git, .Trash-1000, our own temp files) are skipped too.
+        return not any(part.startswith(".") for part in rel.parts[:-1])
+    return False
+
+
+def looks_complete(path: Path) -> bool:
+    """Cheap check that a writer has finished: the format's end marker is present."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(8)
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - 2048))
+            tail = fh.read()
+    except OSError:
+        return True  # let the reader report the real problem
+    if size == 0:
+        return False
+    tail = tail.rstrip(b"\x00\r\n\t ")
+    if head.startswith(b"\xff\xd8"):
+        return tail.endswith(b"\xff\xd9")
+    if head.startswith(b"\x89PNG"):
+        return b"IEND" in tail[-16:]
+    if head.startswith(b"%PDF"):
+        return b"%%EOF" in tail
+    return True
+
+
+def fs_type(path: Path) -> str | None:
+    """The file system type holding ``path`` (Linux /proc/mounts), or None."""
+    try:
+        mounts = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return None
+    best, best_type = "", None
+    target = str(path.resolve())
+    for line in mounts:
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        mount = fields[1].replace("\\040", " ")
+        if (target == mount or target.startswith(mount.rstrip("/") + "/")) and len(mount) > len(
+            best
+        ):
+            best, best_type = mount, fields[2]
+    return best_type
+
+
+def make_observer(kind: str, folders: list[Path]) -> BaseObserver:
+    """inotify (or the platform's native API) unless polling is asked for or needed."""
+    if kind == "polling":
+        return PollingObserver(timeout=2)
+    if kind == "auto":
+        for folder in folders:
+            fstype = fs_type(folder)
+            if fstype in NETWORK_FS:
+                log.info("%s is on %s: watching it by polling", folder, fstype)
+                return PollingObserver(timeout=2)
+    return Observer()
+
+
+class _Handler(FileSystemEventHandler):
+    """Only enqueues: watchdog calls it on its own thread, without guarding errors."""
+
+    def __init__(self, events: queue.Queue[tuple[str, Path]]) -> None:
+        self.events = events
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        src = Path(os.fsdecode(event.src_path))
+        if isinstance(event, DirMovedEvent):
+            self.events.put(("rescan", src))
+            return
+        if event.is_directory:
+            if event.event_type == "created":
+                self.events.put(("rescan", src))
+            return
+        if isinstance(event, FileMovedEvent):
+            self.events.put(("gone", src))
+            self.events.put(("changed", Path(os.fsdecode(event.dest_path))))
+        elif isinstance(event, FileDeletedEvent):
+            self.events.put(("gone", src))
+        elif isinstance(event, FileClosedEvent):
+            self.events.put(("closed", src))
+        elif event.event_type in ("created", "modified"):
+            self.events.put(("changed", src))
+
+
+@dataclass
+class _Pending:
+    size: int
+    mtime_ns: int
+    stable_since: float
+    closed: bool = False
+
+
+class Settler:
+    """Turns raw events into "this file is finished" and "this file is gone" calls.
+
+    Runs on its own thread; ``ready(path)`` and ``gone(path)`` are called from it.
+    """
+
+    TICK = 0.2
+
+    def __init__(
+        self,
+        roots: list[Path],
+        settle_seconds: float,
+        ready: Callable[[Path], None],
+        gone: Callable[[Path], None],
+        *,
+        rescan_seconds: float | None = None,
+        scan: Callable[[], Iterator[Path]] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.roots = roots
+        self.settle = settle_seconds
+        self.ready = ready
+        self.gone = gone
+        self.rescan_seconds = rescan_seconds
+        self.scan = scan
+        self.clock = clock
+        self.events: queue.Queue[tuple[str, Path]] = queue.Queue()
+        self.pending: dict[Path, _Pending] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._next_rescan: float | None = None
+
+    # -- thread lifecycle ----------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="ocrwatch-settle", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.events.put(("stop", Path()))
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def request_rescan(self) -> None:
+        self.events.put(("rescan", Path()))
+
+    # -- logic (also driven directly by tests) ----------------------------------------
+    def feed(self, kind: str, path: Path) -> None:
+        if kind == "gone":
+            self.pending.pop(path, None)
+            if not path.exists():
+                self.gone(path)
+            return
+        if kind == "rescan":
+            self._scan()
+            return
+        if not wanted(path, self.roots):
+            return
+        entry = self.pending.get(path)
+        if entry is None:
+            try:
+                st = path.lstat()
+            except OSError:
+                # Broken or looping links and files gone already: let the reader say why.
+                self.pending[path] = _Pending(-1, -1, self.clock())
+                return
+            entry = self.pending[path] = _Pending(st.st_size, st.st_mtime_ns, self.clock())
+        if kind == "closed":
+            entry.closed = True
+
+    def check(self) -> None:
+        """Stat every pending file; report those that have been still long enough."""
+        now = self.clock()
+        for path, entry in list(self.pending.items()):
+            try:
+                st = path.stat()
+                size, mtime = st.st_size, st.st_mtime_ns
+            except FileNotFoundError:
+                if not os.path.lexists(path):
+                    del self.pending[path]
+                    self.gone(path)
+                    continue
+                size, mtime = -1, -1  # a dangling link: report it once it is still
+            except OSError:
+                size, mtime = -1, -1  # a link loop and the like: reported by the reader
+            if (size, mtime) != (entry.size, entry.mtime_ns):
+                entry.size, entry.mtime_ns, entry.stable_since = size, mtime, now
+                entry.closed = False
+                continue
+            # Close-after-write lets a small file go sooner, but it must still be still.
+            need = min(self.settle, 0.5) if entry.closed else self.settle
+            still = now - entry.stable_since
+            if still < need:
+                continue
+            if size > 0 and not looks_complete(path) and still < self.settle * INCOMPLETE_GRACE:
+                continue  # a scanner pausing mid-file; wait for the rest
+            del self.pending[path]
+            self.ready(path)
+
+    def _scan(self) -> None:
+        if self.scan is None:
+            return
+        for path in self.scan():
+            self.feed("changed", path)
+
+    def _run(self) -> None:
+        self._scan()
+        if self.rescan_seconds:
+            self._next_rescan = self.clock() + self.rescan_seconds
+        while not self._stop.is_set():
+            try:
+                kind, path = self.events.get(timeout=self.TICK)
+                if kind == "stop":
+                    break
+                self._guarded(self.feed, kind, path)
+                while True:  # drain what else arrived
+                    kind, path = self.events.get_nowait()
+                    if kind == "stop":
+                        return
+                    self._guarded(self.feed, kind, path)
+            except queue.Empty:
+                pass
+            self._guarded(self.check)
+            if self._next_rescan is not None and self.clock() >= self._next_rescan:
+                assert self.rescan_seconds is not None
+                self._next_rescan = self.clock() + self.rescan_seconds
+                self._guarded(self._scan)
+
+    def _guarded(self, fn: Callable[..., None], *args: object) -> None:
+        # One bad path must never stop the watcher.
+        try:
+            fn(*args)
+        except Exception:
+            log.exception("error while watching %s", args[1] if len(args) > 1 else "")
+
+
+def walk(roots: list[Path]) -> Iterator[Path]:
+    """Every candidate file under the roots, hidden folders skipped, links not followed."""
+    for root in roots:
+        for folder, dirs, files in os.walk(root, followlinks=False, onerror=None):
+            dirs[:] = [d for d in dirs if not d.startswith(".")]
+            base = Path(folder)
+            for name in files:
+                path = base / name
+                if wanted(path, roots):
+                    yield path
+
+
+class Watcher:
+    """The observer plus the settler, started and stopped together."""
+
+    def __init__(
+        self,
+        roots: list[Path],
+        settle_seconds: float,
+        ready: Callable[[Path], None],
+        gone: Callable[[Path], None],
+        *,
+        observer: str = "auto",
+        rescan_seconds: float | None = 300.0,
+    ) -> None:
+        self.roots = roots
+        self.settler = Settler(roots, settle_seconds, ready, gone,
+                               rescan_seconds=rescan_seconds, scan=lambda: walk(roots))
+        self.observer = make_observer(observer, roots)
+        handler = _Handler(self.settler.events)
+        for root in roots:
+            self.observer.schedule(handler, str(root), recursive=True)
+
+    def start(self) -> None:
+        self.observer.start()
+        self.settler.start()
+
+    def rescan(self) -> None:
+        self.settler.request_rescan()
+
+    def stop(self) -> None:
+        self.observer.stop()
+        self.settler.stop()
+        if self.observer.is_alive():
+            self.observer.join(timeout=10)
