@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 import platformdirs
@@ -37,7 +38,14 @@ def log_dir() -> Path:
 def runtime_dir() -> Path:
     """A folder only this user can enter, for the control socket and the lock."""
     base = os.environ.get("XDG_RUNTIME_DIR")
-    path = Path(base) / APP if base else Path(platformdirs.user_runtime_dir(APP))
+    if base:
+        path = Path(base) / APP
+    else:
+        with warnings.catch_warnings():
+            # Without a session's runtime folder platformdirs falls back to /tmp and warns;
+            # the 0700 folder below keeps the socket private all the same.
+            warnings.simplefilter("ignore")
+            path = Path(platformdirs.user_runtime_dir(APP))
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(path, 0o700)
     return path
