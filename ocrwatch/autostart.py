@@ -63,6 +63,9 @@ class Result:
     commands: list[list[str]] = field(default_factory=list)
     message: str = ""
 
+    def __str__(self) -> str:
+        return self.message
+
 
 # --------------------------------------------------------------------------- where
 

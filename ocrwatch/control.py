@@ -2,8 +2,9 @@
 
 The daemon listens on a Unix socket inside the per-user runtime folder (0700), the socket
 itself 0600, so only its user can talk to it. The protocol is one JSON object per line:
-``{"cmd": "pause"}`` in, ``{"ok": true, "result": ...}`` or ``{"ok": false, "error": "..."}``
-out. ``ocrwatch status | pause | resume | stop | rescan | retry`` are thin clients of it.
+a request ``{"cmd": "pause"}`` (or ``{"cmd": "retry", "paths": [...], "all_failed": false}``)
+is answered by ``{"ok": true, "result": ...}`` or ``{"ok": false, "error": "..."}``.
+``ocrwatch status | pause | resume | stop | rescan | retry`` are thin clients of it.
 
 One daemon per user: :class:`InstanceLock` holds an ``flock`` on a file in the same folder
 for the daemon's lifetime. The kernel drops the lock when the process dies, so a crash
@@ -269,12 +270,12 @@ class ControlServer:
     def _rescan(self, _req: dict[str, Any]) -> None:
         self.target.rescan()
 
-    def _retry(self, req: dict[str, Any]) -> dict[str, int]:
+    def _retry(self, req: dict[str, Any]) -> int:
         raw = req.get("paths")
         if raw is not None and (not isinstance(raw, list)
                                 or not all(isinstance(p, str) for p in raw)):
             raise OcrwatchError("retry: 'paths' must be a list of file paths")
-        return {"queued": self.target.retry(raw, bool(req.get("all", False)))}
+        return self.target.retry(raw, bool(req.get("all_failed", False)))
 
 
 def _send(conn: socket.socket, obj: dict[str, Any]) -> None:
@@ -416,7 +417,7 @@ def format_status(status: dict[str, Any]) -> str:
         lines.append(f"  last:    {status['last_result']}")
     failures = status.get("recent_failures") or []
     if failures:
-        lines.append("  recent failures (retry with `ocrwatch retry --all`):")
+        lines.append("  recent failures (retry with `ocrwatch retry --all-failed`):")
         for f in failures[-5:]:
             lines.append(f"    {f.get('path')}: {f.get('reason')}")
     lines.append(f"  log:     {status.get('log_file', '?')}")

@@ -84,6 +84,7 @@ def test_systemd_enable_and_disable(env: dict[str, str]) -> None:
         ["systemctl", "--user", "enable", "ocrwatch.service"],
     ]
     assert "next login" in res.message and "systemctl --user start ocrwatch" in res.message
+    assert str(res) == res.message
 
     runner2 = Recorder()
     res = autostart.disable(runner=runner2, environ=env, platform="linux")

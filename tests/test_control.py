@@ -60,8 +60,8 @@ def test_status_pause_resume_rescan_retry(
     assert target.status()["paused"] is True
     assert request("resume", socket_path=sock)["paused"] is False
     assert request("rescan", socket_path=sock) is None
-    assert request("retry", socket_path=sock, paths=["/a", "/b"]) == {"queued": 2}
-    assert request("retry", socket_path=sock, all=True) == {"queued": 2}
+    assert request("retry", socket_path=sock, paths=["/a", "/b"]) == 2
+    assert request("retry", socket_path=sock, paths=None, all_failed=True) == 2
     assert request("ping", socket_path=sock)["pid"] == os.getpid()
     assert {"pause", "resume", "rescan"} <= set(target.calls)
 
