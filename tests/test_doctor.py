@@ -1,0 +1,187 @@
+"""``ocrwatch doctor``: each check against a controlled machine (fake nvidia-smi, temp dirs)."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ocrwatch import doctor, paths
+from ocrwatch.config import Config
+
+
+def fake_smi(bindir: Path, line: str, code: int = 0) -> None:
+    bindir.mkdir(exist_ok=True)
+    exe = bindir / "nvidia-smi"
+    exe.write_text(f"#!/bin/sh\necho '{line}'\nexit {code}\n")
+    exe.chmod(0o755)
+
+
+@pytest.fixture
+def machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A clean machine: no GPU, no model cache, no display, our own folders."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    monkeypatch.setenv("PATH", f"{bindir}:/usr/bin:/bin")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
+    (tmp_path / "run").mkdir(mode=0o700)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(paths, "log_dir", lambda: tmp_path / "logs")
+    return tmp_path
+
+
+def config(tmp: Path, **kw: object) -> Config:
+    c = Config(inbox=[tmp / "inbox"], database=tmp / "data" / "index.sqlite3")
+    for k, v in kw.items():
+        setattr(c, k, v)
+    return c
+
+
+def by_name(checks: list[doctor.Check]) -> dict[str, doctor.Check]:
+    return {c.name: c for c in checks}
+
+
+def offline(_model: str) -> str:
+    return "huggingface.co not reachable (test)"
+
+
+def test_cpu_machine_auto_engine_is_all_ok(machine: Path) -> None:
+    checks = doctor.run_checks(config(machine), reachable=offline)
+    named = by_name(checks)
+    assert named["GPU"].ok and "Tesseract CPU engine" in named["GPU"].detail
+    assert named["vLLM"].ok
+    assert "model" not in named
+    assert named["inbox"].ok and "will be created" in named["inbox"].detail
+    assert named["display and tray"].ok and "no display" in named["display and tray"].detail
+    assert named["daemon"].detail.startswith("no daemon is running")
+    assert all(c.ok for c in checks), doctor.format_report(checks)
+    assert doctor.format_report(checks).endswith("everything the daemon needs is in place")
+
+
+def test_vllm_engine_without_gpu_fails_with_a_fix(machine: Path) -> None:
+    named = by_name(doctor.run_checks(config(machine, engine="vllm"), reachable=offline))
+    assert not named["GPU"].ok and "nvidia-smi not found" in named["GPU"].detail
+    assert "driver" in named["GPU"].fix
+    report = doctor.format_report(list(named.values()))
+    assert "[FAIL] GPU" in report and "fix: install the NVIDIA driver" in report
+
+
+def test_gpu_old_driver_and_low_memory(machine: Path) -> None:
+    fake_smi(machine / "bin", "NVIDIA GeForce RTX 4080, 550.54.14, 16376, 1200")
+    checks = doctor.check_gpu(config(machine, engine="vllm"), doctor._smi())
+    named = by_name(checks)
+    assert not named["GPU and driver"].ok and "580" in named["GPU and driver"].fix
+    assert "RTX 4080, driver 550.54.14" in named["GPU and driver"].detail
+    assert not named["GPU memory free"].ok
+    assert "1200 MB free of 16376 MB" in named["GPU memory free"].detail
+
+
+def test_gpu_good(machine: Path) -> None:
+    fake_smi(machine / "bin", "NVIDIA H200, 580.95.05, 143771, 142000")
+    named = by_name(doctor.check_gpu(config(machine), doctor._smi()))
+    assert named["GPU and driver"].ok and named["GPU memory free"].ok
+
+
+def test_smi_failure_is_reported(machine: Path) -> None:
+    fake_smi(machine / "bin", "NVIDIA-SMI has failed because it could not communicate", 9)
+    smi = doctor._smi()
+    assert isinstance(smi, str) and "could not communicate" in smi
+
+
+def test_model_cached_downloadable_or_not(machine: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_smi(machine / "bin", "NVIDIA H200, 580.95.05, 143771, 142000")
+    smi = doctor._smi()
+    c = config(machine, engine="vllm")
+    (miss,) = doctor.check_model(c, smi, reachable=offline)
+    assert not miss.ok and "not reachable" in miss.detail and "vllm.model" in miss.fix
+    (fine,) = doctor.check_model(c, smi, reachable=lambda _m: None)
+    assert fine.ok and "downloadable" in fine.detail
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    (off,) = doctor.check_model(c, smi, reachable=lambda _m: None)
+    assert not off.ok and "huggingface-cli download" in off.fix
+    snap = (machine / "hub" / "models--lightonai--LightOnOCR-2-1B" / "snapshots" / "abc123")
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text("{}")
+    (snap / "model.safetensors").write_bytes(b"")
+    (cached,) = doctor.check_model(c, smi, reachable=offline)
+    assert cached.ok and str(snap) in cached.detail
+
+
+def test_vllm_presence(machine: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_smi(machine / "bin", "NVIDIA H200, 580.95.05, 143771, 142000")
+    smi = doctor._smi()
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    (absent,) = doctor.check_vllm(config(machine, engine="vllm"), smi)
+    assert not absent.ok and "ocrwatch[gpu]" in absent.fix
+    (auto,) = doctor.check_vllm(config(machine), smi)
+    assert auto.ok and "CPU engine" in auto.detail  # auto falls back to Tesseract
+
+
+def test_missing_language(machine: Path) -> None:
+    (chk,) = doctor.check_tesseract(config(machine, languages=["eng", "zzz"]))
+    assert not chk.ok and "missing: zzz" in chk.detail
+    assert "tesseract-ocr-zzz" in chk.fix
+
+
+def test_unwritable_inbox_and_index(machine: Path) -> None:
+    blocker = machine / "file"
+    blocker.write_text("x")
+    checks = doctor.check_folders(config(machine, inbox=[blocker],
+                                         database=blocker / "index.sqlite3"))
+    named = by_name(checks)
+    assert not named["inbox"].ok and "not a folder" in named["inbox"].detail
+    assert not named["index"].ok and "database" in named["index"].fix
+
+
+def test_low_disk(machine: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(doctor, "MIN_FREE_DISK_MB", 1 << 40)
+    (chk,) = doctor.check_disk(config(machine))
+    assert not chk.ok and "free some space" in chk.fix
+
+
+def test_tray_checks() -> None:
+    (none,) = doctor.check_tray({}, "linux")
+    assert none.ok and "no display" in none.detail
+    (nobus,) = doctor.check_tray({"DISPLAY": ":0"}, "linux")
+    if importlib.util.find_spec("gi") is None:
+        assert not nobus.ok and "ocrwatch[tray]" in nobus.fix
+    else:
+        assert not nobus.ok and "dbus-run-session" in nobus.fix
+        (good,) = doctor.check_tray({"DISPLAY": ":0", "DBUS_SESSION_BUS_ADDRESS": "x"},
+                                    "linux")
+        assert good.ok and "tray backend" in good.detail
+    (mac,) = doctor.check_tray({}, "darwin")
+    assert mac.ok
+
+
+def test_a_broken_check_does_not_hide_the_rest(
+    machine: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def boom(_c: Config) -> list[doctor.Check]:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(doctor, "check_disk", boom)
+    named = by_name(doctor.run_checks(config(machine), reachable=offline))
+    assert not named["free disk"].ok and "boom" in named["free disk"].detail
+    assert "daemon" in named
+
+
+def test_quick_and_imports_no_torch() -> None:
+    code = ("import sys, time; t = time.monotonic();"
+            "from ocrwatch import doctor, config;"
+            "doctor.run_checks(config.Config(), reachable=lambda m: None);"
+            "assert 'torch' not in sys.modules and 'vllm' not in sys.modules, 'heavy import';"
+            "print(time.monotonic() - t)")
+    start = time.monotonic()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True)
+    assert float(out.stdout.strip()) < 15
+    assert time.monotonic() - start < 30
