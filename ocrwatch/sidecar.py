@@ -26,7 +26,7 @@ def render_markdown(pages: list[PageText]) -> str:
 
 def render_text(pages: list[PageText]) -> str:
     """Plain text; pages separated by a form feed, as pdftotext does."""
-    return "\n\f".join(p.text.strip() + "\n" for p in pages)
+    return "\f".join(p.text.strip() + "\n" for p in pages)
 
 
 def target_dir(source: Path, inboxes: list[Path], output_dir: Path | None) -> Path:

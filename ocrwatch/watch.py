@@ -128,11 +128,13 @@ class _Handler(FileSystemEventHandler):
     def on_any_event(self, event: FileSystemEvent) -> None:
         src = Path(os.fsdecode(event.src_path))
         if isinstance(event, DirMovedEvent):
-            self.events.put(("rescan", src))
+            # A folder moved in arrives as one event: look inside it.
+            self.events.put(("gone-tree", src))
+            self.events.put(("scan", Path(os.fsdecode(event.dest_path))))
             return
         if event.is_directory:
             if event.event_type == "created":
-                self.events.put(("rescan", src))
+                self.events.put(("scan", src))
             return
         if isinstance(event, FileMovedEvent):
             self.events.put(("gone", src))
@@ -171,8 +173,10 @@ class Settler:
         rescan_seconds: float | None = None,
         scan: Callable[[], Iterator[Path]] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        gone_tree: Callable[[Path], None] | None = None,
     ) -> None:
         self.roots = roots
+        self.gone_tree = gone_tree or (lambda folder: None)
         self.settle = settle_seconds
         self.ready = ready
         self.gone = gone
@@ -203,11 +207,21 @@ class Settler:
     def feed(self, kind: str, path: Path) -> None:
         if kind == "gone":
             self.pending.pop(path, None)
-            if not path.exists():
+            if wanted(path, self.roots) and not os.path.lexists(path):
                 self.gone(path)
             return
         if kind == "rescan":
             self._scan()
+            return
+        if kind == "scan":
+            for found in walk([path]):
+                if wanted(found, self.roots):
+                    self.feed("changed", found)
+            return
+        if kind == "gone-tree":
+            for known in [p for p in self.pending if p.is_relative_to(path)]:
+                del self.pending[known]
+            self.gone_tree(path)
             return
         if not wanted(path, self.roots):
             return
@@ -313,10 +327,12 @@ class Watcher:
         *,
         observer: str = "auto",
         rescan_seconds: float | None = 300.0,
+        gone_tree: Callable[[Path], None] | None = None,
     ) -> None:
         self.roots = roots
         self.settler = Settler(roots, settle_seconds, ready, gone,
-                               rescan_seconds=rescan_seconds, scan=lambda: walk(roots))
+                               rescan_seconds=rescan_seconds, scan=lambda: walk(roots),
+                               gone_tree=gone_tree)
         self.observer = make_observer(observer, roots)
         handler = _Handler(self.settler.events)
         for root in roots:

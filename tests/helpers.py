@@ -1,0 +1,87 @@
+"""Fixtures made on the fly: rendered text pages, generated PDFs, waiting on conditions."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TypeVar
+
+from PIL import Image, ImageDraw, ImageFont
+
+T = TypeVar("T")
+
+
+def wait_for(condition: Callable[[], T], timeout: float = 60.0, what: str = "condition",
+             interval: float = 0.05) -> T:
+    """Poll ``condition`` until it returns something truthy; fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+def text_page(lines: list[str], *, width: int = 1700, size: int = 44,
+              mode: str = "RGB") -> Image.Image:
+    """A clean page with ``lines`` of real text, as a scanner would give at ~200 dpi."""
+    font = ImageFont.load_default(size=size)
+    height = max(400, 160 + len(lines) * int(size * 1.6))
+    image = Image.new("RGB", (width, height), "white")
+    draw = ImageDraw.Draw(image)
+    y = 80
+    for line in lines:
+        draw.text((90, y), line, fill="black", font=font)
+        y += int(size * 1.6)
+    return image.convert(mode) if mode != "RGB" else image
+
+
+def save_pdf(path: Path, pages: list[list[str]], dpi: int = 200) -> Path:
+    images = [text_page(lines) for lines in pages]
+    images[0].save(path, "PDF", resolution=dpi, save_all=True, append_images=images[1:])
+    return path
+
+
+def write_image(path: Path, lines: list[str], **save: object) -> Path:
+    text_page(lines).save(path, **save)  # type: ignore[arg-type]
+    return path
+
+
+def child_env(home: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment for a child ocrwatch process living entirely under ``home``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OCRWATCH_", "XDG_"))}
+    env.update({
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_DATA_HOME": str(home / ".local" / "share"),
+        "XDG_STATE_HOME": str(home / ".local" / "state"),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+        "XDG_RUNTIME_DIR": str(home / "run"),
+        "PYTHONUNBUFFERED": "1",
+    })
+    env.pop("DISPLAY", None)
+    env.pop("WAYLAND_DISPLAY", None)
+    (home / "run").mkdir(parents=True, exist_ok=True, mode=0o700)
+    if extra:
+        env.update(extra)
+    return env
+
+
+def ocrwatch(args: list[str], env: Mapping[str, str], timeout: float = 120,
+             check: bool = False) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run([sys.executable, "-m", "ocrwatch", *args], env=dict(env),
+                            capture_output=True, text=True, timeout=timeout)
+    if check and result.returncode != 0:
+        raise AssertionError(f"ocrwatch {args} failed ({result.returncode}):\n"
+                             f"{result.stdout}\n{result.stderr}")
+    return result
+
+
+def normalize(text: str) -> str:
+    return " ".join(text.split()).lower()

@@ -1,0 +1,168 @@
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from helpers import save_pdf, text_page
+from PIL import Image
+
+from ocrwatch.config import Config
+from ocrwatch.errors import InputError
+from ocrwatch.pages import count_pages, iter_pages, scale_to, sniff, to_rgb
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Config:
+    return Config(inbox=[tmp_path], database=tmp_path / "db.sqlite3")
+
+
+@pytest.mark.parametrize(("fmt", "suffix"), [("PNG", ".png"), ("JPEG", ".jpg"),
+                                             ("TIFF", ".tif"), ("BMP", ".bmp"),
+                                             ("WEBP", ".webp")])
+def test_every_image_format_gives_one_rgb_page(tmp_path: Path, config: Config, fmt: str,
+                                               suffix: str) -> None:
+    path = tmp_path / f"scan{suffix}"
+    text_page(["hello"], width=800).save(path, fmt)
+    pages = list(iter_pages(path, config, None))
+    assert len(pages) == 1
+    assert pages[0].image.mode == "RGB"
+    assert pages[0].size[0] == 800
+    assert pages[0].source == path and pages[0].index == 0
+
+
+def test_multi_frame_tiff_gives_every_frame(tmp_path: Path, config: Config) -> None:
+    path = tmp_path / "fax.tif"
+    frames = [text_page([f"page {i}"], width=600 + 10 * i) for i in range(3)]
+    frames[0].save(path, save_all=True, append_images=frames[1:], compression="tiff_lzw")
+    pages = list(iter_pages(path, config, None))
+    assert [p.index for p in pages] == [0, 1, 2]
+    assert [p.size[0] for p in pages] == [600, 610, 620]
+    assert count_pages(path, config) == 3
+
+
+def test_bilevel_g4_tiff(tmp_path: Path, config: Config) -> None:
+    path = tmp_path / "g4.tif"
+    text_page(["bi-level"]).convert("1").save(path, compression="group4", dpi=(300, 300))
+    (page,) = iter_pages(path, config, None)
+    assert page.image.mode == "RGB" and page.dpi == 300
+
+
+def test_pdf_pages_rendered_at_configured_dpi(tmp_path: Path, config: Config) -> None:
+    path = save_pdf(tmp_path / "doc.pdf", [["one"], ["two"], ["three"]], dpi=200)
+    config.pdf_dpi = 100
+    pages = list(iter_pages(path, config, None))
+    assert len(pages) == 3
+    # 1700 px at 200 dpi is 8.5 in; drawn at 100 dpi it is 850 px wide.
+    assert abs(pages[0].size[0] - 850) <= 2
+    assert pages[0].dpi == 100
+    assert count_pages(path, config) == 3
+
+
+def test_max_side_scales_down_and_never_up(tmp_path: Path, config: Config) -> None:
+    path = tmp_path / "big.png"
+    text_page(["x"], width=3000).save(path)
+    (page,) = iter_pages(path, config, 1540)
+    assert max(page.size) == 1540
+    small = tmp_path / "small.png"
+    text_page(["x"], width=500).save(small)
+    (page,) = iter_pages(small, config, 1540)
+    assert page.size[0] == 500
+    assert scale_to(page.image, None) is page.image
+
+
+def test_exif_orientation_is_applied(tmp_path: Path, config: Config) -> None:
+    image = Image.new("RGB", (400, 200), "white")
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90 degrees clockwise to display
+    path = tmp_path / "phone.jpg"
+    image.save(path, exif=exif)
+    (page,) = iter_pages(path, config, None)
+    assert page.size == (200, 400)
+
+
+def test_alpha_is_flattened_on_white() -> None:
+    image = Image.new("RGBA", (10, 10), (0, 0, 0, 0))
+    image.putpixel((0, 0), (0, 0, 0, 255))
+    rgb = to_rgb(image)
+    assert rgb.mode == "RGB"
+    assert rgb.getpixel((5, 5)) == (255, 255, 255)
+    assert rgb.getpixel((0, 0)) == (0, 0, 0)
+
+
+def test_palette_with_transparency_and_16_bit_grey() -> None:
+    pal = Image.new("P", (4, 4), 0)
+    pal.info["transparency"] = 0
+    assert to_rgb(pal).getpixel((1, 1)) == (255, 255, 255)
+    grey16 = Image.new("I;16", (4, 4), 30000)
+    value = to_rgb(grey16).getpixel((0, 0))
+    assert isinstance(value, tuple) and 240 <= value[0] <= 255
+
+
+def test_sniff_reads_content_not_name(tmp_path: Path) -> None:
+    path = tmp_path / "really-a-png.jpg"
+    text_page(["x"], width=100).save(path, "PNG")
+    assert sniff(path) == "png"
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "reason"),
+    [
+        ("empty.png", b"", "empty"),
+        ("notes.png", b"this is just text\n", "not an image or PDF"),
+        ("broken.pdf", b"%PDF-1.7\ngarbage garbage", "PDF"),
+    ],
+)
+def test_bad_files_fail_with_plain_reasons(tmp_path: Path, config: Config, name: str,
+                                           content: bytes, reason: str) -> None:
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(InputError, match=reason):
+        list(iter_pages(path, config, None))
+
+
+def test_truncated_jpeg_fails(tmp_path: Path, config: Config) -> None:
+    buf = io.BytesIO()
+    text_page(["truncated"]).save(buf, "JPEG")
+    path = tmp_path / "cut.jpg"
+    path.write_bytes(buf.getvalue()[: len(buf.getvalue()) // 3])
+    with pytest.raises(InputError, match="damaged or incomplete"):
+        list(iter_pages(path, config, None))
+
+
+def test_pixel_limit_checked_before_decoding(tmp_path: Path, config: Config) -> None:
+    path = tmp_path / "huge.png"
+    Image.new("1", (20000, 20000)).save(path)  # small file, 400 megapixels
+    config.max_pixels = 100_000_000
+    with pytest.raises(InputError, match="megapixels"):
+        list(iter_pages(path, config, None))
+
+
+def test_page_limit(tmp_path: Path, config: Config) -> None:
+    path = save_pdf(tmp_path / "long.pdf", [["p"]] * 5)
+    config.max_pages = 4
+    with pytest.raises(InputError, match="5 pages, over the limit of 4"):
+        list(iter_pages(path, config, None))
+
+
+def test_file_size_limit(tmp_path: Path, config: Config) -> None:
+    path = tmp_path / "big.png"
+    text_page(["x"]).save(path)
+    config.max_file_mb = 0.001
+    with pytest.raises(InputError, match="max_file_mb"):
+        list(iter_pages(path, config, None))
+
+
+def test_deleted_file(tmp_path: Path, config: Config) -> None:
+    with pytest.raises(InputError, match="deleted"):
+        list(iter_pages(tmp_path / "gone.png", config, None))
+
+
+def test_pages_come_one_at_a_time(tmp_path: Path, config: Config) -> None:
+    path = save_pdf(tmp_path / "doc.pdf", [["a"], ["b"]])
+    it = iter_pages(path, config, 500)
+    first = next(it)
+    assert first.index == 0 and max(first.size) == 500
+    assert next(it).index == 1
+    with pytest.raises(StopIteration):
+        next(it)

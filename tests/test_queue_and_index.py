@@ -1,0 +1,211 @@
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ocrwatch.db import MIGRATIONS, Database
+from ocrwatch.engines.base import PageText
+from ocrwatch.errors import SearchError
+from ocrwatch.index import cached_result, search, store_result
+from ocrwatch.jobs import JobQueue, Seen, State
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[Database]:
+    database = Database(tmp_path / "index.sqlite3")
+    yield database
+    database.close()
+
+
+def add_done(db: Database, path: Path, texts: list[str], sha: str = "") -> int:
+    q = JobQueue(db)
+    q.offer(path, 1, 1, sha or f"sha-{path}")
+    job = q.claim()
+    assert job is not None and job.path == path
+    assert store_result(db, job.id, [PageText(t, t) for t in texts], engine="fake",
+                        md_path=path.with_suffix(".md"), txt_path=path.with_suffix(".txt"))
+    return job.id
+
+
+def test_migrations_apply_once_and_wal(tmp_path: Path) -> None:
+    path = tmp_path / "x.sqlite3"
+    first = Database(path)
+    names = [r["name"] for r in first.query("SELECT name FROM _migrations ORDER BY name")]
+    assert names == [m[0] for m in MIGRATIONS]
+    assert first.query("PRAGMA journal_mode")[0][0] == "wal"
+    first.close()
+    second = Database(path)
+    assert second.migrate() == []
+    second.close()
+    first.close()  # closing twice is safe
+
+
+def test_job_lifecycle(db: Database, tmp_path: Path) -> None:
+    q = JobQueue(db)
+    path = tmp_path / "a.png"
+    assert q.offer(path, 10, 100, "aaa") is Seen.NEW
+    assert q.offer(path, 10, 100, "aaa") is Seen.UNCHANGED
+    assert q.is_current(path, 10, 100) and not q.is_current(path, 11, 100)
+    assert q.counts()["queued"] == 1
+    job = q.claim()
+    assert job is not None and job.state is State.RUNNING
+    assert q.claim() is None
+    q.fail(job.id, "bad scan")
+    assert q.counts()["failed"] == 1
+    assert q.failures()[0]["reason"] == "bad scan"
+    assert q.retry() == 1
+    assert q.counts()["queued"] == 1
+
+
+def test_changed_content_is_queued_again(db: Database, tmp_path: Path) -> None:
+    path = tmp_path / "a.png"
+    add_done(db, path, ["old"], sha="one")
+    q = JobQueue(db)
+    assert q.offer(path, 2, 2, "one") is Seen.UNCHANGED
+    assert q.offer(path, 3, 3, "two") is Seen.CHANGED
+    assert q.counts() == {"queued": 1, "running": 0, "done": 0, "failed": 0}
+
+
+def test_recover_puts_running_back(db: Database, tmp_path: Path) -> None:
+    q = JobQueue(db)
+    q.offer(tmp_path / "a.png", 1, 1, "x")
+    assert q.claim() is not None
+    assert q.recover() == 1
+    assert q.counts()["queued"] == 1
+
+
+def test_defer_backs_off_then_gives_up(db: Database, tmp_path: Path) -> None:
+    q = JobQueue(db)
+    q.offer(tmp_path / "a.png", 1, 1, "x")
+    job = q.claim()
+    assert job is not None
+    assert q.defer(job.id, "disk full", max_attempts=3)
+    assert q.claim() is None  # not before the backoff
+    due = q.next_due()
+    assert due is not None
+    job = q.claim(now=due + 0.01)
+    assert job is not None and job.attempts == 1
+    assert q.defer(job.id, "disk full", max_attempts=3)
+    job = q.claim(now=due + 1000)
+    assert job is not None
+    assert not q.defer(job.id, "disk full", max_attempts=3)
+    assert "gave up after 3 tries" in q.failures()[0]["reason"]
+
+
+def test_non_utf8_names_round_trip(db: Database, tmp_path: Path) -> None:
+    path = Path(tmp_path.as_posix().encode().decode() + "/caf\udce9.png")  # latin-1 byte
+    q = JobQueue(db)
+    q.offer(path, 1, 1, "x")
+    job = q.claim()
+    assert job is not None and job.path == path
+    assert "caf\ufffd.png" in job.display
+
+
+def test_forget_removes_pages_from_index(db: Database, tmp_path: Path) -> None:
+    path = tmp_path / "a.png"
+    add_done(db, path, ["zebra crossing"])
+    assert search(db, "zebra")
+    assert JobQueue(db).forget(path)
+    assert search(db, "zebra") == []
+    assert not JobQueue(db).forget(path)
+
+
+def test_store_result_refuses_stale_content(db: Database, tmp_path: Path) -> None:
+    q = JobQueue(db)
+    path = tmp_path / "a.png"
+    q.offer(path, 1, 1, "one")
+    job = q.claim()
+    assert job is not None
+    q.offer(path, 2, 2, "two")  # changed while it was being read
+    assert not store_result(db, job.id, [PageText("x", "x")], engine="fake", md_path=None,
+                            txt_path=None, sha256="one")
+    assert q.counts()["queued"] == 1
+
+
+def test_cached_result_for_identical_content(db: Database, tmp_path: Path) -> None:
+    first = add_done(db, tmp_path / "a.png", ["page one", "page two"], sha="same")
+    q = JobQueue(db)
+    q.offer(tmp_path / "copy.png", 1, 1, "same")
+    copy = q.claim()
+    assert copy is not None
+    cached = cached_result(db, "same", copy.id)
+    assert cached is not None
+    pages, engine = cached
+    assert [p.text for p in pages] == ["page one", "page two"] and engine == "fake"
+    # The only other done copy is the job itself: nothing to borrow from.
+    only_self = cached_result(db, "same", first)
+    assert only_self is None  # "copy" is not done, so "first" has no twin to borrow from
+    assert cached_result(db, "other", copy.id) is None
+
+
+def test_search_ranks_and_highlights(db: Database, tmp_path: Path) -> None:
+    add_done(db, tmp_path / "once.png", ["an invoice among other words here"])
+    add_done(db, tmp_path / "many.png", ["invoice invoice invoice total"])
+    hits = search(db, "invoice")
+    assert [Path(h.path).name for h in hits] == ["many.png", "once.png"]
+    assert "\x02invoice\x03" in hits[0].snippet
+    assert hits[0].as_dict()["snippet"].count("[invoice]") >= 1
+
+
+def test_search_folds_accents_both_ways(db: Database, tmp_path: Path) -> None:
+    add_done(db, tmp_path / "fr.png", ["Le café de la gare, déjà fermé"])
+    add_done(db, tmp_path / "de.png", ["Die Straße nach München"])
+    assert search(db, "cafe") and search(db, "café") and search(db, "DEJA")
+    assert Path(search(db, "munchen")[0].path).name == "de.png"
+    assert search(db, "Straße")
+
+
+def test_search_finds_cjk_substrings(db: Database, tmp_path: Path) -> None:
+    add_done(db, tmp_path / "zh.png", ["这是一个光学字符识别的测试文件"])
+    add_done(db, tmp_path / "ja.png", ["東京都の請求書を確認してください"])
+    assert Path(search(db, "字符识别")[0].path).name == "zh.png"
+    assert Path(search(db, "請求書")[0].path).name == "ja.png"
+    two = search(db, "東京")  # shorter than a trigram
+    assert Path(two[0].path).name == "ja.png"
+    assert "\x02東京\x03" in two[0].snippet
+    assert search(db, "不存在的词") == []
+
+
+def test_search_phrases_prefix_and_operators(db: Database, tmp_path: Path) -> None:
+    add_done(db, tmp_path / "a.png", ["payment due in March 2024"])
+    add_done(db, tmp_path / "b.png", ["march of the penguins"])
+    assert len(search(db, '"due in March"')) == 1
+    assert len(search(db, "pay*")) == 1
+    assert len(search(db, "march OR penguins")) == 2
+    assert len(search(db, "march NOT penguins")) == 1
+    assert len(search(db, "o'brien e-mail 1,250.00")) == 0  # punctuation is not syntax
+
+
+@pytest.mark.parametrize("query", ['"unclosed', "AND", "(march", "march AND"])
+def test_malformed_query_gets_plain_message(db: Database, tmp_path: Path, query: str) -> None:
+    add_done(db, tmp_path / "a.png", ["march"])
+    with pytest.raises(SearchError) as err:
+        search(db, query)
+    assert "query" in str(err.value)
+    assert not isinstance(err.value.__cause__, sqlite3.Error)
+
+
+def test_search_limit_and_empty(db: Database, tmp_path: Path) -> None:
+    for i in range(5):
+        add_done(db, tmp_path / f"{i}.png", ["common word"])
+    assert len(search(db, "common", limit=2)) == 2
+    with pytest.raises(SearchError, match="empty"):
+        search(db, "   ")
+
+
+def test_page_numbers_and_warnings_are_stored(db: Database, tmp_path: Path) -> None:
+    q = JobQueue(db)
+    q.offer(tmp_path / "m.pdf", 1, 1, "m")
+    job = q.claim()
+    assert job is not None
+    store_result(db, job.id, [PageText("alpha", "alpha"),
+                              PageText("beta", "beta", warnings=["repeats itself"])],
+                 engine="fake", md_path=None, txt_path=None)
+    hit = search(db, "beta")[0]
+    assert (hit.page, hit.pages) == (2, 2)
+    row = db.query("SELECT warnings FROM pages WHERE page = 2")[0]
+    assert json.loads(row["warnings"]) == ["repeats itself"]

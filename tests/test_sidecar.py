@@ -1,0 +1,80 @@
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pytest
+
+from ocrwatch import sidecar
+from ocrwatch.engines.base import PageText
+from ocrwatch.errors import TransientError
+from ocrwatch.sidecar import choose_stem, render_markdown, render_text, target_dir, write_atomic
+
+
+def test_single_page_markdown_and_text() -> None:
+    pages = [PageText("# Title\n\nBody", "Title\n\nBody")]
+    assert render_markdown(pages) == "# Title\n\nBody\n"
+    assert render_text(pages) == "Title\n\nBody\n"
+
+
+def test_multi_page_files_mark_page_breaks() -> None:
+    pages = [PageText("one", "one"), PageText("two", "two"), PageText("three", "three")]
+    md = render_markdown(pages)
+    assert md.index("<!-- page 1 -->") < md.index("one") < md.index("<!-- page 2 -->")
+    assert md.count("\n---\n") == 2
+    assert render_text(pages).split("\f") == ["one\n", "two\n", "three\n"]
+
+
+def test_atomic_write_replaces_whole_file(tmp_path: Path) -> None:
+    target = tmp_path / "a.md"
+    target.write_text("old")
+    write_atomic(target, "new content")
+    assert target.read_text() == "new content"
+    assert [p.name for p in tmp_path.iterdir()] == ["a.md"]
+
+
+def test_full_disk_leaves_nothing_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "a.md"
+    target.write_text("old")
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(sidecar.os, "fsync", full)
+    with pytest.raises(TransientError, match="disk is full"):
+        write_atomic(target, "new")
+    assert target.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["a.md"]
+
+
+def test_same_stem_originals_get_separate_sidecars(tmp_path: Path) -> None:
+    jpg, pdf = tmp_path / "scan.jpg", tmp_path / "scan.pdf"
+    first = choose_stem(jpg, tmp_path, others=set(), own=set())
+    assert first == tmp_path / "scan"
+    md, _ = sidecar.write_sidecars(first, [PageText("jpg", "jpg")])
+    second = choose_stem(pdf, tmp_path, others={md, md.with_suffix(".txt")}, own=set())
+    assert second == tmp_path / "scan.pdf"
+    # The owner keeps its name on a second run.
+    assert choose_stem(jpg, tmp_path, others=set(), own={md, md.with_suffix(".txt")}) == first
+
+
+def test_users_own_file_is_never_overwritten(tmp_path: Path) -> None:
+    (tmp_path / "notes.md").write_text("my notes")
+    stem = choose_stem(tmp_path / "notes.png", tmp_path, others=set(), own=set())
+    assert stem == tmp_path / "notes.png"
+    (tmp_path / "notes.png.md").write_text("also mine")
+    assert choose_stem(tmp_path / "notes.png", tmp_path, set(), set()).name == "notes.png.2"
+
+
+def test_output_dir_mirrors_the_tree(tmp_path: Path) -> None:
+    inbox = tmp_path / "In"
+    out = tmp_path / "Out"
+    src = inbox / "2024" / "bills" / "a.pdf"
+    assert target_dir(src, [inbox], None) == src.parent
+    assert target_dir(src, [inbox], out) == out / "In" / "2024" / "bills"
+
+
+def test_sidecars_are_world_readable_like_normal_files(tmp_path: Path) -> None:
+    md, txt = sidecar.write_sidecars(tmp_path / "x", [PageText("a", "a")])
+    assert os.stat(md).st_mode & 0o644 == 0o644 and txt.exists()
