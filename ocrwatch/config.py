@@ -39,6 +39,7 @@ class VllmConfig:
     idle_stop_seconds: float = 900.0
     partner_wait_seconds: float = 0.5
     start_timeout_seconds: float = 600.0
+    ignore_eos: bool = False  # benchmarks only: every page writes exactly max_tokens
 
 
 @dataclass
@@ -185,7 +186,18 @@ def _apply(target: Any, data: Mapping[str, Any], where: str, prefix: str = "") -
                 raise ConfigError(f"{where}: [{key}] must be a table of settings.")
             _apply(getattr(target, key), value, where, prefix=f"{key}.")
             continue
+        if value == "" and hints[key] is Path:
+            value = _default(target, key)  # an empty path means "the default place"
         setattr(target, key, _coerce(full, where, hints[key], value, from_text=False))
+
+
+def _default(target: Any, key: str) -> Any:
+    for f in dataclasses.fields(target):
+        if f.name == key:
+            if f.default_factory is not dataclasses.MISSING:
+                return f.default_factory()
+            return f.default
+    raise KeyError(key)
 
 
 def _env_overrides(config: Config, environ: Mapping[str, str]) -> None:
@@ -244,9 +256,40 @@ def validate(config: Config) -> None:
         fail("vllm.gpu_memory_gb", "must be 0 (the card's size, at most 16) or a size in GB.")
     if config.vllm.load_format not in ("auto", "dummy", "safetensors"):
         fail("vllm.load_format", "must be 'auto', 'safetensors' or 'dummy'.")
+    _validate_model_sections(config, fail)
     if config.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
         fail("log_level", "must be DEBUG, INFO, WARNING or ERROR.")
     _check_loops(config)
+
+
+def _validate_model_sections(config: Config, fail: typing.Callable[[str, str], None]) -> None:
+    """Checks of [vllm] and [remote] beyond their types."""
+    v, r = config.vllm, config.remote
+    for section, temperature in (("vllm", v.temperature), ("remote", r.temperature)):
+        if not 0 <= temperature <= 2:
+            fail(f"{section}.temperature",
+                 f"= {temperature!r} must be between 0 and 2 (0.2 is the model's setting).")
+    for section, top_p in (("vllm", v.top_p), ("remote", r.top_p)):
+        if not 0 < top_p <= 1:
+            fail(f"{section}.top_p", f"= {top_p!r} must be above 0 and at most 1.")
+    for key, value in (("vllm.idle_sleep_seconds", v.idle_sleep_seconds),
+                       ("vllm.idle_stop_seconds", v.idle_stop_seconds),
+                       ("vllm.partner_wait_seconds", v.partner_wait_seconds)):
+        if value < 0:
+            fail(key, f"= {value!r} must be 0 or more (0 turns it off).")
+    if v.start_timeout_seconds <= 0:
+        fail("vllm.start_timeout_seconds", "must be greater than 0.")
+    if v.max_tokens > 16384:
+        fail("vllm.max_tokens", f"= {v.max_tokens} must be at most 16384 (4096 suits a page).")
+    if not v.model.strip():
+        fail("vllm.model", "must name a Hugging Face model or a local model folder.")
+    if not r.url.startswith(("http://", "https://")):
+        fail("remote.url", f"= {r.url!r} must start with http:// or https://, "
+                           "e.g. http://127.0.0.1:8000/v1.")
+    if r.timeout_seconds <= 0:
+        fail("remote.timeout_seconds", "must be greater than 0.")
+    if not r.model.strip():
+        fail("remote.model", "must name the model the server serves.")
 
 
 def _inside(child: Path, parent: Path) -> bool:
