@@ -1,0 +1,236 @@
+"""The daemon in this process, around the fake engine (and Tesseract once)."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers import save_pdf, text_page, wait_for
+
+from ocrwatch.config import Config
+from ocrwatch.daemon import Daemon
+from ocrwatch.engines.base import BatchPolicy
+from ocrwatch.engines.fake import FakeEngine
+from ocrwatch.index import search
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Config:
+    return Config(inbox=[tmp_path / "inbox"], database=tmp_path / "index.sqlite3",
+                  settle_seconds=0.3, engine="fake")
+
+
+@pytest.fixture
+def engine() -> FakeEngine:
+    return FakeEngine(policy=BatchPolicy(max_pages=4, max_tokens=8192, size_matched=True,
+                                         partner_wait=0.05))
+
+
+@pytest.fixture
+def daemon(config: Config, engine: FakeEngine) -> Iterator[Daemon]:
+    d = Daemon(config, engine=engine)
+    d.start()
+    yield d
+    d.close()
+
+
+def state(d: Daemon, path: Path) -> str | None:
+    job = d.jobs.known(path)
+    return job.state.value if job else None
+
+
+def finished(d: Daemon, *paths: Path) -> bool:
+    return all(state(d, p) in ("done", "failed") for p in paths)
+
+
+def test_image_and_pdf_get_sidecars_and_index(daemon: Daemon, config: Config) -> None:
+    inbox = config.inbox[0]
+    png = inbox / "letter.png"
+    text_page(["hello"]).save(png)
+    pdf = save_pdf(inbox / "report.pdf", [["a"], ["b"], ["c"]])
+    wait_for(lambda: finished(daemon, png, pdf), 30, "both files")
+    assert state(daemon, png) == state(daemon, pdf) == "done"
+    assert "fake text of letter.png page 1" in (inbox / "letter.txt").read_text()
+    md = (inbox / "report.md").read_text()
+    assert md.index("page 1 (") < md.index("page 2 (") < md.index("page 3 (")
+    assert "<!-- page 3 -->" in md
+    hits = search(daemon.db, "report")
+    assert sorted(h.page for h in hits) == [1, 2, 3]
+
+
+def test_pages_are_scaled_for_the_engine(daemon: Daemon, config: Config,
+                                         engine: FakeEngine) -> None:
+    big = config.inbox[0] / "big.png"
+    text_page(["x"], width=3000).save(big)
+    wait_for(lambda: finished(daemon, big), 30, "big page")
+    assert "(1540x" in (config.inbox[0] / "big.txt").read_text()
+
+
+def test_identical_content_is_read_once(daemon: Daemon, config: Config,
+                                        engine: FakeEngine) -> None:
+    inbox = config.inbox[0]
+    first = inbox / "a.png"
+    text_page(["same"]).save(first)
+    wait_for(lambda: finished(daemon, first), 30, "first copy")
+    read_before = sum(len(b) for b in engine.batches)
+    copy = inbox / "sub" / "b.png"
+    copy.parent.mkdir()
+    shutil.copy(first, copy)
+    wait_for(lambda: finished(daemon, copy), 30, "second copy")
+    assert sum(len(b) for b in engine.batches) == read_before
+    assert (copy.parent / "b.md").read_text() == (inbox / "a.md").read_text()
+    assert {Path(h.path).name for h in search(daemon.db, "fake")} == {"a.png", "b.png"}
+
+
+def test_changed_file_is_read_again_and_deleted_file_leaves_index(
+        daemon: Daemon, config: Config, engine: FakeEngine) -> None:
+    path = config.inbox[0] / "doc.png"
+    text_page(["one"], width=800).save(path)
+    wait_for(lambda: finished(daemon, path), 30, "first version")
+    assert "(800x" in (config.inbox[0] / "doc.txt").read_text()
+    text_page(["two"], width=900).save(path)
+    wait_for(lambda: "(900x" in (config.inbox[0] / "doc.txt").read_text(), 30, "new version")
+    wait_for(lambda: state(daemon, path) == "done", 30, "done again")
+    path.unlink()
+    wait_for(lambda: state(daemon, path) is None, 30, "removal from the index")
+    assert search(daemon.db, "doc") == []
+
+
+def test_bad_files_fail_with_reasons_and_the_next_is_read(daemon: Daemon,
+                                                          config: Config) -> None:
+    inbox = config.inbox[0]
+    (inbox / "empty.png").write_bytes(b"")
+    (inbox / "text.png").write_text("not an image")
+    good = inbox / "good.png"
+    text_page(["fine"]).save(good)
+    wait_for(lambda: finished(daemon, inbox / "empty.png", inbox / "text.png", good), 30,
+             "all three")
+    assert state(daemon, good) == "done"
+    reasons = {Path(f["path"]).name: f["reason"] for f in daemon.status()["recent_failures"]}
+    assert "empty" in reasons["empty.png"]
+    assert "not an image or PDF" in reasons["text.png"]
+    assert not (inbox / "empty.md").exists()
+
+
+def test_engine_page_failure_fails_the_file(daemon: Daemon, config: Config) -> None:
+    path = config.inbox[0] / "fake-engine-fail.png"
+    text_page(["x"]).save(path)
+    wait_for(lambda: finished(daemon, path), 30, "failure")
+    job = daemon.jobs.known(path)
+    assert job is not None and job.reason is not None
+    assert "could not be read: the fake engine was told to fail" in job.reason
+
+
+def test_same_stem_sidecars_do_not_collide(daemon: Daemon, config: Config) -> None:
+    inbox = config.inbox[0]
+    text_page(["jpg"], width=700).save(inbox / "scan.jpg")
+    wait_for(lambda: finished(daemon, inbox / "scan.jpg"), 30, "jpg")
+    save_pdf(inbox / "scan.pdf", [["pdf"]])
+    wait_for(lambda: finished(daemon, inbox / "scan.pdf"), 30, "pdf")
+    assert "scan.jpg" in (inbox / "scan.md").read_text()
+    assert "scan.pdf" in (inbox / "scan.pdf.md").read_text()
+
+
+def test_output_dir_mirrors_inbox(tmp_path: Path, engine: FakeEngine) -> None:
+    config = Config(inbox=[tmp_path / "in"], output_dir=tmp_path / "out",
+                    database=tmp_path / "i.sqlite3", settle_seconds=0.2)
+    with Daemon(config, engine=engine) as d:
+        path = tmp_path / "in" / "2024" / "x.png"
+        path.parent.mkdir(parents=True)
+        text_page(["x"]).save(path)
+        wait_for(lambda: finished(d, path), 30, "x.png")
+    assert (tmp_path / "out" / "in" / "2024" / "x.md").exists()
+    assert not (path.parent / "x.md").exists()
+
+
+def test_pause_queues_without_reading_and_survives_restart(config: Config) -> None:
+    engine = FakeEngine()
+    d = Daemon(config, engine=engine)
+    d.start()
+    try:
+        d.pause()
+        path = config.inbox[0] / "later.png"
+        text_page(["x"]).save(path)
+        wait_for(lambda: state(d, path) == "queued", 30, "queued while paused")
+        assert d.status()["state"] == "paused"
+        assert engine.released >= 1 or wait_for(lambda: engine.released >= 1, 10, "release")
+        assert engine.batches == []
+    finally:
+        d.close()
+    engine2 = FakeEngine()
+    d2 = Daemon(config, engine=engine2)
+    d2.start()
+    try:
+        assert d2.paused
+        assert state(d2, path) == "queued"
+        d2.resume()
+        wait_for(lambda: state(d2, path) == "done", 30, "read after resume")
+    finally:
+        d2.close()
+
+
+def test_startup_recovers_running_jobs(config: Config) -> None:
+    from ocrwatch.db import Database
+    from ocrwatch.jobs import JobQueue, file_sha256
+
+    path = config.inbox[0] / "crashed.png"
+    path.parent.mkdir(parents=True)
+    text_page(["x"]).save(path)
+    db = Database(config.database)
+    q = JobQueue(db)
+    st = path.stat()
+    q.offer(path, st.st_size, st.st_mtime_ns, file_sha256(path))
+    assert q.claim() is not None  # "running" when the power went out
+    db.close()
+    with Daemon(config, engine=FakeEngine()) as d:
+        wait_for(lambda: state(d, path) == "done", 30, "recovered job")
+
+
+def test_size_matched_batches_reach_the_engine(config: Config) -> None:
+    engine = FakeEngine(policy=BatchPolicy(max_pages=2, max_tokens=6100, size_matched=True,
+                                           partner_wait=0.5))
+    d = Daemon(config, engine=engine)
+    d.pause()
+    inbox = config.inbox[0]
+    inbox.mkdir(parents=True)
+    names = []
+    for i, width in enumerate([1540, 300, 1540, 300]):
+        path = inbox / f"p{i}.png"
+        text_page([str(i)], width=width).resize((width, int(width * 1.41))).save(path)
+        names.append(path)
+    d.start()
+    try:
+        for p in names:
+            d.consider(p)
+        d.resume()
+        wait_for(lambda: finished(d, *names), 30, "four pages")
+    finally:
+        d.close()
+    for batch in engine.batches:
+        widths = {int(n[1:].split(".")[0]) % 2 for n, _ in batch}
+        assert len(widths) == 1, f"mixed sizes in one batch: {batch}"
+    assert sorted(len(b) for b in engine.batches) == [2, 2]
+
+
+def test_status_reports_engine_and_counts(daemon: Daemon) -> None:
+    status = daemon.status()
+    assert status["state"] in ("idle", "working")
+    assert status["engine"]["name"] == "fake"
+    assert {"queued", "running", "done", "failed", "pages_today", "pid"} <= set(status)
+
+
+def test_tesseract_engine_reads_real_text(tmp_path: Path) -> None:
+    config = Config(inbox=[tmp_path / "in"], database=tmp_path / "i.sqlite3",
+                    settle_seconds=0.2, engine="tesseract", workers=2)
+    with Daemon(config) as d:
+        path = tmp_path / "in" / "memo.png"
+        text_page(["Quarterly invoice from Lisbon", "Amount due: 1250 euros"]).save(
+            path, dpi=(200, 200))
+        wait_for(lambda: finished(d, path), 60, "Tesseract")
+        assert state(d, path) == "done"
+        text = (tmp_path / "in" / "memo.txt").read_text()
+        assert "Quarterly invoice from Lisbon" in text
+        assert "1250" in text
+        assert [Path(h.path).name for h in search(d.db, "lisbon")] == ["memo.png"]
