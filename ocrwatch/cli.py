@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ocrwatch import __version__, config as config_mod
+from ocrwatch import __version__
+from ocrwatch import config as config_mod
 from ocrwatch.errors import DaemonNotRunning, OcrwatchError
 
 log = logging.getLogger("ocrwatch")

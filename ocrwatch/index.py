@@ -19,7 +19,9 @@ from ocrwatch.errors import SearchError
 from ocrwatch.jobs import warnings_json
 
 # Han, Hiragana, Katakana, Hangul and CJK punctuation/fullwidth forms.
-_CJK = re.compile(r"[\u3000-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef]")
+_CJK = re.compile(
+    r"[\u3000-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef]"
+)
 HIGHLIGHT = ("\x02", "\x03")  # markers the CLI turns into bold or brackets
 
 
