@@ -15,7 +15,7 @@ from typing import Any
 
 from ocrwatch import __version__
 from ocrwatch import config as config_mod
-from ocrwatch.errors import DaemonNotRunning, OcrwatchError
+from ocrwatch.errors import DaemonNotRunning, DaemonRunning, OcrwatchError
 
 log = logging.getLogger("ocrwatch")
 
@@ -167,6 +167,7 @@ def _follow(daemon: Any, stop: threading.Event) -> None:
 
 
 def cmd_add(args: argparse.Namespace) -> int:
+    from ocrwatch.control import InstanceLock
     from ocrwatch.daemon import Daemon
     from ocrwatch.logs import setup_logging
     from ocrwatch.watch import walk
@@ -186,10 +187,23 @@ def cmd_add(args: argparse.Namespace) -> int:
         print("nothing to read: no PNG, JPEG, TIFF, BMP, WebP or PDF files given",
               file=sys.stderr)
         return 1
-    with Daemon(config, watch=False) as daemon:
+    lock = InstanceLock()
+    try:
+        lock.acquire()
+        alone = True
+    except DaemonRunning:
+        # The running daemon may hold some of these files; leave its jobs alone.
+        alone = False
+    daemon = Daemon(config, watch=False)
+    try:
+        daemon.start(recover=alone)
         added = daemon.add(files)
         _progress(daemon, added)
         states = {p: daemon.jobs.known(p) for p in added}
+    finally:
+        daemon.close()
+        if alone:
+            lock.release()
     failed = [(p, j.reason) for p, j in states.items() if j is not None and j.state == "failed"]
     done = sum(1 for j in states.values() if j is not None and j.state == "done")
     print(f"{done} read, {len(failed)} failed")

@@ -112,13 +112,15 @@ class Daemon:
         self.last_result: Path | None = None
 
     # -- lifecycle -------------------------------------------------------------------
-    def start(self) -> None:
+    def start(self, *, recover: bool = True) -> None:
+        """Start the threads. ``recover=False`` when another daemon may own running jobs."""
         if self._started:
             raise OcrwatchError("the daemon was started already")
         self._started = True
-        for folder in self.config.inbox:
-            folder.mkdir(parents=True, exist_ok=True)
-        recovered = self.jobs.recover()
+        if self._watch:
+            for folder in self.config.inbox:
+                folder.mkdir(parents=True, exist_ok=True)
+        recovered = self.jobs.recover() if recover else 0
         if recovered:
             log.info("%d files were being read when ocrwatch last stopped: reading them again",
                      recovered)
