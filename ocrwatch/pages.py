@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from PIL import Image, ImageOps, ImageSequence
+from PIL import Image, ImageOps, ImageSequence, UnidentifiedImageError
 
 from ocrwatch.config import Config
 from ocrwatch.engines.base import Page
@@ -125,7 +125,7 @@ def scale_to(image: Image.Image, max_side: int | None) -> Image.Image:
 def _dpi(image: Image.Image) -> int | None:
     dpi = image.info.get("dpi")
     try:
-        value = int(round(float(dpi[0]))) if dpi else 0
+        value = round(float(dpi[0])) if dpi else 0
     except (TypeError, ValueError, IndexError):
         return None
     return value if 30 <= value <= 2400 else None
@@ -155,7 +155,7 @@ def _image_pages(path: Path, limits: Limits, max_side: int | None) -> Iterator[P
                 Image.MAX_IMAGE_PIXELS = saved
     except FileNotFoundError:
         raise InputError("the file was deleted before it could be read") from None
-    except Image.UnidentifiedImageError:
+    except UnidentifiedImageError:
         raise InputError("the image is damaged: no decoder recognises its content") from None
     except OSError as exc:
         raise _os_error(exc, "open") from exc
@@ -198,16 +198,37 @@ def _pdf_document(path: Path) -> object:
     except FileNotFoundError:
         raise InputError("the file was deleted before it could be read") from None
     except pdfium.PdfiumError as exc:
-        text = str(exc).lower()
-        if "password" in text:
-            raise InputError(
-                "the PDF is password-protected; save an unprotected copy into the inbox"
-            ) from None
-        if "format" in text or "data" in text or "header" in text:
-            raise InputError(f"the PDF is damaged and cannot be opened ({exc})") from None
-        raise InputError(f"the PDF cannot be opened ({exc})") from None
+        raise _pdf_open_error(path, exc) from None
     except OSError as exc:
         raise _os_error(exc, "open") from exc
+
+
+def _pdf_markers(path: Path, limit: int = 64 << 20) -> tuple[bool, bool, bool]:
+    """Whether the file mentions /Encrypt, an empty page tree, a non-empty one.
+
+    PDFium leaves its last error unset on some failures, so the error it reports can be
+    the previous file's; the file's own bytes decide what to tell the user.
+    """
+    import re
+
+    try:
+        with path.open("rb") as fh:
+            data = fh.read(limit)
+    except OSError:
+        return False, False, False
+    return (b"/Encrypt" in data, re.search(rb"/Count\s+0\b", data) is not None,
+            re.search(rb"/Count\s+[1-9]", data) is not None)
+
+
+def _pdf_open_error(path: Path, exc: Exception) -> InputError:
+    encrypted, empty_tree, pages = _pdf_markers(path)
+    code = getattr(exc, "err_code", None)
+    if encrypted and code in (4, 5):  # FPDF_ERR_PASSWORD, FPDF_ERR_SECURITY
+        return InputError("the PDF is password-protected; save an unprotected copy into the inbox")
+    if empty_tree and not pages:
+        return InputError("the PDF has no pages")
+    return InputError("the PDF is damaged and cannot be opened; if a program is still "
+                      "writing it, it is read again once it changes")
 
 
 def _pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int) -> Iterator[Page]:
@@ -260,7 +281,7 @@ def count_pages(path: Path, config: Config) -> int:
     try:
         with Image.open(path) as image:
             return int(getattr(image, "n_frames", 1))
-    except (OSError, Image.UnidentifiedImageError, ValueError):
+    except (OSError, UnidentifiedImageError, ValueError):
         return 1
 
 
