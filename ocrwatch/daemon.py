@@ -66,6 +66,20 @@ class _Item:
     page: Page
 
 
+def _valid_text(page: PageText) -> PageText:
+    """The page with lone surrogates replaced: neither UTF-8 files nor SQLite take them.
+
+    (A JSON reply may carry them as escapes; so may a file name in the text.)
+    """
+
+    def fix(text: str) -> str:
+        return text.encode("utf-8", "replace").decode("utf-8")
+
+    if fix(page.markdown) == page.markdown and fix(page.text) == page.text:
+        return page
+    return PageText(fix(page.markdown), fix(page.text), page.warnings, page.error)
+
+
 class Daemon:
     """Owns the database, the engine and the worker threads. Start once, close once."""
 
@@ -459,10 +473,16 @@ class Daemon:
                 return
             for job in jobs:
                 self._publish(job, pages, engine or self.choice.name)
-        except Exception:
+        except Exception as exc:
             log.exception("could not finish %s", work.job.display)
+            # Retried with backoff and given up after max_attempts: putting it straight
+            # back would read it again at once, forever, if the error is not passing.
+            reason = f"unexpected error while saving the result: {exc.__class__.__name__}: {exc}"
             for job in jobs:
-                self._put_back(_Work(job))
+                try:
+                    self.jobs.defer(job.id, reason, self.config.max_attempts)
+                except OcrwatchError as again:
+                    log.warning("could not put %s back in the queue: %s", job.display, again)
         finally:
             self._wake()
 
@@ -476,6 +496,7 @@ class Daemon:
 
     def _publish(self, job: Job, pages: list[PageText], engine: str) -> None:
         folder = target_dir(job.path, self.config.inbox, self.config.output_dir)
+        pages = [_valid_text(p) for p in pages]
         try:
             stem = choose_stem(job.path, folder, self.jobs.sidecars_of_others(job.id),
                                self.jobs.own_sidecars(job.id))
