@@ -431,15 +431,20 @@ class VllmEngine:
             child.close()
             self._proc, self._conn = proc, parent
             try:
-                kind, payload = self._receive(self._cfg.start_timeout_seconds)[:2]
+                reply = self._receive(self._cfg.start_timeout_seconds)
             except _WorkerGone as exc:
                 raise EngineUnavailable(
                     f"the vLLM worker could not start: {exc}. See the log for vLLM's own "
                     "messages; lower vllm.gpu_memory_gb if other programs use the GPU."
                 ) from exc
-            if kind != "ok":
+            if reply[0] != "ok":
+                if reply[1] == "oom":
+                    raise EngineUnavailable(
+                        f"the GPU ran out of memory while the model loaded ({reply[2]}). Close "
+                        "programs that use the GPU, or lower vllm.gpu_memory_gb."
+                    )
                 raise EngineUnavailable(
-                    f"the vLLM worker could not start: {payload}. Check vllm.model, and lower "
+                    f"the vLLM worker could not start: {reply[2]}. Check vllm.model, and lower "
                     "vllm.gpu_memory_gb if other programs use the GPU."
                 )
         except BaseException as exc:
