@@ -172,7 +172,7 @@ def test_one_result_per_page_in_order(engine: VllmEngine) -> None:
     assert [r.markdown.splitlines()[0] for r in results] == [
         f"# Page {100 + i}x150" for i in range(5)]
     assert all(r.error is None and not r.warnings for r in results)
-    assert results[0].text.startswith("Page 100x150\nSome bold text")
+    assert results[0].text.startswith("Page 100x150\n\nSome bold text")
     assert engine.recognize([]) == []
 
 
