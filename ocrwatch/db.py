@@ -7,6 +7,7 @@ Schema changes are named migrations, each applied once and recorded.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -209,10 +210,8 @@ class Database:
             if self._closed:
                 return
             self._closed = True
-            try:
+            with contextlib.suppress(sqlite3.Error):
                 self.conn.execute("PRAGMA optimize")
-            except sqlite3.Error:
-                pass
             self.conn.close()
 
 
