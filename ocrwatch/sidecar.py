@@ -66,14 +66,15 @@ def choose_stem(source: Path, folder: Path, others: set[Path], own: set[Path]) -
     return folder / f"{source.name}.{n}"
 
 
-def write_atomic(path: Path, content: str) -> None:
-    """Write to a temporary file in the same folder, fsync, then rename into place.
+def _write_temp(path: Path, content: str) -> Path:
+    """``content`` in a synced temporary file beside ``path``, ready to be renamed over it.
 
-    A reader sees the old file or the new one, never half of either. On a full disk
-    nothing is left behind and a TransientError asks for a retry.
+    The temporary name carries our PID, so a later start can tell a crash's leftover
+    from a file another ocrwatch process (``ocrwatch add``) is writing right now.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=".tmp", dir=path.parent)
+    fd, tmp_name = tempfile.mkstemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-", suffix=".tmp",
+                                    dir=path.parent)
     tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
@@ -81,34 +82,101 @@ def write_atomic(path: Path, content: str) -> None:
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException as exc:
+    except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink()
-        if isinstance(exc, OSError):
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise TransientError(
-                    f"the disk is full: could not write {path.name}; will retry when there "
-                    "is space"
-                ) from exc
-            if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-                raise InputError(
-                    f"cannot write {path}: {exc.strerror}; make the folder writable or set "
-                    "output_dir in the config, then `ocrwatch retry`"
-                ) from exc
-            if exc.errno == errno.ENAMETOOLONG:
-                raise InputError(
-                    f"the sidecar name for {path.name[:40]}… is too long for the file system; "
-                    "set output_dir or shorten the file name"
-                ) from exc
-            raise TransientError(f"could not write {path.name}: {exc.strerror}") from exc
         raise
+    return tmp
+
+
+def _plain_os_error(exc: OSError, path: Path) -> Exception:
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return TransientError(
+            f"the disk is full: could not write {path.name}; will retry when there is space"
+        )
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return InputError(
+            f"cannot write {path}: {exc.strerror}; make the folder writable or set "
+            "output_dir in the config, then `ocrwatch retry`"
+        )
+    if exc.errno == errno.ENAMETOOLONG:
+        return InputError(
+            f"the sidecar name for {path.name[:40]}… is too long for the file system; "
+            "set output_dir or shorten the file name"
+        )
+    return TransientError(f"could not write {path.name}: {exc.strerror}")
+
+
+def write_atomic(path: Path, content: str) -> None:
+    """Write to a temporary file in the same folder, fsync, then rename into place.
+
+    A reader sees the old file or the new one, never half of either. On a full disk
+    nothing is left behind and a TransientError asks for a retry.
+    """
+    write_all_atomic([(path, content)])
+
+
+def write_all_atomic(files: list[tuple[Path, str]]) -> None:
+    """Like :func:`write_atomic` for several files: every one is written before any is
+    renamed into place, so a full disk never leaves a new ``.md`` beside an old ``.txt``.
+    """
+    temps: list[tuple[Path, Path]] = []
+    current = files[0][0] if files else Path()
+    try:
+        for path, content in files:
+            current = path
+            temps.append((_write_temp(path, content), path))
+        for tmp, path in temps:
+            current = path
+            os.replace(tmp, path)
+    except BaseException as exc:
+        for tmp, _ in temps:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+        if isinstance(exc, OSError):
+            raise _plain_os_error(exc, current) from exc
+        raise
+
+
+def sidecar_paths(stem: Path) -> tuple[Path, Path]:
+    """``STEM.md`` and ``STEM.txt``."""
+    return stem.with_name(stem.name + MD_SUFFIX), stem.with_name(stem.name + TXT_SUFFIX)
 
 
 def write_sidecars(stem: Path, pages: list[PageText]) -> tuple[Path, Path]:
     """Write ``STEM.md`` and ``STEM.txt``; returns their paths."""
-    md = stem.with_name(stem.name + MD_SUFFIX)
-    txt = stem.with_name(stem.name + TXT_SUFFIX)
-    write_atomic(md, render_markdown(pages))
-    write_atomic(txt, render_text(pages))
+    md, txt = sidecar_paths(stem)
+    write_all_atomic([(md, render_markdown(pages)), (txt, render_text(pages))])
     return md, txt
+
+
+def remove_stale_temps(folders: list[Path]) -> int:
+    """Delete temporary sidecars left by an ocrwatch process that died mid-write.
+
+    Returns how many were removed. Files of live processes are left alone.
+    """
+    removed = 0
+    for root in folders:
+        for folder, _dirs, names in os.walk(root):
+            for name in names:
+                if not (name.startswith(TEMP_PREFIX) and name.endswith(".tmp")):
+                    continue
+                pid_text = name[len(TEMP_PREFIX):].split("-", 1)[0]
+                if pid_text.isdigit() and _alive(int(pid_text)):
+                    continue
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(folder, name))
+                    removed += 1
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process: not ours to judge
+    return True
