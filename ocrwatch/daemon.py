@@ -32,7 +32,13 @@ from ocrwatch.errors import InputError, OcrwatchError, TransientError
 from ocrwatch.index import cached_result, store_result
 from ocrwatch.jobs import Job, JobQueue, Seen, file_sha256
 from ocrwatch.pages import iter_pages
-from ocrwatch.sidecar import choose_stem, target_dir, write_sidecars
+from ocrwatch.sidecar import (
+    choose_stem,
+    remove_stale_temps,
+    sidecar_paths,
+    target_dir,
+    write_sidecars,
+)
 from ocrwatch.watch import Watcher
 
 log = logging.getLogger(__name__)
@@ -134,6 +140,7 @@ class Daemon:
         if self._watch:
             for folder in self.config.inbox:
                 folder.mkdir(parents=True, exist_ok=True)
+            self._remove_stale_temps()
         recovered = self.jobs.recover() if recover else 0
         if recovered:
             log.info("%d files were being read when ocrwatch last stopped: reading them again",
@@ -151,6 +158,17 @@ class Daemon:
         log.info("ocrwatch %s watching %s with the %s engine (%s)%s", __version__,
                  ", ".join(str(p) for p in self.config.inbox), self.choice.name,
                  self.choice.why, "; paused" if self._paused else "")
+
+    def _remove_stale_temps(self) -> None:
+        """Half-written sidecars of a process killed mid-write: never shown, now removed."""
+        folders = [*self.config.inbox, self.config.output_dir, self.config.failed_dir]
+        try:
+            removed = remove_stale_temps([f for f in folders if f is not None and f.is_dir()])
+        except OSError as exc:
+            log.warning("could not look for leftover temporary files: %s", exc)
+            return
+        if removed:
+            log.info("removed %d temporary files left by an earlier crash", removed)
 
     def _spawn(self, name: str, target: Any) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)
@@ -500,9 +518,19 @@ class Daemon:
         try:
             stem = choose_stem(job.path, folder, self.jobs.sidecars_of_others(job.id),
                                self.jobs.own_sidecars(job.id))
+            self.jobs.reserve_sidecars(job.id, *sidecar_paths(stem))
             md, txt = write_sidecars(stem, pages)
-            store_result(self.db, job.id, pages, engine=engine, md_path=md, txt_path=txt,
-                         sha256=job.sha256)
+            stored = store_result(self.db, job.id, pages, engine=engine, md_path=md,
+                                  txt_path=txt, sha256=job.sha256)
+            if not stored:
+                # The content changed (it is queued again) or the file is gone: then
+                # these sidecars belong to nothing.
+                if not self.db.query("SELECT 1 FROM jobs WHERE id = ?", (job.id,)):
+                    for path in (md, txt):
+                        path.unlink(missing_ok=True)
+                log.info("%s changed or went away while it was read: result dropped",
+                         job.display)
+                return
         except TransientError as exc:
             again = self.jobs.defer(job.id, str(exc), self.config.max_attempts)
             log.warning("%s: %s (%s)", job.display, exc, "will retry" if again else "giving up")

@@ -157,6 +157,13 @@ class JobQueue:
                 out.add(decode_path(r["txt_path"]))
         return out
 
+    def reserve_sidecars(self, job_id: int, md: Path, txt: Path) -> None:
+        """Record the sidecar names before writing them, so that after a crash between
+        writing and storing, the next try knows them as its own and reuses them."""
+        with self.db.transaction() as conn:
+            conn.execute("UPDATE jobs SET md_path = ?, txt_path = ? WHERE id = ?",
+                         (encode_path(md), encode_path(txt), job_id))
+
     def own_sidecars(self, job_id: int) -> set[Path]:
         rows = self.db.query("SELECT md_path, txt_path FROM jobs WHERE id = ?", (job_id,))
         return {decode_path(v) for r in rows for v in (r["md_path"], r["txt_path"]) if v}
