@@ -1,0 +1,87 @@
+"""Fixtures of the reliability tests: isolated users, daemons in-process and as processes."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ocrwatch.config import Config
+from ocrwatch.daemon import Daemon
+from ocrwatch.engines.base import Page, PageText
+from ocrwatch.engines.fake import FakeEngine
+
+from .helpers import DaemonProcess, Home
+
+
+class RecordingEngine(FakeEngine):
+    """The fake engine, remembering every page it read (file name, page, file bytes then)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.read: list[tuple[str, int]] = []
+        self.lock = threading.Lock()
+
+    def recognize(self, pages: Sequence[Page]) -> list[PageText]:
+        with self.lock:
+            self.read += [(p.source.name, p.index) for p in pages]
+        return super().recognize(pages)
+
+    def reads_of(self, name: str) -> int:
+        with self.lock:
+            return sum(1 for n, i in self.read if n == name and i == 0)
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Iterator[Home]:
+    h = Home.make(tmp_path)
+    yield h
+    h.cleanup()
+
+
+@pytest.fixture
+def daemon_process(home: Home) -> Iterator[Callable[..., DaemonProcess]]:
+    """Make ``ocrwatch run`` processes; every one is killed at teardown."""
+    made: list[DaemonProcess] = []
+
+    def make(*args: str, **env: str) -> DaemonProcess:
+        proc = DaemonProcess(home, *args, **env)
+        made.append(proc)
+        return proc
+
+    yield make
+    for proc in made:
+        proc.close()
+
+
+def base_config(home: Home, **overrides: Any) -> Config:
+    config = Config(inbox=[home.inbox], database=home.database, engine="fake",
+                    settle_seconds=0.3, rescan_minutes=5.0)
+    for key, value in overrides.items():
+        setattr(config, key, value)
+    return config
+
+
+@pytest.fixture
+def run_daemon(home: Home) -> Iterator[Callable[..., tuple[Daemon, RecordingEngine]]]:
+    """Start an in-process daemon with the recording fake engine; closed at teardown."""
+    started: list[Daemon] = []
+
+    def start(engine: RecordingEngine | None = None, watch: bool = True,
+              **overrides: Any) -> tuple[Daemon, RecordingEngine]:
+        engine = engine or RecordingEngine()
+        daemon = Daemon(base_config(home, **overrides), engine=engine, watch=watch)
+        started.append(daemon)
+        daemon.start()
+        return daemon, engine
+
+    before = {t.ident for t in threading.enumerate()}
+    yield start
+    for daemon in started:
+        daemon.close()
+    leaked = [t.name for t in threading.enumerate()
+              if t.ident not in before and t.is_alive() and t.name.startswith("ocrwatch")]
+    assert not leaked, f"threads left running: {leaked}"
