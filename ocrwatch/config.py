@@ -40,6 +40,7 @@ class VllmConfig:
     partner_wait_seconds: float = 0.5
     start_timeout_seconds: float = 600.0
     ignore_eos: bool = False  # benchmarks only: every page writes exactly max_tokens
+    batch_image_tokens: int = 0  # 0: from the budget (pairs of A4 pages on a 16 GB card)
 
 
 @dataclass
@@ -277,6 +278,8 @@ def _validate_model_sections(config: Config, fail: typing.Callable[[str, str], N
                        ("vllm.partner_wait_seconds", v.partner_wait_seconds)):
         if value < 0:
             fail(key, f"= {value!r} must be 0 or more (0 turns it off).")
+    if v.batch_image_tokens < 0:
+        fail("vllm.batch_image_tokens", "must be 0 (from the memory budget) or a token count.")
     if v.start_timeout_seconds <= 0:
         fail("vllm.start_timeout_seconds", "must be greater than 0.")
     if v.max_tokens > 16384:

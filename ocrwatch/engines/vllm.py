@@ -68,7 +68,8 @@ class MemoryPlan:
     batch_tokens: int
 
 
-def plan_memory(budget_gib: float, card_gib: float, max_tokens: int) -> MemoryPlan:
+def plan_memory(budget_gib: float, card_gib: float, max_tokens: int,
+                batch_tokens: int = 0) -> MemoryPlan:
     """Turn a memory budget into vLLM's settings and the batcher's bounds.
 
     Measured with the LightOnOCR-2-1B shape: the card peaks 1.3 to 1.8 GiB above what
@@ -76,7 +77,8 @@ def plan_memory(budget_gib: float, card_gib: float, max_tokens: int) -> MemoryPl
     budget less 3 GiB. ``max_num_batched_tokens`` of 4096 (one A4 page or seven cards
     per step) is what kept eight pages in flight near the 16 GiB line. Each batch holds
     at most one full-size page per 8 GiB of budget: pairs of A4 pages on a 16 GB card,
-    and up to ``max_num_seqs`` small pages.
+    and up to ``max_num_seqs`` small pages; ``batch_tokens`` (vllm.batch_image_tokens)
+    overrides that bound.
     """
     if budget_gib > card_gib:
         budget_gib = card_gib
@@ -99,7 +101,7 @@ def plan_memory(budget_gib: float, card_gib: float, max_tokens: int) -> MemoryPl
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=4096 if large else MAX_PROMPT_TOKENS,
         batch_pages=max_num_seqs,
-        batch_tokens=MAX_IMAGE_TOKENS * max(1, int(budget_gib // 8)),
+        batch_tokens=batch_tokens or MAX_IMAGE_TOKENS * max(1, int(budget_gib // 8)),
     )
 
 
@@ -185,7 +187,8 @@ class VllmEngine:
             )
         card_gib = card_mib / 1024
         budget = self._cfg.gpu_memory_gb or min(card_gib, BUDGET_CAP_GIB)
-        self.plan = plan_memory(budget, card_gib, self._cfg.max_tokens)
+        self.plan = plan_memory(budget, card_gib, self._cfg.max_tokens,
+                                self._cfg.batch_image_tokens)
         self._policy = BatchPolicy(
             max_pages=self.plan.batch_pages,
             max_tokens=self.plan.batch_tokens,

@@ -214,7 +214,8 @@ def _watch_parent(parent: int) -> None:
 
 def _kill_group_and_exit(code: int) -> None:
     try:
-        os.killpg(os.getpgrp(), 9)
+        if os.getpgrp() == os.getpid():  # only a group of our own, never the daemon's
+            os.killpg(os.getpgrp(), 9)
     finally:
         os._exit(code)
 

@@ -1,0 +1,79 @@
+"""Helpers of the GPU tests: why they may not run, and the card's memory sampler."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+GIB = 1024
+
+
+def why_not() -> str | None:
+    """Why the GPU tests cannot run here, or None when they can."""
+    if shutil.which("nvidia-smi") is None:
+        return "no NVIDIA GPU (nvidia-smi not found)"
+    if importlib.util.find_spec("vllm") is None:
+        return "vLLM is not installed"
+    model = os.environ.get("OCRWATCH_GPU_MODEL")
+    if not model or not (Path(model) / "config.json").is_file():
+        return "OCRWATCH_GPU_MODEL does not name a model folder (see docs/gpu.md)"
+    return None
+
+
+def used_mib() -> int:
+    out = subprocess.check_output(
+        ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"], text=True)
+    return int(out.split()[0])
+
+
+class Sampler:
+    """The card's memory in use, read with nvidia-smi every 0.1 s from outside vLLM."""
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="gpu-memory-sampler")
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            value = used_mib()
+            with self._lock:
+                self.samples.append((time.monotonic(), value))
+            self._stop.wait(0.1)
+
+    def start(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    def peak(self, since: float) -> int:
+        with self._lock:
+            return max((v for t, v in self.samples if t >= since), default=0)
+
+    def wait_until(self, ok: Callable[[int], bool], timeout: float) -> int:
+        """Wait for a fresh sample that satisfies ``ok``; returns the last value seen."""
+        deadline = time.monotonic() + timeout
+        start = time.monotonic()
+        last = -1
+        while time.monotonic() < deadline:
+            with self._lock:
+                fresh = [v for t, v in self.samples if t > start]
+            if fresh:
+                last = fresh[-1]
+                if ok(last):
+                    return last
+            self._stop.wait(0.1)
+        return last

@@ -1,0 +1,161 @@
+"""The real vLLM engine on a GPU, under the 16 GB card's budget.
+
+Runs the LightOnOCR-2-1B-shaped model with random weights (load_format="dummy"): the
+real model's compute and memory, meaningless text. The card's memory is read from
+outside with nvidia-smi every 0.1 s. Tests run in file order and share one engine.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from gpu_helpers import GIB, Sampler, why_not
+
+REASON = why_not()
+if REASON:
+    print(f"GPU tests skipped: {REASON}", file=sys.stderr)
+    pytest.skip(REASON, allow_module_level=True)
+
+from PIL import Image  # noqa: E402
+
+from ocrwatch.batching import Batcher, image_tokens  # noqa: E402
+from ocrwatch.config import Config  # noqa: E402
+from ocrwatch.engines.base import Page, PageText  # noqa: E402
+from ocrwatch.engines.vllm import VllmEngine  # noqa: E402
+from ocrwatch.pages import iter_pages  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+CARD_LIMIT_MIB = 16 * GIB  # what a 16 GB card holds
+ASLEEP_LIMIT_MIB = 1.5 * GIB
+
+
+def gpu_config(model: str, load_format: str = "dummy") -> Config:
+    config = Config()
+    config.vllm.model = model
+    config.vllm.load_format = load_format
+    config.vllm.enforce_eager = True  # starts in seconds; speed is the benchmark's business
+    config.vllm.max_tokens = 128
+    config.vllm.idle_sleep_seconds = 0  # the tests drive sleep and stop themselves
+    config.vllm.idle_stop_seconds = 0
+    return config
+
+
+def run_pipeline(engine: VllmEngine, pages: list[Page]) -> list[tuple[Page, PageText]]:
+    """Batch and read pages the way the daemon does: one Batcher, partner waits included."""
+    batcher: Batcher[Page] = Batcher(
+        engine.policy, tokens=lambda p: image_tokens(*p.size, engine.max_side or 1540))
+    for p in pages:
+        batcher.add(p, time.monotonic())
+    done: list[tuple[Page, PageText]] = []
+    while len(batcher):
+        batch = batcher.take(time.monotonic())
+        if batch is None:
+            deadline = batcher.next_deadline() or time.monotonic()
+            threading.Event().wait(max(0.0, deadline - time.monotonic()))
+            continue
+        results = engine.recognize(batch)
+        assert len(results) == len(batch)
+        done.extend(zip(batch, results, strict=True))
+    return done
+
+
+@pytest.fixture(scope="module")
+def engine(baseline_mib: int) -> Iterator[VllmEngine]:
+    eng = VllmEngine(gpu_config(os.environ["OCRWATCH_GPU_MODEL"]))
+    yield eng
+    eng.close()
+
+
+def test_tiny_model_loads_its_weights_and_reads(sampler: Sampler, baseline_mib: int) -> None:
+    tiny = os.environ.get("OCRWATCH_GPU_TINY_MODEL")
+    if not tiny:
+        pytest.skip("OCRWATCH_GPU_TINY_MODEL is not set")
+    eng = VllmEngine(gpu_config(tiny, load_format="auto"))
+    try:
+        page = Page(Path("tiny.png"), 0, Image.new("RGB", (300, 200), "white"))
+        (result,) = eng.recognize([page])
+        assert result.error is None
+        assert isinstance(result.markdown, str)
+    finally:
+        eng.close()
+    assert sampler.wait_until(lambda v: v <= baseline_mib + 64, 60) <= baseline_mib + 64
+
+
+def test_corpus_through_the_daemon_pipeline_stays_under_16_gib(
+        engine: VllmEngine, corpus: Path, sampler: Sampler) -> None:
+    since = sampler.now()
+    engine.start()
+    start_s = time.monotonic() - since
+    pages: list[Page] = []
+    for path in sorted(corpus.iterdir()):
+        if path.suffix.lower() in (".jpg", ".jpeg", ".png", ".tif", ".tiff", ".pdf"):
+            pages.extend(iter_pages(path, Config(), engine.max_side))
+    assert len(pages) >= 18
+    t0 = time.monotonic()
+    done = run_pipeline(engine, pages)
+    elapsed = time.monotonic() - t0
+    assert sorted((p.source.name, p.index) for p, _ in done) == sorted(
+        (p.source.name, p.index) for p in pages)  # every page exactly once
+    assert all(r.error is None for _, r in done), [r.error for _, r in done if r.error]
+    assert all(r.markdown and isinstance(r.text, str) for _, r in done)
+    peak = sampler.peak(since)
+    print(f"\ncorpus: {len(pages)} pages in {elapsed:.1f} s ({len(pages) / elapsed:.2f} pages/s, "
+          f"start {start_s:.1f} s), peak card memory {peak / GIB:.2f} GiB, "
+          f"plan {engine.plan}", file=sys.stderr)
+    assert peak < CARD_LIMIT_MIB
+
+
+def test_sleep_frees_the_card_and_the_next_page_wakes_it(
+        engine: VllmEngine, sampler: Sampler) -> None:
+    engine.start()
+    engine.sleep()
+    assert engine.state == "asleep"
+    asleep = sampler.wait_until(lambda v: v < ASLEEP_LIMIT_MIB, 30)
+    print(f"\nasleep: {asleep / GIB:.2f} GiB on the card, sleep took {engine.timings['sleep']} s",
+          file=sys.stderr)
+    assert asleep < ASLEEP_LIMIT_MIB
+    page = Page(Path("a4.png"), 0, Image.new("RGB", (1088, 1540), "white"))
+    (result,) = engine.recognize([page])
+    assert result.error is None and engine.state == "ready"
+    print(f"woke in {engine.timings['wake']} s", file=sys.stderr)
+    assert engine.timings["wake"] < 5
+
+
+def test_a_killed_worker_is_survived(engine: VllmEngine, sampler: Sampler) -> None:
+    engine.start()
+    pid = engine.worker_pid
+    assert pid is not None
+    since = sampler.now()
+    pages = [Page(Path(f"p{i}.png"), i, Image.new("RGB", (1088, 1540), "white")) for i in range(2)]
+    results: list[PageText] = []
+    reader = threading.Thread(target=lambda: results.extend(engine.recognize(pages)))
+    reader.start()
+    assert engine.wait_for_state(["busy"], 30)
+    os.kill(pid, signal.SIGKILL)
+    reader.join(300)
+    assert not reader.is_alive()
+    assert len(results) == 2 and all(r.error is None for r in results)
+    assert engine.worker_pid not in (None, pid)
+    assert engine.describe()["restarts"] == 1
+    assert sampler.peak(since) < CARD_LIMIT_MIB
+
+
+def test_release_gives_every_byte_back(engine: VllmEngine, sampler: Sampler,
+                                       baseline_mib: int) -> None:
+    engine.start()
+    pid = engine.worker_pid
+    engine.release()
+    assert engine.state == "stopped"
+    left = sampler.wait_until(lambda v: v <= baseline_mib + 64, 60)
+    print(f"\nstopped: {left} MiB on the card (baseline {baseline_mib} MiB)", file=sys.stderr)
+    assert left <= baseline_mib + 64
+    assert pid is not None
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
