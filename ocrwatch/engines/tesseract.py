@@ -29,6 +29,8 @@ from ocrwatch.errors import EngineUnavailable
 log = logging.getLogger(__name__)
 
 DEFAULT_DPI = 300  # Tesseract's own guess for files that carry no resolution
+ESTIMATE_DPI = 70  # Tesseract's floor: at exactly this it estimates the dpi from the text
+MAX_PAGE_INCHES = 17  # longest paper a scanner takes (A3, tabloid); beyond: not a real dpi
 
 
 def tessdata_dirs(explicit: Path | None = None) -> list[Path]:
@@ -92,6 +94,21 @@ def prepare_tessdata(languages: list[str], explicit: Path | None = None) -> Path
     return merged
 
 
+def source_resolution(page: Page) -> int:
+    """The dpi to give Tesseract for ``page``.
+
+    Cameras and editors stamp 72 or 96 dpi on anything: a 3000-pixel scan "at 72 dpi"
+    would be a 42-inch page. Tesseract believing it reads worse than Tesseract measuring
+    the text itself, so such a resolution is left to its estimate (not to 300, which
+    garbles small screenshot text).
+    """
+    if page.dpi is None:
+        return DEFAULT_DPI
+    if max(page.size) > page.dpi * MAX_PAGE_INCHES:
+        return ESTIMATE_DPI
+    return page.dpi
+
+
 class TesseractEngine:
     name = "tesseract"
 
@@ -146,7 +163,7 @@ class TesseractEngine:
             start = time.monotonic()
             api.SetImage(page.image)
             # Without the real resolution Tesseract assumes 70 dpi and reads worse.
-            api.SetSourceResolution(page.dpi or DEFAULT_DPI)
+            api.SetSourceResolution(source_resolution(page))
             text = api.GetUTF8Text()
             confidence = api.MeanTextConf()
             api.Clear()
