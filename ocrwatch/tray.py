@@ -418,6 +418,14 @@ def run_tray(target: Controllable, stop: threading.Event, *,
             if previous_sigint is not None:
                 signal.signal(signal.SIGINT, previous_sigint)
 
+        def _finalize(self) -> None:
+            # Without a notification server, pystray's GTK clean-up raises while closing
+            # a notification that was never shown.
+            try:
+                super()._finalize()
+            except Exception as exc:
+                log.debug("tray clean-up: %s", exc)
+
         def _on_status_icon_activate(self, status_icon: Any) -> None:
             # GTK backend: a left click opens the menu too (pystray would run the
             # default item, and there is none outside the X fallback).

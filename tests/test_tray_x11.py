@@ -1,0 +1,465 @@
+"""The tray on a real X display: Xvfb, a real tray host (trayer), the GTK backend.
+
+The real daemon (``ocrwatch run --engine fake``) starts with its tray; the test clicks
+the icon with xdotool, opens the menu, toggles pause through it and checks through the
+control socket and ``ocrwatch status`` that the daemon paused. A second test drives the
+icon through every state with a stand-in daemon in a small script.
+
+Screenshots are taken in every case (the pixel checks read them); with
+``OCRWATCH_SCREENSHOTS=docs`` they are also saved as ``docs/tray-*.png``.
+
+Needs (installed by .ci/run): Xvfb, trayer, xdotool, dbus-run-session, ImageMagick's
+``import``, and PyGObject with GTK 3. Skipped, saying which is missing, without them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PIL import Image, ImageDraw
+
+from ocrwatch import tray
+from ocrwatch.control import request
+from ocrwatch.errors import OcrwatchError
+
+ROOT = Path(__file__).resolve().parents[1]
+TOOLS = ("Xvfb", "trayer", "xdotool", "dbus-run-session", "import")
+SCREEN = (640, 400)
+BACKDROP = "#d5dbe0"
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def _missing() -> str | None:
+    absent = [t for t in TOOLS if shutil.which(t) is None]
+    if absent:
+        return f"missing programs: {', '.join(absent)} (see .ci/apt-packages.txt)"
+    if importlib.util.find_spec("gi") is None:
+        return "PyGObject is missing: pip install 'ocrwatch[tray]'"
+    probe = subprocess.run(
+        [sys.executable, "-c", "import gi; gi.require_version('Gtk', '3.0')"],
+        capture_output=True, text=True, timeout=30, check=False)
+    if probe.returncode != 0:
+        return "GTK 3 introspection data is missing: apt install gir1.2-gtk-3.0"
+    return None
+
+
+def wait_for(what: str, cond: Callable[[], Any], timeout: float = 20.0,
+              every: float = 0.1) -> Any:
+    """Poll ``cond`` until it returns something truthy; fail naming ``what``."""
+    deadline = time.monotonic() + timeout
+    last_exc: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = cond()
+        except Exception as exc:  # the thing may not be up yet
+            last_exc = exc
+            value = None
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}"
+                         + (f" (last error: {last_exc!r})" if last_exc else ""))
+
+
+@dataclass
+class Geometry:
+    x: int
+    y: int
+    w: int
+    h: int
+
+    @property
+    def centre(self) -> tuple[int, int]:
+        return self.x + self.w // 2, self.y + self.h // 2
+
+    def union(self, other: Geometry) -> Geometry:
+        x0, y0 = min(self.x, other.x), min(self.y, other.y)
+        x1 = max(self.x + self.w, other.x + other.w)
+        y1 = max(self.y + self.h, other.y + other.h)
+        return Geometry(x0, y0, x1 - x0, y1 - y0)
+
+
+class X:
+    """One Xvfb display with a tray host, torn down with everything it started."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.display = ""
+        self.shots: list[Path] = []
+
+    @property
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(DISPLAY=self.display, NO_AT_BRIDGE="1", GDK_BACKEND="x11")
+        env.pop("WAYLAND_DISPLAY", None)
+        env.pop("DBUS_SESSION_BUS_ADDRESS", None)
+        return env
+
+    def start(self, attempts: int = 3) -> None:
+        # Another X server starting at the same moment (a parallel test run) can make the
+        # first try fail; a fresh server on a fresh display number settles it.
+        problems = []
+        for _ in range(attempts):
+            problem = self._try_start()
+            if problem is None:
+                return
+            problems.append(problem)
+            self.close()
+            self.procs.clear()
+        raise AssertionError("could not start Xvfb and trayer: " + "; ".join(problems))
+
+    def _try_start(self) -> str | None:
+        # -noreset: by default the server resets whenever its last client leaves, which
+        # drops the backdrop and refuses clients that connect during the reset.
+        r, w = os.pipe()
+        xlog = self.workdir / "xvfb.log"
+        with xlog.open("ab") as err:
+            xvfb = subprocess.Popen(
+                ["Xvfb", "-displayfd", str(w), "-screen", "0",
+                 f"{SCREEN[0]}x{SCREEN[1]}x24", "-nolisten", "tcp", "-noreset"],
+                pass_fds=(w,), stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+        os.close(w)
+        self.procs.append(xvfb)
+        with os.fdopen(r) as f:
+            number = f.readline().strip()
+        if not number:
+            return f"Xvfb did not report a display number ({xlog.read_text()[-500:]})"
+        self.display = f":{number}"
+        try:
+            wait_for(f"display {self.display}",
+                     lambda: self.xdotool("getdisplaygeometry"), timeout=10)
+        except AssertionError as exc:
+            return f"{exc}; Xvfb exit status {xvfb.poll()}"
+        backdrop = self.workdir / "backdrop.png"
+        Image.new("RGB", (8, 8), BACKDROP).save(backdrop)
+        # Sets the root window's background and exits (its exit status is not useful).
+        subprocess.run(["display", "-window", "root", str(backdrop)], env=self.env,
+                       timeout=30, check=False, capture_output=True)
+        tlog = self.workdir / "trayer.log"
+        with tlog.open("ab") as err:
+            trayer = self.spawn(
+                ["trayer", "--edge", "top", "--align", "right", "--widthtype", "request",
+                 "--height", "36", "--SetDockType", "true", "--transparent", "true",
+                 "--alpha", "0", "--tint", "0xf0f0f0"], stdout=err, stderr=err)
+        try:
+            wait_for("the tray host", lambda: trayer.poll() is not None
+                     or self.xdotool("search", "--name", "^panel$"), timeout=20)
+        except AssertionError as exc:
+            return str(exc)
+        if trayer.poll() is not None:
+            return (f"trayer ended on {self.display} (Xvfb exit status {xvfb.poll()}): "
+                    f"{tlog.read_text()[-500:]}")
+        return None
+
+    def spawn(self, cmd: list[str], **kw: Any) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(cmd, env=kw.pop("env", self.env), start_new_session=True,
+                                **kw)
+        self.procs.append(proc)
+        return proc
+
+    def close(self) -> None:
+        for proc in reversed(self.procs):
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait(10)
+
+    def xdotool(self, *args: str) -> str:
+        out = subprocess.run(["xdotool", *args], env=self.env, capture_output=True,
+                             text=True, timeout=20, check=False)
+        return out.stdout.strip()
+
+    def geometry(self, window: str) -> Geometry:
+        vals = dict(line.split("=", 1) for line in
+                    self.xdotool("getwindowgeometry", "--shell", window).splitlines())
+        return Geometry(int(vals["X"]), int(vals["Y"]), int(vals["WIDTH"]), int(vals["HEIGHT"]))
+
+    def tray_icon(self) -> Geometry:
+        """The icon's window: its name is the tooltip, which starts with "ocrwatch:"."""
+        win = wait_for("the tray icon", lambda: self.xdotool(
+            "search", "--onlyvisible", "--name", "^ocrwatch: ").split()[:1])
+        return self.geometry(win[0])
+
+    def visible(self) -> set[str]:
+        return set(self.xdotool("search", "--onlyvisible", "--name", "").split())
+
+    def screenshot(self, name: str) -> Image.Image:
+        path = self.workdir / f"{name}.png"
+        subprocess.run(["import", "-window", "root", str(path)], env=self.env, timeout=30,
+                       check=True, capture_output=True)
+        self.shots.append(path)
+        return Image.open(path).convert("RGB")
+
+    def click(self, at: tuple[int, int], button: int = 1) -> None:
+        self.xdotool("mousemove", str(at[0]), str(at[1]), "click", str(button))
+
+    def open_menu(self, icon: Geometry) -> Geometry:
+        before = self.visible()
+        self.click(icon.centre, button=3)
+
+        def menu() -> Geometry | None:
+            for win in self.visible() - before:
+                g = self.geometry(win)
+                if g.w > 80 and g.h > 80:
+                    return g
+            return None
+
+        found: Geometry = wait_for("the tray menu", menu)
+        return found
+
+    def close_menu(self, menu: Geometry) -> None:
+        if any(self.geometry(w) == menu for w in self.visible()):
+            self.xdotool("key", "Escape")
+        wait_for("the menu to close", lambda: all(
+            self.geometry(w) != menu for w in self.visible()))
+
+
+@pytest.fixture
+def xsession() -> Iterator[X]:
+    reason = _missing()
+    if reason:
+        print(f"tray X11 test skipped: {reason}", file=sys.stderr)
+        pytest.skip(reason)
+    # AF_UNIX socket paths are short: keep the work folder near the root.
+    work = Path(tempfile.mkdtemp(prefix="owx-"))
+    x = X(work)
+    try:
+        x.start()
+        yield x
+    finally:
+        x.close()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def icon_colour(shot: Image.Image, icon: Geometry) -> tuple[int, int, int]:
+    """The icon's background colour: a pixel at its left edge, halfway down."""
+    size = min(icon.w, icon.h)
+    left = icon.x + (icon.w - size) // 2
+    top = icon.y + (icon.h - size) // 2
+    px = shot.getpixel((left + max(2, size // 10), top + size // 2))
+    assert isinstance(px, tuple)
+    return px[0], px[1], px[2]
+
+
+def close_to(a: tuple[int, int, int], b: tuple[int, int, int], tol: int = 40) -> bool:
+    return all(abs(x - y) <= tol for x, y in zip(a, b, strict=True))
+
+
+def wait_icon(x: X, look: str, shot_name: str) -> tuple[Image.Image, Geometry]:
+    want = tray.COLOURS[look]
+
+    def shown() -> tuple[Image.Image, Geometry] | None:
+        icon = x.tray_icon()
+        shot = x.screenshot(shot_name)
+        return (shot, icon) if close_to(icon_colour(shot, icon), want) else None
+
+    result: tuple[Image.Image, Geometry] = wait_for(f"the {look} icon", shown, timeout=20,
+                                                    every=0.3)
+    return result
+
+
+def save_doc(shot: Image.Image, icon: Geometry, name: str,
+             menu: Geometry | None = None) -> None:
+    """With OCRWATCH_SCREENSHOTS set, save a crop of the tray (and menu) there."""
+    out = os.environ.get("OCRWATCH_SCREENSHOTS")
+    if not out:
+        return
+    folder = Path(out) if os.path.isabs(out) else ROOT / out
+    folder.mkdir(parents=True, exist_ok=True)
+    if menu is None:
+        # The tray area around the icon, enlarged 3x (pixels kept sharp).
+        box = (max(0, icon.x - 24), 0, SCREEN[0], icon.y + icon.h + 8)
+        crop = shot.crop(box)
+        crop = crop.resize((crop.width * 3, crop.height * 3), Image.Resampling.NEAREST)
+    else:
+        box = (max(0, menu.x - 16), 0, SCREEN[0], min(SCREEN[1], menu.y + menu.h + 16))
+        crop = shot.crop(box)
+        crop = crop.resize((crop.width * 2, crop.height * 2), Image.Resampling.NEAREST)
+    crop.save(folder / f"tray-{name}.png", optimize=True)
+
+
+def make_scans(folder: Path, names: list[str]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        img = Image.new("RGB", (600, 800), "white")
+        ImageDraw.Draw(img).text((40, 40), f"scan {name}", fill="black")
+        tmp = folder / f".{name}.part"
+        img.save(tmp, format="PNG")
+        tmp.rename(folder / name)  # appears whole, as a scanner's finished file would
+
+
+# --------------------------------------------------------------------------- real daemon
+
+
+def test_tray_pauses_the_real_daemon(xsession: X) -> None:
+    x = xsession
+    home = x.workdir / "home"
+    run = x.workdir / "run"
+    run.mkdir(mode=0o700)
+    inbox = home / "OCR-Inbox"
+    env = x.env
+    env.update(HOME=str(home), XDG_RUNTIME_DIR=str(run), XDG_CONFIG_HOME=str(home / ".config"),
+               XDG_DATA_HOME=str(home / ".local/share"),
+               XDG_STATE_HOME=str(home / ".local/state"),
+               PYSTRAY_BACKEND="gtk", OCRWATCH_FAKE_DELAY="1.5",
+               OCRWATCH_SETTLE_SECONDS="0.3")
+    ocrwatch = [sys.executable, "-m", "ocrwatch"]
+    log = (x.workdir / "daemon.log").open("wb")
+    daemon = x.spawn(["dbus-run-session", "--", *ocrwatch, "run", "--engine", "fake",
+                      "--inbox", str(inbox)], env=env, stdout=log, stderr=subprocess.STDOUT)
+    sock = run / "ocrwatch" / "control.sock"
+
+    def status() -> dict[str, Any]:
+        result: dict[str, Any] = request("status", socket_path=sock, timeout=5)
+        return result
+
+    try:
+        wait_for("the daemon's control socket", status, timeout=60)
+        shot, icon = wait_icon(x, "idle", "idle")
+        save_doc(shot, icon, "idle")
+
+        # Working: files in the queue, the count on the icon.
+        make_scans(inbox, [f"page-{i}.png" for i in range(5)])
+        wait_for("the daemon to work", lambda: status()["state"] == "working"
+                 and status()["queued"] + status()["running"] >= 3)
+        shot, icon = wait_icon(x, "working", "working")
+        save_doc(shot, icon, "working")
+
+        # Pause through the menu: right click on the icon, click "Pause".
+        menu = x.open_menu(icon)
+        x.click((menu.x + 40, menu.y + 16))
+        wait_for("the daemon to pause", lambda: status()["paused"] is True)
+        shot, icon = wait_icon(x, "paused", "paused")
+        save_doc(shot, icon, "paused")
+        cli = subprocess.run([*ocrwatch, "status", "--json"], env=env, capture_output=True,
+                             text=True, timeout=60, check=True)
+        assert json.loads(cli.stdout)["paused"] is True
+
+        # Resume through the menu (a left click opens it too), and let the queue drain.
+        menu = x.open_menu(icon)
+        x.click((menu.x + 40, menu.y + 16))
+        wait_for("the daemon to resume", lambda: status()["paused"] is False)
+        wait_for("the queue to drain", lambda: status()["done"] >= 5, timeout=60)
+
+        # A file that fails: the red badge, and "Show failed files (1)" in the menu.
+        make_scans(inbox, ["receipt-fake-engine-fail.png"])
+        wait_for("the failure", lambda: status()["failed"] >= 1, timeout=30)
+        wait_for("the daemon to go idle", lambda: status()["state"] == "idle")
+        shot, icon = wait_icon(x, "idle", "failed")
+        assert close_to(_badge_colour(shot, icon), tray.FAILED, 60)
+        save_doc(shot, icon, "failed")
+
+        # The menu with its Status submenu open (keys: Up twice to Status, Right opens it).
+        menu = x.open_menu(icon)
+        before = x.visible()
+        x.xdotool("key", "Up", "Up", "Right")
+        sub = wait_for("the Status submenu", lambda: next(
+            (g for g in map(x.geometry, x.visible() - before) if g.w > 80 and g.h > 40), None))
+        time.sleep(0.3)  # let the menu finish drawing: only the picture needs it
+        shot = x.screenshot("menu")
+        save_doc(shot, icon, "menu", menu=menu.union(sub))
+        x.xdotool("key", "Escape", "Escape")
+        x.close_menu(menu)
+
+        # Quit from the menu ends the daemon.
+        menu = x.open_menu(icon)
+        x.click((menu.x + 40, menu.y + menu.h - 14))
+        wait_for("the daemon to exit", lambda: daemon.poll() is not None, timeout=60)
+        assert daemon.returncode == 0, (x.workdir / "daemon.log").read_text()
+        with pytest.raises(OcrwatchError):
+            status()
+    finally:
+        log.close()
+        if daemon.poll() is None:
+            print((x.workdir / "daemon.log").read_text()[-4000:], file=sys.stderr)
+
+
+def _badge_colour(shot: Image.Image, icon: Geometry) -> tuple[int, int, int]:
+    """The colour just left of the "!" in the failed badge (top right of the icon)."""
+    size = min(icon.w, icon.h)
+    left = icon.x + (icon.w - size) // 2
+    top = icon.y + (icon.h - size) // 2
+    px = shot.getpixel((left + round(size * 43 / 64), top + round(size * 14 / 64)))
+    assert isinstance(px, tuple)
+    return px[0], px[1], px[2]
+
+
+# --------------------------------------------------------------------------- stand-in
+
+STANDIN = """
+import json, signal, sys, threading
+sys.path.insert(0, {tests!r})
+from daemon_standin import StandInDaemon
+from ocrwatch import tray
+
+daemon = StandInDaemon()
+stop = threading.Event()
+signal.signal(signal.SIGTERM, lambda *_: stop.set())
+
+def feed():
+    for line in sys.stdin:  # each line: status changes, as JSON
+        daemon.set(**json.loads(line))
+    stop.set()
+
+threading.Thread(target=feed, daemon=True).start()
+print("tray shown:", tray.run_tray(daemon, stop), flush=True)
+"""
+
+
+def test_every_state_shows_in_the_tray(xsession: X) -> None:
+    x = xsession
+    script = x.workdir / "standin.py"
+    script.write_text(STANDIN.format(tests=str(ROOT / "tests")))
+    env = x.env
+    env["PYSTRAY_BACKEND"] = "gtk"
+    out = (x.workdir / "standin.log").open("wb")
+    proc = x.spawn(["dbus-run-session", "--", sys.executable, str(script)], env=env,
+                   stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT)
+    assert proc.stdin is not None
+    asleep = {"state": "idle", "engine": {"name": "vllm", "state": "asleep",
+                                          "gpu_memory_mb": 900}}
+    steps: list[tuple[str, str, dict[str, Any]]] = [
+        ("idle", "idle", {}),
+        ("working", "working", {"state": "working", "queued": 6, "running": 1}),
+        ("paused", "paused", {"state": "paused", "paused": True}),
+        ("asleep", "asleep", {**asleep, "paused": False, "queued": 0, "running": 0}),
+        ("failed", "asleep", {"failed": 2}),
+    ]
+    try:
+        for name, look, change in steps:
+            proc.stdin.write((json.dumps(change) + "\n").encode())
+            proc.stdin.flush()
+            shot, icon = wait_icon(x, look, f"standin-{name}")
+            if name == "asleep":
+                save_doc(shot, icon, "asleep")
+            if name == "failed":
+                wait_for("the failed badge", lambda: close_to(_badge_colour(
+                    x.screenshot("standin-failed"), x.tray_icon()), tray.FAILED, 60))
+        assert x.xdotool("search", "--name", "^ocrwatch: watching the inbox \\(GPU asleep\\)")
+        proc.stdin.close()  # the script sets stop: the tray must end on its own
+        wait_for("the tray to end", lambda: proc.poll() is not None, timeout=30)
+        assert proc.returncode == 0
+        assert "tray shown: True" in (x.workdir / "standin.log").read_text()
+    finally:
+        out.close()
