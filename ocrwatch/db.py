@@ -174,7 +174,7 @@ class Database:
             try:
                 yield self.conn
             except BaseException as exc:
-                self.conn.execute("ROLLBACK")
+                self._rollback()
                 if is_disk_full(exc):
                     raise TransientError("the disk holding the index is full") from exc
                 raise
@@ -182,10 +182,19 @@ class Database:
                 try:
                     self.conn.execute("COMMIT")
                 except sqlite3.OperationalError as exc:
-                    self.conn.execute("ROLLBACK")
+                    self._rollback()
                     if is_disk_full(exc):
                         raise TransientError("the disk holding the index is full") from exc
                     raise
+
+    def _rollback(self) -> None:
+        # On a full disk or an I/O error SQLite may have rolled back already; a second
+        # ROLLBACK would raise and hide the error that tells the user what happened.
+        if self.conn.in_transaction:
+            try:
+                self.conn.execute("ROLLBACK")
+            except sqlite3.Error as exc:
+                log.warning("could not roll back a transaction: %s", exc)
 
     def query(self, sql: str, params: tuple[Any, ...] | dict[str, Any] = ()) -> list[sqlite3.Row]:
         with self._lock:
