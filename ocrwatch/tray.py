@@ -411,6 +411,16 @@ def run_tray(target: Controllable, stop: threading.Event, *,
     base: Any = module.Icon
 
     class Icon(base):  # type: ignore[misc]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            if name == "xorg":
+                # pystray's X window asks for exposure and structure events only, so a
+                # click never reaches it (pystray issue #151); ask for button presses too.
+                x = importlib.import_module("Xlib.X")
+                self._window.change_attributes(
+                    event_mask=x.ExposureMask | x.StructureNotifyMask | x.ButtonPressMask)
+                self._display.flush()
+
         def _initialize(self) -> None:
             super()._initialize()
             # pystray's GTK code resets SIGINT to SIG_DFL, which would kill the daemon

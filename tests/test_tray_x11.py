@@ -249,7 +249,8 @@ def xsession() -> Iterator[X]:
         yield x
     finally:
         x.close()
-        shutil.rmtree(work, ignore_errors=True)
+        if not os.environ.get("OCRWATCH_KEEP_X11"):
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def icon_colour(shot: Image.Image, icon: Geometry) -> tuple[int, int, int]:
@@ -416,6 +417,9 @@ from ocrwatch import tray
 daemon = StandInDaemon()
 stop = threading.Event()
 signal.signal(signal.SIGTERM, lambda *_: stop.set())
+if len(sys.argv) > 1:  # a control socket, for tests that check the stand-in's state
+    from ocrwatch.control import ControlServer
+    ControlServer(sys.argv[1], daemon).start()
 
 def feed():
     for line in sys.stdin:  # each line: status changes, as JSON
@@ -463,3 +467,34 @@ def test_every_state_shows_in_the_tray(xsession: X) -> None:
         assert "tray shown: True" in (x.workdir / "standin.log").read_text()
     finally:
         out.close()
+
+
+def test_x_fallback_without_menu_click_toggles_pause(xsession: X) -> None:
+    """No D-Bus session bus: the GTK backends cannot start, the plain X backend does."""
+    x = xsession
+    script = x.workdir / "standin.py"
+    script.write_text(STANDIN.format(tests=str(ROOT / "tests")))
+    sock = x.workdir / "c.sock"
+    env = x.env
+    env.pop("PYSTRAY_BACKEND", None)
+    env["DBUS_SESSION_BUS_ADDRESS"] = f"unix:path={x.workdir / 'no-bus'}"
+    log = x.workdir / "standin.log"
+    with log.open("wb") as out:
+        proc = x.spawn([sys.executable, str(script), str(sock)], env=env,
+                       stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT)
+    assert proc.stdin is not None
+    try:
+        wait_for("the stand-in's socket", lambda: request("status", socket_path=sock))
+        icon = x.tray_icon()
+        x.click(icon.centre)
+        wait_for("pause by a click", lambda: request("status", socket_path=sock)["paused"])
+        wait_icon(x, "paused", "xorg-paused")
+        x.click(icon.centre)
+        wait_for("resume by a click",
+                 lambda: not request("status", socket_path=sock)["paused"])
+        text = log.read_text()
+        assert "plain X backend, which has no menu" in text
+        assert "Click the icon to pause or resume" in text
+    finally:
+        proc.stdin.close()
+        wait_for("the tray to end", lambda: proc.poll() is not None, timeout=30)
