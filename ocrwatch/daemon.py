@@ -275,8 +275,10 @@ class Daemon:
         try:
             seen = self.jobs.offer(path, st.st_size, st.st_mtime_ns, sha)
         except TransientError as exc:
-            log.warning("could not record %s: %s", path, exc)
-            return None
+            # Raised on: the watcher keeps the file and offers it again a little later,
+            # instead of forgetting it until the next rescan.
+            log.warning("could not record %s: %s; will try again", path, exc)
+            raise
         if seen is not Seen.UNCHANGED:
             log.info("queued %s (%s)", path, seen.value)
             self._wake()

@@ -30,6 +30,7 @@ from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 from watchdog.observers.polling import PollingObserver
 
+from ocrwatch.errors import TransientError
 from ocrwatch.pages import SUFFIXES
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,7 @@ IGNORED_SUFFIXES = frozenset({".part", ".crdownload", ".tmp", ".partial", ".down
 NETWORK_FS = frozenset({"nfs", "nfs4", "cifs", "smb3", "smbfs", "fuse.sshfs", "9p", "afpfs",
                         "fuse.rclone", "davfs", "fuse.davfs2", "ncpfs", "glusterfs", "ceph"})
 INCOMPLETE_GRACE = 15.0  # settle periods a file that looks incomplete may keep us waiting
+RETRY_SECONDS = 5.0  # a file that could not be recorded is offered again after this (+settle)
 
 
 def is_ignored_name(name: str) -> bool:
@@ -264,7 +266,11 @@ class Settler:
             if size > 0 and not looks_complete(path) and still < self.settle * INCOMPLETE_GRACE:
                 continue  # a scanner pausing mid-file; wait for the rest
             del self.pending[path]
-            self.ready(path)
+            try:
+                self.ready(path)
+            except TransientError:
+                # Not recorded (the index's disk is full...): offer it again later.
+                self.pending[path] = _Pending(size, mtime, now + RETRY_SECONDS)
 
     def _scan(self) -> None:
         if self.scan is None:
