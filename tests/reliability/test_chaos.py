@@ -145,8 +145,6 @@ def _chaos(home: Home, make: Callable[..., DaemonProcess], files: int, kills: in
     done_kills, mid_batch = 0, 0
     try:
         while done_kills < kills or feeder.is_alive():
-            if done_kills >= kills + 20:
-                break  # the feeder is slow; the kills so far are enough
             # Half the kills wait for a file being read: those land mid-batch.
             if rng.random() < 0.5:
                 try:
