@@ -338,15 +338,17 @@ def check_tray(environ: Mapping[str, str] | None = None,
     bus = bool(env.get("DBUS_SESSION_BUS_ADDRESS")) or (
         bool(env.get("XDG_RUNTIME_DIR")) and Path(env.get("XDG_RUNTIME_DIR", ""), "bus")
         .exists())
-    if not bus:
+    autolaunch = not bus and bool(env.get("DISPLAY")) and shutil.which("dbus-launch") is not None
+    if not bus and not autolaunch:
         return [Check("display and tray", False,
                       "no D-Bus session bus: the GTK tray backends cannot start",
                       "start ocrwatch from inside your desktop session, or under "
                       "`dbus-run-session ocrwatch run`")]
     backend = forced or ("appindicator" if any("AppIndicator" in h for h in have) else "gtk")
+    note = "; no session bus yet: GLib will start one with dbus-launch" if autolaunch else ""
     return [Check("display and tray", True,
                   f"display {env.get('DISPLAY') or env.get('WAYLAND_DISPLAY')}, "
-                  f"tray backend {backend} (PyGObject {_version('PyGObject') or '?'})")]
+                  f"tray backend {backend} (PyGObject {_version('PyGObject') or '?'}){note}")]
 
 
 def check_daemon() -> list[Check]:

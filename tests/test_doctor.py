@@ -150,7 +150,7 @@ def test_low_disk(machine: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_tray_checks() -> None:
     (none,) = doctor.check_tray({}, "linux")
     assert none.ok and "no display" in none.detail
-    (nobus,) = doctor.check_tray({"DISPLAY": ":0"}, "linux")
+    (nobus,) = doctor.check_tray({"WAYLAND_DISPLAY": "wayland-0"}, "linux")
     if importlib.util.find_spec("gi") is None:
         assert not nobus.ok and "ocrwatch[tray]" in nobus.fix
     else:
