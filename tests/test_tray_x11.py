@@ -313,30 +313,48 @@ def make_scans(folder: Path, names: list[str]) -> None:
 # --------------------------------------------------------------------------- real daemon
 
 
-def test_tray_pauses_the_real_daemon(xsession: X) -> None:
-    x = xsession
+OCRWATCH = [sys.executable, "-m", "ocrwatch"]
+
+
+@dataclass
+class Daemon:
+    proc: subprocess.Popen[bytes]
+    env: dict[str, str]
+    inbox: Path
+    sock: Path
+    log: Path
+
+    def status(self) -> dict[str, Any]:
+        result: dict[str, Any] = request("status", socket_path=self.sock, timeout=5)
+        return result
+
+
+def start_daemon(x: X) -> Daemon:
+    """``ocrwatch run --engine fake`` with its tray, in a temporary HOME."""
     home = x.workdir / "home"
     run = x.workdir / "run"
     run.mkdir(mode=0o700)
-    inbox = home / "OCR-Inbox"
     env = x.env
     env.update(HOME=str(home), XDG_RUNTIME_DIR=str(run), XDG_CONFIG_HOME=str(home / ".config"),
                XDG_DATA_HOME=str(home / ".local/share"),
                XDG_STATE_HOME=str(home / ".local/state"),
                PYSTRAY_BACKEND="gtk", OCRWATCH_FAKE_DELAY="1.5",
                OCRWATCH_SETTLE_SECONDS="0.3")
-    ocrwatch = [sys.executable, "-m", "ocrwatch"]
-    log = (x.workdir / "daemon.log").open("wb")
-    daemon = x.spawn(["dbus-run-session", "--", *ocrwatch, "run", "--engine", "fake",
-                      "--inbox", str(inbox)], env=env, stdout=log, stderr=subprocess.STDOUT)
-    sock = run / "ocrwatch" / "control.sock"
+    inbox = home / "OCR-Inbox"
+    log = x.workdir / "daemon.log"
+    with log.open("wb") as out:
+        proc = x.spawn(["dbus-run-session", "--", *OCRWATCH, "run", "--engine", "fake",
+                        "--inbox", str(inbox)], env=env, stdout=out, stderr=subprocess.STDOUT)
+    d = Daemon(proc, env, inbox, run / "ocrwatch" / "control.sock", log)
+    wait_for("the daemon's control socket", d.status, timeout=60)
+    return d
 
-    def status() -> dict[str, Any]:
-        result: dict[str, Any] = request("status", socket_path=sock, timeout=5)
-        return result
 
+def test_tray_pauses_the_real_daemon(xsession: X) -> None:
+    x = xsession
+    d = start_daemon(x)
+    daemon, inbox, env, status, ocrwatch = d.proc, d.inbox, d.env, d.status, OCRWATCH
     try:
-        wait_for("the daemon's control socket", status, timeout=60)
         shot, icon = wait_icon(x, "idle", "idle")
         save_doc(shot, icon, "idle")
 
@@ -387,13 +405,25 @@ def test_tray_pauses_the_real_daemon(xsession: X) -> None:
         menu = x.open_menu(icon)
         x.click((menu.x + 40, menu.y + menu.h - 14))
         wait_for("the daemon to exit", lambda: daemon.poll() is not None, timeout=60)
-        assert daemon.returncode == 0, (x.workdir / "daemon.log").read_text()
+        assert daemon.returncode == 0, d.log.read_text()
         with pytest.raises(OcrwatchError):
             status()
     finally:
-        log.close()
         if daemon.poll() is None:
-            print((x.workdir / "daemon.log").read_text()[-4000:], file=sys.stderr)
+            print(d.log.read_text()[-4000:], file=sys.stderr)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_stops_the_daemon_and_its_tray(xsession: X, sig: signal.Signals) -> None:
+    """pystray's GTK code resets SIGINT; the daemon's own handler must still run."""
+    x = xsession
+    d = start_daemon(x)
+    x.tray_icon()
+    os.kill(int(d.status()["pid"]), sig)
+    wait_for("the daemon to exit", lambda: d.proc.poll() is not None, timeout=30)
+    assert d.proc.returncode == 0, d.log.read_text()[-4000:]
+    assert not d.sock.exists()
+    assert "stopping" in d.log.read_text()
 
 
 def _badge_colour(shot: Image.Image, icon: Geometry) -> tuple[int, int, int]:
