@@ -451,10 +451,17 @@ def run_tray(target: Controllable, stop: threading.Event, *,
                 glib.idle_add(lambda: status_icon.set_tooltip_text(self.title) and False)
 
     controller = TrayController(target)
-    controller.refresh()
-    icon = Icon("ocrwatch", icon=draw_icon(controller.status),
-                title=tooltip(controller.status),
-                menu=_menu(pystray, controller, default_toggles=(name == "xorg")))
+    try:
+        controller.refresh()
+    except Exception:
+        log.exception("tray: the daemon's status could not be read; drawing it idle")
+    try:
+        icon = Icon("ocrwatch", icon=draw_icon(controller.status),
+                    title=tooltip(controller.status),
+                    menu=_menu(pystray, controller, default_toggles=(name == "xorg")))
+    except Exception as exc:  # the display went away, the tray host refused us...
+        log.warning("the tray icon could not be created (%s): running without it", exc)
+        return False
     if icon.HAS_NOTIFICATION:
         controller.notify = lambda message, title: icon.notify(message, title)
     done = threading.Event()
