@@ -470,6 +470,7 @@ def run_tray(target: Controllable, stop: threading.Event, *,
         icon_.visible = True
         _update_title_now(icon_)
         last_icon, last_menu, last_menu_time = icon_key(controller.status), None, 0.0
+        last_numbers: tuple[str, ...] = ()
         last_title = icon_.title
         try:
             while not (stop.is_set() or controller.quit_requested.is_set() or done.is_set()):
@@ -486,11 +487,14 @@ def run_tray(target: Controllable, stop: threading.Event, *,
                 if title != last_title:
                     icon_.title = title
                     last_title = title
-                mkey = controller.menu_key()
+                # Rebuild the menu at once when its items change, and at most every few
+                # seconds for numbers alone (some trays close an open menu on a rebuild).
+                mkey, numbers = controller.menu_key(), tuple(status_lines(st))
                 now = time.monotonic()
-                if mkey != last_menu or now - last_menu_time > MENU_REFRESH_SECONDS:
+                if mkey != last_menu or (numbers != last_numbers
+                                         and now - last_menu_time > MENU_REFRESH_SECONDS):
                     icon_.update_menu()
-                    last_menu, last_menu_time = mkey, now
+                    last_menu, last_numbers, last_menu_time = mkey, numbers, now
                 controller.wake.wait(poll_seconds)
                 controller.wake.clear()
         finally:
@@ -501,6 +505,7 @@ def run_tray(target: Controllable, stop: threading.Event, *,
         icon.run(setup=poll)
     finally:
         done.set()
+        controller.wake.set()
         setup_thread = getattr(icon, "_setup_thread", None)
         if setup_thread is not None and setup_thread is not threading.current_thread():
             setup_thread.join(timeout=poll_seconds + 5)
