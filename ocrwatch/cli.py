@@ -88,6 +88,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("autostart", help="start the daemon at login (or stop doing so)")
     p.add_argument("action", choices=("enable", "disable"))
+    p.add_argument("--kind", choices=("systemd", "xdg", "launchd"),
+                   help="how to start it (default: what this platform and session use)")
+    p.add_argument("--exec", type=Path, metavar="PATH", dest="executable",
+                   help="the ocrwatch program to start (default: this one)")
+    p.add_argument("--now", action="store_true", help="with enable: also start it now")
     return parser
 
 
@@ -392,7 +397,7 @@ def cmd_autostart(args: argparse.Namespace) -> int:
     from ocrwatch import autostart
 
     if args.action == "enable":
-        print(autostart.enable())
+        print(autostart.enable(kind=args.kind, executable=args.executable, start=args.now))
     else:
         print(autostart.disable())
     return 0
