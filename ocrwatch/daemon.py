@@ -18,7 +18,7 @@ import os
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -335,6 +335,11 @@ class Daemon:
             return None
 
     def _prepare(self, job: Job) -> None:
+        if job.sha256 is None:
+            known = self._identify(job)
+            if known is None:
+                return
+            job = known
         work = _Work(job)
         with self._cond:
             leader = next((w for w in self._works.values()
@@ -391,6 +396,31 @@ class Daemon:
                 work.error = f"unexpected error while decoding: {exc.__class__.__name__}: {exc}"
         if work.complete():
             self._finish(work)
+
+    def _identify(self, job: Job) -> Job | None:
+        """Hash a retried job that was refused before it was ever hashed (unreadable then).
+
+        Without its size and time on record, the check that the file did not change
+        while it was read would fail every time.
+        """
+        try:
+            st = job.path.stat()
+            sha = file_sha256(job.path)
+            self.jobs.refresh(job.id, st.st_size, st.st_mtime_ns, sha)
+        except TransientError as exc:
+            self.jobs.defer(job.id, str(exc), self.config.max_attempts)
+            return None
+        except FileNotFoundError:
+            self._fail(job, "the file was deleted before it could be read")
+            return None
+        except PermissionError:
+            self._fail(job, "permission denied: ocrwatch cannot read this file; make it "
+                            "readable (chmod u+r) and run `ocrwatch retry` on it")
+            return None
+        except OSError as exc:
+            self._fail(job, f"cannot open the file: {exc.strerror or exc}")
+            return None
+        return replace(job, sha256=sha, size=st.st_size, mtime_ns=st.st_mtime_ns)
 
     def _drain_for_pause(self) -> None:
         """Called with the lock held while paused: put unread jobs back, free the GPU."""
@@ -602,7 +632,7 @@ class Daemon:
             "paused": self._paused,
             **counts,
             "pages_today": self.jobs.pages_since(midnight),
-            "engine": {"name": self.choice.name, "why": self.choice.why, **engine_facts},
+            "engine": {**engine_facts, "name": self.choice.name, "why": self.choice.why},
             "last_result": str(last_result) if last_result else None,
             "recent_failures": self.jobs.failures(10),
             "inbox": [str(p) for p in self.config.inbox],

@@ -157,6 +157,12 @@ class JobQueue:
                 out.add(decode_path(r["txt_path"]))
         return out
 
+    def refresh(self, job_id: int, size: int, mtime_ns: int, sha256: str) -> None:
+        """Record what a running job's file is now (it was refused before being hashed)."""
+        with self.db.transaction() as conn:
+            conn.execute("UPDATE jobs SET sha256 = ?, size = ?, mtime_ns = ?, updated = ? "
+                         "WHERE id = ?", (sha256, size, mtime_ns, time.time(), job_id))
+
     def reserve_sidecars(self, job_id: int, md: Path, txt: Path) -> None:
         """Record the sidecar names before writing them, so that after a crash between
         writing and storing, the next try knows them as its own and reuses them."""
