@@ -1,0 +1,107 @@
+"""The accuracy benchmark's metrics, and the script end to end on one generated page."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import text_page
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks import accuracy
+from benchmarks._common import (
+    corpus,
+    levenshtein,
+    levenshtein_dp,
+    normalize,
+    score,
+    word_recall,
+)
+
+
+def test_levenshtein_known_values() -> None:
+    assert levenshtein("kitten", "sitting") == 3
+    assert levenshtein("", "") == 0
+    assert levenshtein("", "abc") == 3
+    assert levenshtein("abc", "") == 3
+    assert levenshtein("flaw", "lawn") == 2
+    assert levenshtein("straße", "strasse") == 2
+    # Longer than one 64-bit word, with the edits in the middle.
+    a = "x" * 100 + "abcdef" + "y" * 100
+    assert levenshtein(a, a.replace("abcdef", "azcdf")) == 2
+
+
+# A small alphabet makes long common runs and many ties, where bit-vector bugs hide.
+_text = st.text(alphabet="abé \n", max_size=90)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_text, _text)
+def test_levenshtein_equals_the_plain_dynamic_programme(a: str, b: str) -> None:
+    assert levenshtein(a, b) == levenshtein_dp(a, b) == levenshtein(b, a)
+
+
+def test_normalize_folds_compatibility_forms_and_whitespace() -> None:
+    assert normalize("  ﬁne\tＡ１\n\n\fcafe\u0301  ") == "fine A1 café"
+
+
+def test_word_recall_is_a_casefolded_multiset() -> None:
+    assert word_recall("the cat, the hat", "The hat the") == (3, 4)
+    assert word_recall("", "anything") == (0, 0)
+
+
+def test_score_of_one_page() -> None:
+    s = score("Hello   world\n", "Hel1o world")
+    assert (s.edits, s.ref_chars) == (1, 11)
+    assert s.cer == pytest.approx(1 / 11)
+    assert s.recall == 0.5
+
+
+def test_corpus_pairs_and_manifest(tmp_path: Path) -> None:
+    (tmp_path / "a.png").write_bytes(b"x")
+    (tmp_path / "a.gt.txt").write_text("a", encoding="utf-8")
+    (tmp_path / "b.jpg").write_bytes(b"x")  # no ground truth: left out
+    (tmp_path / "manifest.tsv").write_text("file\tkind\tlanguage\na.png\tsample\tfra\n",
+                                           encoding="utf-8")
+    items = corpus(tmp_path)
+    assert [(i.path.name, i.languages, i.kind) for i in items] == [("a.png", "fra", "sample")]
+
+
+@pytest.mark.skipif(shutil.which("tesseract") is None, reason="needs the tesseract command")
+def test_accuracy_script_on_one_page(tmp_path: Path, home: Path,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    lines = ["Invoice number 4711 for March", "The quick brown fox jumps over the lazy dog"]
+    text_page(lines).save(folder / "page.png", dpi=(200, 200))
+    (folder / "page.gt.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    before = sorted(p.name for p in folder.iterdir())
+    os.chmod(folder, 0o555)  # the corpus must only ever be read
+    out = tmp_path / "accuracy.txt"
+    try:
+        code = accuracy.main(["--corpus", str(folder), "--languages", "eng",
+                              "--out", str(out)])
+    finally:
+        os.chmod(folder, 0o755)
+    assert sorted(p.name for p in folder.iterdir()) == before
+    report = out.read_text(encoding="utf-8")
+    assert report == capsys.readouterr().out
+    row = next(line for line in report.splitlines() if line.startswith("| page.png |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1:3] == ["eng", "1"]
+    cer_daemon, cer_plain = float(cells[3]), float(cells[4])
+    recall_daemon, recall_plain = float(cells[6]), float(cells[7])
+    assert 0 <= cer_daemon < 0.1 and 0 <= cer_plain < 0.1
+    assert recall_daemon > 0.8 and recall_plain > 0.8
+    assert float(cells[8]) > 0 and float(cells[9]) > 0  # seconds per page, both measured
+    assert re.search(r"^# machine: .+ cores", report, re.M)
+    assert re.search(r"^# plain: +tesseract \d", report, re.M)
+    verdict = re.search(r"requirement, .*: (PASS|FAIL) \(", report)
+    assert verdict is not None and code == (0 if verdict.group(1) == "PASS" else 1)
