@@ -7,12 +7,13 @@ file called ``scan.png`` fails with a plain reason instead of a decoder tracebac
 from __future__ import annotations
 
 import logging
+import struct
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from PIL import Image, ImageOps, ImageSequence, UnidentifiedImageError
+from PIL import Image, ImageOps, UnidentifiedImageError
 
 from ocrwatch.config import Config
 from ocrwatch.engines.base import Page
@@ -142,6 +143,19 @@ def _check_pixels(width: int, height: int, limits: Limits, where: str) -> None:
         )
 
 
+# What Pillow's decoders raise on damaged data (found by fuzzing: a TIFF with a broken
+# second frame raises TypeError or SyntaxError while counting frames).
+_DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, TypeError, KeyError, IndexError,
+                  ZeroDivisionError, OverflowError, struct.error)
+
+
+def _damaged(where: str, exc: BaseException) -> InputError:
+    return InputError(
+        f"{where} is damaged or incomplete ({exc}); if it is still being written, "
+        "it will be read again once it changes"
+    )
+
+
 def _image_pages(path: Path, limits: Limits, max_side: int | None) -> Iterator[Page]:
     try:
         with warnings.catch_warnings():
@@ -160,14 +174,22 @@ def _image_pages(path: Path, limits: Limits, max_side: int | None) -> Iterator[P
     except OSError as exc:
         raise _os_error(exc, "open") from exc
     with opened:
-        frames = getattr(opened, "n_frames", 1)
+        try:
+            frames = getattr(opened, "n_frames", 1)  # a TIFF reads every frame's header
+        except _DECODE_ERRORS as exc:
+            raise _damaged("the image", exc) from exc
         if frames > limits.max_pages:
             raise InputError(
                 f"the image has {frames} frames, over the limit of {limits.max_pages} pages; "
                 "raise max_pages in the config if this file is genuine"
             )
-        for index, frame in enumerate(ImageSequence.Iterator(opened)):
+        for index in range(frames):
             where = f"page {index + 1}" if frames > 1 else "the image"
+            try:
+                opened.seek(index)
+            except _DECODE_ERRORS as exc:
+                raise _damaged(where, exc) from exc
+            frame = opened
             _check_pixels(frame.width, frame.height, limits, where)
             try:
                 with warnings.catch_warnings():
@@ -178,11 +200,8 @@ def _image_pages(path: Path, limits: Limits, max_side: int | None) -> Iterator[P
                     image = to_rgb(image)
             except FileNotFoundError:
                 raise InputError("the file was deleted while it was being read") from None
-            except (OSError, SyntaxError, ValueError, EOFError) as exc:
-                raise InputError(
-                    f"{where} is damaged or incomplete ({exc}); if it is still being written, "
-                    "it will be read again once it changes"
-                ) from exc
+            except _DECODE_ERRORS as exc:
+                raise _damaged(where, exc) from exc
             if max_side is not None and max(image.size) > max_side:
                 shrink = max_side / max(image.size)
                 dpi = round(dpi * shrink) if dpi else None
