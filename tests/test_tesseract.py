@@ -1,0 +1,101 @@
+"""The CPU engine with the real Tesseract."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from helpers import normalize, text_page
+
+from ocrwatch.config import Config
+from ocrwatch.engines.base import Page
+from ocrwatch.engines.tesseract import (
+    DEFAULT_DPI,
+    ESTIMATE_DPI,
+    TesseractEngine,
+    available_languages,
+    prepare_tessdata,
+    source_resolution,
+    text_to_markdown,
+)
+from ocrwatch.errors import EngineUnavailable
+
+
+def page(width: int, height: int, dpi: int | None) -> Page:
+    from PIL import Image
+
+    return Page(Path("x.png"), 0, Image.new("RGB", (width, height), "white"), dpi=dpi)
+
+
+def test_source_resolution() -> None:
+    assert source_resolution(page(2480, 3508, 300)) == 300  # A4 at 300 dpi
+    assert source_resolution(page(1700, 2200, None)) == DEFAULT_DPI
+    # A 2341x3221 scan stamped 72 dpi would be a 45-inch page: let Tesseract measure.
+    assert source_resolution(page(2341, 3221, 72)) == ESTIMATE_DPI
+    assert source_resolution(page(800, 600, 96)) == 96  # a real screenshot
+
+
+def test_markdown_keeps_lines_and_escapes_what_markdown_would_eat() -> None:
+    md = text_to_markdown("# not a heading\n- not a list\n1. not a list\nplain\n\nnext para\n")
+    assert md.splitlines()[0] == "\\# not a heading  "
+    assert md.splitlines()[1] == "\\- not a list  "
+    assert md.splitlines()[2] == "1\\. not a list  "
+    assert "plain\n\nnext para" in md
+
+
+def test_reads_rendered_text_in_two_threads(tmp_path: Path) -> None:
+    import threading
+
+    engine = TesseractEngine(Config(workers=2, database=tmp_path / "db"))
+    try:
+        assert engine.policy.concurrency == 2 and engine.max_side is None
+        lines = [["The quick brown fox jumps"], ["over the lazy dog near Lyon"]]
+        results: dict[int, str] = {}
+
+        def read(i: int) -> None:
+            image = text_page(lines[i])
+            (out,) = engine.recognize([Page(Path(f"{i}.png"), 0, image, dpi=200)])
+            results[i] = out.text
+
+        threads = [threading.Thread(target=read, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert "quick brown fox" in normalize(results[0])
+        assert "lazy dog near lyon" in normalize(results[1])
+        assert engine.describe()["pages_per_second"]
+    finally:
+        engine.close()
+        engine.close()  # safe twice
+
+
+def test_blank_page_reads_as_empty(tmp_path: Path) -> None:
+    engine = TesseractEngine(Config(workers=1, database=tmp_path / "db"))
+    try:
+        (out,) = engine.recognize([page(800, 1000, 200)])
+        assert out.text.strip() == "" and out.error is None
+    finally:
+        engine.close()
+
+
+def test_missing_language_says_how_to_install(tmp_path: Path) -> None:
+    with pytest.raises(EngineUnavailable) as err:
+        TesseractEngine(Config(languages=["eng", "xyz"], database=tmp_path / "db"))
+    message = str(err.value)
+    assert "xyz" in message and "apt install tesseract-ocr-xyz" in message
+    assert "eng" in message  # what is installed
+
+
+def test_languages_from_different_folders_are_linked_together(
+        tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    have = available_languages()
+    assert "eng" in have
+    other = tmp_path / "more"
+    other.mkdir()
+    os.symlink(have["eng"], other / "zzz.traineddata")  # a second language elsewhere
+    merged = prepare_tessdata(["eng", "zzz"], explicit=other)
+    assert (merged / "eng.traineddata").resolve() == have["eng"].resolve()
+    assert (merged / "zzz.traineddata").exists()
+    assert merged.is_relative_to(home)
