@@ -200,8 +200,10 @@ def run_engine(model: str, tokens: int, n: int, fake: bool, eager: bool,
             if bad:
                 raise RuntimeError(f"pages failed: {bad}")
         dt = now() - t
-        return {"pages": len(imgs), "s": round(dt, 2), "pages_per_s": round(len(imgs) / dt, 3),
+        done = {"pages": len(imgs), "s": round(dt, 2), "pages_per_s": round(len(imgs) / dt, 3),
                 "batches": sizes}
+        print("engine run:", json.dumps(done), flush=True)  # kept even if the run is cut short
+        return done
 
     try:
         t0 = now()

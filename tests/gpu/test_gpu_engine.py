@@ -41,7 +41,7 @@ def gpu_config(model: str, load_format: str = "dummy") -> Config:
     config.vllm.model = model
     config.vllm.load_format = load_format
     config.vllm.enforce_eager = True  # starts in seconds; speed is the benchmark's business
-    config.vllm.max_tokens = 128
+    config.vllm.max_tokens = 32  # noise either way; fewer tokens keep the run short
     config.vllm.idle_sleep_seconds = 0  # the tests drive sleep and stop themselves
     config.vllm.idle_stop_seconds = 0
     return config
@@ -101,14 +101,18 @@ def test_corpus_through_the_daemon_pipeline_stays_under_16_gib(
     t0 = time.monotonic()
     done = run_pipeline(engine, pages)
     elapsed = time.monotonic() - t0
+    peak = sampler.peak(since)
+    errors = [r.error for _, r in done if r.error]
+    print(f"\ncorpus: {len(pages)} pages in {elapsed:.1f} s ({len(pages) / elapsed:.2f} pages/s, "
+          f"start {start_s:.1f} s), peak card memory {peak / GIB:.2f} GiB, errors {errors}, "
+          f"warnings {sum(len(r.warnings) for _, r in done)}, plan {engine.plan}",
+          file=sys.stderr)
     assert sorted((p.source.name, p.index) for p, _ in done) == sorted(
         (p.source.name, p.index) for p in pages)  # every page exactly once
-    assert all(r.error is None for _, r in done), [r.error for _, r in done if r.error]
-    assert all(r.markdown and isinstance(r.text, str) for _, r in done)
-    peak = sampler.peak(since)
-    print(f"\ncorpus: {len(pages)} pages in {elapsed:.1f} s ({len(pages) / elapsed:.2f} pages/s, "
-          f"start {start_s:.1f} s), peak card memory {peak / GIB:.2f} GiB, "
-          f"plan {engine.plan}", file=sys.stderr)
+    assert not errors
+    # Random weights write noise, mostly ids the stand-in tokenizer lacks: the text may
+    # be empty, so only its type is checked here.
+    assert all(isinstance(r.markdown, str) and isinstance(r.text, str) for _, r in done)
     assert peak < CARD_LIMIT_MIB
 
 
