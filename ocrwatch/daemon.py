@@ -408,7 +408,7 @@ class Daemon:
             sha = file_sha256(job.path)
             self.jobs.refresh(job.id, st.st_size, st.st_mtime_ns, sha)
         except TransientError as exc:
-            self.jobs.defer(job.id, str(exc), self.config.max_attempts)
+            self.jobs.defer(job.id, str(exc), self.config.max_attempts, job.sha256)
             return None
         except FileNotFoundError:
             self._fail(job, "the file was deleted before it could be read")
@@ -504,7 +504,8 @@ class Daemon:
         try:
             if work.transient:
                 for job in jobs:
-                    again = self.jobs.defer(job.id, work.transient, self.config.max_attempts)
+                    again = self.jobs.defer(job.id, work.transient, self.config.max_attempts,
+                                            job.sha256)
                     log.warning("%s: %s (%s)", job.display, work.transient,
                                 "will retry" if again else "giving up")
                 return
@@ -530,7 +531,7 @@ class Daemon:
             reason = f"unexpected error while saving the result: {exc.__class__.__name__}: {exc}"
             for job in jobs:
                 try:
-                    self.jobs.defer(job.id, reason, self.config.max_attempts)
+                    self.jobs.defer(job.id, reason, self.config.max_attempts, job.sha256)
                 except OcrwatchError as again:
                     log.warning("could not put %s back in the queue: %s", job.display, again)
         finally:
@@ -538,7 +539,8 @@ class Daemon:
 
     def _fail(self, job: Job, reason: str) -> None:
         log.warning("failed: %s: %s", job.display, reason)
-        self.jobs.fail(job.id, reason)
+        if not self.jobs.fail(job.id, reason, job.sha256):
+            return  # the file changed or went away meanwhile: this failure is moot
         if self.config.failed_dir is not None:
             from ocrwatch.failed import move_failed
 
@@ -564,7 +566,7 @@ class Daemon:
                          job.display)
                 return
         except TransientError as exc:
-            again = self.jobs.defer(job.id, str(exc), self.config.max_attempts)
+            again = self.jobs.defer(job.id, str(exc), self.config.max_attempts, job.sha256)
             log.warning("%s: %s (%s)", job.display, exc, "will retry" if again else "giving up")
             return
         except InputError as exc:
@@ -572,7 +574,8 @@ class Daemon:
             return
         except OSError as exc:
             if is_disk_full(exc):
-                self.jobs.defer(job.id, "the disk is full", self.config.max_attempts)
+                self.jobs.defer(job.id, "the disk is full", self.config.max_attempts,
+                                job.sha256)
                 return
             raise
         with self._cond:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import sqlite3
 import time
 from dataclasses import dataclass
 from enum import StrEnum
@@ -59,6 +60,20 @@ class Seen(StrEnum):
     UNCHANGED = "unchanged"  # nothing to do
 
 
+def _new_id(conn: sqlite3.Connection) -> int:
+    """A job id never used before, even by a job since forgotten.
+
+    SQLite would reuse the highest id once its row is deleted; a reader still holding
+    the forgotten job would then fail or defer a different file's job.
+    """
+    (top,) = conn.execute("SELECT COALESCE(MAX(id), 0) FROM jobs").fetchone()
+    row = conn.execute("SELECT value FROM settings WHERE key = 'last_job_id'").fetchone()
+    new = max(int(top), int(row[0]) if row else 0) + 1
+    conn.execute("INSERT INTO settings(key, value) VALUES ('last_job_id', ?) "
+                 "ON CONFLICT(key) DO UPDATE SET value = excluded.value", (str(new),))
+    return new
+
+
 def _job(row: object) -> Job:
     r = row  # sqlite3.Row
     return Job(
@@ -101,9 +116,10 @@ class JobQueue:
             ).fetchone()
             if row is None:
                 conn.execute(
-                    "INSERT INTO jobs(path, display, sha256, size, mtime_ns, state, attempts, "
-                    "not_before, created, updated) VALUES (?, ?, ?, ?, ?, 'queued', 0, 0, ?, ?)",
-                    (key, display_path(path), sha256, size, mtime_ns, now, now),
+                    "INSERT INTO jobs(id, path, display, sha256, size, mtime_ns, state, "
+                    "attempts, not_before, created, updated) "
+                    "VALUES (?, ?, ?, ?, ?, ?, 'queued', 0, 0, ?, ?)",
+                    (_new_id(conn), key, display_path(path), sha256, size, mtime_ns, now, now),
                 )
                 return Seen.NEW
             job_id, old_sha, state = row
@@ -137,12 +153,12 @@ class JobQueue:
         now = time.time()
         with self.db.transaction() as conn:
             conn.execute(
-                "INSERT INTO jobs(path, display, state, reason, attempts, not_before, created, "
-                "updated, finished) VALUES (?, ?, 'failed', ?, 0, 0, ?, ?, ?) "
+                "INSERT INTO jobs(id, path, display, state, reason, attempts, not_before, "
+                "created, updated, finished) VALUES (?, ?, ?, 'failed', ?, 0, 0, ?, ?, ?) "
                 "ON CONFLICT(path) DO UPDATE SET state = 'failed', reason = excluded.reason, "
                 "sha256 = NULL, size = NULL, mtime_ns = NULL, updated = excluded.updated, "
                 "finished = excluded.finished",
-                (encode_path(path), display_path(path), reason, now, now, now),
+                (_new_id(conn), encode_path(path), display_path(path), reason, now, now, now),
             )
 
     def sidecars_of_others(self, job_id: int) -> set[Path]:
@@ -223,26 +239,34 @@ class JobQueue:
         value = rows[0]["t"] if rows else None
         return float(value) if value is not None else None
 
-    def fail(self, job_id: int, reason: str) -> None:
+    def fail(self, job_id: int, reason: str, sha256: str | None = None) -> bool:
+        """Fail a running job; with ``sha256``, only while it still stands for that content
+        (a reader of the old content must not fail the job queued again for the new)."""
         now = time.time()
         with self.db.transaction() as conn:
-            conn.execute(
+            cur = conn.execute(
                 "UPDATE jobs SET state = 'failed', reason = ?, updated = ?, finished = ? "
-                "WHERE id = ?",
-                (reason, now, now, job_id),
+                "WHERE id = ? AND state = 'running' AND (? IS NULL OR sha256 IS ?)",
+                (reason, now, now, job_id, sha256, sha256),
             )
+            return cur.rowcount > 0
 
-    def defer(self, job_id: int, reason: str, max_attempts: int) -> bool:
+    def defer(self, job_id: int, reason: str, max_attempts: int,
+              sha256: str | None = None) -> bool:
         """A transient failure: queue again after a backoff; fail after ``max_attempts``.
 
-        Returns True when the job will be tried again.
+        Returns True when the job will be tried again. Like :meth:`fail`, it touches only
+        a running job and, with ``sha256``, only while it stands for that content.
         """
         now = time.time()
         with self.db.transaction() as conn:
-            (attempts,) = conn.execute(
-                "SELECT attempts FROM jobs WHERE id = ?", (job_id,)
+            row = conn.execute(
+                "SELECT attempts FROM jobs WHERE id = ? AND state = 'running' "
+                "AND (? IS NULL OR sha256 IS ?)", (job_id, sha256, sha256)
             ).fetchone()
-            attempts += 1
+            if row is None:
+                return False  # forgotten (file deleted) or queued again meanwhile
+            attempts = row[0] + 1
             if attempts >= max_attempts:
                 conn.execute(
                     "UPDATE jobs SET state = 'failed', attempts = ?, updated = ?, finished = ?, "
