@@ -185,7 +185,7 @@ class DaemonProcess:
         self.env = home.env(**env)
         self.proc: subprocess.Popen[bytes] | None = None
         self.logs: list[Path] = []
-        self.popen_kwargs: dict[str, Any] = {}
+        self.prefix: list[str] = []  # e.g. setpriv, to run without some capabilities
 
     def start(self, **env: str) -> DaemonProcess:
         assert self.proc is None or self.proc.poll() is not None, "already running"
@@ -193,9 +193,9 @@ class DaemonProcess:
         self.logs.append(log)
         with log.open("wb") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "ocrwatch", *self.args], cwd=self.home.root,
-                env={**self.env, **env}, stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True, **self.popen_kwargs,
+                [*self.prefix, sys.executable, "-m", "ocrwatch", *self.args],
+                cwd=self.home.root, env={**self.env, **env}, stdout=out,
+                stderr=subprocess.STDOUT, start_new_session=True,
             )
         return self
 

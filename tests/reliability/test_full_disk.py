@@ -14,12 +14,12 @@ import sqlite3
 import subprocess
 import threading
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ocrwatch import sidecar
 from ocrwatch.daemon import Daemon
 
 from .conftest import RecordingEngine
@@ -51,7 +51,7 @@ def full_on_fsync(monkeypatch: pytest.MonkeyPatch) -> Switch:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         real(fd)
 
-    monkeypatch.setattr(sidecar.os, "fsync", fsync)
+    monkeypatch.setattr(os, "fsync", fsync)  # the one sidecar.py calls
     return switch
 
 
@@ -156,7 +156,7 @@ def test_permanent_write_error_fails_at_once(home: Home, run_daemon: StartDaemon
             raise OSError(errno.EROFS, os.strerror(errno.EROFS))
         real(src, dst)
 
-    monkeypatch.setattr(sidecar.os, "replace", read_only)
+    monkeypatch.setattr(os, "replace", read_only)  # the one sidecar.py calls
     _daemon, _engine = run_daemon()
     scan = drop(home.inbox / "scan.png", image_bytes("read-only"))
     row = wait_for(lambda: ended(home.database, scan), 30, "the scan to fail")
@@ -233,7 +233,7 @@ def test_index_on_a_real_full_tmpfs(home: Home, run_daemon: StartDaemon,
           daemon.jobs.counts())
     filler.unlink()
     for scan in scans:
-        row = wait_for(lambda s=scan: ended(home.database, s), 60, f"{scan.name} to be read")
+        row = wait_for(partial(ended, home.database, scan), 60, f"{scan.name} to be read")
         assert row["state"] == "done", row["reason"]
         check_fake_sidecars(scan, 1)
     assert not daemon.stopping
