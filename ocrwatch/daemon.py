@@ -478,7 +478,12 @@ class Daemon:
                         item.work.in_flight -= 1
                 self._cond.notify_all()
             for work in done:
-                self._finish(work)
+                try:
+                    self._finish(work)
+                except Exception:
+                    # A reader thread must outlive any one file: if even recording the
+                    # failure failed, the job stays running until the next start.
+                    log.exception("could not record the outcome of %s", work.job.display)
 
     def _read(self, items: list[_Item]) -> list[PageText]:
         try:

@@ -106,6 +106,16 @@ def is_disk_full(exc: BaseException) -> bool:
     return isinstance(exc, sqlite3.OperationalError) and "disk is full" in str(exc)
 
 
+def _transient(exc: BaseException) -> TransientError | None:
+    """The error as a TransientError when waiting may cure it (full disk, busy index)."""
+    if is_disk_full(exc):
+        return TransientError("the disk holding the index is full")
+    if isinstance(exc, sqlite3.OperationalError) and "database is locked" in str(exc):
+        return TransientError("the index was busy (another ocrwatch process was writing it); "
+                              "will try again")
+    return None
+
+
 class Database:
     """A thread-safe handle on the ocrwatch SQLite file."""
 
@@ -160,7 +170,7 @@ class Database:
     def transaction(self) -> Iterator[sqlite3.Connection]:
         """BEGIN IMMEDIATE ... COMMIT under the lock; rolls back on any error.
 
-        A full disk becomes a TransientError so the job is retried later.
+        A full disk or a busy index becomes a TransientError so the job is retried later.
         """
         with self._lock:
             if self._closed:
@@ -168,23 +178,23 @@ class Database:
             try:
                 self.conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as exc:
-                if is_disk_full(exc):
-                    raise TransientError("the disk holding the index is full") from exc
+                if (transient := _transient(exc)) is not None:
+                    raise transient from exc
                 raise
             try:
                 yield self.conn
             except BaseException as exc:
                 self._rollback()
-                if is_disk_full(exc):
-                    raise TransientError("the disk holding the index is full") from exc
+                if (transient := _transient(exc)) is not None:
+                    raise transient from exc
                 raise
             else:
                 try:
                     self.conn.execute("COMMIT")
                 except sqlite3.OperationalError as exc:
                     self._rollback()
-                    if is_disk_full(exc):
-                        raise TransientError("the disk holding the index is full") from exc
+                    if (transient := _transient(exc)) is not None:
+                        raise transient from exc
                     raise
 
     def _rollback(self) -> None:
