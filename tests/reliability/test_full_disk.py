@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import sqlite3
 import subprocess
@@ -91,8 +92,10 @@ class FullIndex:
     """A connection stand-in: while ``full``, writing page text fails like SQLITE_FULL,
     after SQLite has rolled the transaction back on its own (as it may for that error)."""
 
-    def __init__(self, real: sqlite3.Connection) -> None:
+    def __init__(self, real: sqlite3.Connection,
+                 message: str = "database or disk is full") -> None:
         self.real = real
+        self.message = message
         self.full = threading.Event()
         self.hits = 0
 
@@ -108,7 +111,7 @@ class FullIndex:
         if self.full.is_set() and sql.lstrip().upper().startswith("INSERT INTO PAGES"):
             self.hits += 1
             self.real.execute("ROLLBACK")
-            raise sqlite3.OperationalError("database or disk is full")
+            raise sqlite3.OperationalError(self.message)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.real, name)
@@ -133,6 +136,73 @@ def test_index_full_injected(home: Home, run_daemon: StartDaemon) -> None:
         assert conn.execute("SELECT COUNT(*) FROM pages").fetchone()[0] == 1
     finally:
         conn.close()
+
+
+def test_busy_index_is_retried(home: Home, run_daemon: StartDaemon) -> None:
+    """Another process holding the index past the busy timeout: retried, not failed."""
+    daemon, _engine = run_daemon(watch=False)
+    proxy = FullIndex(daemon.db.conn, "database is locked")
+    daemon.db.conn = proxy  # type: ignore[assignment]
+    proxy.full.set()
+    scan = drop(home.inbox / "scan.png", image_bytes("busy index"))
+    daemon.consider(scan)
+    _deferred(home, scan, "the index was busy")
+    proxy.full.clear()
+    row = wait_for(lambda: ended(home.database, scan), 30, "the scan to be read")
+    assert row["state"] == "done", row["reason"]
+
+
+def test_reader_outlives_an_error_while_recording(home: Home, run_daemon: StartDaemon,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Even when recording a file's outcome fails twice over, the next file is read."""
+    daemon, _engine = run_daemon(watch=False)
+    real_publish, real_defer = daemon._publish, daemon.jobs.defer
+
+    def publish(job: Any, *args: Any) -> None:
+        if job.path.name == "first.png":
+            raise RuntimeError("simulated failure while saving")
+        real_publish(job, *args)
+
+    def defer(job_id: int, *args: Any) -> bool:
+        first_job = daemon.jobs.known(home.inbox / "first.png")
+        if first_job is not None and first_job.id == job_id:
+            raise RuntimeError("simulated failure while deferring")
+        return real_defer(job_id, *args)
+
+    monkeypatch.setattr(daemon, "_publish", publish)
+    monkeypatch.setattr(daemon.jobs, "defer", defer)
+    first = drop(home.inbox / "first.png", image_bytes("first"))
+    daemon.consider(first)
+    wait_for(lambda: "could not record the outcome" in _log_text(), 30, "the double failure")
+    second = drop(home.inbox / "second.png", image_bytes("second"))
+    daemon.consider(second)
+    row = wait_for(lambda: ended(home.database, second), 30, "the next file")
+    assert row["state"] == "done", row["reason"]
+    # The first stays running until the next start puts it back in the queue.
+    row = job(home.database, first)
+    assert row is not None and row["state"] == "running"
+
+
+_records: list[str] = []
+
+
+class _Collect(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        _records.append(record.getMessage())
+
+
+def _log_text() -> str:
+    return "\n".join(_records)
+
+
+@pytest.fixture(autouse=True)
+def _collect_logs() -> Iterator[None]:
+    handler = _Collect()
+    logger = logging.getLogger("ocrwatch")
+    logger.addHandler(handler)
+    _records.clear()
+    yield
+    logger.removeHandler(handler)
 
 
 def test_transient_error_gives_up_after_max_attempts(home: Home, run_daemon: StartDaemon,
