@@ -142,7 +142,7 @@ def test_part_file_renamed_when_done(home: Home, run_daemon: StartDaemon,
     assert not any(name.endswith(".part") for name, _ in considered)
 
 
-@pytest.mark.parametrize("fmt", ["JPEG", "PNG", "PDF"])
+@pytest.mark.parametrize("fmt", ["JPEG", "PNG", "PDF", "TIFF", "BMP", "WEBP"])
 def test_scanner_pauses_longer_than_settle_then_appends(
         home: Home, run_daemon: StartDaemon, considered: list[tuple[str, int]],
         writers: list[Writer], fmt: str) -> None:
@@ -152,7 +152,8 @@ def test_scanner_pauses_longer_than_settle_then_appends(
     else:
         data = image_bytes("a scanned receipt", fmt, (1200, 1600))
         pages = 1
-    suffix = {"JPEG": ".jpg", "PNG": ".png", "PDF": ".pdf"}[fmt]
+    suffix = {"JPEG": ".jpg", "PNG": ".png", "PDF": ".pdf", "TIFF": ".tif", "BMP": ".bmp",
+              "WEBP": ".webp"}[fmt]
     _daemon, engine = run_daemon(settle_seconds=SETTLE)
     target = home.inbox / f"scanner{suffix}"
     writer = Writer(target, data, seconds=0.5, chunk=4096, pause_at=len(data) * 2 // 3,
