@@ -202,6 +202,13 @@ def _image_pages(path: Path, limits: Limits, max_side: int | None) -> Iterator[P
                 raise InputError("the file was deleted while it was being read") from None
             except _DECODE_ERRORS as exc:
                 raise _damaged(where, exc) from exc
+            except MemoryError:
+                # A damaged chunk can claim gigabytes (found by fuzzing a PNG); a modest
+                # page that runs out of memory is damaged, not too large.
+                if frame.width * frame.height * 8 < 1 << 30:
+                    raise InputError(f"{where} is damaged: a part of it claims more data "
+                                     "than the file holds") from None
+                raise
             if max_side is not None and max(image.size) > max_side:
                 shrink = max_side / max(image.size)
                 dpi = round(dpi * shrink) if dpi else None
