@@ -22,6 +22,7 @@ OCRWATCH_GPU_MODEL="$MODELS/full" OCRWATCH_GPU_TINY_MODEL="$TINY" \
 echo "gpu tests: exit $? after $(( $(date +%s) - start )) s" | tee -a "$OUT/summary.txt"
 grep -E "PASSED|FAILED|ERROR|SKIPPED|passed|failed|corpus:|asleep:|woke|stopped:|Error" "$OUT/pytest_gpu.log" | tail -n 30
 
+[ "${SKIP_BENCH:-0}" = 1 ] && exit 0
 start=$(date +%s)
 timeout "${BENCH_TIMEOUT:-330}" python3 benchmarks/gpu_engine.py "$MODELS/full" \
     --out "$OUT/gpu_engine.txt" --json "$OUT/gpu_engine.json" --raw-log "$OUT/raw_vllm.log" \

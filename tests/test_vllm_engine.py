@@ -10,6 +10,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -230,6 +231,41 @@ def test_a_killed_worker_is_replaced_on_the_next_batch(engine: VllmEngine) -> No
     (result,) = engine.recognize([page(0)])
     assert result.error is None
     assert engine.worker_pid not in (None, pid)
+
+
+def test_a_killed_worker_takes_its_helper_processes_with_it() -> None:
+    # vLLM's engine process holds the GPU memory and may sit in a process group of its
+    # own; ending the worker must end it too, or the card stays full.
+    eng = make_engine(helper=True)
+    try:
+        eng.start()
+        pid, helper = eng.worker_pid, eng.worker_info["helper_pid"]
+        assert pid is not None and not gone(helper)
+        os.kill(pid, signal.SIGKILL)
+        assert eng.recognize([page(0)])[0].error is None  # notices, cleans up, restarts
+        assert wait_gone(helper, 10)
+        new_helper = eng.worker_info["helper_pid"]
+        eng.release()
+        assert wait_gone(new_helper, 10)
+    finally:
+        eng.close()
+
+
+def wait_gone(pid: int, timeout: float) -> bool:
+    waiter = threading.Event()
+    for _ in range(int(timeout / 0.05)):
+        if gone(pid) or _zombie(pid):
+            return True
+        waiter.wait(0.05)
+    return False
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
 
 
 def test_start_timeout_is_reported() -> None:

@@ -15,6 +15,7 @@ batcher a bound on the image tokens of one batch.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib.util
 import logging
 import math
@@ -211,6 +212,7 @@ class VllmEngine:
         self._restarts = 0
         self._last_error: str | None = None
         self.timings: dict[str, float] = {}
+        self.worker_info: dict[str, Any] = {}
         atexit.register(self.close)
 
     # -- the Engine interface ------------------------------------------------------------
@@ -457,6 +459,7 @@ class VllmEngine:
                 self._detail = ""
                 self._set_state("stopped")
             raise
+        self.worker_info = dict(reply[1])
         self.timings["start"] = round(time.monotonic() - started, 2)
         log.info("vLLM worker ready in %.1f s.", self.timings["start"])
         with self._cond:
@@ -501,13 +504,16 @@ class VllmEngine:
         if proc is None:
             return
         proc.join(10.0)
-        group = proc.pid or 0
+        session = proc.pid or 0
         for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(group, sig)  # vLLM's engine process may outlive the worker
-            except OSError:  # no such group left: everything has ended
+            # vLLM's engine process outlives a killed worker and holds the GPU memory.
+            members = _session_members(session)
+            if not members:
                 break
-            _wait_group_gone(group, 5.0)
+            for pid in members:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, sig)
+            _wait_session_gone(session, 5.0)
         if proc.is_alive():
             proc.kill()
             proc.join(5.0)
@@ -660,13 +666,16 @@ class VllmEngine:
                         text=markdown_to_text(markdown), warnings=warnings)
 
 
-def _wait_group_gone(group: int, timeout: float) -> None:
+def _session_members(session: int) -> list[int]:
+    """Processes left in the worker's session (it called setsid, so the id is its pid)."""
+    from ocrwatch.engines.vllm_worker import session_members
+
+    return session_members(session) if session > 1 else []
+
+
+def _wait_session_gone(session: int, timeout: float) -> None:
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(group, 0)
-        except OSError:
-            return
+    while time.monotonic() < deadline and _session_members(session):
         time.sleep(0.05)
 
 

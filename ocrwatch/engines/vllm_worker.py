@@ -151,6 +151,11 @@ class FakeBackend:
             raise RuntimeError(str(options["fail_start"]))
         self._delay = float(options.get("delay", 0.0))
         self.info = {"vllm": "fake", "start_seconds": 0.0, "pid": os.getpid()}
+        if options.get("helper"):  # like vLLM's engine process: a child in a group of its own
+            import subprocess
+
+            helper = subprocess.Popen(["sleep", "300"], process_group=0)
+            self.info["helper_pid"] = helper.pid
         self.asleep = False
 
     def generate(self, images: Sequence[Image.Image], params: Sequence[Params]) -> list[Output]:
@@ -212,10 +217,36 @@ def _watch_parent(parent: int) -> None:
             _kill_group_and_exit(75)
 
 
+def session_members(session: int) -> list[int]:
+    """Live processes of ``session`` (Linux /proc), this one left out.
+
+    vLLM's engine process may move to a process group of its own, but it stays in the
+    worker's session, so the session is what gets ended.
+    """
+    found: list[int] = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return found
+    for name in names:
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", encoding="ascii", errors="replace") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z" and int(fields[3]) == session:  # state, ppid, pgrp, session
+            found.append(int(name))
+    return found
+
+
 def _kill_group_and_exit(code: int) -> None:
     try:
-        if os.getpgrp() == os.getpid():  # only a group of our own, never the daemon's
-            os.killpg(os.getpgrp(), 9)
+        if os.getsid(0) == os.getpid():  # only a session of our own, never the daemon's
+            for pid in session_members(os.getpid()):
+                with contextlib.suppress(OSError):
+                    os.kill(pid, 9)
     finally:
         os._exit(code)
 
