@@ -173,6 +173,8 @@ def _image_pages(path: Path, limits: Limits, max_side: int | None) -> Iterator[P
         raise InputError("the image is damaged: no decoder recognises its content") from None
     except OSError as exc:
         raise _os_error(exc, "open") from exc
+    except _DECODE_ERRORS as exc:  # e.g. a PNG header chunk cut short
+        raise _damaged("the image", exc) from exc
     with opened:
         try:
             frames = getattr(opened, "n_frames", 1)  # a TIFF reads every frame's header
