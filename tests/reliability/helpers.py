@@ -212,12 +212,21 @@ class DaemonProcess:
         wait_for(ready, timeout, "the daemon to start")
 
     def kill(self) -> None:
-        """SIGKILL the whole process group: nothing may survive it."""
+        """SIGKILL the daemon alone, as ``kill -9 PID`` would; then nothing it started may
+        be left running (its process group, of its own, must be empty)."""
         if self.proc is None:
             return
         if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
+            os.kill(self.proc.pid, signal.SIGKILL)
         self.proc.wait(timeout=30)
+
+        def group_gone() -> bool:
+            try:
+                os.killpg(self.proc.pid, 0)  # type: ignore[union-attr]
+            except ProcessLookupError:
+                return True
+            return False
+        wait_for(group_gone, 30, "the daemon's child processes to end with it")
 
     def stop(self, timeout: float = 60) -> int:
         """SIGTERM, wait for a clean exit; SIGKILL if it hangs (and fail then)."""

@@ -173,6 +173,8 @@ def _chaos(home: Home, make: Callable[..., DaemonProcess], files: int, kills: in
 @pytest.mark.slow
 def test_sigkill_chaos(home: Home, daemon_process: Callable[..., DaemonProcess],
                        capsys: pytest.CaptureFixture[str]) -> None:
+    with capsys.disabled():
+        print(f"\nchaos: {FILES} files, seed {SEED} (OCRWATCH_CHAOS_SEED repeats it)")
     facts = _chaos(home, daemon_process, FILES, max(5, KILLS), delay="0.05",
                    spread=max(10.0, FILES / 8))
     with capsys.disabled():
