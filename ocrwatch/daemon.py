@@ -503,7 +503,10 @@ class Daemon:
             if work.finished:
                 return
             work.finished = True
-            self._works.pop(work.job.id, None)
+            # Only if it is still this read: a file changed while it was read may be
+            # read again (a new work for the same job) before this one is finished.
+            if self._works.get(work.job.id) is work:
+                del self._works[work.job.id]
             followers = list(work.followers)
         jobs = [work.job, *followers]
         try:
