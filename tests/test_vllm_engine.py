@@ -251,6 +251,24 @@ def test_a_killed_worker_takes_its_helper_processes_with_it() -> None:
         eng.close()
 
 
+def test_a_worker_dying_while_pages_are_sent_does_not_hang_the_engine() -> None:
+    # The forked helper keeps the pipe open, so without care the write of a page larger
+    # than the pipe's buffer would block forever on a dead worker.
+    eng = make_engine(helper=True)
+    try:
+        eng.start()
+        pid, helper = eng.worker_pid, eng.worker_info["helper_pid"]
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        big = [page(i, size=(2000, 2000)) for i in range(2)]  # 24 MB to write
+        results = eng.recognize(big)
+        assert [r.error for r in results] == [None, None]
+        assert wait_gone(helper, 10)
+        assert eng.describe()["restarts"] == 1
+    finally:
+        eng.close()
+
+
 def wait_gone(pid: int, timeout: float) -> bool:
     waiter = threading.Event()
     for _ in range(int(timeout / 0.05)):

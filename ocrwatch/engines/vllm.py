@@ -485,7 +485,7 @@ class VllmEngine:
             return
         if self._proc.is_alive() and self._conn is not None:
             try:
-                self._conn.send(("stop",))
+                self._send(("stop",))
                 self._receive(30.0)
             except (_WorkerGone, _Refused, OSError):
                 pass
@@ -547,12 +547,40 @@ class VllmEngine:
             return f"the vLLM worker was killed by {name}"
         return f"the vLLM worker ended with exit code {code}"
 
+    def _send(self, message: tuple[Any, ...]) -> None:
+        """Write to the worker without hanging if it dies mid-write.
+
+        Pages are megabytes, more than the pipe holds. vLLM's engine process is forked
+        from the worker and keeps the pipe open, so a write to a dead worker would
+        block forever; ending that process makes the write fail instead.
+        """
+        proc, conn = self._proc, self._conn
+        assert proc is not None and conn is not None
+        failed: list[BaseException] = []
+
+        def push() -> None:
+            try:
+                conn.send(message)
+            except BaseException as exc:  # handed to the caller below
+                failed.append(exc)
+
+        sender = threading.Thread(target=push, name="ocrwatch-vllm-send", daemon=True)
+        sender.start()
+        while sender.is_alive():
+            sender.join(0.2)
+            if sender.is_alive() and not proc.is_alive():
+                for pid in _session_members(proc.pid or 0):
+                    with contextlib.suppress(OSError):
+                        os.kill(pid, signal.SIGKILL)
+        if failed:
+            raise failed[0]
+
     def _call(self, message: tuple[Any, ...]) -> Any:
         """Send one request and return the answer's payload. Caller holds ``_io``."""
         if self._conn is None:
             raise _WorkerGone("the vLLM worker is not running")
         try:
-            self._conn.send(message)
+            self._send(message)
             reply = self._receive(None)
         except (_WorkerGone, OSError) as exc:
             self._lost(str(exc))

@@ -151,11 +151,15 @@ class FakeBackend:
             raise RuntimeError(str(options["fail_start"]))
         self._delay = float(options.get("delay", 0.0))
         self.info = {"vllm": "fake", "start_seconds": 0.0, "pid": os.getpid()}
-        if options.get("helper"):  # like vLLM's engine process: a child in a group of its own
-            import subprocess
-
-            helper = subprocess.Popen(["sleep", "300"], process_group=0)
-            self.info["helper_pid"] = helper.pid
+        if options.get("helper"):
+            # Like vLLM's engine process: forked (so it holds the worker's pipe too) and
+            # in a process group of its own.
+            child = os.fork()
+            if child == 0:
+                os.setpgid(0, 0)
+                time.sleep(300)
+                os._exit(0)
+            self.info["helper_pid"] = child
         self.asleep = False
 
     def generate(self, images: Sequence[Image.Image], params: Sequence[Params]) -> list[Output]:
