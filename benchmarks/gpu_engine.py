@@ -243,15 +243,17 @@ def run_engine(model: str, tokens: int, n: int, fake: bool, eager: bool,
 # -- report ------------------------------------------------------------------------------------
 
 
-def gib(mib: int | None) -> str:
-    return "n/a" if mib is None else f"{mib / GIB:.1f} GiB"
-
-
 def report(raw: dict[str, Any] | None, eng: dict[str, Any], meta: dict[str, Any]) -> str:
+    base = meta.get("baseline_mib") or 0
+
+    def gib(mib: int | None) -> str:
+        """Memory this run added to the card: what was there before it started is left out."""
+        return "n/a" if mib is None else f"{(mib - base) / GIB:.2f} GiB"
+
     lines = [
         "ocrwatch GPU engine benchmark",
-        f"date: {meta['date']}  machine: {meta['gpu']}  vLLM {meta['vllm']}  "
-        f"python {platform.python_version()}",
+        f"date: {meta['date']}  machine: {meta['gpu']}  vLLM {meta['vllm']}"
+        + (f"  python {meta['python']}" if meta.get("python") else ""),
         f"model: LightOnOCR-2-1B shape, random weights (load_format=dummy), bf16; "
         f"{meta['tokens']} output tokens a page (ignore_eos); {meta['pages']} pages a run",
         f"pages: A4 = {A4[0]}x{A4[1]}, card = {CARD[0]}x{CARD[1]}, mix = the two interleaved",
@@ -287,8 +289,9 @@ def report(raw: dict[str, Any] | None, eng: dict[str, Any], meta: dict[str, Any]
         f"mix {wide['mixed']['batches']}",
         f"engine idle: sleep {eng['sleep_s']} s -> {gib(eng['asleep_mib'])} on the card; "
         f"wake {eng['wake_s']} s, then {eng['after_wake']['pages_per_s']:.2f} A4 pages/s; "
-        f"stop {eng['stop_s']} s -> {eng['stopped_mib']} MiB on the card "
-        f"(before start: {meta['baseline_mib']} MiB)",
+        f"stop {eng['stop_s']} s -> {gib(eng['stopped_mib'])} left on the card",
+        f"memory figures are what each run added to the card; {base} MiB were in use before "
+        "the benchmark started",
     ]
     if raw is not None:
         goal = raw["mixed_sorted"]["pages_per_s"]
@@ -310,7 +313,12 @@ def main() -> None:
     parser.add_argument("--skip-raw", action="store_true", help="the engine's side only")
     parser.add_argument("--fake", action="store_true", help="fake worker, no GPU (a dry run)")
     parser.add_argument("--raw", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--report-from", type=Path, help="print the report of a --json file")
     args = parser.parse_args()
+    if args.report_from:
+        saved = json.loads(args.report_from.read_text())
+        print(report(saved["raw"], saved["engine"], saved["meta"]), end="")
+        return
     if args.raw:
         raw_main(args.model, args.tokens, args.pages)
         return
@@ -320,7 +328,7 @@ def main() -> None:
     meta: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "tokens": args.tokens,
                             "pages": args.pages, "eager": args.eager,
                             "baseline_mib": used_mib(), "gpu": "none (fake worker)",
-                            "vllm": "-"}
+                            "vllm": "-", "python": platform.python_version()}
     if not args.fake:
         meta["gpu"] = subprocess.check_output(
             ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
