@@ -28,7 +28,7 @@ from ocrwatch.config import Config
 from ocrwatch.db import Database, is_disk_full
 from ocrwatch.engines import Choice, Engine, choose, create
 from ocrwatch.engines.base import Page, PageText
-from ocrwatch.errors import InputError, OcrwatchError, TransientError
+from ocrwatch.errors import EngineUnavailable, InputError, OcrwatchError, TransientError
 from ocrwatch.index import cached_result, store_result
 from ocrwatch.jobs import Job, JobQueue, Seen, file_sha256
 from ocrwatch.pages import iter_pages
@@ -368,6 +368,8 @@ class Daemon:
                     if self.stopping or self._paused or work.discarded:
                         work.discarded = True
                         return  # put back by pause or close
+                    if work.transient or work.error:
+                        break  # the engine gave up on an earlier page: no use reading more
                     self._batcher.add(_Item(work, page), time.monotonic())
                     work.in_flight += 1
                     self._waiting += 1
@@ -463,11 +465,16 @@ class Daemon:
                     self._cond.wait(max(0.01, min(1.0, wait)))
                 self._batches_running += 1
             items = [i for i in batch if not i.work.discarded]
-            results = self._read(items) if items else []
+            results, unavailable = self._read(items) if items else ([], None)
             done: list[_Work] = []
             with self._cond:
                 self._batches_running -= 1
                 self._waiting -= len(batch)
+                if unavailable is not None:
+                    # The engine cannot work at all: the files are not at fault, so they
+                    # go back to the queue with backoff instead of failing.
+                    for item in items:
+                        item.work.transient = unavailable
                 for item, result in zip(items, results, strict=True):
                     item.work.results[item.page.index] = result
                     item.work.in_flight -= 1
@@ -485,17 +492,22 @@ class Daemon:
                     # failure failed, the job stays running until the next start.
                     log.exception("could not record the outcome of %s", work.job.display)
 
-    def _read(self, items: list[_Item]) -> list[PageText]:
+    def _read(self, items: list[_Item]) -> tuple[list[PageText], str | None]:
+        """The engine's results, and the reason when the engine cannot work at all."""
         try:
             results = self.engine.recognize([i.page for i in items])
             if len(results) != len(items):
                 raise OcrwatchError(f"the engine returned {len(results)} results for "
                                     f"{len(items)} pages")
-            return results
+            return results, None
+        except EngineUnavailable as exc:
+            log.error("the %s engine cannot read: %s", self.choice.name, exc)
+            reason = f"the {self.choice.name} engine is unavailable: {exc}"
+            return [PageText("", "", error=reason) for _ in items], reason
         except Exception as exc:
             log.exception("the %s engine failed on a batch", self.choice.name)
             reason = str(exc) if isinstance(exc, OcrwatchError) else f"engine error: {exc}"
-            return [PageText("", "", error=reason) for _ in items]
+            return [PageText("", "", error=reason) for _ in items], None
 
     # -- finishing ---------------------------------------------------------------------
     def _finish(self, work: _Work, *, engine: str | None = None) -> None:

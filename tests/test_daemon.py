@@ -234,3 +234,35 @@ def test_tesseract_engine_reads_real_text(tmp_path: Path) -> None:
         assert "Quarterly invoice from Lisbon" in text
         assert "1250" in text
         assert [Path(h.path).name for h in search(d.db, "lisbon")] == ["memo.png"]
+
+
+class _Unavailable(FakeEngine):
+    """An engine that cannot start (no driver, no server) until told otherwise."""
+
+    def __init__(self) -> None:
+        super().__init__(policy=BatchPolicy(max_pages=2, partner_wait=0.0))
+        self.broken = True
+
+    def recognize(self, pages):  # type: ignore[no-untyped-def]
+        from ocrwatch.errors import EngineUnavailable
+
+        if self.broken:
+            raise EngineUnavailable("the worker could not start: no GPU driver")
+        return super().recognize(pages)
+
+
+def test_unavailable_engine_requeues_instead_of_failing(config: Config) -> None:
+    engine = _Unavailable()
+    with Daemon(config, engine=engine) as d:
+        path = config.inbox[0] / "waits.pdf"
+        save_pdf(path, [["a"], ["b"], ["c"]])
+        job = wait_for(lambda: (j := d.jobs.known(path)) and j.attempts >= 1 and j, 30,
+                       "a deferred job")
+        assert job.state.value == "queued"
+        assert "engine is unavailable" in (job.reason or "")
+        assert d.jobs.counts()["failed"] == 0
+        # Once the engine works, the same job is read (without waiting out the backoff).
+        engine.broken = False
+        with d.db.transaction() as conn:
+            conn.execute("UPDATE jobs SET not_before = 0")
+        wait_for(lambda: state(d, path) == "done", 30, "read once the engine works")
