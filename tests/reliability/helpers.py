@@ -15,27 +15,14 @@ import sys
 import tempfile
 import time
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from helpers import wait_for  # one polling helper for the whole suite
 from PIL import Image, ImageDraw, ImageFont
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-# -- waiting ----------------------------------------------------------------------------
-def wait_for(cond: Callable[[], Any], timeout: float, what: str, poll: float = 0.05) -> Any:
-    """Poll ``cond`` until it returns something truthy; fail naming ``what`` on timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(poll)
 
 
 # -- files ------------------------------------------------------------------------------
