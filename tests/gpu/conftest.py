@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -55,15 +53,6 @@ def pytest_report_header() -> str:
 LONG_LIVED = ("gpu-memory-sampler", "ocrwatch-vllm-idle")
 
 
-@pytest.fixture(autouse=True)
-def _no_leaked_threads() -> Iterator[None]:
-    before = set(threading.enumerate())
-    yield
-    deadline = time.monotonic() + 10
-    while True:
-        leaked = [t for t in threading.enumerate()
-                  if t not in before and t.is_alive() and t.name not in LONG_LIVED]
-        if not leaked or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
-    assert not leaked, f"threads left running: {[t.name for t in leaked]}"
+@pytest.fixture
+def long_lived_threads() -> tuple[str, ...]:
+    return LONG_LIVED
