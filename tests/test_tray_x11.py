@@ -524,9 +524,11 @@ def click_until(x: X, done: Callable[[], Any], what: str, tries: int = 4) -> Non
     raise AssertionError(f"{tries} clicks did not {what.split(' by ')[0]}")
 
 
-def test_x_fallback_without_menu_click_toggles_pause(xsession: X) -> None:
-    """No D-Bus session bus: the GTK backends cannot start, the plain X backend does."""
-    x = xsession
+def start_x_fallback(x: X) -> tuple[subprocess.Popen[bytes], Path, Path]:
+    """The stand-in's tray with no D-Bus session bus, so only the plain X backend starts.
+
+    Returns the process, its control socket and its log.
+    """
     script = x.workdir / "standin.py"
     script.write_text(STANDIN.format(tests=str(ROOT / "tests")))
     sock = x.workdir / "c.sock"
@@ -537,6 +539,14 @@ def test_x_fallback_without_menu_click_toggles_pause(xsession: X) -> None:
     with log.open("wb") as out:
         proc = x.spawn([sys.executable, str(script), str(sock)], env=env,
                        stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT)
+    assert proc.stdin is not None
+    return proc, sock, log
+
+
+def test_x_fallback_without_menu_click_toggles_pause(xsession: X) -> None:
+    """No D-Bus session bus: the GTK backends cannot start, the plain X backend does."""
+    x = xsession
+    proc, sock, log = start_x_fallback(x)
     assert proc.stdin is not None
     try:
         wait_for("the stand-in's socket", lambda: request("status", socket_path=sock))
@@ -556,15 +566,7 @@ def test_x_fallback_icon_appears_when_the_tray_host_starts_later(xsession: X) ->
     """A daemon started before the panel (a login race) shows its icon once it is up."""
     x = xsession
     x.stop_tray_host()
-    script = x.workdir / "standin.py"
-    script.write_text(STANDIN.format(tests=str(ROOT / "tests")))
-    sock = x.workdir / "c.sock"
-    env = x.env
-    env.pop("PYSTRAY_BACKEND", None)
-    env["DBUS_SESSION_BUS_ADDRESS"] = f"unix:path={x.workdir / 'no-bus'}"
-    with (x.workdir / "standin.log").open("wb") as out:
-        proc = x.spawn([sys.executable, str(script), str(sock)], env=env,
-                       stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT)
+    proc, sock, _log = start_x_fallback(x)
     assert proc.stdin is not None
     try:
         wait_for("the stand-in's socket", lambda: request("status", socket_path=sock))
