@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import logging
-import shutil
 import time
 from pathlib import Path
 
 from ocrwatch.config import Config
-from ocrwatch.sidecar import write_atomic
+from ocrwatch.fsmove import create_unique, move_unique
 
 log = logging.getLogger(__name__)
 
@@ -17,6 +16,8 @@ def move_failed(path: Path, reason: str, config: Config) -> Path | None:
     """Move ``path`` into ``failed_dir`` (mirroring the inbox tree) with ``NAME.error.txt``.
 
     Returns the new path, or None when the file could not be moved (it then stays put).
+    A file already in ``failed_dir`` is never replaced: a second ``bad.pdf`` becomes
+    ``bad.2.pdf`` (the move itself refuses to replace, so no race loses one).
     """
     assert config.failed_dir is not None
     rel: Path = Path(path.name)
@@ -24,17 +25,16 @@ def move_failed(path: Path, reason: str, config: Config) -> Path | None:
         if path.is_relative_to(inbox):
             rel = path.relative_to(inbox)
             break
-    dest = config.failed_dir / rel
-    if dest.exists():
-        dest = dest.with_name(f"{dest.stem}.{time.strftime('%Y%m%d-%H%M%S')}{dest.suffix}")
     try:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(str(path), str(dest))
-        write_atomic(dest.with_name(dest.name + ".error.txt"),
-                     f"{path}\nfailed: {reason}\nwhen: {time.ctime()}\n"
-                     "Fix the file and drop it into the inbox again.\n")
+        dest = move_unique(path, config.failed_dir / rel)
     except Exception as exc:
         log.warning("could not move %s to %s: %s", path, config.failed_dir, exc)
         return None
+    try:
+        create_unique(dest.with_name(dest.name + ".error.txt"),
+                      f"{path}\nfailed: {reason}\nwhen: {time.ctime()}\n"
+                      "Fix the file and drop it into the inbox again.\n".encode())
+    except Exception as exc:
+        log.warning("moved %s to %s but could not write its note: %s", path, dest, exc)
     log.info("moved %s to %s", path, dest)
     return dest

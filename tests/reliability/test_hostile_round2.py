@@ -1,0 +1,116 @@
+"""Hostile world, second round: each test is one attack that used to lose files, leak text
+or hang, run against the real daemon, the real CLI and real files."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ocrwatch import fsmove
+
+from .helpers import Home, ocrwatch_cli, pdf_bytes, write
+
+
+# -- 1. failed/ never replaces a file ------------------------------------------------------
+def test_add_from_four_inboxes_keeps_every_failed_file(home: Home) -> None:
+    """Four inboxes each holding a broken ``bad.pdf``, read by one ``ocrwatch add`` within
+    the same second: all four land in failed/, none replaced, each with its own note."""
+    failed = home.root / "failed"
+    inboxes = [home.root / f"inbox{n}" for n in range(4)]
+    bad = [write(box / "bad.pdf", f"%PDF-1.4 broken {n}\n".encode()) for n, box in
+           enumerate(inboxes)]
+    config = home.root / "config.toml"
+    config.write_text(f'failed_dir = "{failed}"\n')
+    args = ["--config", str(config), "--engine", "fake", "--database", str(home.database)]
+    for box in inboxes:
+        args += ["--inbox", str(box)]
+    done = ocrwatch_cli(home, "add", *args, *map(str, bad))
+    out = done.stdout + done.stderr
+    assert "Traceback" not in out, out
+    assert done.returncode == 1 and "0 read, 4 failed" in done.stdout, out
+    kept = sorted(p for p in failed.iterdir() if p.suffix == ".pdf")
+    assert [p.name for p in kept] == ["bad.2.pdf", "bad.3.pdf", "bad.4.pdf", "bad.pdf"], kept
+    assert sorted(p.read_bytes() for p in kept) == sorted(
+        f"%PDF-1.4 broken {n}\n".encode() for n in range(4))
+    for path in kept:
+        note = path.with_name(path.name + ".error.txt").read_text()
+        assert "failed:" in note, note
+    assert not any(p.exists() for p in bad)
+
+
+def _sources(folder: Path, count: int) -> list[Path]:
+    return [write(folder / f"src{n}" / "scan.pdf", f"content {n}".encode())
+            for n in range(count)]
+
+
+def test_same_name_moves_at_the_same_moment_keep_every_file(tmp_path: Path) -> None:
+    """Sixteen threads move a ``scan.pdf`` to the same name at once, beside a file already
+    there: every content survives, under distinct names."""
+    dest = write(tmp_path / "failed" / "scan.pdf", b"was here first")
+    sources = _sources(tmp_path, 16)
+    start = threading.Barrier(len(sources))
+    moved: list[Path] = []
+    lock = threading.Lock()
+
+    def move(src: Path) -> None:
+        start.wait()
+        where = fsmove.move_unique(src, dest)
+        with lock:
+            moved.append(where)
+
+    threads = [threading.Thread(target=move, args=(s,)) for s in sources]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(set(moved)) == 16 and dest not in moved
+    contents = sorted(p.read_bytes() for p in dest.parent.iterdir())
+    assert contents == sorted([b"was here first", *(f"content {n}".encode()
+                                                     for n in range(16))])
+
+
+def test_no_replace_refuses_and_keeps_both(tmp_path: Path) -> None:
+    src = write(tmp_path / "a" / "x.pdf", b"new")
+    dest = write(tmp_path / "b" / "x.pdf", b"old")
+    with pytest.raises(FileExistsError):
+        fsmove.move_no_replace(src, dest)
+    assert src.read_bytes() == b"new" and dest.read_bytes() == b"old"
+    # A dangling symlink counts as taken too: it is never replaced nor followed.
+    link = tmp_path / "b" / "y.pdf"
+    link.symlink_to(tmp_path / "nowhere")
+    assert fsmove.move_unique(src, link) == tmp_path / "b" / "y.2.pdf"
+    assert link.is_symlink() and not (tmp_path / "nowhere").exists()
+
+
+@pytest.fixture
+def other_fs(tmp_path: Path) -> Iterator[Path]:
+    """A folder on another file system than tmp_path (tmpfs in /dev/shm), or skip."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or not os.access(shm, os.W_OK) or \
+            os.stat(shm).st_dev == os.stat(tmp_path).st_dev:
+        reason = "no writable folder on another file system (/dev/shm)"
+        print(reason)
+        pytest.skip(reason)
+    folder = Path(tempfile.mkdtemp(dir=shm, prefix="ocrwatch-test-"))
+    yield folder
+    for p in sorted(folder.rglob("*"), reverse=True):
+        p.rmdir() if p.is_dir() and not p.is_symlink() else p.unlink()
+    folder.rmdir()
+
+
+def test_move_across_file_systems_copies_then_removes(tmp_path: Path, other_fs: Path) -> None:
+    taken = write(other_fs / "scan.pdf", b"already there")
+    src = write(tmp_path / "scan.pdf", pdf_bytes(["across"]))
+    content = src.read_bytes()
+    src.chmod(0o640)
+    where = fsmove.move_unique(src, other_fs / "scan.pdf")
+    assert where == other_fs / "scan.2.pdf"
+    assert where.read_bytes() == content and taken.read_bytes() == b"already there"
+    assert not src.exists()
+    assert where.stat().st_mode & 0o777 == 0o640
+    assert [p.name for p in other_fs.iterdir() if p.name.startswith(".")] == []
