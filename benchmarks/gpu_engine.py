@@ -160,7 +160,8 @@ def run_engine(model: str, tokens: int, n: int, fake: bool, eager: bool,
                sampler: Sampler | None) -> dict[str, Any]:
     from ocrwatch.batching import MAX_IMAGE_TOKENS, Batcher, image_tokens
     from ocrwatch.config import Config
-    from ocrwatch.engines.base import BatchPolicy, Page
+    from ocrwatch.domain import Page
+    from ocrwatch.engines.base import BatchPolicy
     from ocrwatch.engines.vllm import VllmEngine
 
     config = Config()

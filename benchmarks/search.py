@@ -111,7 +111,7 @@ QUERIES: list[tuple[str, str]] = [
 def build(path: Path, pages: int, words: int, seed: int) -> tuple[float, int]:
     """Index ``pages`` generated pages as documents of 1 to 8 pages; seconds, documents."""
     from ocrwatch.db import Database
-    from ocrwatch.engines.base import PageText
+    from ocrwatch.domain import PageText
     from ocrwatch.index import store_result
     from ocrwatch.jobs import JobQueue
 

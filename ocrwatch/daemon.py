@@ -26,11 +26,11 @@ from ocrwatch import __version__
 from ocrwatch.batching import Batcher, image_tokens
 from ocrwatch.config import Config
 from ocrwatch.db import Database, is_disk_full
+from ocrwatch.domain import Job, Page, PageText
 from ocrwatch.engines import Choice, Engine, choose, create
-from ocrwatch.engines.base import Page, PageText
 from ocrwatch.errors import EngineUnavailable, InputError, OcrwatchError, TransientError
 from ocrwatch.index import cached_result, store_result
-from ocrwatch.jobs import Job, JobQueue, Seen, file_sha256
+from ocrwatch.jobs import JobQueue, Seen, file_sha256
 from ocrwatch.pages import iter_pages
 from ocrwatch.sidecar import (
     choose_stem,

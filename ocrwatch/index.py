@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ocrwatch.db import Database, encode_path
-from ocrwatch.engines.base import PageText
+from ocrwatch.domain import PageText
 from ocrwatch.errors import SearchError
 from ocrwatch.jobs import warnings_json
 

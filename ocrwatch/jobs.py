@@ -11,39 +11,16 @@ import json
 import logging
 import sqlite3
 import time
-from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
 from ocrwatch.db import Database, decode_path, display_path, encode_path
+from ocrwatch.domain import Job, State
 
 log = logging.getLogger(__name__)
 
 BACKOFF_BASE = 5.0  # seconds before the first retry of a transient failure
 BACKOFF_MAX = 600.0
-
-
-class State(StrEnum):
-    QUEUED = "queued"
-    RUNNING = "running"
-    DONE = "done"
-    FAILED = "failed"
-
-
-@dataclass(frozen=True)
-class Job:
-    id: int
-    path: Path
-    sha256: str | None
-    size: int
-    mtime_ns: int
-    state: State
-    attempts: int
-    reason: str | None = None
-
-    @property
-    def display(self) -> str:
-        return display_path(self.path)
 
 
 def file_sha256(path: Path, chunk: int = 1 << 20) -> str:

@@ -16,7 +16,7 @@ from pathlib import Path
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from ocrwatch.config import Config
-from ocrwatch.engines.base import Page
+from ocrwatch.domain import Page
 from ocrwatch.errors import InputError, TransientError
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from ocrwatch.engines.base import PageText
+from ocrwatch.domain import PageText
 from ocrwatch.errors import InputError, TransientError
 
 MD_SUFFIX = ".md"

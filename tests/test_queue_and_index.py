@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from ocrwatch.db import MIGRATIONS, Database
-from ocrwatch.engines.base import PageText
+from ocrwatch.domain import PageText, State
 from ocrwatch.errors import SearchError
 from ocrwatch.index import cached_result, search, store_result
-from ocrwatch.jobs import JobQueue, Seen, State
+from ocrwatch.jobs import JobQueue, Seen
 
 
 @pytest.fixture

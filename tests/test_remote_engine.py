@@ -20,7 +20,7 @@ import pytest
 from PIL import Image
 
 from ocrwatch.config import Config
-from ocrwatch.engines.base import Page
+from ocrwatch.domain import Page
 from ocrwatch.engines.remote import RemoteEngine
 from ocrwatch.errors import EngineError, EngineUnavailable
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ocrwatch import sidecar
-from ocrwatch.engines.base import PageText
+from ocrwatch.domain import PageText
 from ocrwatch.errors import TransientError
 from ocrwatch.sidecar import choose_stem, render_markdown, render_text, target_dir, write_atomic
 

@@ -9,7 +9,7 @@ import pytest
 from helpers import normalize, text_page
 
 from ocrwatch.config import Config
-from ocrwatch.engines.base import Page
+from ocrwatch.domain import Page
 from ocrwatch.engines.tesseract import (
     DEFAULT_DPI,
     ESTIMATE_DPI,

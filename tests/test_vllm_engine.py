@@ -20,7 +20,7 @@ from PIL import Image
 
 from ocrwatch.batching import image_tokens
 from ocrwatch.config import Config
-from ocrwatch.engines.base import Page
+from ocrwatch.domain import Page
 from ocrwatch.engines.vllm import VllmEngine, plan_memory
 from ocrwatch.engines.vllm_worker import main as worker_main
 from ocrwatch.errors import EngineError, EngineUnavailable

@@ -7,7 +7,8 @@ import shutil
 from dataclasses import dataclass
 
 from ocrwatch.config import Config
-from ocrwatch.engines.base import BatchPolicy, Engine, Page, PageText
+from ocrwatch.domain import Page, PageText
+from ocrwatch.engines.base import BatchPolicy, Engine
 from ocrwatch.errors import EngineUnavailable
 
 __all__ = ["BatchPolicy", "Choice", "Engine", "Page", "PageText", "choose", "create"]

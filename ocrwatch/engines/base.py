@@ -3,35 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from PIL import Image
-
-
-@dataclass(frozen=True)
-class Page:
-    """One prepared page: RGB, EXIF-rotated, scaled for the engine that will read it."""
-
-    source: Path
-    index: int  # 0-based page number within the source file
-    image: Image.Image
-    dpi: int | None = None  # resolution of ``image`` when known (Tesseract uses it)
-
-    @property
-    def size(self) -> tuple[int, int]:
-        return self.image.size
-
-
-@dataclass
-class PageText:
-    """What an engine read on one page."""
-
-    markdown: str
-    text: str
-    warnings: list[str] = field(default_factory=list)
-    error: str | None = None  # set when this page could not be read; the file then fails
+from ocrwatch.domain import Page, PageText
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,8 @@ import os
 import threading
 from collections.abc import Sequence
 
-from ocrwatch.engines.base import BatchPolicy, Page, PageText
+from ocrwatch.domain import Page, PageText
+from ocrwatch.engines.base import BatchPolicy
 
 
 class FakeEngine:

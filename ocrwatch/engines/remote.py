@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from ocrwatch.engines.base import BatchPolicy, Page, PageText
+from ocrwatch.domain import Page, PageText
+from ocrwatch.engines.base import BatchPolicy
 from ocrwatch.errors import EngineError, EngineUnavailable
 from ocrwatch.textutil import markdown_to_text, repeats_itself
 

@@ -23,7 +23,8 @@ from typing import Any
 
 from ocrwatch import paths
 from ocrwatch.config import Config
-from ocrwatch.engines.base import BatchPolicy, Page, PageText
+from ocrwatch.domain import Page, PageText
+from ocrwatch.engines.base import BatchPolicy
 from ocrwatch.errors import EngineUnavailable
 
 log = logging.getLogger(__name__)

@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ocrwatch.batching import MAX_IMAGE_TOKENS
-from ocrwatch.engines.base import BatchPolicy, Page, PageText
+from ocrwatch.domain import Page, PageText
+from ocrwatch.engines.base import BatchPolicy
 from ocrwatch.errors import EngineError, EngineUnavailable
 from ocrwatch.textutil import markdown_to_text, repeats_itself
 

@@ -27,7 +27,7 @@ from PIL import Image  # noqa: E402
 
 from ocrwatch.batching import Batcher, image_tokens  # noqa: E402
 from ocrwatch.config import Config  # noqa: E402
-from ocrwatch.engines.base import Page, PageText  # noqa: E402
+from ocrwatch.domain import Page, PageText  # noqa: E402
 from ocrwatch.engines.vllm import VllmEngine  # noqa: E402
 from ocrwatch.pages import iter_pages  # noqa: E402
 

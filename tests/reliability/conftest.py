@@ -11,7 +11,7 @@ import pytest
 
 from ocrwatch.config import Config
 from ocrwatch.daemon import Daemon
-from ocrwatch.engines.base import Page, PageText
+from ocrwatch.domain import Page, PageText
 from ocrwatch.engines.fake import FakeEngine
 
 from .helpers import DaemonProcess, Home

@@ -29,9 +29,9 @@ from hypothesis.stateful import (
 )
 
 from ocrwatch.db import Database
-from ocrwatch.engines.base import PageText
+from ocrwatch.domain import Job, PageText, State
 from ocrwatch.index import store_result
-from ocrwatch.jobs import Job, JobQueue, Seen, State
+from ocrwatch.jobs import JobQueue, Seen
 from ocrwatch.watch import INCOMPLETE_GRACE, Settler
 
 EXAMPLES = int(os.environ.get("OCRWATCH_FUZZ_EXAMPLES", "60"))

@@ -1,0 +1,62 @@
+"""The domain types every part shares: a page, what was read on it, and a file's job.
+
+They live apart from the engines and the queue so that pages, sidecars and the index
+do not depend on the engines folder.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+from PIL import Image
+
+from ocrwatch.db import display_path
+
+
+@dataclass(frozen=True)
+class Page:
+    """One prepared page: RGB, EXIF-rotated, scaled for the engine that will read it."""
+
+    source: Path
+    index: int  # 0-based page number within the source file
+    image: Image.Image
+    dpi: int | None = None  # resolution of ``image`` when known (Tesseract uses it)
+
+    @property
+    def size(self) -> tuple[int, int]:
+        return self.image.size
+
+
+@dataclass
+class PageText:
+    """What an engine read on one page."""
+
+    markdown: str
+    text: str
+    warnings: list[str] = field(default_factory=list)
+    error: str | None = None  # set when this page could not be read; the file then fails
+
+
+class State(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class Job:
+    id: int
+    path: Path
+    sha256: str | None
+    size: int
+    mtime_ns: int
+    state: State
+    attempts: int
+    reason: str | None = None
+
+    @property
+    def display(self) -> str:
+        return display_path(self.path)
