@@ -19,6 +19,7 @@ import fcntl
 import json
 import logging
 import os
+import queue
 import selectors
 import socket
 import struct
@@ -37,7 +38,10 @@ log = logging.getLogger(__name__)
 
 NOT_RUNNING = "no ocrwatch daemon is running for this user; start one with `ocrwatch run`"
 MAX_LINE = 64 * 1024  # a request is a short JSON line; anything longer is refused
-CLIENT_IDLE_SECONDS = 5.0  # a connected client that sends nothing is dropped after this
+CLIENT_IDLE_SECONDS = 5.0  # a client must send a whole request line within this
+REPLY_SECONDS = 5.0  # ... and take its answer within this
+MAX_CLIENTS = 64  # connections held at once; the longest idle one makes room for a new one
+WORKERS = 4  # threads answering requests (status, pause...) side by side
 COMMANDS = ("ping", "status", "pause", "resume", "stop", "rescan", "retry")
 
 
@@ -70,10 +74,18 @@ class Controllable(Protocol):
 
 
 class ControlServer:
-    """Answers control requests on a Unix socket, in a thread of its own.
+    """Answers control requests on a Unix socket, many clients at once.
+
+    One thread multiplexes every connection with a selector (reading never blocks it), and
+    a few worker threads answer complete request lines. So a client that connects and says
+    nothing, or sends a byte now and then, costs a file descriptor until its deadline and
+    never delays ``status`` for anyone else. Each request must arrive whole within
+    ``CLIENT_IDLE_SECONDS`` and be at most ``MAX_LINE`` bytes; its answer must be taken within
+    ``REPLY_SECONDS``. Every error is caught per request or per connection: the server
+    stays up whatever a client sends.
 
     Lifecycle: created, ``start()`` once, ``close()`` (safe twice, also from a request
-    handler). ``close()`` joins the thread and removes the socket file.
+    handler). ``close()`` joins the threads and removes the socket file.
     """
 
     def __init__(self, path: Path | str | None, target: Controllable) -> None:
@@ -81,6 +93,10 @@ class ControlServer:
         self.target = target
         self._sock: socket.socket | None = None
         self._thread: threading.Thread | None = None
+        self._workers: list[threading.Thread] = []
+        self._jobs: queue.SimpleQueue[tuple[_Client, bytes | None] | None] = queue.SimpleQueue()
+        self._returned: queue.SimpleQueue[_Client] = queue.SimpleQueue()
+        self._clients: set[_Client] = set()  # touched by the selector thread only
         self._wake_r, self._wake_w = -1, -1
         self._closing = threading.Event()
         self._lock = threading.Lock()
@@ -105,10 +121,17 @@ class ControlServer:
                 return
             self._sock = self._bind()
             self._wake_r, self._wake_w = os.pipe()
+            os.set_blocking(self._wake_w, False)
             self._thread = threading.Thread(
                 target=self._serve, name="ocrwatch-control", daemon=True
             )
+            self._workers = [
+                threading.Thread(target=self._work, name=f"ocrwatch-control-{n}", daemon=True)
+                for n in range(WORKERS)
+            ]
             self._thread.start()
+            for worker in self._workers:
+                worker.start()
         log.info("control socket listening at %s", self.path)
 
     def close(self) -> None:
@@ -118,15 +141,18 @@ class ControlServer:
             self._closed = True
             thread = self._thread
         self._closing.set()
-        if self._wake_w >= 0:
-            with contextlib.suppress(OSError):
-                os.write(self._wake_w, b"x")
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=CLIENT_IDLE_SECONDS + 5)
-            if thread.is_alive():
-                log.warning("the control thread did not end within %.0f s",
-                            CLIENT_IDLE_SECONDS + 5)
-        if thread is None or thread is not threading.current_thread():
+        self._wake()
+        for _ in self._workers:
+            self._jobs.put(None)
+        me = threading.current_thread()
+        wait = REPLY_SECONDS + 5
+        for t in [thread, *self._workers]:
+            if t is not None and t is not me:
+                t.join(timeout=wait)
+                if t.is_alive():
+                    log.warning("the control thread %s did not end within %.0f s",
+                                t.name, wait)
+        if thread is None or thread is not me:
             self._cleanup()
 
     def __enter__(self) -> ControlServer:
@@ -159,7 +185,7 @@ class ControlServer:
             # The runtime folder is 0700 already; 0600 on the socket itself keeps it private
             # even where someone points the socket at a shared folder.
             os.chmod(self.path, 0o600)
-            sock.listen(8)
+            sock.listen(64)
             sock.setblocking(False)
         except OSError as exc:
             sock.close()
@@ -170,6 +196,10 @@ class ControlServer:
         return sock
 
     def _cleanup(self) -> None:
+        for client in list(self._clients):
+            if not client.busy:  # a worker still answering closes its own
+                client.sock.close()
+        self._clients.clear()
         if self._sock is not None:
             self._sock.close()
             self._sock = None
@@ -181,7 +211,12 @@ class ControlServer:
                     os.close(fd)
         self._wake_r = self._wake_w = -1
 
-    # -- serving
+    def _wake(self) -> None:
+        if self._wake_w >= 0:
+            with contextlib.suppress(OSError):  # full pipe: it is awake already
+                os.write(self._wake_w, b"x")
+
+    # -- the selector thread: accepting and reading
 
     def _serve(self) -> None:
         assert self._sock is not None
@@ -190,53 +225,152 @@ class ControlServer:
         sel.register(self._wake_r, selectors.EVENT_READ)
         try:
             while not self._closing.is_set():
-                for key, _ in sel.select():
-                    if key.fileobj is self._sock and not self._closing.is_set():
-                        self._accept()
-        except Exception:
-            log.exception("the control socket stopped answering")
+                try:
+                    self._serve_once(sel)
+                except Exception:
+                    # Whatever happened, the next client must still get an answer.
+                    log.exception("control socket: unexpected error (serving on)")
         finally:
             sel.close()
             if self._closed and self._thread is threading.current_thread():
                 # close() was called from a request handler and could not join us.
                 self._cleanup()
 
-    def _accept(self) -> None:
+    def _serve_once(self, sel: selectors.BaseSelector) -> None:
+        now = time.monotonic()
+        deadlines = [c.deadline for c in self._clients if not c.busy]
+        timeout = max(0.0, min(deadlines) - now) if deadlines else None
+        for key, _ in sel.select(timeout):
+            if self._closing.is_set():
+                return
+            if key.fileobj is self._sock:
+                self._accept(sel)
+            elif key.fileobj == self._wake_r:
+                with contextlib.suppress(OSError):
+                    os.read(self._wake_r, 4096)
+            else:
+                client = key.data
+                try:
+                    self._read(sel, client)
+                except Exception as exc:
+                    if not isinstance(exc, OSError):
+                        log.exception("control socket: dropped a client after an error")
+                    self._drop(sel, client)
+        while not self._returned.empty():
+            client = self._returned.get()
+            if client.sock.fileno() < 0:
+                self._clients.discard(client)
+                continue
+            client.busy = False
+            client.deadline = time.monotonic() + CLIENT_IDLE_SECONDS
+            if self._complete_line(client):
+                continue
+            sel.register(client.sock, selectors.EVENT_READ, client)
+        now = time.monotonic()
+        for client in [c for c in self._clients if not c.busy and c.deadline <= now]:
+            # Said nothing, or not a whole request, in time: its loss, nobody else's.
+            _send_nowait(client.sock, {"ok": False, "error": (
+                f"no complete request within {CLIENT_IDLE_SECONDS:g} s; closing")})
+            self._drop(sel, client)
+
+    def _accept(self, sel: selectors.BaseSelector) -> None:
         assert self._sock is not None
         try:
             conn, _ = self._sock.accept()
         except (BlockingIOError, InterruptedError):
             return
-        with conn:
-            conn.setblocking(True)
-            conn.settimeout(CLIENT_IDLE_SECONDS)
-            if not _same_user(conn):
-                log.warning("refused a control connection from another user")
+        except OSError as exc:  # EMFILE and the like: the listener itself is fine
+            log.warning("control socket: cannot accept a client: %s", exc)
+            return
+        conn.setblocking(False)
+        try:
+            same = _same_user(conn)
+        except OSError:
+            same = False
+        if not same:
+            log.warning("refused a control connection from another user")
+            conn.close()
+            return
+        if len(self._clients) >= MAX_CLIENTS:
+            # Make room by dropping the client idle the longest; a new client is more
+            # likely a user typing `ocrwatch status` than the oldest silent one.
+            idle = [c for c in self._clients if not c.busy]
+            if not idle:
+                _send_nowait(conn, {"ok": False, "error": "too many control clients at once; "
+                                    "try again in a moment"})
+                conn.close()
                 return
-            # A client that goes away or says nothing is its own loss.
-            with contextlib.suppress(TimeoutError, ConnectionError):
-                self._converse(conn)
+            self._drop(sel, min(idle, key=lambda c: c.deadline))
+        client = _Client(conn, time.monotonic() + CLIENT_IDLE_SECONDS)
+        self._clients.add(client)
+        sel.register(conn, selectors.EVENT_READ, client)
 
-    def _converse(self, conn: socket.socket) -> None:
-        buf = b""
-        while not self._closing.is_set():
-            while b"\n" not in buf:
-                chunk = conn.recv(4096)
-                if not chunk:
-                    return
-                buf += chunk
-                if len(buf) > MAX_LINE:
-                    _send(conn, {"ok": False, "error": "request too long"})
-                    return
-            line, buf = buf.split(b"\n", 1)
-            if line.strip():
-                _send(conn, self.handle_line(line))
+    def _read(self, sel: selectors.BaseSelector, client: _Client) -> None:
+        try:
+            chunk = client.sock.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        if not chunk:
+            self._drop(sel, client)
+            return
+        client.buf += chunk
+        if self._complete_line(client):
+            sel.unregister(client.sock)
+        elif len(client.buf) > MAX_LINE:
+            _send_nowait(client.sock, {"ok": False, "error": (
+                f"request too long (more than {MAX_LINE} bytes in one line)")})
+            self._drop(sel, client)
+
+    def _complete_line(self, client: _Client) -> bool:
+        """Hand the next whole line of ``client`` to a worker; False when there is none."""
+        while b"\n" in client.buf:
+            raw, _, rest = client.buf.partition(b"\n")
+            client.buf = bytearray(rest)
+            line = bytes(raw) if len(raw) <= MAX_LINE else None  # None: too long
+            if line is None or line.strip():
+                client.busy = True
+                self._jobs.put((client, line))
+                return True
+        return False
+
+    def _drop(self, sel: selectors.BaseSelector, client: _Client) -> None:
+        if client.sock.fileno() >= 0:
+            with contextlib.suppress(KeyError, ValueError):
+                sel.unregister(client.sock)
+        self._clients.discard(client)
+        client.sock.close()
+
+    # -- worker threads: answering
+
+    def _work(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            client, line = job
+            try:
+                if line is None:
+                    reply: dict[str, Any] = {"ok": False, "error": (
+                        f"request too long (more than {MAX_LINE} bytes in one line)")}
+                else:
+                    reply = self.handle_line(line)
+                client.sock.settimeout(REPLY_SECONDS)  # a client that never reads
+                client.sock.sendall(_encode(reply))
+                client.sock.setblocking(False)
+            except Exception as exc:
+                if not isinstance(exc, OSError):
+                    log.exception("control socket: could not answer a client")
+                client.sock.close()  # the selector thread forgets it on its return
+            if self._closing.is_set():
+                client.sock.close()
+            self._returned.put(client)
+            self._wake()
 
     def handle_line(self, line: bytes) -> dict[str, Any]:
         """Answer one request line; never raises."""
         try:
             req = json.loads(line)
-        except (ValueError, UnicodeDecodeError):
+        except Exception:  # also RecursionError from a deeply nested line
             return {"ok": False, "error": "request is not valid JSON"}
         if not isinstance(req, dict) or not isinstance(req.get("cmd"), str):
             return {"ok": False, "error": 'request must be a JSON object like {"cmd": "status"}'}
@@ -244,7 +378,7 @@ class ControlServer:
         handler = self._handlers.get(cmd)
         if handler is None:
             return {"ok": False,
-                    "error": f"unknown command {cmd!r}; known: {', '.join(COMMANDS)}"}
+                    "error": f"unknown command {_short(cmd)!r}; known: {', '.join(COMMANDS)}"}
         try:
             return {"ok": True, "result": handler(req)}
         except OcrwatchError as exc:
@@ -278,8 +412,35 @@ class ControlServer:
         return self.target.retry(raw, bool(req.get("all_failed", False)))
 
 
-def _send(conn: socket.socket, obj: dict[str, Any]) -> None:
-    conn.sendall(json.dumps(obj, default=str).encode() + b"\n")
+class _Client:
+    """One connection: what it sent so far and when it must have sent a whole line."""
+
+    __slots__ = ("buf", "busy", "deadline", "sock")
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self.sock = sock
+        self.deadline = deadline
+        self.buf = bytearray()
+        self.busy = False  # a worker holds it: not read, no deadline
+
+
+def _short(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _encode(obj: dict[str, Any]) -> bytes:
+    try:
+        return json.dumps(obj, default=str).encode() + b"\n"
+    except Exception as exc:  # a result that cannot be written as JSON
+        log.exception("control socket: cannot encode an answer")
+        return json.dumps({"ok": False, "error": f"cannot encode the answer: {exc!r}"}
+                          ).encode() + b"\n"
+
+
+def _send_nowait(conn: socket.socket, obj: dict[str, Any]) -> None:
+    """A last word to a client that is being dropped, if its buffer takes it at once."""
+    with contextlib.suppress(OSError):
+        conn.send(_encode(obj))
 
 
 def _same_user(conn: socket.socket) -> bool:

@@ -3,17 +3,22 @@ or hang, run against the real daemon, the real CLI and real files."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import socket
 import tempfile
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from ocrwatch import fsmove
 
-from .helpers import Home, ocrwatch_cli, pdf_bytes, write
+from .helpers import DaemonProcess, Home, ocrwatch_cli, pdf_bytes, wait_for, write
 
 
 # -- 1. failed/ never replaces a file ------------------------------------------------------
@@ -114,3 +119,82 @@ def test_move_across_file_systems_copies_then_removes(tmp_path: Path, other_fs: 
     assert not src.exists()
     assert where.stat().st_mode & 0o777 == 0o640
     assert [p.name for p in other_fs.iterdir() if p.name.startswith(".")] == []
+
+
+# -- 3. the control socket serves everyone, whatever one client sends ----------------------
+def _control_socket(home: Home) -> Path:
+    return home.run / "ocrwatch" / "control.sock"
+
+
+def _connect(path: Path) -> socket.socket:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(10)
+    s.connect(str(path))
+    return s
+
+
+def _reply(s: socket.socket) -> dict[str, Any]:
+    buf = b""
+    while b"\n" not in buf:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        buf += chunk
+    reply: dict[str, Any] = json.loads(buf.split(b"\n", 1)[0])
+    return reply
+
+
+def _timed_status(home: Home) -> float:
+    began = time.monotonic()
+    done = ocrwatch_cli(home, "status", "--json")
+    assert done.returncode == 0 and "Traceback" not in done.stdout + done.stderr, done.stderr
+    assert json.loads(done.stdout)["pid"] > 0
+    return time.monotonic() - began
+
+
+def test_control_socket_survives_hostile_clients(
+        home: Home, daemon_process: Callable[..., DaemonProcess]) -> None:
+    daemon = daemon_process().start()
+    daemon.wait_ready()
+    sock_path = _control_socket(home)
+    wait_for(sock_path.exists, 30, "the control socket")
+    base = _timed_status(home)
+    hostile: list[socket.socket] = []
+    try:
+        # 80 clients that connect and say nothing, and one that sends a byte at a time.
+        hostile += [_connect(sock_path) for _ in range(80)]
+        trickle = _connect(sock_path)
+        hostile.append(trickle)
+        trickle.sendall(b'{"cm')
+        # A deeply nested line (a RecursionError in the JSON parser), and a line too long.
+        nested = _connect(sock_path)
+        nested.sendall(b"[" * 30000 + b"]" * 30000 + b"\n")
+        assert _reply(nested) == {"ok": False, "error": "request is not valid JSON"}
+        nested.sendall(b'{"cmd": "ping"}\n')  # the same connection still works
+        assert _reply(nested)["ok"] is True
+        nested.close()
+        huge = _connect(sock_path)
+        with contextlib.suppress(OSError):  # the server may close before all is sent
+            huge.sendall(b"x" * (1 << 20))
+        reply = _reply(huge)
+        assert reply["ok"] is False and "too long" in reply["error"], reply
+        huge.close()
+        trickle.sendall(b'd"')  # still trickling while others ask
+        times = [_timed_status(home) for _ in range(3)]
+        assert max(times) < base + 3.0, (base, times)
+        # The trickle and the silent ones are dropped at their deadline, with a reason.
+        trickle_reply = _reply(trickle)
+        assert "no complete request within" in trickle_reply["error"], trickle_reply
+        assert daemon.running
+        assert request_ok(sock_path)
+    finally:
+        for s in hostile:
+            s.close()
+    assert daemon.stop() == 0
+    assert "Traceback" not in daemon.output(), daemon.output()[-3000:]
+
+
+def request_ok(path: Path) -> bool:
+    with _connect(path) as s:
+        s.sendall(b'{"cmd": "status"}\n')
+        return _reply(s)["ok"] is True
