@@ -185,7 +185,7 @@ class ControlServer:
             # The runtime folder is 0700 already; 0600 on the socket itself keeps it private
             # even where someone points the socket at a shared folder.
             os.chmod(self.path, 0o600)
-            sock.listen(64)
+            sock.listen(128)
             sock.setblocking(False)
         except OSError as exc:
             sock.close()
@@ -244,7 +244,9 @@ class ControlServer:
             if self._closing.is_set():
                 return
             if key.fileobj is self._sock:
-                self._accept(sel)
+                for _ in range(MAX_CLIENTS):  # all that wait, not one per wake-up
+                    if not self._accept(sel):
+                        break
             elif key.fileobj == self._wake_r:
                 with contextlib.suppress(OSError):
                     os.read(self._wake_r, 4096)
@@ -273,15 +275,16 @@ class ControlServer:
                 f"no complete request within {CLIENT_IDLE_SECONDS:g} s; closing")})
             self._drop(sel, client)
 
-    def _accept(self, sel: selectors.BaseSelector) -> None:
+    def _accept(self, sel: selectors.BaseSelector) -> bool:
+        """Take one waiting client; False when none waits."""
         assert self._sock is not None
         try:
             conn, _ = self._sock.accept()
         except (BlockingIOError, InterruptedError):
-            return
+            return False
         except OSError as exc:  # EMFILE and the like: the listener itself is fine
             log.warning("control socket: cannot accept a client: %s", exc)
-            return
+            return False
         conn.setblocking(False)
         try:
             same = _same_user(conn)
@@ -290,7 +293,7 @@ class ControlServer:
         if not same:
             log.warning("refused a control connection from another user")
             conn.close()
-            return
+            return True
         if len(self._clients) >= MAX_CLIENTS:
             # Make room by dropping the client idle the longest; a new client is more
             # likely a user typing `ocrwatch status` than the oldest silent one.
@@ -299,11 +302,12 @@ class ControlServer:
                 _send_nowait(conn, {"ok": False, "error": "too many control clients at once; "
                                     "try again in a moment"})
                 conn.close()
-                return
+                return True
             self._drop(sel, min(idle, key=lambda c: c.deadline))
         client = _Client(conn, time.monotonic() + CLIENT_IDLE_SECONDS)
         self._clients.add(client)
         sel.register(conn, selectors.EVENT_READ, client)
+        return True
 
     def _read(self, sel: selectors.BaseSelector, client: _Client) -> None:
         try:
@@ -482,7 +486,7 @@ def request(
     sock.settimeout(timeout)
     try:
         try:
-            sock.connect(str(path))
+            _connect(sock, path, timeout)
         except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError):
             raise DaemonNotRunning(NOT_RUNNING) from None
         except OSError as exc:
@@ -522,6 +526,21 @@ def request(
     if not reply["ok"]:
         raise OcrwatchError(str(reply.get("error", "the daemon refused the command")))
     return reply.get("result")
+
+
+def _connect(sock: socket.socket, path: Path, timeout: float) -> None:
+    """Connect, waiting up to ``timeout`` while the daemon's backlog is full (EAGAIN)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            sock.connect(str(path))
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise OcrwatchError(
+                    f"the daemon at {path} is too busy to take a connection; try again"
+                ) from None
+            time.sleep(0.05)
 
 
 def is_running(*, socket_path: Path | str | None = None, timeout: float = 2.0) -> bool:

@@ -128,8 +128,8 @@ def _control_socket(home: Home) -> Path:
 
 def _connect(path: Path) -> socket.socket:
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(str(path))  # blocking: waits for room in the backlog, as a real client does
     s.settimeout(10)
-    s.connect(str(path))
     return s
 
 
