@@ -10,12 +10,14 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ocrwatch import __version__
 from ocrwatch import config as config_mod
 from ocrwatch.errors import DaemonNotRunning, DaemonRunning, OcrwatchError
+from ocrwatch.status import EngineStatus, Status, format_status
 
 log = logging.getLogger("ocrwatch")
 
@@ -276,33 +278,22 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from ocrwatch.control import format_status, request
+    from ocrwatch.control import request
 
     try:
-        status = request("status")
+        status = Status.from_dict(request("status"))
         running = True
     except DaemonNotRunning:
         status = _offline_status(args)
         running = False
     if args.json:
-        print(json.dumps({**status, "running": running}, indent=2, default=str))
-        return 0
-    if running:
-        print(format_status(status))
+        print(json.dumps({**status.to_dict(), "running": running}, indent=2, default=str))
     else:
-        print("ocrwatch: no daemon is running (start one with `ocrwatch run`)")
-        counts = ", ".join(f"{status.get(k, 0)} {k}" for k in ("queued", "running", "done",
-                                                                 "failed"))
-        print(f"  queue:   {counts}")
-        print(f"  engine:  {status['engine']['name']} ({status['engine']['why']})")
-        print(f"  index:   {status['database']}")
-        print(f"  log:     {status['log_file']}")
-        for f in status["recent_failures"]:
-            print(f"  failed:  {f['path']}: {f['reason']}")
+        print(format_status(status))
     return 0
 
 
-def _offline_status(args: argparse.Namespace) -> dict[str, Any]:
+def _offline_status(args: argparse.Namespace) -> Status:
     from ocrwatch.db import Database
     from ocrwatch.engines import choose
     from ocrwatch.jobs import JobQueue
@@ -312,16 +303,16 @@ def _offline_status(args: argparse.Namespace) -> dict[str, Any]:
     if getattr(args, "database", None):
         config.database = Path(args.database).expanduser()
     choice = choose(config)
-    status: dict[str, Any] = {"state": "stopped", "engine": {"name": choice.name,
-                                                             "why": choice.why},
-                              "database": str(config.database),
-                              "log_file": str(default_log_file()), "recent_failures": []}
+    status = Status(state="stopped", engine=EngineStatus(choice.name, choice.why),
+                    database=str(config.database), log_file=str(default_log_file()))
     if config.database.exists():
         db = Database(config.database, readonly=True)
         try:
             jobs = JobQueue(db)
-            status.update(jobs.counts())
-            status["recent_failures"] = jobs.failures(10)
+            counts = jobs.counts()
+            status = replace(status, queued=counts["queued"], running=counts["running"],
+                             done=counts["done"], failed=counts["failed"],
+                             recent_failures=tuple(jobs.failures(10)))
         finally:
             db.close()
     return status

@@ -33,6 +33,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from ocrwatch import paths
 from ocrwatch.errors import DaemonNotRunning, DaemonRunning, OcrwatchError
+from ocrwatch.status import Status
 
 log = logging.getLogger(__name__)
 
@@ -49,15 +50,10 @@ COMMANDS = ("ping", "status", "pause", "resume", "stop", "rescan", "retry")
 class Controllable(Protocol):
     """What the tray and the control socket need from the daemon.
 
-    ``status()`` returns a dict with the keys ``state`` ("idle" | "working" | "paused" |
-    "stopping"), ``paused``, ``queued``, ``running``, ``done``, ``failed``, ``pages_today``,
-    ``engine`` (``name``, ``why``, ``state`` and optionally ``gpu_memory_mb`` and
-    ``pages_per_second``), ``last_result``, ``recent_failures`` (``path``, ``reason``,
-    ``when``), ``inbox``, ``log_file``, ``pid`` and ``version``. The return values of the
-    other methods, except ``retry``, are ignored.
+    The return values of the methods other than ``status`` and ``retry`` are ignored.
     """
 
-    def status(self) -> dict[str, Any]: ...
+    def status(self) -> Status: ...
 
     def pause(self) -> object: ...
 
@@ -103,7 +99,7 @@ class ControlServer:
         self._closed = False
         self._handlers: dict[str, Callable[[dict[str, Any]], Any]] = {
             "ping": lambda _req: {"pid": os.getpid()},
-            "status": lambda _req: self.target.status(),
+            "status": lambda _req: self.target.status().to_dict(),
             "pause": self._pause,
             "resume": self._resume,
             "stop": self._stop,
@@ -394,11 +390,11 @@ class ControlServer:
 
     def _pause(self, _req: dict[str, Any]) -> dict[str, Any]:
         self.target.pause()
-        return self.target.status()
+        return self.target.status().to_dict()
 
     def _resume(self, _req: dict[str, Any]) -> dict[str, Any]:
         self.target.resume()
-        return self.target.status()
+        return self.target.status().to_dict()
 
     def _stop(self, _req: dict[str, Any]) -> dict[str, Any]:
         log.info("stop requested over the control socket")
@@ -571,37 +567,6 @@ def stop_daemon(
         f"the daemon (PID {pid}) is still running {timeout:.0f} s after being asked to stop; "
         f"it may be finishing a long page. Wait, or end it with `kill {pid}`."
     )
-
-
-def format_status(status: dict[str, Any]) -> str:
-    """The human-readable form of ``status()`` that ``ocrwatch status`` prints."""
-    engine = status.get("engine") or {}
-    lines = [
-        f"ocrwatch {status.get('version', '?')} (PID {status.get('pid', '?')}): "
-        f"{status.get('state', '?')}",
-        f"  queue:   {status.get('queued', 0)} waiting, {status.get('running', 0)} running, "
-        f"{status.get('done', 0)} done, {status.get('failed', 0)} failed",
-        f"  today:   {status.get('pages_today', 0)} pages",
-    ]
-    eng = f"  engine:  {engine.get('name', '?')} ({engine.get('state', '?')})"
-    if engine.get("why"):
-        eng += f", {engine['why']}"
-    lines.append(eng)
-    if engine.get("gpu_memory_mb") is not None:
-        lines.append(f"  GPU:     {float(engine['gpu_memory_mb']):.0f} MB held")
-    if engine.get("pages_per_second") is not None:
-        lines.append(f"  speed:   {float(engine['pages_per_second']):.2f} pages/s")
-    for folder in status.get("inbox") or []:
-        lines.append(f"  inbox:   {folder}")
-    if status.get("last_result"):
-        lines.append(f"  last:    {status['last_result']}")
-    failures = status.get("recent_failures") or []
-    if failures:
-        lines.append("  recent failures (retry with `ocrwatch retry --all-failed`):")
-        for f in failures[-5:]:
-            lines.append(f"    {f.get('path')}: {f.get('reason')}")
-    lines.append(f"  log:     {status.get('log_file', '?')}")
-    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------- lock

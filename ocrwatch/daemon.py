@@ -39,6 +39,7 @@ from ocrwatch.sidecar import (
     target_dir,
     write_sidecars,
 )
+from ocrwatch.status import EngineStatus, Status
 from ocrwatch.watch import Watcher
 
 log = logging.getLogger(__name__)
@@ -631,7 +632,7 @@ class Daemon:
         return counts["queued"] == 0 and counts["running"] == 0
 
     # -- reporting ---------------------------------------------------------------------
-    def status(self) -> dict[str, Any]:
+    def status(self) -> Status:
         counts = self.jobs.counts()
         midnight = _dt.datetime.combine(_dt.date.today(), _dt.time()).timestamp()
         with self._cond:
@@ -650,17 +651,16 @@ class Daemon:
         except Exception as exc:  # status must answer even when the engine is sick
             engine_facts = {"state": f"error: {exc}"}
         last_result = last or self.jobs.last_result()
-        return {
-            "state": state,
-            "paused": self._paused,
-            **counts,
-            "pages_today": self.jobs.pages_since(midnight),
-            "engine": {**engine_facts, "name": self.choice.name, "why": self.choice.why},
-            "last_result": str(last_result) if last_result else None,
-            "recent_failures": self.jobs.failures(10),
-            "inbox": [str(p) for p in self.config.inbox],
-            "database": str(self.config.database),
-            "log_file": str(self.log_file) if self.log_file else None,
-            "pid": os.getpid(),
-            "version": __version__,
-        }
+        return Status(
+            state=state, paused=self._paused,
+            queued=counts["queued"], running=counts["running"], done=counts["done"],
+            failed=counts["failed"], pages_today=self.jobs.pages_since(midnight),
+            engine=EngineStatus.from_dict(
+                {**engine_facts, "name": self.choice.name, "why": self.choice.why}),
+            last_result=str(last_result) if last_result else None,
+            recent_failures=tuple(self.jobs.failures(10)),
+            inbox=tuple(str(p) for p in self.config.inbox),
+            database=str(self.config.database),
+            log_file=str(self.log_file) if self.log_file else None,
+            pid=os.getpid(), version=__version__,
+        )

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ocrwatch.db import Database, decode_path, display_path, encode_path
 from ocrwatch.domain import Job, State
+from ocrwatch.status import Failure
 
 log = logging.getLogger(__name__)
 
@@ -295,13 +296,13 @@ class JobQueue:
             counts[row["state"]] = row["n"]
         return counts
 
-    def failures(self, limit: int = 10) -> list[dict[str, object]]:
+    def failures(self, limit: int = 10) -> list[Failure]:
         rows = self.db.query(
             "SELECT display, reason, finished FROM jobs WHERE state = 'failed' "
             "ORDER BY finished DESC LIMIT ?",
             (limit,),
         )
-        return [{"path": r["display"], "reason": r["reason"], "when": r["finished"]} for r in rows]
+        return [Failure(r["display"], r["reason"] or "", r["finished"]) for r in rows]
 
     def state_of(self, path: Path) -> Job | None:
         return self.known(path)

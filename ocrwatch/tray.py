@@ -35,6 +35,7 @@ from PIL import Image, ImageDraw, ImageFont
 from ocrwatch import paths
 from ocrwatch.control import Controllable
 from ocrwatch.errors import OcrwatchError
+from ocrwatch.status import Status
 
 log = logging.getLogger(__name__)
 
@@ -64,21 +65,15 @@ _said_headless = False
 # --------------------------------------------------------------------------- drawing
 
 
-def look(status: Mapping[str, Any]) -> str:
+def look(status: Status) -> str:
     """The icon's main look: idle, working, paused, asleep or stopping."""
-    state = str(status.get("state", "idle"))
-    if status.get("paused") or state == "paused":
+    if status.paused or status.state == "paused":
         return "paused"
-    if state in ("working", "stopping"):
-        return state
-    engine = status.get("engine") or {}
-    if engine.get("state") in ("asleep", "stopped"):
+    if status.state in ("working", "stopping"):
+        return status.state
+    if status.engine.state in ("asleep", "stopped"):
         return "asleep"
     return "idle"
-
-
-def _count(status: Mapping[str, Any]) -> int:
-    return int(status.get("queued", 0) or 0) + int(status.get("running", 0) or 0)
 
 
 def _font(px: int) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
@@ -88,8 +83,8 @@ def _font(px: int) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
         return ImageFont.load_default()
 
 
-def draw_icon(status: Mapping[str, Any]) -> Image.Image:
-    """The tray icon for ``status`` (a ``Controllable.status()`` dict), 64x64 RGBA.
+def draw_icon(status: Status) -> Image.Image:
+    """The tray icon for ``status``, 64x64 RGBA.
 
     A page on a rounded square whose colour tells the state: green idle, blue working
     (with the number of files in the queue), grey paused (two bars), indigo when the GPU
@@ -116,7 +111,7 @@ def draw_icon(status: Mapping[str, Any]) -> Image.Image:
         d.rounded_rectangle((20 * s, 18 * s, 29 * s, 48 * s), radius=2 * s, fill=(55, 55, 55))
         d.rounded_rectangle((35 * s, 18 * s, 44 * s, 48 * s), radius=2 * s, fill=(55, 55, 55))
     elif kind == "working":
-        n = _count(status)
+        n = status.in_queue
         text = "99+" if n > 99 else str(max(n, 1))
         r = 15 * s if len(text) < 3 else 17 * s
         cx, cy = 47 * s, 46 * s
@@ -135,7 +130,7 @@ def draw_icon(status: Mapping[str, Any]) -> Image.Image:
         m.ellipse((ox - r, oy - r, ox + r, oy + r), fill=0)
         big.paste(Image.new("RGBA", big.size, (*MOON, 255)), (0, 0), mask)
 
-    if int(status.get("failed", 0) or 0) > 0:
+    if status.failed > 0:
         cx, cy, r = 50 * s, 14 * s, 12 * s
         d.ellipse((cx - r, cy - r, cx + r, cy + r), fill=FAILED, outline=WHITE, width=2 * s)
         d.rounded_rectangle((cx - 2 * s, cy - 8 * s, cx + 2 * s, cy + 3 * s), radius=s,
@@ -145,14 +140,14 @@ def draw_icon(status: Mapping[str, Any]) -> Image.Image:
     return big.resize((SIZE, SIZE), Image.Resampling.LANCZOS)
 
 
-def icon_key(status: Mapping[str, Any]) -> tuple[Any, ...]:
+def icon_key(status: Status) -> tuple[Any, ...]:
     """What the icon's pixels depend on; redraw only when it changes."""
     kind = look(status)
-    count = min(_count(status), 100) if kind == "working" else 0
-    return kind, count, int(status.get("failed", 0) or 0) > 0
+    count = min(status.in_queue, 100) if kind == "working" else 0
+    return kind, count, status.failed > 0
 
 
-def tooltip(status: Mapping[str, Any]) -> str:
+def tooltip(status: Status) -> str:
     """One line for the icon's tooltip: the state, the queue and the pages done today."""
     kind = look(status)
     words = {
@@ -162,30 +157,26 @@ def tooltip(status: Mapping[str, Any]) -> str:
         "asleep": "watching the inbox (GPU asleep)",
         "stopping": "stopping",
     }[kind]
-    parts = [f"ocrwatch: {words}", f"{_count(status)} in queue",
-             f"{int(status.get('pages_today', 0) or 0)} pages today"]
-    failed = int(status.get("failed", 0) or 0)
-    if failed:
-        parts.append(f"{failed} failed")
+    parts = [f"ocrwatch: {words}", f"{status.in_queue} in queue",
+             f"{status.pages_today} pages today"]
+    if status.failed:
+        parts.append(f"{status.failed} failed")
     return ", ".join(parts)
 
 
-def status_lines(status: Mapping[str, Any]) -> list[str]:
+def status_lines(status: Status) -> list[str]:
     """The lines of the menu's Status submenu."""
-    engine = status.get("engine") or {}
+    engine = status.engine
     lines = [
-        f"State: {status.get('state', '?')}, {status.get('queued', 0)} waiting, "
-        f"{status.get('running', 0)} running",
-        f"Engine: {engine.get('name', '?')} ({engine.get('state', '?')})",
+        f"State: {status.state}, {status.queued} waiting, {status.running} running",
+        f"Engine: {engine.name} ({engine.state})",
     ]
-    mb = engine.get("gpu_memory_mb")
-    lines.append(f"GPU memory held: {float(mb):.0f} MB" if mb is not None
-                 else "GPU memory held: none")
-    pps = engine.get("pages_per_second")
-    if pps is not None:
-        lines.append(f"Speed: {float(pps):.2f} pages/s")
-    lines.append(f"Today: {int(status.get('pages_today', 0) or 0)} pages, "
-                 f"{status.get('done', 0)} files done, {status.get('failed', 0)} failed")
+    mb = engine.gpu_memory_mb
+    lines.append(f"GPU memory held: {mb:.0f} MB" if mb is not None else "GPU memory held: none")
+    if engine.pages_per_second is not None:
+        lines.append(f"Speed: {engine.pages_per_second:.2f} pages/s")
+    lines.append(f"Today: {status.pages_today} pages, "
+                 f"{status.done} files done, {status.failed} failed")
     return lines
 
 
@@ -221,24 +212,22 @@ class TrayController:
         self.notify = notify
         self.quit_requested = threading.Event()
         self.wake = threading.Event()  # set by actions: redraw now, not at the next poll
-        self._status: dict[str, Any] = {}
-        self._seen_failures: set[tuple[str, str]] | None = None
+        self._status = Status()
+        self._seen_failures: set[tuple[str, float | None]] | None = None
 
     @property
-    def status(self) -> dict[str, Any]:
+    def status(self) -> Status:
         return self._status
 
-    def refresh(self) -> dict[str, Any]:
+    def refresh(self) -> Status:
         """Poll the daemon; notify about failures that are new since the last poll."""
         st = self.target.status()
         self._status = st
-        failures = st.get("recent_failures") or []
-        keys = {(str(f.get("path")), str(f.get("when"))) for f in failures}
+        keys = {(f.path, f.when) for f in st.recent_failures}
         if self._seen_failures is not None and self.notify is not None:
-            for f in failures:
-                key = (str(f.get("path")), str(f.get("when")))
-                if key not in self._seen_failures:
-                    self.notify(f"{Path(str(f.get('path'))).name}: {f.get('reason')}",
+            for f in st.recent_failures:
+                if (f.path, f.when) not in self._seen_failures:
+                    self.notify(f"{Path(f.path).name}: {f.reason}",
                                 "ocrwatch could not read a file")
         # Failures from before the tray started are not news.
         self._seen_failures = (self._seen_failures or set()) | keys
@@ -247,7 +236,7 @@ class TrayController:
     # Menu actions. Each one refreshes, so the menu and icon follow at once.
 
     def toggle_pause(self) -> None:
-        if self._status.get("paused"):
+        if self._status.paused:
             log.info("resumed from the tray")
             self.target.resume()
         else:
@@ -257,25 +246,25 @@ class TrayController:
         self.wake.set()
 
     def open_inbox(self, index: int = 0) -> None:
-        inbox = self._status.get("inbox") or [str(paths.default_inbox())]
+        inbox = self._status.inbox or (str(paths.default_inbox()),)
         self.opener(inbox[min(index, len(inbox) - 1)])
 
     def open_last_result(self) -> None:
-        last = self._status.get("last_result")
+        last = self._status.last_result
         if last:
             self.opener(last)
 
     def open_log(self) -> None:
-        if self._status.get("log_file"):
-            self.opener(self._status["log_file"])
+        if self._status.log_file:
+            self.opener(self._status.log_file)
 
     def failed_report(self) -> str:
-        failures = self._status.get("recent_failures") or []
+        failures = self._status.recent_failures
         lines = ["Files ocrwatch could not read", ""]
         for f in failures:
-            lines += [str(f.get("path")), f"    {f.get('reason')}", f"    {f.get('when')}", ""]
+            lines += [f.path, f"    {f.reason}", f"    {f.when_text}", ""]
         if not failures:
-            lines.append(f"{self._status.get('failed', 0)} failed files, none recently.")
+            lines.append(f"{self._status.failed} failed files, none recently.")
         lines.append("Fix or replace a file and drop it into the inbox again, or use "
                      "'Retry failed files' in the tray menu.")
         return "\n".join(lines) + "\n"
@@ -300,8 +289,7 @@ class TrayController:
     def menu_key(self) -> tuple[Any, ...]:
         """What the menu's items (not its numbers) depend on."""
         st = self._status
-        return (bool(st.get("paused")), int(st.get("failed", 0) or 0) > 0,
-                bool(st.get("last_result")), tuple(st.get("inbox") or ()), look(st))
+        return st.paused, st.failed > 0, bool(st.last_result), st.inbox, look(st)
 
 
 # --------------------------------------------------------------------------- backends
@@ -641,7 +629,7 @@ def _menu(pystray: Any, c: TrayController, *, default_toggles: bool) -> Any:
         return run
 
     def inbox_items() -> Any:
-        inbox = c.status.get("inbox") or []
+        inbox = c.status.inbox
         if len(inbox) <= 1:
             return Item("Open inbox", guard(c.open_inbox))
         return Item("Open inbox", Menu(*[
@@ -653,19 +641,19 @@ def _menu(pystray: Any, c: TrayController, *, default_toggles: bool) -> Any:
         items = [Item(line, None, enabled=False) for line in lines]
         items.append(Menu.SEPARATOR)
         items.append(Item("Open log file", guard(c.open_log),
-                          enabled=lambda _item: bool(c.status.get("log_file"))))
+                          enabled=lambda _item: bool(c.status.log_file)))
         return items
 
     def items() -> Any:
-        failed = int(c.status.get("failed", 0) or 0)
+        failed = c.status.failed
         return [
             Item("Pause", guard(c.toggle_pause),
-                 checked=lambda _item: bool(c.status.get("paused")),
+                 checked=lambda _item: c.status.paused,
                  default=default_toggles),
             Menu.SEPARATOR,
             inbox_items(),
             Item("Open last result", guard(c.open_last_result),
-                 enabled=bool(c.status.get("last_result"))),
+                 enabled=bool(c.status.last_result)),
             Item(f"Show failed files ({failed})" if failed else "Show failed files",
                  guard(c.show_failed), enabled=failed > 0),
             Item("Retry failed files", guard(c.retry_failed), enabled=failed > 0),

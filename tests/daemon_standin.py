@@ -10,6 +10,8 @@ import os
 import threading
 from typing import Any
 
+from ocrwatch.status import Status
+
 
 class StandInDaemon:
     def __init__(self, **status: Any) -> None:
@@ -38,10 +40,10 @@ class StandInDaemon:
         with self.lock:
             self._status.update(changes)
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> Status:
         with self.lock:
             self.calls.append("status")
-            return dict(self._status)
+            return Status.from_dict(self._status)
 
     def pause(self) -> None:
         with self.lock:

@@ -22,6 +22,7 @@ from daemon_standin import StandInDaemon
 from ocrwatch import control
 from ocrwatch.control import Controllable, ControlServer, InstanceLock, request
 from ocrwatch.errors import DaemonNotRunning, DaemonRunning, OcrwatchError
+from ocrwatch.status import format_status
 
 
 @pytest.fixture
@@ -57,7 +58,7 @@ def test_status_pause_resume_rescan_retry(
     st = request("status", socket_path=sock)
     assert st["queued"] == 3 and st["state"] == "idle"
     assert request("pause", socket_path=sock)["paused"] is True
-    assert target.status()["paused"] is True
+    assert target.status().paused is True
     assert request("resume", socket_path=sock)["paused"] is False
     assert request("rescan", socket_path=sock) is None
     assert request("retry", socket_path=sock, paths=["/a", "/b"]) == 2
@@ -218,10 +219,10 @@ def test_format_status_mentions_log_and_engine() -> None:
     st = StandInDaemon(
         engine={"name": "vllm", "state": "asleep", "why": "GPU found",
                 "gpu_memory_mb": 912, "pages_per_second": 1.25},
-        recent_failures=[{"path": "/in/x.pdf", "reason": "encrypted", "when": "now"}],
+        recent_failures=[{"path": "/in/x.pdf", "reason": "encrypted", "when": 1.0}],
         last_result="/in/y.md",
     ).status()
-    text = control.format_status(st)
+    text = format_status(st)
     assert "vllm (asleep)" in text and "912 MB" in text and "1.25 pages/s" in text
     assert "log:     /tmp/ocrwatch.log" in text
     assert "/in/x.pdf: encrypted" in text

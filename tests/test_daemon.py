@@ -108,7 +108,7 @@ def test_bad_files_fail_with_reasons_and_the_next_is_read(daemon: Daemon,
     wait_for(lambda: finished(daemon, inbox / "empty.png", inbox / "text.png", good), 30,
              "all three")
     assert state(daemon, good) == "done"
-    reasons = {Path(f["path"]).name: f["reason"] for f in daemon.status()["recent_failures"]}
+    reasons = {Path(f.path).name: f.reason for f in daemon.status().recent_failures}
     assert "empty" in reasons["empty.png"]
     assert "not an image or PDF" in reasons["text.png"]
     assert not (inbox / "empty.md").exists()
@@ -154,7 +154,7 @@ def test_pause_queues_without_reading_and_survives_restart(config: Config) -> No
         path = config.inbox[0] / "later.png"
         text_page(["x"]).save(path)
         wait_for(lambda: state(d, path) == "queued", 30, "queued while paused")
-        assert d.status()["state"] == "paused"
+        assert d.status().state == "paused"
         assert engine.released >= 1 or wait_for(lambda: engine.released >= 1, 10, "release")
         assert engine.batches == []
     finally:
@@ -216,9 +216,9 @@ def test_size_matched_batches_reach_the_engine(config: Config) -> None:
 
 def test_status_reports_engine_and_counts(daemon: Daemon) -> None:
     status = daemon.status()
-    assert status["state"] in ("idle", "working")
-    assert status["engine"]["name"] == "fake"
-    assert {"queued", "running", "done", "failed", "pages_today", "pid"} <= set(status)
+    assert status.state in ("idle", "working")
+    assert status.engine.name == "fake"
+    assert {"queued", "running", "done", "failed", "pages_today", "pid"} <= set(status.to_dict())
 
 
 def test_tesseract_engine_reads_real_text(tmp_path: Path) -> None:

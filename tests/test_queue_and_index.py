@@ -56,7 +56,7 @@ def test_job_lifecycle(db: Database, tmp_path: Path) -> None:
     assert q.claim() is None
     q.fail(job.id, "bad scan")
     assert q.counts()["failed"] == 1
-    assert q.failures()[0]["reason"] == "bad scan"
+    assert q.failures()[0].reason == "bad scan"
     assert q.retry() == 1
     assert q.counts()["queued"] == 1
 
@@ -93,7 +93,7 @@ def test_defer_backs_off_then_gives_up(db: Database, tmp_path: Path) -> None:
     job = q.claim(now=due + 1000)
     assert job is not None
     assert not q.defer(job.id, "disk full", max_attempts=3)
-    assert "gave up after 3 tries" in q.failures()[0]["reason"]
+    assert "gave up after 3 tries" in q.failures()[0].reason
 
 
 def test_non_utf8_names_round_trip(db: Database, tmp_path: Path) -> None:

@@ -12,6 +12,9 @@ import pytest
 from daemon_standin import StandInDaemon
 
 from ocrwatch import paths, tray
+from ocrwatch.status import Status
+
+S = Status.from_dict
 
 
 def colour_at(img: Any, xy: tuple[int, int]) -> tuple[int, int, int]:
@@ -39,8 +42,8 @@ BACKGROUND = (6, 32)  # left edge, inside the rounded square, clear of the page
     ],
 )
 def test_background_tells_the_state(status: dict[str, Any], kind: str) -> None:
-    assert tray.look(status) == kind
-    img = tray.draw_icon(status)
+    assert tray.look(S(status)) == kind
+    img = tray.draw_icon(S(status))
     assert img.size == (64, 64) and img.mode == "RGBA"
     assert near(colour_at(img, BACKGROUND), tray.COLOURS[kind])
     corner = img.getpixel((0, 0))
@@ -50,45 +53,45 @@ def test_background_tells_the_state(status: dict[str, Any], kind: str) -> None:
 def test_states_differ_at_a_glance() -> None:
     states: list[dict[str, Any]] = [{"state": "idle"}, {"state": "working", "queued": 2},
               {"state": "paused", "paused": True}, {"state": "idle", "engine": {"state": "asleep"}}]
-    bgs = {colour_at(tray.draw_icon(s), BACKGROUND) for s in states}
+    bgs = {colour_at(tray.draw_icon(S(s)), BACKGROUND) for s in states}
     assert len(bgs) == 4
 
 
 def test_working_badge_shows_a_count() -> None:
-    one = tray.draw_icon({"state": "working", "queued": 1})
-    many = tray.draw_icon({"state": "working", "queued": 250})
+    one = tray.draw_icon(S({"state": "working", "queued": 1}))
+    many = tray.draw_icon(S({"state": "working", "queued": 250}))
     # The white badge sits bottom right; its digits differ.
     assert near(colour_at(one, (37, 46)), tray.WHITE, 20)
     assert one.tobytes() != many.tobytes()
-    assert tray.icon_key({"state": "working", "queued": 250}) == ("working", 100, False)
+    assert tray.icon_key(S({"state": "working", "queued": 250})) == ("working", 100, False)
 
 
 def test_failed_badge_in_any_state() -> None:
     for base in ({"state": "idle"}, {"state": "working", "queued": 1},
                  {"state": "paused", "paused": True}):
-        plain = tray.draw_icon(base)
-        failed = tray.draw_icon({**base, "failed": 2})
+        plain = tray.draw_icon(S(base))
+        failed = tray.draw_icon(S({**base, "failed": 2}))
         assert near(colour_at(failed, (43, 14)), tray.FAILED, 25)
         assert not near(colour_at(plain, (43, 14)), tray.FAILED, 25)
 
 
 def test_tooltip() -> None:
-    text = tray.tooltip({"state": "working", "queued": 3, "running": 1, "pages_today": 42,
-                         "failed": 1})
+    text = tray.tooltip(S({"state": "working", "queued": 3, "running": 1, "pages_today": 42,
+                         "failed": 1}))
     assert text == "ocrwatch: reading, 4 in queue, 42 pages today, 1 failed"
-    assert tray.tooltip({"state": "paused", "paused": True}).startswith("ocrwatch: paused")
-    assert "GPU asleep" in tray.tooltip({"state": "idle", "engine": {"state": "asleep"}})
+    assert tray.tooltip(S({"state": "paused", "paused": True})).startswith("ocrwatch: paused")
+    assert "GPU asleep" in tray.tooltip(S({"state": "idle", "engine": {"state": "asleep"}}))
 
 
 def test_status_lines() -> None:
-    lines = tray.status_lines({"state": "working", "queued": 2, "running": 1,
+    lines = tray.status_lines(S({"state": "working", "queued": 2, "running": 1,
                                "engine": {"name": "vllm", "state": "ready",
                                           "gpu_memory_mb": 14000.4, "pages_per_second": 2.5},
-                               "pages_today": 9})
+                               "pages_today": 9}))
     assert "Engine: vllm (ready)" in lines
     assert "GPU memory held: 14000 MB" in lines
     assert "Speed: 2.50 pages/s" in lines
-    assert tray.status_lines({"engine": {"name": "tesseract", "state": "ready"}})[2] == (
+    assert tray.status_lines(S({"engine": {"name": "tesseract", "state": "ready"}}))[2] == (
         "GPU memory held: none")
 
 
@@ -100,13 +103,13 @@ def test_controller_actions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     opened: list[str] = []
     daemon = StandInDaemon(inbox=["/in/a", "/in/b"], last_result="/in/a/x.md", failed=1,
                            recent_failures=[{"path": "/in/a/bad.pdf", "reason": "encrypted",
-                                             "when": "2026-01-01T10:00"}])
+                                             "when": 1767261600.0}])
     c = tray.TrayController(daemon, opener=lambda p: opened.append(str(p)))
     c.refresh()
     c.toggle_pause()
-    assert daemon.status()["paused"] and c.status["paused"] and c.wake.is_set()
+    assert daemon.status().paused and c.status.paused and c.wake.is_set()
     c.toggle_pause()
-    assert not daemon.status()["paused"]
+    assert not daemon.status().paused
     c.open_inbox(1)
     c.open_last_result()
     c.show_failed()
@@ -120,14 +123,14 @@ def test_controller_actions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_notifies_only_new_failures() -> None:
-    old = {"path": "/in/old.pdf", "reason": "corrupt", "when": "1"}
+    old = {"path": "/in/old.pdf", "reason": "corrupt", "when": 1.0}
     daemon = StandInDaemon(recent_failures=[old])
     notes: list[tuple[str, str]] = []
     c = tray.TrayController(daemon, notify=lambda m, t: notes.append((m, t)))
     c.refresh()
     assert notes == []  # failures from before the tray started are not news
     daemon.set(recent_failures=[old, {"path": "/in/new.jpg", "reason": "not an image",
-                                      "when": "2"}])
+                                      "when": 2.0}])
     c.refresh()
     c.refresh()
     assert notes == [("new.jpg: not an image", "ocrwatch could not read a file")]

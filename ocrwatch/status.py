@@ -1,0 +1,161 @@
+"""What the daemon is doing, as one typed value, and its text for ``ocrwatch status``.
+
+The daemon builds a :class:`Status`; the control socket sends it as JSON
+(:meth:`Status.to_dict`) and clients read it back with :meth:`Status.from_dict`, which
+takes any subset of the keys, so an older or newer daemon still answers. The tray draws
+it (ocrwatch/tray.py); :func:`format_status` writes it for the terminal.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# The daemon's states; "stopped" is only ever shown by a client when no daemon answers.
+STATES = ("idle", "working", "paused", "stopping", "stopped")
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One failed file, as the queue recorded it."""
+
+    path: str
+    reason: str
+    when: float | None = None  # Unix time the file failed
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Failure:
+        when = data.get("when")
+        return cls(str(data.get("path", "?")), str(data.get("reason", "")),
+                   float(when) if isinstance(when, int | float) else None)
+
+    @property
+    def when_text(self) -> str:
+        if self.when is None:
+            return "?"
+        return _dt.datetime.fromtimestamp(self.when).isoformat(sep=" ", timespec="seconds")
+
+
+@dataclass(frozen=True)
+class EngineStatus:
+    """The engine's name, why it was chosen, and what it says about itself."""
+
+    name: str = "?"
+    why: str = ""
+    state: str = "?"  # e.g. ready, asleep, stopped, starting, or "error: ..."
+    gpu_memory_mb: float | None = None
+    pages_per_second: float | None = None
+    facts: dict[str, Any] = field(default_factory=dict)  # the rest of Engine.describe()
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> EngineStatus:
+        known = {"name", "why", "state", "gpu_memory_mb", "pages_per_second"}
+        mb, pps = data.get("gpu_memory_mb"), data.get("pages_per_second")
+        return cls(
+            name=str(data.get("name", "?")), why=str(data.get("why", "")),
+            state=str(data.get("state", "?")),
+            gpu_memory_mb=float(mb) if mb is not None else None,
+            pages_per_second=float(pps) if pps is not None else None,
+            facts={k: v for k, v in data.items() if k not in known},
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {**self.facts, "state": self.state}
+        if self.gpu_memory_mb is not None:
+            out["gpu_memory_mb"] = self.gpu_memory_mb
+        if self.pages_per_second is not None:
+            out["pages_per_second"] = self.pages_per_second
+        return {**out, "name": self.name, "why": self.why}
+
+
+@dataclass(frozen=True)
+class Status:
+    """A snapshot of the daemon (or, with ``state == "stopped"``, of its database alone)."""
+
+    state: str = "idle"  # one of STATES
+    paused: bool = False
+    queued: int = 0
+    running: int = 0
+    done: int = 0
+    failed: int = 0
+    pages_today: int = 0
+    engine: EngineStatus = field(default_factory=EngineStatus)
+    last_result: str | None = None
+    recent_failures: tuple[Failure, ...] = ()
+    inbox: tuple[str, ...] = ()
+    database: str | None = None
+    log_file: str | None = None
+    pid: int | None = None
+    version: str | None = None
+
+    @property
+    def in_queue(self) -> int:
+        """Files waiting or being read."""
+        return self.queued + self.running
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form the control socket sends and ``ocrwatch status --json`` prints."""
+        out = asdict(self)
+        out["engine"] = self.engine.to_dict()
+        out["recent_failures"] = [asdict(f) for f in self.recent_failures]
+        out["inbox"] = list(self.inbox)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Status:
+        def num(key: str) -> int:
+            return int(data.get(key) or 0)
+
+        def text(key: str) -> str | None:
+            value = data.get(key)
+            return None if value is None else str(value)
+
+        pid = data.get("pid")
+        return cls(
+            state=str(data.get("state", "idle")), paused=bool(data.get("paused", False)),
+            queued=num("queued"), running=num("running"), done=num("done"),
+            failed=num("failed"), pages_today=num("pages_today"),
+            engine=EngineStatus.from_dict(data.get("engine") or {}),
+            last_result=text("last_result"),
+            recent_failures=tuple(Failure.from_dict(f)
+                                  for f in data.get("recent_failures") or ()),
+            inbox=tuple(str(p) for p in data.get("inbox") or ()),
+            database=text("database"), log_file=text("log_file"),
+            pid=int(pid) if pid is not None else None, version=text("version"),
+        )
+
+
+def format_status(status: Status) -> str:
+    """The text ``ocrwatch status`` prints, for a running daemon or a stopped one."""
+    engine = status.engine
+    queue = (f"  queue:   {status.queued} waiting, {status.running} running, "
+             f"{status.done} done, {status.failed} failed")
+    if status.state == "stopped":
+        lines = ["ocrwatch: no daemon is running (start one with `ocrwatch run`)", queue,
+                 f"  engine:  {engine.name} ({engine.why})",
+                 f"  index:   {status.database}", f"  log:     {status.log_file}"]
+        lines += [f"  failed:  {f.path}: {f.reason}" for f in status.recent_failures]
+        return "\n".join(lines)
+    lines = [
+        f"ocrwatch {status.version or '?'} (PID {status.pid or '?'}): {status.state}",
+        queue,
+        f"  today:   {status.pages_today} pages",
+    ]
+    eng = f"  engine:  {engine.name} ({engine.state})"
+    if engine.why:
+        eng += f", {engine.why}"
+    lines.append(eng)
+    if engine.gpu_memory_mb is not None:
+        lines.append(f"  GPU:     {engine.gpu_memory_mb:.0f} MB held")
+    if engine.pages_per_second is not None:
+        lines.append(f"  speed:   {engine.pages_per_second:.2f} pages/s")
+    lines += [f"  inbox:   {folder}" for folder in status.inbox]
+    if status.last_result:
+        lines.append(f"  last:    {status.last_result}")
+    if status.recent_failures:
+        lines.append("  recent failures (retry with `ocrwatch retry --all-failed`):")
+        lines += [f"    {f.path}: {f.reason}" for f in status.recent_failures[-5:]]
+    lines.append(f"  log:     {status.log_file or '?'}")
+    return "\n".join(lines)
