@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from ocrwatch import paths
 from ocrwatch.errors import ConfigError
@@ -48,13 +49,18 @@ class RemoteConfig:
     """Settings of the remote engine: an OpenAI-compatible server (``vllm serve``)."""
 
     url: str = "http://127.0.0.1:8000/v1"
+    urls: list[str] = field(default_factory=list)  # several servers; replaces url when set
     model: str = "lightonai/LightOnOCR-2-1B"
-    api_key: str = ""
+    api_key: str = ""  # or OCRWATCH_REMOTE_API_KEY
+    ca_file: Path | None = None  # PEM of a private authority; TLS is always verified
     max_tokens: int = 4096
     temperature: float = 0.2
     top_p: float = 0.9
-    concurrency: int = 2
-    timeout_seconds: float = 300.0
+    concurrency: int = 2  # requests in flight, over all servers
+    timeout_seconds: float = 300.0  # for one page's answer
+    retry_seconds: float = 120.0  # a page waits this long for a fit server, then is requeued
+    health_seconds: float = 30.0  # every server is probed this often
+    ignore_eos: bool = False  # benchmarks only: every page writes exactly max_tokens
 
 
 @dataclass
@@ -119,8 +125,9 @@ def _coerce(key: str, where: str, tp: Any, value: Any, *, from_text: bool) -> An
     if origin is list:
         (inner,) = typing.get_args(tp)
         if from_text and isinstance(value, str):
-            value = [v for v in (p.strip() for p in value.replace(os.pathsep, ",").split(","))
-                     if v]
+            if inner is Path:  # a PATH-like list; URLs and words hold colons of their own
+                value = value.replace(os.pathsep, ",")
+            value = [v for v in (p.strip() for p in value.split(",")) if v]
         if isinstance(value, str | Path):
             value = [value]
         if not isinstance(value, list):
@@ -286,13 +293,54 @@ def _validate_model_sections(config: Config, fail: typing.Callable[[str, str], N
         fail("vllm.max_tokens", f"= {v.max_tokens} must be at most 16384 (4096 suits a page).")
     if not v.model.strip():
         fail("vllm.model", "must name a Hugging Face model or a local model folder.")
-    if not r.url.startswith(("http://", "https://")):
-        fail("remote.url", f"= {r.url!r} must start with http:// or https://, "
-                           "e.g. http://127.0.0.1:8000/v1.")
-    if r.timeout_seconds <= 0:
-        fail("remote.timeout_seconds", "must be greater than 0.")
+    _validate_remote(r, fail)
+
+
+def _server_url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be a server's base URL, or ``None``."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        return "must start with http:// or https://"
+    try:
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        return "has a port that is not a number"
+    if not parts.hostname:
+        return "names no host"
+    if parts.query or parts.fragment:
+        return "must not carry a query (?...) or fragment (#...)"
+    if parts.username or parts.password:
+        return "must not hold a user name or password: set remote.api_key instead"
+    return None
+
+
+def _validate_remote(r: RemoteConfig, fail: typing.Callable[[str, str], None]) -> None:
+    example = "e.g. http://127.0.0.1:8000/v1 (vLLM's server ends in /v1)"
+    if r.urls and r.url != RemoteConfig.url:
+        fail("remote.urls", "and remote.url are both set: list every server in remote.urls "
+                            "and remove remote.url.")
+    for key, value in [("remote.url", r.url), *(("remote.urls", u) for u in r.urls)]:
+        problem = _server_url_problem(value)
+        if problem:
+            fail(key, f"= {value!r} {problem}, {example}.")
+    seen = [u.rstrip("/") for u in r.urls]
+    twice = sorted({u for u in seen if seen.count(u) > 1})
+    if twice:
+        fail("remote.urls", f"lists {', '.join(twice)} more than once; list each server once "
+                            "(remote.concurrency sets how many pages go at once).")
+    if not 1 <= r.concurrency <= 1024:
+        fail("remote.concurrency", f"= {r.concurrency} must be between 1 and 1024 (requests in "
+                                   "flight over all servers).")
+    for key, seconds in (("remote.timeout_seconds", r.timeout_seconds),
+                         ("remote.retry_seconds", r.retry_seconds),
+                         ("remote.health_seconds", r.health_seconds)):
+        if seconds <= 0:
+            fail(key, f"= {seconds!r} must be greater than 0.")
     if not r.model.strip():
         fail("remote.model", "must name the model the server serves.")
+    if r.ca_file is not None and not r.ca_file.is_file():
+        fail("remote.ca_file", f"= {str(r.ca_file)!r} is not a file: point it to the PEM file "
+                               "of the authority that signed the servers' certificates.")
 
 
 def _inside(child: Path, parent: Path) -> bool:

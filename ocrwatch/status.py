@@ -151,6 +151,12 @@ def format_status(status: Status) -> str:
         lines.append(f"  GPU:     {engine.gpu_memory_mb:.0f} MB held")
     if engine.pages_per_second is not None:
         lines.append(f"  speed:   {engine.pages_per_second:.2f} pages/s")
+    for server in engine.facts.get("servers") or []:  # the remote engine's servers
+        line = (f"  server:  {server.get('url')} {server.get('state')}, "
+                f"{server.get('outstanding', 0)} in flight, {server.get('answered', 0)} answered")
+        if server.get("state") != "up" and server.get("last_error"):
+            line += f" ({server['last_error']})"
+        lines.append(line)
     lines += [f"  inbox:   {folder}" for folder in status.inbox]
     if status.last_result:
         lines.append(f"  last:    {status.last_result}")

@@ -42,11 +42,13 @@ def test_example_file_documents_every_key_with_its_default(home: Path) -> None:
     data = tomllib.loads(example.read_text())
     fields = {f.name for f in dataclasses.fields(cfg.Config)} - {"source"}
     assert set(data) == fields
+    loaded = cfg.load(example, environ={})
     for section, cls in (("vllm", cfg.VllmConfig), ("remote", cfg.RemoteConfig)):
         assert set(data[section]) == {f.name for f in dataclasses.fields(cls)}
         for f in dataclasses.fields(cls):
-            assert data[section][f.name] == f.default, f"{section}.{f.name}"
-    loaded = cfg.load(example, environ={})
+            default = (f.default_factory() if f.default_factory is not dataclasses.MISSING
+                       else f.default)
+            assert getattr(getattr(loaded, section), f.name) == default, f"{section}.{f.name}"
     assert loaded.engine == cfg.Config().engine
     assert loaded.max_pixels == cfg.Config().max_pixels
 
@@ -77,6 +79,19 @@ def test_unknown_key_in_section(home: Path, tmp_path: Path) -> None:
         ("max_pages = true", "max_pages"),
         ("inbox = 3", "inbox"),
         ("[vllm]\ntemperature = 9", "vllm.temperature"),
+        ("[remote]\nurls = ['ftp://host/v1']", "remote.urls"),
+        ("[remote]\nurls = ['http:///v1']", "remote.urls"),
+        ("[remote]\nurls = ['http://a:8000/v1?x=1']", "remote.urls"),
+        ("[remote]\nurls = ['http://user:pw@a:8000/v1']", "remote.urls"),
+        ("[remote]\nurls = ['http://a:80x/v1']", "remote.urls"),
+        ("[remote]\nurls = ['http://a/v1', 'http://a/v1/']", "remote.urls"),
+        ("[remote]\nurl = 'http://b/v1'\nurls = ['http://a/v1']", "remote.url"),
+        ("[remote]\nurl = '127.0.0.1:8000'", "remote.url"),
+        ("[remote]\nconcurrency = 0", "remote.concurrency"),
+        ("[remote]\nconcurrency = 5000", "remote.concurrency"),
+        ("[remote]\nretry_seconds = 0", "remote.retry_seconds"),
+        ("[remote]\nhealth_seconds = -1", "remote.health_seconds"),
+        ("[remote]\nca_file = '/nonexistent/ca.pem'", "remote.ca_file"),
     ],
 )
 def test_bad_values_name_the_key(home: Path, tmp_path: Path, text: str, key: str) -> None:
@@ -146,3 +161,15 @@ def test_layouts_that_would_loop_are_refused(home: Path, tmp_path: Path, text: s
 def test_output_dir_outside_inbox_is_fine(home: Path, tmp_path: Path) -> None:
     c = cfg.load(write(tmp_path, 'inbox = ["~/In"]\noutput_dir = "~/Out"\n'), environ={})
     assert c.output_dir == home / "Out"
+
+
+def test_remote_servers_and_key_from_file_and_environment(home: Path, tmp_path: Path) -> None:
+    path = write(tmp_path, "[remote]\nurls = ['http://gpu1:8000/v1', 'https://gpu2/v1']\n")
+    c = cfg.load(path, environ={})
+    assert c.remote.urls == ["http://gpu1:8000/v1", "https://gpu2/v1"]
+    assert c.remote.api_key == ""
+    env = {"OCRWATCH_REMOTE_URLS": "http://a:8000/v1, http://b:8001/v1",
+           "OCRWATCH_REMOTE_API_KEY": "sekret"}
+    c = cfg.load(environ=env)
+    assert c.remote.urls == ["http://a:8000/v1", "http://b:8001/v1"]  # colons kept
+    assert c.remote.api_key == "sekret"

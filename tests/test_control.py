@@ -228,6 +228,17 @@ def test_format_status_mentions_log_and_engine() -> None:
     assert "/in/x.pdf: encrypted" in text
 
 
+def test_format_status_lists_the_remote_servers() -> None:
+    st = StandInDaemon(engine={"name": "remote", "state": "remote", "why": "set", "servers": [
+        {"url": "http://gpu1:8000/v1", "state": "up", "outstanding": 3, "answered": 40},
+        {"url": "http://gpu2:8000/v1", "state": "down", "outstanding": 0, "answered": 2,
+         "last_error": "nothing answers at http://gpu2:8000/v1"}]}).status()
+    text = format_status(st)
+    assert "server:  http://gpu1:8000/v1 up, 3 in flight, 40 answered\n" in text
+    assert ("server:  http://gpu2:8000/v1 down, 0 in flight, 2 answered (nothing answers at "
+            "http://gpu2:8000/v1)") in text
+
+
 # --------------------------------------------------------------------------- lock
 
 

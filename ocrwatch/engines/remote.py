@@ -1,23 +1,44 @@
-"""The remote engine: the same requests as the embedded one, sent to an OpenAI-compatible
-server such as ``vllm serve lightonai/LightOnOCR-2-1B``.
+"""The remote engine: the same requests as the embedded one, sent to OpenAI-compatible
+servers such as ``vllm serve lightonai/LightOnOCR-2-1B``.
 
-For pages that outgrow one card: many daemons can share one served model that vLLM
-scales out. Standard library only (urllib); each page goes as a base64 PNG data URL,
-alone in a user turn, since a text prompt makes the model echo it.
+For pages that outgrow one card: many daemons share served models that vLLM scales out
+(docs/scale-out.md). Each page goes as a base64 PNG data URL, alone in a user turn, since
+a text prompt makes the model echo it.
+
+- Up to ``remote.concurrency`` requests are in flight; each page's result goes back to
+  the daemon as soon as its answer arrives.
+- ``remote.urls`` lists several servers: each request goes to the server with the fewest
+  requests outstanding. Servers are health-checked (``GET /models``, which also says
+  whether the model is served) at the start and every ``remote.health_seconds``.
+- 429, 502, 503 and 504 answers, dropped connections and timeouts are retried with
+  jittered exponential backoff, on whichever server is fit. A server whose connection
+  fails or hangs is marked down and probed again later, waiting longer each time it
+  fails again. A page whose servers stay unfit for ``remote.retry_seconds`` raises
+  :class:`EngineUnavailable`, which puts its file back in the queue: nothing is lost.
+- Each page takes exactly one answer: a request that timed out or was cut is never
+  counted, so no page is read twice into the index.
+
+httpx gives keep-alive connections, separate connect and read timeouts and verified TLS
+(the system's trust store, or ``remote.ca_file`` for a private authority).
 """
 
 from __future__ import annotations
 
 import base64
 import io
-import json
+import ipaddress
 import logging
+import random
+import ssl
 import threading
-import urllib.error
-import urllib.request
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import httpx
 
 from ocrwatch.domain import Page, PageText
 from ocrwatch.engines.base import BatchPolicy
@@ -33,26 +54,77 @@ log = logging.getLogger(__name__)
 
 MAX_SIDE = 1540
 RETRY_TEMPERATURE = 0.6
+CONNECT_TIMEOUT = 10.0  # a server that takes longer to accept a connection is down
+PROBE_TIMEOUT = 10.0
+BACKOFF_BASE = 0.5  # seconds; doubled for each failure in a row, then jittered
+BACKOFF_CAP = 30.0
+DOWN_BASE = 2.0  # a server marked down is probed again after this, doubling...
+DOWN_CAP = 120.0  # ...up to this
+BUSY = (429, 502, 503, 504)  # overloaded, or a router in front with nothing behind it
 
 
 class _PageFailed(Exception):
     """The server answered, but not with a usable reading of this page."""
 
 
+class _Retry(Exception):
+    """This request failed in a way another try may not: backpressure or a lost server."""
+
+    def __init__(self, reason: str, *, down: bool, after: float = 0.0) -> None:
+        super().__init__(reason)
+        self.down = down  # the server itself is unfit: probe it before sending more
+        self.after = after  # the server's Retry-After, in seconds
+
+
+@dataclass(eq=False)
+class _Server:
+    """One server and what the engine knows about it. Guarded by the engine's lock."""
+
+    url: str  # the base URL, ending in /v1 for vLLM
+    up: bool = False  # answered its last probe or request
+    checked: bool = False  # probed at least once
+    outstanding: int = 0  # requests sent and not yet answered
+    sent: int = 0
+    answered: int = 0
+    failures: int = 0  # in a row; reset by an answer
+    not_before: float = 0.0  # monotonic time before which nothing is sent (or probed)
+    last_error: str | None = None
+    fatal: str | None = None  # down for a reason waiting will not cure (key, certificate)
+
+    def facts(self) -> dict[str, object]:
+        state = "up" if self.up else ("down" if self.checked else "not checked yet")
+        facts: dict[str, object] = {"url": self.url, "state": state,
+                                    "outstanding": self.outstanding, "answered": self.answered}
+        if self.last_error:
+            facts["last_error"] = self.last_error
+        return facts
+
+
+def backoff(failures: int, base: float, cap: float) -> float:
+    """Full-jitter exponential backoff: uniform in [0, min(cap, base * 2**failures))."""
+    return random.uniform(0.0, min(cap, base * 2.0 ** max(0, failures)))
+
+
 class RemoteEngine:
-    """The ``remote`` engine. ``concurrency`` pages are in flight at once."""
+    """The ``remote`` engine: ``concurrency`` pages in flight across ``urls``."""
 
     name = "remote"
 
     def __init__(self, config: Config) -> None:
         self._cfg = config.remote
-        self._url = self._cfg.url.rstrip("/") + "/chat/completions"
+        urls = self._cfg.urls or [self._cfg.url]
+        self._servers = [_Server(u.rstrip("/")) for u in urls]
         self._policy = BatchPolicy(max_pages=1, concurrency=self._cfg.concurrency)
-        self._lock = threading.Lock()
+        self._cond = threading.Condition()
+        self._slots = threading.BoundedSemaphore(self._cfg.concurrency)
+        self._client: httpx.Client | None = None
         self._pool: ThreadPoolExecutor | None = None
+        self._health: threading.Thread | None = None
+        self._stop = threading.Event()
         self._closed = False
         self._pages = 0
         self._last_error: str | None = None
+        self._warned_plain_key = False
 
     @property
     def max_side(self) -> int | None:
@@ -62,130 +134,430 @@ class RemoteEngine:
     def policy(self) -> BatchPolicy:
         return self._policy
 
-    def recognize(self, pages: Sequence[Page]) -> list[PageText]:
-        """Read pages, ``concurrency`` requests at a time; a failed page gets ``error`` set."""
-        with self._lock:
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def _ensure_started(self) -> httpx.Client:
+        """The client and the health thread, made on first use; the first probe of all."""
+        with self._cond:
             if self._closed:
                 raise EngineError("the remote engine was closed; start the daemon again.")
+            client = self._client
+            if client is None:
+                client = self._client = self._make_client()
+        with self._cond:
+            first = self._health is None
+        if first:
+            # The first call probes every server at once: a server that is not there, or
+            # refuses the key, is reported now rather than page by page.
+            self._probe_all(client)
+            with self._cond:
+                if self._health is None and not self._closed:
+                    self._health = threading.Thread(target=self._health_loop, daemon=True,
+                                                    name="ocrwatch-remote-health")
+                    self._health.start()
+            if not any(s.up for s in self._servers):
+                raise EngineUnavailable(self._none_up_message())
+        return client
+
+    def _make_client(self) -> httpx.Client:
+        cfg = self._cfg
+        headers = {"User-Agent": "ocrwatch"}
+        if cfg.api_key:
+            headers["Authorization"] = f"Bearer {cfg.api_key}"
+            plain = [s.url for s in self._servers if _sends_in_clear(s.url)]
+            if plain and not self._warned_plain_key:
+                self._warned_plain_key = True
+                log.warning("remote.api_key goes in clear text over http:// to %s; use "
+                            "https:// for servers on other machines.", ", ".join(plain))
+        verify: ssl.SSLContext | bool = True
+        if cfg.ca_file is not None:
+            try:
+                verify = ssl.create_default_context(cafile=str(cfg.ca_file))
+            except (OSError, ssl.SSLError) as exc:
+                raise EngineUnavailable(
+                    f"remote.ca_file {cfg.ca_file} cannot be used: {exc}. Point it to the "
+                    "PEM file of the authority that signed the servers' certificates.") from exc
+        connections = cfg.concurrency + len(self._servers)  # pages, plus one probe each
+        return httpx.Client(
+            headers=headers,
+            verify=verify,
+            timeout=httpx.Timeout(cfg.timeout_seconds, connect=CONNECT_TIMEOUT),
+            limits=httpx.Limits(max_connections=connections,
+                                max_keepalive_connections=connections),
+            follow_redirects=False,
+        )
+
+    def recognize(self, pages: Sequence[Page]) -> list[PageText]:
+        """Read pages, each as soon as a request slot is free; a failed page has ``error``."""
+        client = self._ensure_started()
+        if len(pages) == 1:
+            return [self._read(client, pages[0])]
+        with self._cond:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self._cfg.concurrency,
                                                 thread_name_prefix="ocrwatch-remote")
             pool = self._pool
-        if len(pages) == 1:
-            return [self._read(pages[0])]
-        return list(pool.map(self._read, pages))
+        futures = [pool.submit(self._read, client, p) for p in pages]
+        return [f.result() for f in futures]
 
     def release(self) -> None:
-        """Nothing is held here: the server owns the GPU."""
+        """Nothing is held here: the servers own the GPUs."""
 
     def close(self) -> None:
-        with self._lock:
+        with self._cond:
+            if self._closed:
+                return
             self._closed = True
             pool, self._pool = self._pool, None
+            health, self._health = self._health, None
+            client = self._client
+            self._cond.notify_all()
+        self._stop.set()
         if pool is not None:
             pool.shutdown(wait=True)
+        if health is not None:
+            health.join(PROBE_TIMEOUT + CONNECT_TIMEOUT)
+        if client is not None:
+            client.close()
 
     def describe(self) -> dict[str, object]:
-        facts: dict[str, object] = {"engine": self.name, "state": "remote", "url": self._cfg.url,
-                                    "model": self._cfg.model, "pages": self._pages}
-        if self._last_error:
-            facts["last_error"] = self._last_error
+        with self._cond:
+            servers = [s.facts() for s in self._servers]
+            facts: dict[str, object] = {
+                "engine": self.name, "state": "remote", "model": self._cfg.model,
+                "url": self._servers[0].url, "servers": servers, "pages": self._pages,
+                "in_flight": sum(s.outstanding for s in self._servers)}
+            if self._last_error:
+                facts["last_error"] = self._last_error
         return facts
 
-    # -- one page ---------------------------------------------------------------------------
+    # -- health -------------------------------------------------------------------------
 
-    def _read(self, page: Page) -> PageText:
-        url = _data_url(page.image)
+    def _health_loop(self) -> None:
+        """Probe down servers when their wait is over, and every server now and then."""
+        assert self._client is not None
+        client = self._client
+        every = self._cfg.health_seconds
+        last_round = time.monotonic()
+        while not self._stop.is_set():
+            now = time.monotonic()
+            with self._cond:
+                due = [s for s in self._servers if not s.up and s.not_before <= now]
+                if now - last_round >= every:
+                    due = list(self._servers)
+                    last_round = now
+                waits = [s.not_before - now for s in self._servers if not s.up]
+            for server in due:
+                if self._stop.is_set():
+                    return
+                self._probe(client, server)
+            pause = min([every - (time.monotonic() - last_round), *waits, every])
+            self._stop.wait(max(0.05, pause))
+
+    def _probe_all(self, client: httpx.Client) -> None:
+        threads = [threading.Thread(target=self._probe, args=(client, s),
+                                    name="ocrwatch-remote-probe") for s in self._servers]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    def _probe(self, client: httpx.Client, server: _Server) -> None:
+        """``GET /models``: the server answers and serves our model, or it is down."""
+        problem: str | None = None
+        fatal: EngineUnavailable | None = None
         try:
-            text, finish = self._ask(url, self._cfg.temperature)
-            warnings: list[str] = []
-            if _looped(text, finish):
-                log.info("Page %d of %s did not finish cleanly; trying again at temperature %.1f.",
-                         page.index + 1, page.source.name, RETRY_TEMPERATURE)
-                try:
-                    text2, finish2 = self._ask(url, RETRY_TEMPERATURE)
-                except _PageFailed:
-                    text2, finish2 = text, finish
-                text, finish = text2, finish2
+            response = client.get(f"{server.url}/models", timeout=PROBE_TIMEOUT)
+        except httpx.HTTPError as exc:
+            problem = _transport_reason(server.url, exc)
+            if isinstance(exc, httpx.ConnectError) and _certificate_problem(exc):
+                fatal = EngineUnavailable(_certificate_message(server.url, exc))
+        else:
+            if response.status_code in (401, 403):
+                problem = f"it refused the key (HTTP {response.status_code})"
+                fatal = EngineUnavailable(_key_message(server.url, response.status_code))
+            elif response.status_code != 200:
+                problem = f"GET /models answered HTTP {response.status_code}: " \
+                          f"{_error_detail(response)}"
+            else:
+                served = _served_models(response)
+                if served is not None and self._cfg.model not in served:
+                    problem = (f"it serves {', '.join(served) or 'no model'}, not "
+                               f"{self._cfg.model!r}")
+        with self._cond:
+            server.checked = True
+            if problem is None:
+                if not server.up:
+                    log.info("OCR server %s is up", server.url)
+                server.up = True
+                server.not_before = 0.0
+                server.fatal = None
+            else:
+                if server.up or server.last_error != problem:
+                    log.warning("OCR server %s is down: %s", server.url, problem)
+                server.up = False
+                server.failures += 1
+                server.last_error = problem
+                server.not_before = time.monotonic() + max(
+                    DOWN_BASE, backoff(server.failures, DOWN_BASE, DOWN_CAP))
+                server.fatal = None if fatal is None else str(fatal)
+            self._cond.notify_all()
+
+    def _none_up_message(self) -> str:
+        with self._cond:
+            servers = list(self._servers)
+        if len(servers) == 1:
+            (server,) = servers
+            if server.fatal:
+                return server.fatal
+            return (f"the OCR server at {server.url} is not usable: {server.last_error}. "
+                    f"Start it (vllm serve {self._cfg.model}) or fix remote.url.")
+        lines = "; ".join(f"{s.url}: {s.last_error}" for s in servers)
+        return (f"none of the {len(servers)} OCR servers is usable ({lines}). Start them "
+                f"(vllm serve {self._cfg.model}) or fix remote.urls.")
+
+    # -- choosing a server --------------------------------------------------------------
+
+    def _acquire(self, deadline: float) -> _Server:
+        """The fit server with the fewest requests outstanding; waits while none is fit."""
+        with self._cond:
+            while True:
+                if self._closed:
+                    raise EngineError("the remote engine was closed; start the daemon again.")
+                now = time.monotonic()
+                fit = [s for s in self._servers if s.up and s.not_before <= now]
+                if fit:
+                    # Fewest outstanding; among equals, the one that was sent least.
+                    server = min(fit, key=lambda s: (s.outstanding, s.sent))
+                    server.outstanding += 1
+                    server.sent += 1
+                    return server
+                fatal = [s.fatal for s in self._servers if s.fatal]
+                if len(fatal) == len(self._servers):
+                    raise EngineUnavailable(fatal[0])
+                if now >= deadline:
+                    raise EngineUnavailable(
+                        f"no OCR server could take a page for {self._cfg.retry_seconds:g} s "
+                        f"({self._servers_summary()}); the files go back to the queue. "
+                        "Check the servers (`ocrwatch status` lists them).")
+                waits = [s.not_before - now for s in self._servers if s.up]
+                self._cond.wait(max(0.01, min([deadline - now, 1.0, *waits])))
+
+    def _servers_summary(self) -> str:
+        return "; ".join(f"{s.url}: {'busy' if s.up else 'down'}"
+                         f"{', ' + s.last_error if s.last_error else ''}" for s in self._servers)
+
+    def _settle(self, server: _Server, failure: _Retry | None) -> None:
+        with self._cond:
+            server.outstanding -= 1
+            if failure is None:
+                server.answered += 1
+                server.failures = 0
+                server.up = True
+            else:
+                server.failures += 1
+                server.last_error = str(failure)
+                now = time.monotonic()
+                if failure.down:
+                    if server.up:
+                        log.warning("OCR server %s marked down: %s", server.url, failure)
+                    server.up = False
+                    server.not_before = now + max(
+                        DOWN_BASE, backoff(server.failures, DOWN_BASE, DOWN_CAP))
+                else:
+                    pause = max(failure.after, backoff(server.failures, BACKOFF_BASE,
+                                                       BACKOFF_CAP))
+                    server.not_before = max(server.not_before, now + pause)
+            self._cond.notify_all()
+
+    # -- one page -----------------------------------------------------------------------
+
+    def _read(self, client: httpx.Client, page: Page) -> PageText:
+        with self._slots:
+            url = _data_url(page.image)
+            try:
+                text, finish = self._ask(client, url, self._cfg.temperature)
+                warnings: list[str] = []
                 if _looped(text, finish):
-                    warnings.append(
-                        "the model ran out of tokens before the page ended; the text may be "
-                        "incomplete" if finish == "length" else
-                        "the model repeated itself on this page; the text may hold repeated lines")
-        except _PageFailed as exc:
-            self._last_error = str(exc)
-            return PageText(markdown="", text="", error=f"the page could not be read: {exc}")
-        self._pages += 1
+                    log.info("Page %d of %s did not finish cleanly; trying again at "
+                             "temperature %.1f.", page.index + 1, page.source.name,
+                             RETRY_TEMPERATURE)
+                    try:
+                        text2, finish2 = self._ask(client, url, RETRY_TEMPERATURE)
+                    except _PageFailed:
+                        text2, finish2 = text, finish
+                    text, finish = text2, finish2
+                    if _looped(text, finish):
+                        warnings.append(
+                            "the model ran out of tokens before the page ended; the text may "
+                            "be incomplete" if finish == "length" else
+                            "the model repeated itself on this page; the text may hold "
+                            "repeated lines")
+            except _PageFailed as exc:
+                with self._cond:
+                    self._last_error = str(exc)
+                return PageText(markdown="", text="", error=f"the page could not be read: {exc}")
+        with self._cond:
+            self._pages += 1
         markdown = text.strip()
         return PageText(markdown=markdown + "\n" if markdown else "",
                         text=markdown_to_text(markdown), warnings=warnings)
 
-    def _ask(self, image_url: str, temperature: float) -> tuple[str, str]:
-        """One chat completion; retried once on a server error or a dropped connection."""
-        body = json.dumps({
+    def _body(self, image_url: str, temperature: float) -> dict[str, Any]:
+        body: dict[str, Any] = {
             "model": self._cfg.model,
             "messages": [{"role": "user", "content": [
                 {"type": "image_url", "image_url": {"url": image_url}}]}],
             "max_tokens": self._cfg.max_tokens,
             "temperature": temperature,
             "top_p": self._cfg.top_p,
-        }).encode()
-        headers = {"Content-Type": "application/json"}
-        if self._cfg.api_key:
-            headers["Authorization"] = f"Bearer {self._cfg.api_key}"
-        last = ""
-        for _ in range(2):
-            request = urllib.request.Request(self._url, data=body, headers=headers, method="POST")
+        }
+        if self._cfg.ignore_eos:
+            body["ignore_eos"] = True  # vLLM's extension: benchmarks write max_tokens a page
+        return body
+
+    def _ask(self, client: httpx.Client, image_url: str, temperature: float) -> tuple[str, str]:
+        """One reading of a page: retried across servers until one answers or time is up."""
+        body = self._body(image_url, temperature)
+        deadline = time.monotonic() + self._cfg.retry_seconds
+        server_errors = 0
+        tries = 0
+        while True:
+            server = self._acquire(deadline)
+            failure: _Retry | None = None
             try:
-                with urllib.request.urlopen(request, timeout=self._cfg.timeout_seconds) as resp:
-                    answer = json.loads(resp.read())
-            except urllib.error.HTTPError as exc:
-                detail = _error_detail(exc)
-                if exc.code in (401, 403):
-                    raise EngineUnavailable(
-                        f"the OCR server at {self._cfg.url} refused the key (HTTP {exc.code}). "
-                        "Set remote.api_key to the server's key.") from exc
-                if exc.code == 404:
-                    raise EngineUnavailable(
-                        f"the OCR server at {self._cfg.url} has no chat completions endpoint or "
-                        f"no model {self._cfg.model!r} ({detail}). Check remote.url (it ends "
-                        "in /v1) and remote.model.") from exc
-                last = f"the server answered HTTP {exc.code}: {detail}"
-                if exc.code < 500:
-                    raise _PageFailed(last) from exc
-                continue
-            except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
-                reason = getattr(exc, "reason", exc)
-                if isinstance(reason, ConnectionRefusedError):
-                    raise EngineUnavailable(
-                        f"nothing answers at {self._cfg.url}. Start the server (vllm serve "
-                        f"{self._cfg.model}) or fix remote.url.") from exc
-                last = f"no answer from {self._cfg.url}: {reason}"
-                continue
-            except (ValueError, OSError) as exc:
-                last = f"unreadable answer from {self._cfg.url}: {exc}"
-                continue
+                return self._post(client, server, body)
+            except _Retry as exc:
+                failure = exc
+            except _ServerError as exc:
+                # An answer, but a failed one (HTTP 500): tried once more, then the page fails.
+                server_errors += 1
+                if server_errors >= 2:
+                    raise _PageFailed(str(exc)) from exc
+            finally:
+                self._settle(server, failure)
+            tries += 1
+            if failure is not None:
+                log.info("%s; trying again (%d)", failure, tries)
+            # Jitter spreads the retries of many pages and many daemons over time.
+            if self._stop.wait(backoff(tries - 1, BACKOFF_BASE, BACKOFF_CAP)):
+                raise EngineError("the remote engine was closed; start the daemon again.")
+
+    def _post(self, client: httpx.Client, server: _Server, body: dict[str, Any]) -> tuple[str, str]:
+        url = f"{server.url}/chat/completions"
+        try:
+            response = client.post(url, json=body)
+        except httpx.TimeoutException as exc:
+            raise _Retry(f"{server.url} gave no answer in time ({_kind(exc)})",
+                         down=True) from exc
+        except httpx.HTTPError as exc:
+            if isinstance(exc, httpx.ConnectError) and _certificate_problem(exc):
+                raise EngineUnavailable(_certificate_message(server.url, exc)) from exc
+            raise _Retry(_transport_reason(server.url, exc), down=True) from exc
+        status = response.status_code
+        if status == 200:
             try:
-                choice = answer["choices"][0]
+                choice = response.json()["choices"][0]
                 return str(choice["message"]["content"] or ""), str(
                     choice.get("finish_reason") or "stop")
-            except (KeyError, IndexError, TypeError) as exc:
+            except (ValueError, KeyError, IndexError, TypeError) as exc:
                 raise _PageFailed(f"the server's answer has no text ({exc!r})") from exc
-        raise _PageFailed(last)
+        detail = _error_detail(response)
+        if status in (401, 403):
+            raise EngineUnavailable(_key_message(server.url, status))
+        if status == 404:
+            raise EngineUnavailable(
+                f"the OCR server at {server.url} has no chat completions endpoint or no model "
+                f"{self._cfg.model!r} ({detail}). Check remote.url or remote.urls (each ends "
+                "in /v1) and remote.model.")
+        if status in BUSY:
+            raise _Retry(f"{server.url} is busy (HTTP {status}: {detail})", down=False,
+                         after=_retry_after(response))
+        if status >= 500:
+            raise _ServerError(f"the server answered HTTP {status}: {detail}")
+        raise _PageFailed(f"the server answered HTTP {status}: {detail}")
+
+
+class _ServerError(Exception):
+    """HTTP 500 and the like: the server failed on this request."""
 
 
 def _looped(text: str, finish: str) -> bool:
     return finish == "length" or repeats_itself(text)
 
 
-def _error_detail(exc: urllib.error.HTTPError) -> str:
+def _kind(exc: httpx.HTTPError) -> str:
+    names: dict[type[Exception], str] = {
+        httpx.ConnectTimeout: "connect timeout", httpx.ReadTimeout: "read timeout",
+        httpx.WriteTimeout: "write timeout", httpx.PoolTimeout: "pool timeout"}
+    return names.get(type(exc), type(exc).__name__)
+
+
+def _transport_reason(url: str, exc: httpx.HTTPError) -> str:
+    if isinstance(exc, httpx.TimeoutException):
+        return f"{url} gave no answer in time ({_kind(exc)})"
+    if isinstance(exc, httpx.ConnectError):
+        return f"nothing answers at {url} ({exc})"
+    if isinstance(exc, httpx.RemoteProtocolError):
+        return f"{url} dropped the connection ({exc})"
+    return f"{url} failed: {type(exc).__name__}: {exc}"
+
+
+def _certificate_problem(exc: BaseException) -> bool:
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return "CERTIFICATE_VERIFY_FAILED" in str(exc)
+
+
+def _certificate_message(url: str, exc: BaseException) -> str:
+    return (f"the certificate of {url} is not trusted ({exc}). Give the server a certificate "
+            "from a known authority, or set remote.ca_file to the PEM file of the authority "
+            "that signed it.")
+
+
+def _key_message(url: str, status: int) -> str:
+    return (f"the OCR server at {url} refused the key (HTTP {status}). Set remote.api_key "
+            "(or OCRWATCH_REMOTE_API_KEY) to the server's key.")
+
+
+def _sends_in_clear(url: str) -> bool:
+    parts = urlsplit(url)
+    if parts.scheme != "http":
+        return False
+    host = parts.hostname or ""
+    if host == "localhost":
+        return False
     try:
-        raw = exc.read().decode("utf-8", "replace")
-    except OSError:
-        return exc.reason or ""
+        return not ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return True
+
+
+def _served_models(response: httpx.Response) -> list[str] | None:
+    """The model ids in a ``/models`` answer, or ``None`` when it does not list any."""
     try:
-        data: Any = json.loads(raw)
-        message = data.get("error", {}).get("message") or data.get("message") or raw
+        data = response.json()["data"]
+        return [str(m["id"]) for m in data]
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _retry_after(response: httpx.Response) -> float:
+    try:
+        return min(BACKOFF_CAP, max(0.0, float(response.headers.get("Retry-After", 0))))
+    except ValueError:
+        return 0.0  # an HTTP date: rare from model servers; the backoff applies
+
+
+def _error_detail(response: httpx.Response) -> str:
+    raw = response.text
+    try:
+        data: Any = response.json()
+        message = (data.get("error", {}).get("message") if isinstance(data.get("error"), dict)
+                   else data.get("error")) or data.get("message") or data.get("detail") or raw
         return str(message)[:300]
     except (ValueError, AttributeError):
         return raw[:300]

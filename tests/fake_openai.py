@@ -1,0 +1,259 @@
+"""A small OpenAI-compatible server on 127.0.0.1 that reads no text, for the remote engine.
+
+It speaks real HTTP/1.1 with keep-alive (``ThreadingHTTPServer``), like ``vllm serve``:
+``GET /v1/models`` and ``POST /v1/chat/completions`` with one image as a data URL. Its
+answer names the image's size and the colour of its top-left pixel, so a test can tell
+which page an answer belongs to. How it misbehaves is scripted:
+
+- ``mode = "ok"``: answer (after ``delay`` seconds);
+- ``"busy"``: HTTP 503 (``busy_left`` times, then "ok"; -1: always);
+- ``"hang"``: take the request and never answer until ``release()``;
+- ``"drop"``: take the request and close the connection without a word.
+
+The colour of the top-left pixel scripts a page whatever the mode (see the constants).
+Run as a program (``python fake_openai.py --port 0``) it prints its port and serves until
+killed, so a test can kill it with requests in flight.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import io
+import json
+import socket
+import sys
+import threading
+import time
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from PIL import Image
+
+MODEL = "lightonai/LightOnOCR-2-1B"
+LOOPS_WHEN_COLD = (0, 255, 1)  # loops at the usual temperature, not warmer
+LOOPS_ALWAYS = (0, 255, 2)
+FAILS_ONCE = (255, 0, 1)  # HTTP 503 once per server, then fine
+FAILS_ALWAYS = (255, 0, 2)  # HTTP 500 every time
+BAD_REQUEST = (255, 0, 3)  # HTTP 400
+
+
+def page_text(width: int, height: int, colour: tuple[int, ...], temperature: float) -> str:
+    """What the fake server reads on a page: its size and colour, and the temperature."""
+    hexa = "".join(f"{c:02x}" for c in colour[:3])
+    return f"# Page {width}x{height} colour {hexa}\n\n*t={temperature}*"
+
+
+class FakeServer:
+    """One fake server, in a thread of this process. Use as a context manager."""
+
+    def __init__(self, *, mode: str = "ok", delay: float = 0.0, busy_left: int = -1,
+                 models: list[str] | None = None, api_key: str | None = None,
+                 ssl_context: Any = None, port: int = 0) -> None:
+        self.mode = mode
+        self.delay = delay
+        self.busy_left = busy_left
+        self.models = [MODEL] if models is None else models
+        self.api_key = api_key
+        self.lock = threading.Lock()
+        self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        self.answered: Counter[str] = Counter()  # page colour -> answers with text
+        self.probes = 0
+        self.active = 0
+        self.most_active = 0
+        self.connections: set[tuple[str, int]] = set()
+        self.failed_once: set[tuple[int, ...]] = set()
+        self.hold = threading.Event()  # cleared: every request waits until it is set
+        self.hold.set()
+        self.released = threading.Event()  # set: hanging requests end (no answer)
+        self.arrived = threading.Condition(self.lock)
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), _handler(self))
+        self._server.daemon_threads = False  # joined at close: no thread outlives a test
+        if ssl_context is not None:
+            self._server.socket = ssl_context.wrap_socket(self._server.socket,
+                                                          server_side=True)
+        self.port = self._server.server_address[1]
+        scheme = "https" if ssl_context is not None else "http"
+        self.url = f"{scheme}://127.0.0.1:{self.port}/v1"
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> FakeServer:
+        self._thread = threading.Thread(target=self._server.serve_forever,
+                                        name=f"fake-openai-{self.port}")
+        self._thread.start()
+        return self
+
+    def serve(self) -> None:
+        """Serve in this thread until killed (the program's way)."""
+        self._server.serve_forever()
+
+    def release(self) -> None:
+        """Let every held or hanging request end."""
+        self.hold.set()
+        self.released.set()
+
+    def close(self) -> None:
+        self.release()
+        self._server.shutdown()
+        self._server.server_close()  # joins the request threads too
+        if self._thread is not None:
+            self._thread.join(10)
+
+    def __enter__(self) -> FakeServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def wait_active(self, n: int, timeout: float = 10.0) -> bool:
+        deadline = time.monotonic() + timeout
+        with self.arrived:
+            while self.active < n:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self.arrived.wait(left)
+        return True
+
+    @property
+    def chat_requests(self) -> int:
+        with self.lock:
+            return len(self.requests)
+
+
+def _handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as vLLM's server
+        timeout = 20  # an idle kept-alive connection ends at last, and its thread with it
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def reply(self, status: int, body: dict[str, Any],
+                  headers: dict[str, str] | None = None) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            for key, value in (headers or {}).items():
+                self.send_header(key, value)
+            self.end_headers()
+            self.wfile.write(data)
+
+        def authorised(self) -> bool:
+            if server.api_key is None:
+                return True
+            if self.headers.get("Authorization") == f"Bearer {server.api_key}":
+                return True
+            self.reply(401, {"error": {"message": "Unauthorized"}})
+            return False
+
+        def do_GET(self) -> None:
+            with server.lock:
+                server.probes += 1
+            if not self.authorised():
+                return
+            if self.path != "/v1/models":
+                self.reply(404, {"detail": "Not Found"})
+                return
+            self.reply(200, {"object": "list", "data": [
+                {"id": m, "object": "model", "owned_by": "vllm"} for m in server.models]})
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            with server.lock:
+                server.requests.append(body)
+                server.headers.append(dict(self.headers))
+                server.active += 1
+                server.most_active = max(server.most_active, server.active)
+                server.arrived.notify_all()
+                mode = server.mode
+                if mode == "busy":
+                    if server.busy_left == 0:
+                        mode = "ok"
+                    elif server.busy_left > 0:
+                        server.busy_left -= 1
+            try:
+                server.hold.wait(30)
+                if mode == "hang":
+                    server.released.wait(30)
+                    self.close_connection = True
+                    return
+                if mode == "drop":
+                    # Gone mid-request: the connection ends with no answer at all.
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    self.close_connection = True
+                    return
+                if not self.authorised():
+                    return
+                if mode == "busy":
+                    self.reply(503, {"error": {"message": "the engine is overloaded"}},
+                               {"Retry-After": "0"})
+                    return
+                if server.delay:
+                    time.sleep(server.delay)
+                self.answer(body)
+            finally:
+                with server.lock:
+                    server.active -= 1
+
+        def answer(self, body: dict[str, Any]) -> None:
+            if self.path != "/v1/chat/completions":
+                self.reply(404, {"error": {"message": "no such route"}})
+                return
+            if body.get("model") not in server.models:
+                self.reply(404, {"error": {"message": f"The model `{body.get('model')}` "
+                                                      "does not exist."}})
+                return
+            url = body["messages"][0]["content"][0]["image_url"]["url"]
+            png = base64.b64decode(url.split(",", 1)[1])
+            image = Image.open(io.BytesIO(png)).convert("RGB")
+            mark = image.getpixel((0, 0))
+            assert isinstance(mark, tuple)
+            with server.lock:
+                first_failure = mark == FAILS_ONCE and mark not in server.failed_once
+                server.failed_once.add(mark)
+            if first_failure:
+                self.reply(503, {"error": {"message": "busy"}})
+                return
+            if mark == FAILS_ALWAYS:
+                self.reply(500, {"error": {"message": "engine died"}})
+                return
+            if mark == BAD_REQUEST:
+                self.reply(400, {"error": {"message": "image too large"}})
+                return
+            loops = mark == LOOPS_ALWAYS or (mark == LOOPS_WHEN_COLD and
+                                             body["temperature"] <= 0.2)
+            if loops:
+                text, finish = "row\n" * 200, "length"
+            else:
+                text = page_text(image.width, image.height, mark, body["temperature"])
+                finish = "stop"
+            with server.lock:
+                server.answered["".join(f"{c:02x}" for c in mark)] += 1
+            self.reply(200, {"id": "x", "object": "chat.completion", "model": body["model"],
+                             "choices": [{"index": 0, "finish_reason": finish,
+                                          "message": {"role": "assistant", "content": text}}],
+                             "usage": {"prompt_tokens": 1, "completion_tokens": 1}})
+
+    return Handler
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--mode", default="ok", choices=("ok", "busy", "hang", "drop"))
+    parser.add_argument("--delay", type=float, default=0.0)
+    args = parser.parse_args()
+    server = FakeServer(mode=args.mode, delay=args.delay, port=args.port)
+    print(server.port, flush=True)
+    with contextlib.suppress(KeyboardInterrupt):  # killed with SIGKILL in tests anyway
+        server.serve()
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()
