@@ -135,7 +135,7 @@ def test_killed_busy_and_hanging_servers_lose_no_page_and_read_none_twice(
             doomed.kill()
             wait_for(lambda: all_done(daemon, files), 90, "every file read")
             check_each_read_once(daemon, files)
-            facts: Any = daemon.status()["engine"]
+            facts: Any = daemon.status().engine.to_dict()
         finally:
             hung.release()
             daemon.close()
