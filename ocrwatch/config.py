@@ -23,6 +23,10 @@ from ocrwatch.errors import ConfigError
 
 ENGINES = ("auto", "tesseract", "vllm", "remote", "fake")
 OBSERVERS = ("auto", "native", "polling")
+OUTPUTS = ("md", "txt", "pdf")
+PDFA = ("auto", "always", "never")
+ON_SUCCESS = ("keep", "archive", "delete")
+LAYOUTS = ("mirror", "date")
 
 
 @dataclass
@@ -85,6 +89,15 @@ class Config:
     failed_dir: Path | None = None  # None: failed files stay where they are
     max_attempts: int = 5  # transient failures (full disk...) before giving up
     log_level: str = "INFO"
+    outputs: list[str] = field(default_factory=lambda: ["md", "txt"])
+    pdfa: str = "auto"  # PDF/A-2b when Ghostscript is installed
+    output_layout: str = "mirror"  # output_dir: "mirror" the inbox's tree or by "date"
+    on_success: str = "keep"  # the original after a good read: "keep", "archive", "delete"
+    archive_dir: Path | None = None
+    archive_layout: str = "mirror"
+    on_done: list[str] = field(default_factory=list)  # argv run after each file is done
+    on_done_timeout: float = 60.0
+    notify_batch: bool = False  # a desktop notification when the queue empties
     vllm: VllmConfig = field(default_factory=VllmConfig)
     remote: RemoteConfig = field(default_factory=RemoteConfig)
 
@@ -265,6 +278,7 @@ def validate(config: Config) -> None:
     if config.vllm.load_format not in ("auto", "dummy", "safetensors"):
         fail("vllm.load_format", "must be 'auto', 'safetensors' or 'dummy'.")
     _validate_model_sections(config, fail)
+    _validate_outputs(config, fail)
     if config.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
         fail("log_level", "must be DEBUG, INFO, WARNING or ERROR.")
     _check_loops(config)
@@ -343,6 +357,32 @@ def _validate_remote(r: RemoteConfig, fail: typing.Callable[[str, str], None]) -
                                "of the authority that signed the servers' certificates.")
 
 
+def _validate_outputs(config: Config, fail: typing.Callable[[str, str], None]) -> None:
+    """What is written, and what becomes of the original afterwards."""
+    bad = [o for o in config.outputs if o not in OUTPUTS]
+    if bad or not config.outputs or len(set(config.outputs)) != len(config.outputs):
+        fail("outputs", f"= {config.outputs!r} must list some of {', '.join(OUTPUTS)}, "
+                        "each once, e.g. [\"md\", \"txt\", \"pdf\"].")
+    for key, value, allowed in (("pdfa", config.pdfa, PDFA),
+                                ("on_success", config.on_success, ON_SUCCESS),
+                                ("archive_layout", config.archive_layout, LAYOUTS),
+                                ("output_layout", config.output_layout, LAYOUTS)):
+        if value not in allowed:
+            fail(key, f"= {value!r} is not one of {', '.join(allowed)}.")
+    if config.on_success == "archive" and config.archive_dir is None:
+        fail("on_success", "= \"archive\" needs archive_dir: the folder the originals go to.")
+    if config.on_done and not config.on_done[0].strip():
+        fail("on_done", "must start with the program to run, e.g. [\"/usr/bin/notify\", \"done\"].")
+    if config.on_done_timeout <= 0:
+        fail("on_done_timeout", "must be greater than 0 (seconds).")
+    if config.pdfa == "always" and "pdf" in config.outputs:
+        import shutil
+
+        if shutil.which("gs") is None:
+            fail("pdfa", "= \"always\" needs Ghostscript: install it (Debian/Ubuntu: `sudo apt "
+                         "install ghostscript`) or set pdfa = \"auto\".")
+
+
 def _inside(child: Path, parent: Path) -> bool:
     try:
         child.resolve().relative_to(parent.resolve())
@@ -364,6 +404,13 @@ def _check_loops(config: Config) -> None:
             raise ConfigError(
                 f"{config.source}: failed_dir {config.failed_dir} is inside the watched folder "
                 f"{inbox}; failed files would be read again. Choose a folder outside it."
+            )
+        if config.archive_dir is not None and (_inside(config.archive_dir, inbox)
+                                               or _inside(inbox, config.archive_dir)):
+            raise ConfigError(
+                f"{config.source}: archive_dir {config.archive_dir} and the watched folder "
+                f"{inbox} overlap; archived files would be read again. Choose a folder "
+                "outside the inbox."
             )
         if _inside(config.database.parent, inbox):
             raise ConfigError(

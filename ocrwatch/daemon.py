@@ -84,7 +84,7 @@ def _valid_text(page: PageText) -> PageText:
 
     if fix(page.markdown) == page.markdown and fix(page.text) == page.text:
         return page
-    return PageText(fix(page.markdown), fix(page.text), page.warnings, page.error)
+    return replace(page, markdown=fix(page.markdown), text=fix(page.text))
 
 
 class Daemon:

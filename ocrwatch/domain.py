@@ -13,6 +13,7 @@ from pathlib import Path
 from PIL import Image
 
 from ocrwatch.db import display_path
+from ocrwatch.layout import PageLayout
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class PageText:
     text: str
     warnings: list[str] = field(default_factory=list)
     error: str | None = None  # set when this page could not be read; the file then fails
+    layout: PageLayout | None = None  # word boxes, when the engine found them
 
 
 class State(StrEnum):

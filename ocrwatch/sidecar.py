@@ -13,6 +13,7 @@ from ocrwatch.errors import InputError, TransientError
 
 MD_SUFFIX = ".md"
 TXT_SUFFIX = ".txt"
+PDF_SUFFIX = ".ocr.pdf"
 TEMP_PREFIX = ".ocrwatch-"  # dot-files: the watcher and other tools ignore them
 
 
@@ -51,9 +52,11 @@ def choose_stem(source: Path, folder: Path, others: set[Path], own: set[Path]) -
     """
 
     def free(stem: str) -> bool:
-        for suffix in (MD_SUFFIX, TXT_SUFFIX):
+        mine = folder / (stem + MD_SUFFIX) in own  # then its PDF is ours too
+        for suffix in (MD_SUFFIX, TXT_SUFFIX, PDF_SUFFIX):
             path = folder / (stem + suffix)
-            if path in others or (path not in own and os.path.lexists(path)):
+            ours = path in own or (suffix == PDF_SUFFIX and mine)
+            if path in others or (not ours and os.path.lexists(path)):
                 return False
         return True
 
@@ -116,11 +119,22 @@ def write_atomic(path: Path, content: str) -> None:
     write_all_atomic([(path, content)])
 
 
-def write_all_atomic(files: list[tuple[Path, str]]) -> None:
+def new_temp(path: Path) -> Path:
+    """An empty temporary file beside ``path``, for a writer that wants a file name."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-", suffix=".tmp",
+                                    dir=path.parent)
+    os.close(fd)
+    return Path(tmp_name)
+
+
+def write_all_atomic(files: list[tuple[Path, str]],
+                     prepared: list[tuple[Path, Path]] | None = None) -> None:
     """Like :func:`write_atomic` for several files: every one is written before any is
     renamed into place, so a full disk never leaves a new ``.md`` beside an old ``.txt``.
+    ``prepared`` holds (temporary file, final path) pairs already written by the caller.
     """
-    temps: list[tuple[Path, Path]] = []
+    temps: list[tuple[Path, Path]] = list(prepared or [])
     current = files[0][0] if files else Path()
     try:
         for path, content in files:
@@ -143,11 +157,24 @@ def sidecar_paths(stem: Path) -> tuple[Path, Path]:
     return stem.with_name(stem.name + MD_SUFFIX), stem.with_name(stem.name + TXT_SUFFIX)
 
 
-def write_sidecars(stem: Path, pages: list[PageText]) -> tuple[Path, Path]:
-    """Write ``STEM.md`` and ``STEM.txt``; returns their paths."""
+def pdf_path(stem: Path) -> Path:
+    """``STEM.ocr.pdf``."""
+    return stem.with_name(stem.name + PDF_SUFFIX)
+
+
+def write_sidecars(stem: Path, pages: list[PageText], outputs: tuple[str, ...] = ("md", "txt"),
+                   prepared: list[tuple[Path, Path]] | None = None
+                   ) -> tuple[Path | None, Path | None]:
+    """Write ``STEM.md`` and ``STEM.txt`` (those in ``outputs``) with the ``prepared``
+    files, all or none; returns the paths of the ``.md`` and ``.txt`` written."""
     md, txt = sidecar_paths(stem)
-    write_all_atomic([(md, render_markdown(pages)), (txt, render_text(pages))])
-    return md, txt
+    files = []
+    if "md" in outputs:
+        files.append((md, render_markdown(pages)))
+    if "txt" in outputs:
+        files.append((txt, render_text(pages)))
+    write_all_atomic(files, prepared)
+    return (md if "md" in outputs else None), (txt if "txt" in outputs else None)
 
 
 def remove_stale_temps(folders: list[Path]) -> int:

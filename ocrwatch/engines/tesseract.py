@@ -26,6 +26,7 @@ from ocrwatch.config import Config
 from ocrwatch.domain import Page, PageText
 from ocrwatch.engines.base import BatchPolicy
 from ocrwatch.errors import EngineUnavailable
+from ocrwatch.layout import PageLayout, Word
 
 log = logging.getLogger(__name__)
 
@@ -167,16 +168,45 @@ class TesseractEngine:
             api.SetSourceResolution(source_resolution(page))
             text = api.GetUTF8Text()
             confidence = api.MeanTextConf()
+            layout = PageLayout(page.image.width, page.image.height, self._words(api))
             api.Clear()
             warnings = []
             if text.strip() and confidence < 40:
                 warnings.append(f"low confidence ({confidence}%): check the scan")
             out.append(PageText(markdown=text_to_markdown(text), text=text.strip() + "\n",
-                                warnings=warnings))
+                                warnings=warnings, layout=layout))
             with self._lock:
                 self._pages += 1
                 self._busy += time.monotonic() - start
         return out
+
+    def _words(self, api: Any) -> tuple[Word, ...]:
+        """The words of the page just read, with Tesseract's boxes and line numbers."""
+        level = self._tesserocr.RIL
+        words: list[Word] = []
+        iterator = api.GetIterator()
+        if iterator is None:
+            return ()
+        line = -1
+        for item in self._tesserocr.iterate_level(iterator, level.WORD):
+            if line < 0 or item.IsAtBeginningOf(level.TEXTLINE):
+                line += 1
+            text = item.GetUTF8Text(level.WORD)
+            box = item.BoundingBox(level.WORD)
+            if text and text.strip() and box:
+                words.append(Word(text.strip(), tuple(box), line))
+        return tuple(words)
+
+    def layout(self, page: Page) -> PageLayout:
+        """Only the word boxes of ``page`` (for placing another engine's text on them)."""
+        api = self._api()
+        api.SetImage(page.image)
+        api.SetSourceResolution(source_resolution(page))
+        try:
+            api.Recognize()
+            return PageLayout(page.image.width, page.image.height, self._words(api))
+        finally:
+            api.Clear()
 
     def release(self) -> None:
         """Nothing on an accelerator to give back."""
