@@ -6,8 +6,8 @@ word (a minimal edit script from RapidFuzz: difflib's matcher is heuristic and d
 frequent words such as "the" from long pages), and each of the model's words takes the
 box of the Tesseract word it lines up with:
 
-- equal or substituted words take their partner's box; a run of m model words against
-  n Tesseract words is spread over those boxes by character count;
+- equal words take their partner's box; a run of m differing model words between two
+  agreeing ones is spread over the n Tesseract boxes there by character count;
 - a word only the model read goes on the line of its nearest aligned neighbour on the
   same line of the model's text, just after (or before) that neighbour;
 - when too few words agree for the placement to mean anything (another language,
@@ -61,14 +61,25 @@ def place_text(text: str, boxes: PageLayout) -> tuple[PageLayout, list[str]]:
             "the PDF text layer is placed by line: Tesseract found no words on this page"]
     ops = Levenshtein.opcodes([_norm(t.text) for t in tokens], [_norm(w.text) for w in tess])
     matched = 0
-    for op in ops:
-        if op.tag == "equal":
-            for k in range(op.src_end - op.src_start):
-                _assign(tokens[op.src_start + k], tess[op.dest_start + k].box,
-                        tess[op.dest_start + k].line)
-            matched += op.src_end - op.src_start
-        elif op.tag == "replace":
-            _spread(tokens[op.src_start:op.src_end], tess[op.dest_start:op.dest_end])
+    # Runs of differences between two agreeing words are taken whole: "York based"
+    # against "York-based" is a substitution and a deletion that share one box.
+    run: list[int] | None = None  # [src_start, src_end, dest_start, dest_end]
+    for op in [*ops, None]:
+        if op is not None and op.tag != "equal":
+            if run is None:
+                run = [op.src_start, op.src_end, op.dest_start, op.dest_end]
+            else:
+                run[1], run[3] = op.src_end, op.dest_end
+            continue
+        if run is not None and run[1] > run[0] and run[3] > run[2]:
+            _spread(tokens[run[0]:run[1]], tess[run[2]:run[3]])
+        run = None
+        if op is None:
+            break
+        for k in range(op.src_end - op.src_start):
+            _assign(tokens[op.src_start + k], tess[op.dest_start + k].box,
+                    tess[op.dest_start + k].line)
+        matched += op.src_end - op.src_start
     agreement = matched / len(tokens)
     if agreement < MIN_AGREEMENT:
         return line_layer(text, boxes), [
@@ -104,10 +115,10 @@ def _spread(tokens: list[_Token], words: list[Word]) -> None:
         groups.setdefault(target, []).append(token)
     for j, group in groups.items():
         left, top, right, bottom = words[j].box
-        chars = [max(1, len(t.text)) for t in group]
+        lengths = [max(1, len(t.text)) for t in group]
         x = float(left)
-        for token, c in zip(group, chars, strict=True):
-            width = (right - left) * c / sum(chars)
+        for token, c in zip(group, lengths, strict=True):
+            width = (right - left) * c / sum(lengths)
             _assign(token, (round(x), top, round(x + width), bottom), words[j].line)
             x += width
 
@@ -178,10 +189,10 @@ def line_layer(text: str, boxes: PageLayout) -> PageLayout:
                                          round(top + (k + 1) * step)), len(words)))
     else:
         margin_x, margin_y = boxes.width // 12, boxes.height // 12
-        step = (boxes.height - 2 * margin_y) / len(lines)
-        height = min(step, boxes.height / 40)
+        pitch = (boxes.height - 2 * margin_y) / len(lines)
+        height = min(pitch, boxes.height / 40)
         for k, line in enumerate(lines):
-            top = margin_y + k * step
-            words.append(Word(line, (margin_x, round(top), boxes.width - margin_x,
-                                     round(top + height)), k))
+            y = margin_y + k * pitch
+            words.append(Word(line, (margin_x, round(y), boxes.width - margin_x,
+                                     round(y + height)), k))
     return PageLayout(boxes.width, boxes.height, tuple(words), by_line=True)

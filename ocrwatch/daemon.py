@@ -29,14 +29,17 @@ from ocrwatch.db import Database, is_disk_full
 from ocrwatch.domain import Job, Page, PageText
 from ocrwatch.engines import Choice, Engine, choose, create
 from ocrwatch.errors import EngineUnavailable, InputError, OcrwatchError, TransientError
+from ocrwatch.hooks import AfterDone, Finished
 from ocrwatch.index import cached_result, store_result
 from ocrwatch.jobs import JobQueue, Seen, file_sha256
+from ocrwatch.lifecycle import Lifecycle, output_folder
+from ocrwatch.outputs import PdfMaker
 from ocrwatch.pages import iter_pages
 from ocrwatch.sidecar import (
     choose_stem,
+    pdf_path,
     remove_stale_temps,
     sidecar_paths,
-    target_dir,
     write_sidecars,
 )
 from ocrwatch.status import EngineStatus, Status
@@ -131,6 +134,11 @@ class Daemon:
         self._closed = False
         self.pages_done = 0
         self.last_result: Path | None = None
+        # What happens around the sidecars: the PDF, the original's fate, hooks.
+        self._pdf = PdfMaker(config) if "pdf" in config.outputs else None
+        self._lifecycle = Lifecycle(config, self.db)
+        self._after = AfterDone(config, self.is_idle)
+        self._retired: set[Path] = set()  # originals moved or deleted on purpose
 
     # -- lifecycle -------------------------------------------------------------------
     def start(self, *, recover: bool = True) -> None:
@@ -142,10 +150,13 @@ class Daemon:
             for folder in self.config.inbox:
                 folder.mkdir(parents=True, exist_ok=True)
             self._remove_stale_temps()
+        if recover:
+            self._lifecycle.recover()
         recovered = self.jobs.recover() if recover else 0
         if recovered:
             log.info("%d files were being read when ocrwatch last stopped: reading them again",
                      recovered)
+        self._after.start()
         self._spawn("ocrwatch-prepare", self._prepare_loop)
         for n in range(self.engine.policy.concurrency):
             self._spawn(f"ocrwatch-read-{n}", self._recognize_loop)
@@ -162,7 +173,8 @@ class Daemon:
 
     def _remove_stale_temps(self) -> None:
         """Half-written sidecars of a process killed mid-write: never shown, now removed."""
-        folders = [*self.config.inbox, self.config.output_dir, self.config.failed_dir]
+        folders = [*self.config.inbox, self.config.output_dir, self.config.failed_dir,
+                   self.config.archive_dir]
         try:
             removed = remove_stale_temps([f for f in folders if f is not None and f.is_dir()])
         except OSError as exc:
@@ -205,6 +217,9 @@ class Daemon:
             self._works.clear()
         for work in works:
             self._put_back(work)
+        self._after.close()
+        if self._pdf is not None:
+            self._pdf.close()
         self.engine.close()
         self.db.close()
 
@@ -298,6 +313,10 @@ class Daemon:
                                "not followed (set follow_symlinks = true to read such links)")
 
     def _gone(self, path: Path) -> None:
+        with self._cond:
+            if path.absolute() in self._retired:
+                self._retired.discard(path.absolute())
+                return  # archived or deleted after reading: its index entry stays
         if self.jobs.forget(path.absolute()):
             log.info("%s was removed: dropped from the index", path)
 
@@ -562,27 +581,35 @@ class Daemon:
         log.warning("failed: %s: %s", job.display, reason)
         if not self.jobs.fail(job.id, reason, job.sha256):
             return  # the file changed or went away meanwhile: this failure is moot
+        self._after.failed(job.path, reason)
         if self.config.failed_dir is not None:
             from ocrwatch.failed import move_failed
 
             move_failed(job.path, reason, self.config)
 
     def _publish(self, job: Job, pages: list[PageText], engine: str) -> None:
-        folder = target_dir(job.path, self.config.inbox, self.config.output_dir)
+        folder = output_folder(self.config, job.path)
         pages = [_valid_text(p) for p in pages]
+        pdf: Path | None = None
         try:
             stem = choose_stem(job.path, folder, self.jobs.sidecars_of_others(job.id),
                                self.jobs.own_sidecars(job.id))
             self.jobs.reserve_sidecars(job.id, *sidecar_paths(stem))
-            md, txt = write_sidecars(stem, pages)
+            prepared = []
+            if self._pdf is not None:
+                pdf = pdf_path(stem)
+                pages, tmp = self._pdf.make(job.path, pages, pdf)
+                prepared.append((tmp, pdf))
+            md, txt = write_sidecars(stem, pages, tuple(self.config.outputs), prepared)
             stored = store_result(self.db, job.id, pages, engine=engine, md_path=md,
                                   txt_path=txt, sha256=job.sha256)
             if not stored:
                 # The content changed (it is queued again) or the file is gone: then
                 # these sidecars belong to nothing.
                 if not self.db.query("SELECT 1 FROM jobs WHERE id = ?", (job.id,)):
-                    for path in (md, txt):
-                        path.unlink(missing_ok=True)
+                    for path in (md, txt, pdf):
+                        if path is not None:
+                            path.unlink(missing_ok=True)
                 log.info("%s changed or went away while it was read: result dropped",
                          job.display)
                 return
@@ -599,11 +626,37 @@ class Daemon:
                                 job.sha256)
                 return
             raise
+        result = md or txt or pdf
         with self._cond:
             self.pages_done += len(pages)
-            self.last_result = md
+            self.last_result = result
         log.info("done: %s (%d page%s) -> %s", job.display, len(pages),
-                 "" if len(pages) == 1 else "s", md.name)
+                 "" if len(pages) == 1 else "s", result.name if result else "")
+        self._after_success(job, md, txt, pdf, len(pages))
+
+    def _after_success(self, job: Job, md: Path | None, txt: Path | None, pdf: Path | None,
+                       pages: int) -> None:
+        """on_success (keep, archive, delete), then on_done and the batch count."""
+        original: Path | None = job.path
+        if self.config.on_success != "keep":
+            with self._cond:
+                self._retired.add(job.path)
+            try:
+                outcome = self._lifecycle.finish(job.id, job.path,
+                                                 [p for p in (md, txt, pdf) if p is not None])
+            except (OSError, OcrwatchError) as exc:
+                # The result is safe; the original stays where it is and is not read again.
+                log.warning("%s is done but could not be %s: %s", job.display,
+                            "archived" if self.config.on_success == "archive" else "deleted",
+                            exc)
+                outcome = None
+            if outcome is not None:
+                original = outcome.original
+                md, txt, pdf = (outcome.sidecars.get(p, p) if p else None for p in (md, txt, pdf))
+                with self._cond:
+                    if md is not None:
+                        self.last_result = md
+        self._after.done(Finished(job.path, original, md, txt, pdf, pages))
 
     # -- one-shot use (`ocrwatch add`) -------------------------------------------------
     def add(self, paths: Iterable[Path]) -> list[Path]:

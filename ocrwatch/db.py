@@ -93,10 +93,19 @@ def _m003_settings(db: sqlite_utils.Database) -> None:
     db["settings"].create({"key": str, "value": str}, pk="key")  # type: ignore[union-attr]
 
 
+def _m004_moves(db: sqlite_utils.Database) -> None:
+    # Journal of originals being archived: a crash mid-move is finished at the next start.
+    db["moves"].create(  # type: ignore[union-attr]
+        {"id": int, "job_id": int, "src": bytes, "dest": bytes},
+        pk="id", not_null={"job_id", "src", "dest"},
+    )
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite_utils.Database], None]]] = [
     ("001_jobs", _m001_jobs),
     ("002_pages", _m002_pages),
     ("003_settings", _m003_settings),
+    ("004_moves", _m004_moves),
 ]
 
 

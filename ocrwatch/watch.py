@@ -48,6 +48,7 @@ def is_ignored_name(name: str) -> bool:
         name.startswith((".", "~$", "~lock."))
         or Path(name).suffix.lower() in IGNORED_SUFFIXES
         or name.endswith("~")
+        or name.lower().endswith(".ocr.pdf")  # ocrwatch's own searchable PDFs
     )
 
 

@@ -191,7 +191,10 @@ class TesseractEngine:
         for item in self._tesserocr.iterate_level(iterator, level.WORD):
             if line < 0 or item.IsAtBeginningOf(level.TEXTLINE):
                 line += 1
-            text = item.GetUTF8Text(level.WORD)
+            try:
+                text = item.GetUTF8Text(level.WORD)
+            except RuntimeError:  # tesserocr's way of saying "no text here"
+                continue
             box = item.BoundingBox(level.WORD)
             if text and text.strip() and box:
                 words.append(Word(text.strip(), tuple(box), line))

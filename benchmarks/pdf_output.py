@@ -1,0 +1,253 @@
+"""The searchable PDF: what writing it costs per page, and how well its text layer fits.
+
+Synthetic pages of known text (Pillow's built-in font, every word drawn on its own, so
+each word's true box is known) at 200 dpi, saved as PNG. For each page:
+
+- ocrwatch, Tesseract engine: the engine's read (with its word boxes), then the PDF
+  written alone (timed), plain and PDF/A (Ghostscript);
+- ocrwatch, model path: the known text as the model's reading, placed on Tesseract's
+  word boxes by alignment (the layout pass and alignment timed with the writing);
+- plain alternative: the ``tesseract`` command writing ``txt`` and writing ``pdf`` on the
+  same page; the difference is what Tesseract's own PDF costs.
+
+The layer's text is compared with the truth (CER of ``pdftotext``'s output, whitespace
+folded) and every word's box from ``pdftotext -bbox`` with its true box (distance of the
+centres, in points). Medians over the pages.
+
+    python benchmarks/pdf_output.py [--pages 12]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from html import unescape
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from PIL import Image, ImageDraw, ImageFont
+
+from benchmarks._common import header, levenshtein, median, normalize, save
+
+DPI = 200
+WORDS = [
+    "the", "harbour", "office", "opens", "at", "nine", "and", "closes", "at", "five", "every",
+    "weekday", "except", "public", "holidays", "when", "ships", "arrive", "late", "invoices",
+    "are", "paid", "within", "thirty", "days", "of", "receipt", "please", "quote", "the",
+    "reference", "number", "shown", "above", "on", "every", "letter", "sent", "to", "us",
+]
+
+
+@dataclass(frozen=True)
+class TruthWord:
+    text: str
+    box: tuple[float, float, float, float]  # points, y down from the top of the page
+
+
+def synthetic_page(lines: list[str], *, size: int = 44, width: int = 1700
+                   ) -> tuple[Image.Image, list[TruthWord]]:
+    """A white page with ``lines`` drawn word by word; each word's ink box in points."""
+    font = ImageFont.load_default(size=size)
+    height = max(600, 200 + len(lines) * int(size * 1.7))
+    image = Image.new("RGB", (width, height), "white")
+    draw = ImageDraw.Draw(image)
+    space = draw.textlength(" ", font=font)
+    truth = []
+    y = 100
+    for line in lines:
+        x = 110.0
+        for word in line.split():
+            left, top, right, bottom = draw.textbbox((x, y), word, font=font)
+            draw.text((x, y), word, fill="black", font=font)
+            scale = 72 / DPI
+            truth.append(TruthWord(word, (left * scale, top * scale, right * scale,
+                                          bottom * scale)))
+            x += draw.textlength(word, font=font) + space
+        y += int(size * 1.7)
+    return image, truth
+
+
+def page_lines(seed: int, count: int = 6) -> list[str]:
+    out = []
+    for n in range(count):
+        start = (seed * 7 + n * 5) % len(WORDS)
+        out.append(" ".join(WORDS[(start + k) % len(WORDS)] for k in range(6 + (seed + n) % 4)))
+    return out
+
+
+def bbox_words(pdf: Path) -> list[list[TruthWord]]:
+    """``pdftotext -bbox`` of ``pdf``: each page's words and their boxes in points."""
+    out = subprocess.run(["pdftotext", "-bbox", str(pdf), "-"], capture_output=True,
+                         text=True, check=True, timeout=120).stdout
+    pages = []
+    for page in re.findall(r"<page [^>]*>(.*?)</page>", out, re.S):
+        words = []
+        for x0, y0, x1, y1, text in re.findall(
+                r'<word xMin="([\d.]+)" yMin="([\d.]+)" xMax="([\d.]+)" yMax="([\d.]+)">'
+                r"(.*?)</word>", page):
+            words.append(TruthWord(unescape(text), (float(x0), float(y0), float(x1),
+                                                    float(y1))))
+        pages.append(words)
+    return pages
+
+
+def word_offsets(found: list[TruthWord], truth: list[TruthWord]) -> list[float]:
+    """For each true word, the distance (points) from its centre to the centre of the
+    layer's word with the same text nearest in reading order; inf when there is none."""
+    offsets = []
+    used: set[int] = set()
+    for k, word in enumerate(truth):
+        best = None
+        for j, cand in enumerate(found):
+            if j in used or cand.text.strip(".,") != word.text.strip(".,"):
+                continue
+            if best is None or abs(j - k) < abs(best - k):
+                best = j
+        if best is None:
+            offsets.append(float("inf"))
+            continue
+        used.add(best)
+        offsets.append(_centre_distance(found[best].box, word.box))
+    return offsets
+
+
+def _centre_distance(a: tuple[float, ...], b: tuple[float, ...]) -> float:
+    ax, ay = (a[0] + a[2]) / 2, (a[1] + a[3]) / 2
+    bx, by = (b[0] + b[2]) / 2, (b[1] + b[3]) / 2
+    return float(((ax - bx) ** 2 + (ay - by) ** 2) ** 0.5)
+
+
+def pdf_text(pdf: Path) -> str:
+    return subprocess.run(["pdftotext", str(pdf), "-"], capture_output=True, text=True,
+                          check=True, timeout=120).stdout
+
+
+def cer(truth: str, found: str) -> float:
+    ref, hyp = normalize(truth), normalize(found)
+    return levenshtein(ref, hyp) / max(1, len(ref))
+
+
+def _time(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def _measure_page(n: int, tmp: Path, engine: Any, gs: str | None,
+                  rows: dict[str, list[float]]) -> None:
+    from ocrwatch import pdfout
+    from ocrwatch.align import place_text
+    from ocrwatch.domain import Page
+
+    lines = page_lines(n)
+    image, truth = synthetic_page(lines)
+    src = tmp / f"page{n}.png"
+    image.save(src, dpi=(DPI, DPI))
+    page = Page(src, 0, image, DPI)
+    truth_text = "\n".join(lines)
+    start = time.perf_counter()
+    (read,) = engine.recognize([page])
+    rows["read"].append(time.perf_counter() - start)
+    plain, pdfa, model = tmp / f"p{n}.pdf", tmp / f"a{n}.pdf", tmp / f"m{n}.pdf"
+    rows["pdf"].append(_time(lambda: pdfout.write(
+        src, [read.layout], plain, is_pdf=False, pdfa=False, render=list)))
+    if gs:
+        rows["pdfa"].append(_time(lambda: pdfout.write(
+            src, [read.layout], pdfa, is_pdf=False, pdfa=True, render=list)))
+
+    def model_path() -> None:
+        placed, _ = place_text(truth_text, engine.layout(page))
+        pdfout.write(src, [placed], model, is_pdf=False, pdfa=False, render=list)
+
+    rows["model_pdf"].append(_time(model_path))
+    base = tmp / f"t{n}"
+    env = dict(os.environ, OMP_THREAD_LIMIT="1")
+    for kind in ("txt", "pdf"):
+        rows[f"tess_{kind}"].append(_time(lambda kind=kind: subprocess.run(  # type: ignore[misc]
+            ["tesseract", str(src), str(base), kind], env=env, check=True,
+            capture_output=True)))
+    for key, pdf in (("tess", plain), ("model", model), ("cli", base.with_suffix(".pdf"))):
+        rows[f"cer_{key}"].append(cer(truth_text, pdf_text(pdf)))
+        rows[f"off_{key}"].extend(word_offsets(bbox_words(pdf)[0], truth))
+
+
+def run(pages: int, out: Path | None) -> list[str]:
+    from ocrwatch import pdfout
+    from ocrwatch.config import Config
+    from ocrwatch.engines.tesseract import TesseractEngine
+
+    gs = pdfout.ghostscript()
+    engine = TesseractEngine(Config(workers=1))
+    rows: dict[str, list[float]] = {k: [] for k in (
+        "read", "pdf", "pdfa", "model_pdf", "tess_txt", "tess_pdf",
+        "cer_tess", "cer_model", "cer_cli", "off_tess", "off_model", "off_cli")}
+    try:
+        with tempfile.TemporaryDirectory(prefix="ocrwatch-pdfbench-") as tmp_name:
+            for n in range(pages):
+                _measure_page(n, Path(tmp_name), engine, gs, rows)
+    finally:
+        engine.close()
+
+    def ms(key: str) -> str:
+        return f"{median(rows[key]) * 1000:.0f}" if rows[key] else "-"
+
+    def offs(key: str) -> str:
+        values = rows[f"off_{key}"]
+        missing = sum(1 for v in values if v == float("inf"))
+        finite = [v for v in values if v != float("inf")]
+        return (f"median {median(finite):.2f} pt, max {max(finite):.2f} pt, "
+                f"{missing} of {len(values)} words not found")
+
+    tess_pdf_cost = median(rows["tess_pdf"]) - median(rows["tess_txt"])
+    lines = header("Searchable PDF: cost per page and fit of the text layer", [
+        f"{pages} synthetic pages (1700 px wide, 6 lines, {DPI} dpi PNG), one at a time, "
+        "OMP_THREAD_LIMIT=1",
+        f"Ghostscript: {'yes' if gs else 'not installed'}; tesseract command: "
+        f"{shutil.which('tesseract') or 'not installed'}",
+    ])
+    lines += [
+        "",
+        "| step | median ms/page |",
+        "|---|--:|",
+        f"| ocrwatch Tesseract read (with word boxes) | {ms('read')} |",
+        f"| ocrwatch PDF writing alone (pikepdf + img2pdf) | {ms('pdf')} |",
+        f"| ocrwatch PDF/A writing alone (+ Ghostscript) | {ms('pdfa')} |",
+        f"| ocrwatch model path: Tesseract word boxes + alignment + PDF | {ms('model_pdf')} |",
+        f"| `tesseract page.png out txt` | {ms('tess_txt')} |",
+        f"| `tesseract page.png out pdf` | {ms('tess_pdf')} |",
+        f"| Tesseract's own PDF cost (pdf - txt) | {tess_pdf_cost * 1000:.0f} |",
+        "",
+        "| layer | CER vs truth (median) | word centre vs true box |",
+        "|---|--:|---|",
+        f"| ocrwatch, Tesseract engine | {median(rows['cer_tess']):.4f} | {offs('tess')} |",
+        f"| ocrwatch, model text on Tesseract boxes | {median(rows['cer_model']):.4f} | "
+        f"{offs('model')} |",
+        f"| `tesseract ... pdf` | {median(rows['cer_cli']):.4f} | {offs('cli')} |",
+        "",
+        f"PDF writing over Tesseract's own PDF cost: "
+        f"{median(rows['pdf']) / tess_pdf_cost:.2f}x" if tess_pdf_cost > 0 else "",
+    ]
+    save("pdf_output.txt", lines, out)
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pages", type=int, default=12)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    print("\n".join(run(args.pages, args.out)))
+
+
+if __name__ == "__main__":
+    main()

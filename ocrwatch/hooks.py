@@ -1,0 +1,200 @@
+"""After a file is done: the user's ``on_done`` program, and a notification per batch.
+
+``on_done`` is an argv list, never a shell string, so no file name can inject a command.
+The paths of the finished file are passed in the environment (``OCRWATCH_FILE``...) and
+as arguments: ``{file}``, ``{source}``, ``{md}``, ``{txt}``, ``{pdf}`` in an argument are
+replaced; with none of them, the original's path is appended as the last argument. The
+program runs in its own session with a timeout (the whole group is ended then); its
+failure is logged and the file still counts as done. Hooks run one at a time on a thread
+of their own, so a slow hook never holds up reading.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import queue
+import signal
+import subprocess
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ocrwatch.config import Config
+
+log = logging.getLogger(__name__)
+
+PLACEHOLDERS = ("{file}", "{source}", "{md}", "{txt}", "{pdf}")
+OUTPUT_LIMIT = 4000  # characters of the program's output kept for the log
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A file that was read: where it was read, where it and its results are now."""
+
+    source: Path
+    original: Path | None  # None when on_success deleted it
+    md: Path | None = None
+    txt: Path | None = None
+    pdf: Path | None = None
+    pages: int = 0
+
+
+@dataclass
+class _Batch:
+    done: int = 0
+    failed: list[tuple[str, str]] = field(default_factory=list)
+
+
+def hook_argv(argv: list[str], item: Finished) -> list[str]:
+    values = {"{file}": item.original, "{source}": item.source, "{md}": item.md,
+              "{txt}": item.txt, "{pdf}": item.pdf}
+    if not any(p in arg for arg in argv for p in PLACEHOLDERS):
+        return [*argv, str(item.original or item.source)]
+    out = []
+    for arg in argv:
+        for key, value in values.items():
+            arg = arg.replace(key, "" if value is None else str(value))
+        out.append(arg)
+    return out
+
+
+def hook_env(item: Finished) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({
+        "OCRWATCH_FILE": str(item.original) if item.original else "",
+        "OCRWATCH_SOURCE": str(item.source),
+        "OCRWATCH_MD": str(item.md) if item.md else "",
+        "OCRWATCH_TXT": str(item.txt) if item.txt else "",
+        "OCRWATCH_PDF": str(item.pdf) if item.pdf else "",
+        "OCRWATCH_PAGES": str(item.pages),
+        "OCRWATCH_DELETED": "1" if item.original is None else "0",
+    })
+    return env
+
+
+def run_hook(argv: list[str], item: Finished, timeout: float) -> int | None:
+    """Run ``on_done`` for ``item``; its exit status, or None when it did not finish."""
+    args = hook_argv(argv, item)
+    try:
+        proc = subprocess.Popen(args, env=hook_env(item), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    except OSError as exc:
+        log.warning("on_done could not start %s: %s; fix on_done in the config", args[0],
+                    exc.strerror or exc)
+        return None
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _end_group(proc)
+        log.warning("on_done %s ran over %g s for %s and was stopped; raise on_done_timeout "
+                    "if it needs longer", args[0], timeout, item.source.name)
+        return None
+    text = output.decode("utf-8", "replace").strip()[-OUTPUT_LIMIT:]
+    if proc.returncode != 0:
+        log.warning("on_done %s exited with status %d for %s (the file is done all the "
+                    "same)%s", args[0], proc.returncode, item.source.name,
+                    f": {text}" if text else "")
+    else:
+        log.info("on_done %s for %s: ok%s", args[0], item.source.name,
+                 f": {text}" if text else "")
+    return proc.returncode
+
+
+def _end_group(proc: subprocess.Popen[bytes]) -> None:
+    """TERM the hook's whole session, then KILL what is left after 5 s."""
+    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.communicate(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+class AfterDone:
+    """The thread that runs hooks and sends the batch notification."""
+
+    def __init__(self, config: Config, is_idle: Callable[[], bool],
+                 notify: Callable[[str, str], object] | None = None) -> None:
+        self.config = config
+        self.is_idle = is_idle
+        if notify is None:
+            from ocrwatch import notify as _notify
+
+            notify = _notify.send
+        self.notify = notify
+        self._queue: queue.Queue[tuple[str, object]] = queue.Queue()
+        self._batch = _Batch()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def needed(self) -> bool:
+        return bool(self.config.on_done) or self.config.notify_batch
+
+    def start(self) -> None:
+        if self.needed and self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="ocrwatch-after",
+                                            daemon=True)
+            self._thread.start()
+
+    def close(self) -> None:
+        """Finish the hooks queued so far (each within its timeout), then stop."""
+        if self._thread is not None:
+            self._queue.put(("stop", None))
+            self._thread.join(timeout=self.config.on_done_timeout + 15)
+            self._thread = None
+
+    def done(self, item: Finished) -> None:
+        if self._thread is not None:
+            self._queue.put(("done", item))
+
+    def failed(self, path: Path, reason: str) -> None:
+        if self._thread is not None:
+            self._queue.put(("failed", (path.name, reason)))
+
+    def _run(self) -> None:
+        while True:
+            try:
+                kind, value = self._queue.get(timeout=1.0)
+            except queue.Empty:
+                self._maybe_notify()
+                continue
+            if kind == "stop":
+                return
+            try:
+                if kind == "done":
+                    assert isinstance(value, Finished)
+                    self._batch.done += 1
+                    if self.config.on_done:
+                        run_hook(self.config.on_done, value, self.config.on_done_timeout)
+                elif kind == "failed":
+                    assert isinstance(value, tuple)
+                    self._batch.failed.append(value)
+                if self._queue.empty():
+                    self._maybe_notify()
+            except Exception:
+                log.exception("after-read step failed")
+
+    def _maybe_notify(self) -> None:
+        batch = self._batch
+        if not self.config.notify_batch or not (batch.done or batch.failed):
+            return
+        if not self.is_idle():
+            return
+        self._batch = _Batch()
+        total = batch.done + len(batch.failed)
+        title = f"ocrwatch: {total} file{'s' if total != 1 else ''} read"
+        if batch.failed:
+            lines = [f"{batch.done} done, {len(batch.failed)} failed:"]
+            lines += [f"{name}: {reason}" for name, reason in batch.failed[:5]]
+            if len(batch.failed) > 5:
+                lines.append(f"and {len(batch.failed) - 5} more (ocrwatch status)")
+            body = "\n".join(lines)
+        else:
+            body = f"{batch.done} done, none failed"
+        self.notify(title, body)

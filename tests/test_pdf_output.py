@@ -1,0 +1,290 @@
+"""The searchable PDF: text, word positions, unchanged images, page counts, PDF/A.
+
+Real parts throughout: real Tesseract (engine and word boxes), real poppler tools reading
+the output (``pdftotext``, ``pdftotext -bbox``, ``pdfimages``), real Ghostscript for PDF/A.
+The model path uses an engine that returns the page's known text without positions, as
+the model does, over Tesseract's real boxes.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import pikepdf
+import pytest
+from helpers import wait_for
+from PIL import Image
+
+from ocrwatch.align import place_text
+from ocrwatch.config import Config
+from ocrwatch.daemon import Daemon
+from ocrwatch.domain import Page, PageText
+from ocrwatch.engines.base import BatchPolicy
+from ocrwatch.engines.fake import FakeEngine
+from ocrwatch.layout import PageLayout, Word
+from ocrwatch.sidecar import choose_stem
+from ocrwatch.watch import wanted
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.pdf_output import DPI, bbox_words, page_lines, synthetic_page, word_offsets
+
+pytestmark = pytest.mark.skipif(
+    not (shutil.which("pdftotext") and shutil.which("pdfimages")),
+    reason="poppler-utils is not installed (apt install poppler-utils)")
+
+# How far a word of the layer may sit from its true box: centre to centre, in points.
+# The text is 44 px (16 pt) high at 200 dpi; measured offsets are about 2-4 pt.
+TOLERANCE_PT = 6.0
+
+
+class KnownTextEngine(FakeEngine):
+    """Reads like the model: the page's known text, and no word positions."""
+
+    name = "known-text"
+
+    def __init__(self, texts: dict[str, list[str]]) -> None:
+        super().__init__(max_side=1540, policy=BatchPolicy(max_pages=2, max_tokens=100000))
+        self.texts = texts
+
+    def recognize(self, pages: Sequence[Page]) -> list[PageText]:
+        out = []
+        for p in pages:
+            text = self.texts[p.source.name][p.index]
+            out.append(PageText(markdown=text, text=text))
+        return out
+
+
+def make_config(tmp_path: Path, **kw: object) -> Config:
+    values: dict[str, object] = dict(
+        inbox=[tmp_path / "inbox"], database=tmp_path / "index.sqlite3", settle_seconds=0.2,
+        engine="tesseract", workers=1, outputs=["md", "txt", "pdf"], pdfa="never")
+    values.update(kw)
+    return Config(**values)  # type: ignore[arg-type]
+
+
+def read_all(daemon: Daemon, *paths: Path) -> None:
+    def finished() -> bool:
+        jobs = [daemon.jobs.known(p) for p in paths]
+        return all(j is not None and j.state.value in ("done", "failed") for j in jobs)
+
+    wait_for(finished, 120, "the files to be read")
+    for p in paths:
+        job = daemon.jobs.known(p)
+        assert job is not None and job.state.value == "done", (p, job)
+
+
+def pdf_images(pdf: Path, folder: Path) -> list[Image.Image]:
+    """Every image of ``pdf`` as pixels, in page order (``pdfimages -png``)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["pdfimages", "-png", str(pdf), str(folder / "img")], check=True,
+                   timeout=60)
+    return [Image.open(p).convert("RGB") for p in sorted(folder.glob("img-*.png"))]
+
+
+def same_pixels(a: Image.Image, b: Image.Image) -> bool:
+    return a.size == b.size and a.convert("RGB").tobytes() == b.convert("RGB").tobytes()
+
+
+def write_page(path: Path, seed: int) -> tuple[list[str], list[object]]:
+    lines = page_lines(seed)
+    image, truth = synthetic_page(lines)
+    image.save(path, dpi=(DPI, DPI))
+    return lines, truth  # type: ignore[return-value]
+
+
+def test_tesseract_engine_pdf_holds_text_on_true_positions_over_unchanged_image(
+        tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    inbox = config.inbox[0]
+    inbox.mkdir()
+    src = inbox / "letter.png"
+    lines, truth = write_page(src, 1)
+    with Daemon(config) as daemon:
+        read_all(daemon, src)
+    out = inbox / "letter.ocr.pdf"
+    text = subprocess.run(["pdftotext", str(out), "-"], capture_output=True, text=True,
+                          check=True).stdout
+    for line in lines:
+        assert line in text
+    offsets = word_offsets(bbox_words(out)[0], truth)  # type: ignore[arg-type]
+    assert len(offsets) == sum(len(line.split()) for line in lines)
+    assert max(offsets) <= TOLERANCE_PT, offsets
+    with pikepdf.open(out) as pdf:
+        assert len(pdf.pages) == 1
+    (image,) = pdf_images(out, tmp_path / "images")
+    assert same_pixels(image, Image.open(src))
+    # The PDF is an output, never read back as a new file.
+    assert not wanted(out, config.inbox)
+
+
+def test_model_text_is_placed_on_tesseract_boxes(tmp_path: Path) -> None:
+    config = make_config(tmp_path, engine="fake")
+    inbox = config.inbox[0]
+    inbox.mkdir()
+    src = inbox / "memo.png"
+    lines, truth = write_page(src, 4)
+    engine = KnownTextEngine({"memo.png": ["\n".join(lines)]})
+    with Daemon(config, engine=engine) as daemon:
+        read_all(daemon, src)
+        rows = daemon.db.query("SELECT warnings FROM pages")
+    assert rows[0]["warnings"] is None  # aligned word by word: no warning
+    out = inbox / "memo.ocr.pdf"
+    found = bbox_words(out)[0]
+    assert [w.text for w in found] == [w for line in lines for w in line.split()]
+    offsets = word_offsets(found, truth)  # type: ignore[arg-type]
+    assert max(offsets) <= TOLERANCE_PT, offsets
+    (image,) = pdf_images(out, tmp_path / "images")
+    assert same_pixels(image, Image.open(src))
+
+
+def test_unalignable_model_text_gets_a_line_layer_and_a_warning(tmp_path: Path) -> None:
+    config = make_config(tmp_path, engine="fake")
+    inbox = config.inbox[0]
+    inbox.mkdir()
+    src = inbox / "other.png"
+    write_page(src, 2)
+    model = "Zwölf Boxkämpfer jagen Viktor quer\nüber den großen Sylter Deich"
+    engine = KnownTextEngine({"other.png": [model]})
+    with Daemon(config, engine=engine) as daemon:
+        read_all(daemon, src)
+        rows = daemon.db.query("SELECT warnings FROM pages")
+    assert "placed by line" in rows[0]["warnings"]
+    text = subprocess.run(["pdftotext", str(inbox / "other.ocr.pdf"), "-"],
+                          capture_output=True, text=True, check=True).stdout
+    assert "Zwölf Boxkämpfer jagen Viktor quer" in text
+    assert "über den großen Sylter Deich" in text
+
+
+def test_multipage_pdf_in_multipage_pdf_out(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    inbox = config.inbox[0]
+    inbox.mkdir()
+    pages = [synthetic_page(page_lines(seed, 3))[0] for seed in (5, 6, 7)]
+    src = inbox / "report.pdf"
+    pages[0].save(src, "PDF", resolution=DPI, save_all=True, append_images=pages[1:])
+    with Daemon(config) as daemon:
+        read_all(daemon, src)
+    out = inbox / "report.ocr.pdf"
+    with pikepdf.open(src) as a, pikepdf.open(out) as b:
+        assert len(a.pages) == len(b.pages) == 3
+    texts = subprocess.run(["pdftotext", str(out), "-"], capture_output=True, text=True,
+                           check=True).stdout.split("\f")
+    for seed, text in zip((5, 6, 7), texts, strict=False):
+        assert page_lines(seed, 3)[0] in text
+    before = pdf_images(src, tmp_path / "in")
+    after = pdf_images(out, tmp_path / "out")
+    assert len(before) == len(after) == 3
+    assert all(same_pixels(x, y) for x, y in zip(before, after, strict=True))
+
+
+@pytest.mark.skipif(shutil.which("gs") is None, reason="Ghostscript is not installed")
+def test_pdfa_when_ghostscript_is_present(tmp_path: Path) -> None:
+    config = make_config(tmp_path, pdfa="auto")
+    inbox = config.inbox[0]
+    inbox.mkdir()
+    src = inbox / "a.png"
+    lines, _ = write_page(src, 3)
+    with Daemon(config) as daemon:
+        read_all(daemon, src)
+    out = inbox / "a.ocr.pdf"
+    with pikepdf.open(out) as pdf:
+        meta = pdf.open_metadata()
+        assert meta.get("pdfaid:part") == "2"
+        assert meta.get("pdfaid:conformance") == "B"
+        assert "/OutputIntents" in pdf.Root
+    text = subprocess.run(["pdftotext", str(out), "-"], capture_output=True, text=True,
+                          check=True).stdout
+    assert lines[0] in text
+    (image,) = pdf_images(out, tmp_path / "images")
+    assert same_pixels(image, Image.open(src))
+
+
+def test_jpeg_bytes_go_into_the_pdf_unchanged(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    inbox = config.inbox[0]
+    inbox.mkdir()
+    src = inbox / "photo.jpg"
+    image, _ = synthetic_page(page_lines(8))
+    image.save(src, quality=80, dpi=(DPI, DPI))
+    with Daemon(config) as daemon:
+        read_all(daemon, src)
+    with pikepdf.open(inbox / "photo.ocr.pdf") as pdf:
+        (raw,) = [img.read_raw_bytes() for img in pdf.pages[0].Resources.XObject.values()]
+    assert raw == src.read_bytes()
+
+
+def test_same_stem_originals_get_their_own_pdfs(tmp_path: Path) -> None:
+    config = make_config(tmp_path, engine="fake")
+    inbox = config.inbox[0]
+    inbox.mkdir()
+    png, jpg = inbox / "scan.png", inbox / "scan.jpg"
+    write_page(png, 1)
+    write_page(jpg, 2)
+    (inbox / "notes.ocr.pdf").write_bytes(b"%PDF-1.4 the user's own")
+    (inbox / "notes.png").write_bytes(png.read_bytes() + b"\0")
+    engine = KnownTextEngine({"scan.png": ["one"], "scan.jpg": ["two"], "notes.png": ["x"]})
+    with Daemon(config, engine=engine) as daemon:
+        read_all(daemon, png, jpg, inbox / "notes.png")
+    pdfs = sorted(p.name for p in inbox.glob("*.ocr.pdf"))
+    assert pdfs == ["notes.ocr.pdf", "notes.png.ocr.pdf", "scan.jpg.ocr.pdf", "scan.ocr.pdf"]
+    assert (inbox / "notes.ocr.pdf").read_bytes() == b"%PDF-1.4 the user's own"
+
+
+def test_a_foreign_pdf_sidecar_name_is_not_taken(tmp_path: Path) -> None:
+    (tmp_path / "scan.ocr.pdf").write_bytes(b"%PDF mine")
+    assert choose_stem(tmp_path / "scan.png", tmp_path, set(), set()).name == "scan.png"
+    # Our own earlier output under that stem is ours to replace.
+    own = {tmp_path / "scan.md", tmp_path / "scan.txt"}
+    assert choose_stem(tmp_path / "scan.png", tmp_path, set(), own).name == "scan"
+
+
+# -- alignment -------------------------------------------------------------------------
+def boxes(*lines: list[str]) -> PageLayout:
+    """Tesseract-like words: 20 px a character, 10 px gaps, 50 px a line."""
+    words = []
+    for n, line in enumerate(lines):
+        x = 10
+        for w in line:
+            words.append(Word(w, (x, 10 + 50 * n, x + 20 * len(w), 40 + 50 * n), n))
+            x += 20 * len(w) + 10
+    return PageLayout(1000, 400, tuple(words))
+
+
+def test_substituted_words_take_their_partners_box() -> None:
+    tess = boxes(["The", "harb0ur", "office"], ["opens", "at", "nlne"])
+    layout, warnings = place_text("The harbour office\nopens at nine", tess)
+    assert warnings == []
+    assert [(w.text, w.box) for w in layout.words] == [
+        (w.text, t.box) for w, t in zip(layout.words, tess.words, strict=True)]
+    assert [w.text for w in layout.words] == ["The", "harbour", "office", "opens", "at", "nine"]
+
+
+def test_a_word_only_the_model_read_goes_on_its_line() -> None:
+    tess = boxes(["The", "office", "opens"], ["at", "nine", "sharp"])
+    layout, warnings = place_text("The office opens daily\nat nine sharp", tess)
+    assert warnings == []
+    daily = next(w for w in layout.words if w.text == "daily")
+    opens = next(w for w in layout.words if w.text == "opens")
+    assert daily.line == opens.line == 0
+    assert daily.box[0] > opens.box[2]  # after its neighbour, on the same line
+    assert daily.box[1] == opens.box[1]
+
+
+def test_one_box_read_as_two_words_is_split() -> None:
+    tess = boxes(["New", "York-based", "firm"])
+    layout, _ = place_text("New York based firm", tess)
+    york, based = layout.words[1], layout.words[2]
+    whole = tess.words[1].box
+    assert york.box[0] == whole[0] and based.box[2] == whole[2]
+    assert york.box[2] <= based.box[0]
+
+
+def test_no_tesseract_words_gives_a_line_layer() -> None:
+    layout, warnings = place_text("a line\nanother line", PageLayout(1000, 1400))
+    assert layout.by_line and [w.text for w in layout.words] == ["a line", "another line"]
+    assert "placed by line" in warnings[0]
+    assert layout.words[0].box[3] <= layout.words[1].box[1]
