@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import re
 import signal
 import sys
 import threading
@@ -16,10 +18,53 @@ from typing import Any
 
 from ocrwatch import __version__
 from ocrwatch import config as config_mod
-from ocrwatch.errors import DaemonNotRunning, DaemonRunning, OcrwatchError
+from ocrwatch.errors import DaemonNotRunning, DaemonRunning, OcrwatchError, SearchTimeout
+from ocrwatch.index import MAX_HITS, QUERY_SECONDS
 from ocrwatch.status import EngineStatus, Status, format_status
+from ocrwatch.termsafe import safe, safe_lines
 
 log = logging.getLogger("ocrwatch")
+
+# The engines a user may choose; "fake" (for tests of what surrounds an engine) is
+# accepted but not offered.
+PUBLIC_ENGINES = tuple(e for e in config_mod.ENGINES if e != "fake")
+EXIT_BROKEN_PIPE = 141  # what a shell reports for a program ended by SIGPIPE
+
+
+def echo(text: str = "", *, err: bool = False) -> None:
+    """Print a report: control characters from names and page text are shown escaped."""
+    print(safe_lines(text), file=sys.stderr if err else sys.stdout)
+
+
+def _engine(value: str) -> str:
+    if value not in config_mod.ENGINES:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not an engine; choose {', '.join(PUBLIC_ENGINES)}")
+    return value
+
+
+def _limit(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if not 1 <= number <= MAX_HITS:
+        raise argparse.ArgumentTypeError(f"{value} is out of range: use 1 to {MAX_HITS}")
+    return number
+
+
+def _seconds(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
+    if not 0.01 <= number <= 3600:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(f"{value} is out of range: use 0.01 to 3600 seconds")
+    return number
+
+
+def _examples(*lines: str) -> str:
+    return "examples:\n" + "\n".join(f"  {line}" for line in lines)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -29,7 +74,8 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def _overrides(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--engine", choices=config_mod.ENGINES, help="OCR engine to use")
+    p.add_argument("--engine", type=_engine, metavar="ENGINE",
+                   help=f"OCR engine: {', '.join(PUBLIC_ENGINES)}")
     p.add_argument("--inbox", action="append", type=Path, metavar="DIR",
                    help="folder to watch (repeat for several; replaces the configured ones)")
     p.add_argument("--output-dir", type=Path, metavar="DIR",
@@ -40,34 +86,55 @@ def _overrides(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
 
 
+def _sub(sub: Any, name: str, text: str, *examples: str) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = sub.add_parser(
+        name, help=text, description=text[0].upper() + text[1:] + ".",
+        epilog=_examples(*examples), formatter_class=argparse.RawDescriptionHelpFormatter)
+    return parser
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ocrwatch",
         description="Watch a folder, read every page of every scan and PDF, write .md and "
                     ".txt beside each, and search them.",
+        epilog=_examples("ocrwatch run                     # watch ~/OCR-Inbox",
+                         "ocrwatch search invoice 2024     # find pages",
+                         "ocrwatch status                  # what it is doing",
+                         "ocrwatch COMMAND --help          # more on one command"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"ocrwatch {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    p = sub.add_parser("run", help="run the daemon in the foreground (with a tray icon when "
-                                   "there is a display)")
+    p = _sub(sub, "run", "run the daemon in the foreground (with a tray icon when there is "
+                         "a display)",
+             "ocrwatch run", "ocrwatch run --no-tray --inbox ~/Scans --languages eng,deu")
     _common(p)
     _overrides(p)
     p.add_argument("--no-tray", action="store_true", help="never show a tray icon")
 
-    p = sub.add_parser("add", help="read files or folders once, with a progress bar, then exit")
+    p = _sub(sub, "add", "read files or folders once, with a progress bar, then exit",
+             "ocrwatch add ~/Downloads/letter.pdf", "ocrwatch add --engine tesseract ~/Scans")
     _common(p)
     _overrides(p)
     p.add_argument("paths", nargs="+", type=Path, metavar="PATH")
 
-    p = sub.add_parser("search", help="search the text of every page read so far")
+    p = _sub(sub, "search", "search the text of every page read so far",
+             'ocrwatch search invoice "March 2024"',
+             "ocrwatch search 'pay* OR remittance NOT draft' --limit 5",
+             "ocrwatch search --json -- -42     # after --, a query may begin with -")
     _common(p)
     p.add_argument("--database", type=Path, metavar="FILE", help="index file")
-    p.add_argument("query", nargs="+", help='words, "phrases", AND/OR/NOT, prefix*')
-    p.add_argument("--limit", type=int, default=20, help="at most this many hits (default 20)")
+    p.add_argument("query", nargs="*", help='words, "phrases", AND/OR/NOT, prefix*')
+    p.add_argument("--limit", type=_limit, default=20, metavar="N",
+                   help=f"at most N hits, 1 to {MAX_HITS} (default 20)")
+    p.add_argument("--time-limit", type=_seconds, default=QUERY_SECONDS, metavar="SECONDS",
+                   help=f"stop a query that takes longer (default {QUERY_SECONDS:g})")
     p.add_argument("--json", action="store_true", help="print hits as JSON")
 
-    p = sub.add_parser("status", help="what the daemon is doing, counts by state, failures")
+    p = _sub(sub, "status", "what the daemon is doing, counts by state, failures",
+             "ocrwatch status", "ocrwatch status --json")
     _common(p)
     p.add_argument("--database", type=Path, metavar="FILE", help="index file")
     p.add_argument("--json", action="store_true", help="print as JSON")
@@ -76,19 +143,22 @@ def build_parser() -> argparse.ArgumentParser:
                        ("resume", "read queued files again"),
                        ("stop", "stop the running daemon"),
                        ("rescan", "look through the watched folders for missed files now")):
-        p = sub.add_parser(name, help=text)
+        _sub(sub, name, text, f"ocrwatch {name}")
 
-    p = sub.add_parser("retry", help="read failed files again")
+    p = _sub(sub, "retry", "read failed files again",
+             "ocrwatch retry ~/OCR-Inbox/scan.pdf", "ocrwatch retry --all-failed")
     _common(p)
     p.add_argument("--database", type=Path, metavar="FILE", help="index file")
     p.add_argument("paths", nargs="*", type=Path, metavar="PATH")
     p.add_argument("--all-failed", action="store_true", help="every failed file")
 
-    p = sub.add_parser("doctor", help="check what the daemon needs and say how to fix gaps")
+    p = _sub(sub, "doctor", "check what the daemon needs and say how to fix gaps",
+             "ocrwatch doctor", "ocrwatch doctor --engine vllm --languages eng,ita")
     _common(p)
     _overrides(p)
 
-    p = sub.add_parser("autostart", help="start the daemon at login (or stop doing so)")
+    p = _sub(sub, "autostart", "start the daemon at login (or stop doing so)",
+             "ocrwatch autostart enable --now", "ocrwatch autostart disable")
     p.add_argument("action", choices=("enable", "disable"))
     p.add_argument("--kind", choices=("systemd", "xdg", "launchd"),
                    help="how to start it (default: what this platform and session use)")
@@ -109,17 +179,43 @@ def _load(args: argparse.Namespace) -> config_mod.Config:
     return config_mod.load(getattr(args, "config", None), overrides=overrides)
 
 
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command == "search" and all(re.fullmatch(r"-[^-].*", e) for e in extra):
+        # "ocrwatch search -42": words that begin with one "-" are words, not options.
+        args.query = [*args.query, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     handler = globals()[f"cmd_{args.command}"]
     try:
-        return int(handler(args) or 0)
+        code = int(handler(args) or 0)
+        sys.stdout.flush()  # here, so that a closed pipe is met while we can still say so
+        return code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `ocrwatch status | head -1`: the reader has gone; the rest is not wanted.
+        # Point stdout at /dev/null so that Python's flush at exit does not complain.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_BROKEN_PIPE
     except OcrwatchError as exc:
-        print(f"ocrwatch: {exc}", file=sys.stderr)
+        echo(f"ocrwatch: {safe(exc)}", err=True)
         return exc.exit_code
+    except Exception as exc:  # the last line of defence: a message, the details on request
+        if os.environ.get("OCRWATCH_DEBUG"):
+            raise
+        log.debug("unexpected error in `ocrwatch %s`", args.command, exc_info=True)
+        echo(f"ocrwatch: unexpected error in `{args.command}`: {safe(repr(exc))}. Run it "
+             "again with OCRWATCH_DEBUG=1 to see where, and report that.", err=True)
+        return 1
 
 
 # -- the daemon ---------------------------------------------------------------------
@@ -189,10 +285,10 @@ def cmd_add(args: argparse.Namespace) -> int:
         elif path.exists():
             files.append(path)
         else:
-            raise OcrwatchError(f"{path} does not exist")
+            raise OcrwatchError(f"{safe(path)} does not exist")
     if not files:
-        print("nothing to read: no PNG, JPEG, TIFF, BMP, WebP or PDF files given",
-              file=sys.stderr)
+        echo("ocrwatch: nothing to read: no PNG, JPEG, TIFF, BMP, WebP or PDF files given",
+             err=True)
         return 1
     lock = InstanceLock()
     try:
@@ -213,9 +309,12 @@ def cmd_add(args: argparse.Namespace) -> int:
             lock.release()
     failed = [(p, j.reason) for p, j in states.items() if j is not None and j.state == "failed"]
     done = sum(1 for j in states.values() if j is not None and j.state == "done")
-    print(f"{done} read, {len(failed)} failed")
+    echo(f"{done} read, {len(failed)} failed")
     for path, reason in failed:
-        print(f"  failed: {path}: {reason}")
+        echo(f"  failed: {safe(path)}: {safe(reason)}")
+    if failed:
+        echo(f"ocrwatch: {_plural(len(failed), 'file')} could not be read (reasons above); "
+             "fix them and run `ocrwatch add` again", err=True)
     return 1 if failed else 0
 
 
@@ -247,33 +346,47 @@ def _progress(daemon: Any, paths: list[Path]) -> None:
 
 
 # -- looking at results -------------------------------------------------------------
-def _database(args: argparse.Namespace) -> Path:
+def _database(args: argparse.Namespace) -> tuple[Path, str]:
+    """The index file the command names, and where that name came from."""
     if getattr(args, "database", None):
-        return Path(args.database).expanduser()
-    return config_mod.load(getattr(args, "config", None)).database
+        return Path(args.database).expanduser(), "the command-line flag --database"
+    config = config_mod.load(getattr(args, "config", None))
+    return config.database, config.origin("database")
 
 
 def cmd_search(args: argparse.Namespace) -> int:
     from ocrwatch.db import Database
     from ocrwatch.index import HIGHLIGHT, search
 
-    db = Database(_database(args), readonly=True)
+    query = " ".join(args.query).strip()
+    if not query:
+        raise OcrwatchError("give one or more words to look for, e.g. `ocrwatch search invoice`")
+    path, origin = _database(args)
+    db = Database(path, readonly=True, origin=origin)
     try:
-        hits = search(db, " ".join(args.query), limit=args.limit)
+        hits = search(db, query, limit=args.limit, time_limit=args.time_limit)
+    except SearchTimeout as exc:
+        raise SearchTimeout(f"{exc}, or allow more time with --time-limit SECONDS") from None
     finally:
         db.close()
     if args.json:
-        print(json.dumps([h.as_dict() for h in hits], ensure_ascii=False, indent=2))
+        text = json.dumps([h.as_dict() for h in hits], ensure_ascii=False, indent=2)
+        # JSON escapes C0 controls itself; C1 controls and bidi overrides get \u escapes.
+        print(re.sub("[\x7f-\x9f\u202a-\u202e\u2066-\u2069]",
+                     lambda m: f"\\u{ord(m.group()):04x}", text))
         return 0 if hits else 1
     if not hits:
-        print("no matches", file=sys.stderr)
+        echo("no matches", err=True)
         return 1
     on, off = ("\033[1;33m", "\033[0m") if sys.stdout.isatty() else ("[", "]")
     for hit in hits:
-        where = f"{hit.path}" + (f"  (page {hit.page} of {hit.pages})" if hit.pages > 1 else "")
-        snippet = " ".join(hit.snippet.split())
+        where = safe(hit.path) + (f"  (page {hit.page} of {hit.pages})" if hit.pages > 1 else "")
+        snippet = safe(" ".join(hit.snippet.split()))
+        # The highlight markers are controls too: turn the escaped forms into colour.
+        for marker, shown in zip(HIGHLIGHT, (on, off), strict=True):
+            snippet = snippet.replace(safe(marker), shown)
         print(where)
-        print("    " + snippet.replace(HIGHLIGHT[0], on).replace(HIGHLIGHT[1], off))
+        print("    " + snippet)
     return 0
 
 
@@ -289,7 +402,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({**status.to_dict(), "running": running}, indent=2, default=str))
     else:
-        print(format_status(status))
+        echo(format_status(status))
     return 0
 
 
@@ -300,13 +413,15 @@ def _offline_status(args: argparse.Namespace) -> Status:
     from ocrwatch.logs import default_log_file
 
     config = config_mod.load(getattr(args, "config", None))
+    origin = config.origin("database")
     if getattr(args, "database", None):
         config.database = Path(args.database).expanduser()
+        origin = "the command-line flag --database"
     choice = choose(config)
     status = Status(state="stopped", engine=EngineStatus(choice.name, choice.why),
                     database=str(config.database), log_file=str(default_log_file()))
     if config.database.exists():
-        db = Database(config.database, readonly=True)
+        db = Database(config.database, readonly=True, origin=origin)
         try:
             jobs = JobQueue(db)
             counts = jobs.counts()
@@ -327,13 +442,13 @@ def _control(cmd: str) -> Any:
 
 def cmd_pause(args: argparse.Namespace) -> int:
     _control("pause")
-    print("paused: new files are queued but not read until `ocrwatch resume`")
+    echo("paused: new files are queued but not read until `ocrwatch resume`")
     return 0
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
     _control("resume")
-    print("resumed")
+    echo("resumed")
     return 0
 
 
@@ -341,14 +456,18 @@ def cmd_stop(args: argparse.Namespace) -> int:
     from ocrwatch.control import stop_daemon
 
     pid = stop_daemon()
-    print(f"stopped the daemon (PID {pid})")
+    echo(f"stopped the daemon (PID {pid})")
     return 0
 
 
 def cmd_rescan(args: argparse.Namespace) -> int:
     _control("rescan")
-    print("rescanning the watched folders")
+    echo("rescanning the watched folders")
     return 0
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
 
 
 def cmd_retry(args: argparse.Namespace) -> int:
@@ -356,22 +475,37 @@ def cmd_retry(args: argparse.Namespace) -> int:
 
     if not args.paths and not args.all_failed:
         raise OcrwatchError("name the files to retry, or use --all-failed")
-    paths = [str(p.expanduser().absolute()) for p in args.paths]
+    given = [p.expanduser().absolute() for p in args.paths]
+    missing = [p for p in given if not p.exists()]
+    if missing:
+        raise OcrwatchError(f"{safe(missing[0])} does not exist; name a file that failed "
+                            "(`ocrwatch status` lists them) or use --all-failed")
+    paths = [str(p) for p in given]
     try:
         count = int(request("retry", paths=paths or None, all_failed=args.all_failed))
-        where = "the daemon will read them again"
+        where = "the daemon will read {} again"
     except DaemonNotRunning:
         from ocrwatch.db import Database
         from ocrwatch.jobs import JobQueue
 
-        db = Database(_database(args))
+        path, origin = _database(args)
+        db = Database(path, origin=origin)
         try:
-            count = JobQueue(db).retry(None if args.all_failed else [Path(p) for p in paths])
+            count = JobQueue(db).retry(None if args.all_failed else given)
         finally:
             db.close()
-        where = "they are read when the daemon next runs"
-    print(f"{count} file{'s' if count != 1 else ''} queued again; {where}")
-    return 0 if count else 1
+        where = "{} will be read when the daemon next runs"
+    if count == 0:
+        if args.all_failed:
+            echo("nothing to retry: no file has failed")
+            return 0
+        raise OcrwatchError(
+            f"{'this file has' if len(given) == 1 else 'these files have'} not been read yet, "
+            "so there is nothing to retry; the daemon reads files in its inbox by itself, and "
+            f"`ocrwatch add {safe(given[0])}` reads one now")
+    echo(f"{_plural(count, 'file')} queued again; " + where.format("it" if count == 1
+                                                                    else "them"))
+    return 0
 
 
 # -- set-up ------------------------------------------------------------------------
@@ -380,7 +514,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
     config = _load(args)
     checks = doctor.run_checks(config)
-    print(doctor.format_report(checks))
+    echo(doctor.format_report(checks))
     return 0 if all(c.ok for c in checks) else 1
 
 
@@ -388,9 +522,9 @@ def cmd_autostart(args: argparse.Namespace) -> int:
     from ocrwatch import autostart
 
     if args.action == "enable":
-        print(autostart.enable(kind=args.kind, executable=args.executable, start=args.now))
+        echo(str(autostart.enable(kind=args.kind, executable=args.executable, start=args.now)))
     else:
-        print(autostart.disable())
+        echo(str(autostart.disable()))
     return 0
 
 

@@ -8,6 +8,7 @@ value stops start-up with a message naming the key, where it came from and what 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import tomllib
 import types
@@ -103,10 +104,43 @@ class Config:
 
     # Where the values came from; used for messages only.
     source: str = field(default="defaults", compare=False, repr=False)
+    # Where each value that is not a default came from ("vllm.model" -> "the file ..."),
+    # so that a message about a value names the place the user has to change.
+    origins: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    def origin(self, key: str) -> str:
+        """Where ``key``'s value came from: a file, a variable, a flag, or the default."""
+        return self.origins.get(key, "the built-in default")
 
 
 _SECTIONS: dict[str, type[Any]] = {"vllm": VllmConfig, "remote": RemoteConfig}
-_INTERNAL = {"source"}
+_INTERNAL = {"source", "origins"}
+
+# Sane ranges (inclusive) for numbers: a value outside is a typo or a unit mix-up, and
+# some are harmful (100000 workers start 100000 threads; an infinite size limit fails
+# every file). Keys checked more closely below are left out.
+RANGES: dict[str, tuple[float, float]] = {
+    "workers": (0, 256),
+    "settle_seconds": (0.1, 3600),
+    "rescan_minutes": (0.1, 7 * 24 * 60),
+    "pdf_dpi": (36, 1200),
+    "max_pages": (1, 100_000),
+    "max_pixels": (1, 2_000_000_000),
+    "max_file_mb": (0.001, 1_048_576),
+    "max_attempts": (1, 1000),
+    "vllm.gpu_memory_gb": (0, 4096),
+    "vllm.max_tokens": (1, 16384),
+    "vllm.idle_sleep_seconds": (0, 30 * 24 * 3600),
+    "vllm.idle_stop_seconds": (0, 30 * 24 * 3600),
+    "vllm.partner_wait_seconds": (0, 60),
+    "vllm.start_timeout_seconds": (1, 24 * 3600),
+    "vllm.batch_image_tokens": (0, 10_000_000),
+    "remote.max_tokens": (1, 1_000_000),
+    "remote.concurrency": (1, 1024),
+    "remote.timeout_seconds": (0.1, 24 * 3600),
+    "remote.retry_seconds": (0.1, 24 * 3600),
+    "remote.health_seconds": (0.1, 24 * 3600),
+}
 
 
 def _type_name(tp: Any) -> str:
@@ -124,9 +158,9 @@ def _type_name(tp: Any) -> str:
 def _coerce(key: str, where: str, tp: Any, value: Any, *, from_text: bool) -> Any:
     """Turn ``value`` into ``tp`` or raise a ConfigError naming key and place."""
 
-    def bad(extra: str = "") -> ConfigError:
+    def bad(expected: str = "") -> ConfigError:
         return ConfigError(
-            f"{where}: {key} = {value!r} is not valid: expected {_type_name(tp)}{extra}."
+            f"{where}: {key} = {value!r} is not valid: expected {expected or _type_name(tp)}."
         )
 
     origin = typing.get_origin(tp)
@@ -171,13 +205,17 @@ def _coerce(key: str, where: str, tp: Any, value: Any, *, from_text: bool) -> An
         if isinstance(value, bool):
             raise bad()
         if isinstance(value, int | float):
-            return float(value)
-        if from_text and isinstance(value, str):
+            number = float(value)
+        elif from_text and isinstance(value, str):
             try:
-                return float(value)
+                number = float(value)
             except ValueError:
                 raise bad() from None
-        raise bad()
+        else:
+            raise bad()
+        if not math.isfinite(number):  # nan and inf pass float() but mean nothing here
+            raise bad("a finite number (nan and inf are not numbers of anything)")
+        return number
     if tp is str:
         if isinstance(value, str):
             return value
@@ -193,7 +231,8 @@ def _hints(cls: type[Any]) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
-def _apply(target: Any, data: Mapping[str, Any], where: str, prefix: str = "") -> None:
+def _apply(target: Any, data: Mapping[str, Any], where: str, origins: dict[str, str],
+           prefix: str = "") -> None:
     hints = _hints(type(target))
     known = [f.name for f in dataclasses.fields(target) if f.name not in _INTERNAL]
     for key, value in data.items():
@@ -205,11 +244,12 @@ def _apply(target: Any, data: Mapping[str, Any], where: str, prefix: str = "") -
         if key in _SECTIONS and not prefix:
             if not isinstance(value, Mapping):
                 raise ConfigError(f"{where}: [{key}] must be a table of settings.")
-            _apply(getattr(target, key), value, where, prefix=f"{key}.")
+            _apply(getattr(target, key), value, where, origins, prefix=f"{key}.")
             continue
         if value == "" and hints[key] is Path:
             value = _default(target, key)  # an empty path means "the default place"
         setattr(target, key, _coerce(full, where, hints[key], value, from_text=False))
+        origins[full] = f"the file {where}"
 
 
 def _default(target: Any, key: str) -> Any:
@@ -236,19 +276,23 @@ def _env_overrides(config: Config, environ: Mapping[str, str]) -> None:
                     setattr(section, sf.name, _coerce(
                         f"{f.name}.{sf.name}", f"environment variable {var}",
                         sub_hints[sf.name], environ[var], from_text=True))
+                    config.origins[f"{f.name}.{sf.name}"] = f"the environment variable {var}"
             continue
         var = f"OCRWATCH_{f.name}".upper()
         if var in environ:
             setattr(config, f.name, _coerce(f.name, f"environment variable {var}",
                                             hints[f.name], environ[var], from_text=True))
+            config.origins[f.name] = f"the environment variable {var}"
 
 
 def validate(config: Config) -> None:
-    """Check values that have the right type but a wrong meaning."""
-    where = config.source
+    """Check values that have the right type but a wrong meaning.
+
+    Each message starts with where the bad value came from, so the user knows what to edit.
+    """
 
     def fail(key: str, msg: str) -> None:
-        raise ConfigError(f"{where}: {key} {msg}")
+        raise ConfigError(f"{config.origin(key)}: {key} {msg}")
 
     if config.engine not in ENGINES:
         fail("engine", f"= {config.engine!r} is not one of {', '.join(ENGINES)}.")
@@ -258,23 +302,13 @@ def validate(config: Config) -> None:
         fail("inbox", "must name at least one folder to watch.")
     if not config.languages or any(not lang or "/" in lang for lang in config.languages):
         fail("languages", "must be a list of Tesseract language codes such as ['eng', 'deu'].")
-    positive = {
-        "settle_seconds": config.settle_seconds, "rescan_minutes": config.rescan_minutes,
-        "pdf_dpi": config.pdf_dpi, "max_pages": config.max_pages,
-        "max_pixels": config.max_pixels, "max_file_mb": config.max_file_mb,
-        "max_attempts": config.max_attempts,
-        "vllm.max_tokens": config.vllm.max_tokens, "remote.max_tokens": config.remote.max_tokens,
-        "remote.concurrency": config.remote.concurrency,
-    }
-    for key, value in positive.items():
-        if value <= 0:
-            fail(key, f"= {value!r} must be greater than 0.")
-    if config.workers < 0:
-        fail("workers", "must be 0 (one per core) or a positive number.")
-    if not 36 <= config.pdf_dpi <= 1200:
-        fail("pdf_dpi", f"= {config.pdf_dpi} must be between 36 and 1200.")
-    if config.vllm.gpu_memory_gb < 0:
-        fail("vllm.gpu_memory_gb", "must be 0 (the card's size, at most 16) or a size in GB.")
+    for key, (low, high) in RANGES.items():
+        owner: Any = config
+        for part in key.split("."):
+            owner = getattr(owner, part)
+        if not low <= owner <= high:
+            fail(key, f"= {owner!r} is out of range: it must be between {low:g} and {high:g}"
+                      f"{_RANGE_HINTS.get(key, '')}.")
     if config.vllm.load_format not in ("auto", "dummy", "safetensors"):
         fail("vllm.load_format", "must be 'auto', 'safetensors' or 'dummy'.")
     _validate_model_sections(config, fail)
@@ -282,6 +316,14 @@ def validate(config: Config) -> None:
     if config.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
         fail("log_level", "must be DEBUG, INFO, WARNING or ERROR.")
     _check_loops(config)
+
+
+_RANGE_HINTS = {
+    "workers": " (0: one per core)",
+    "vllm.gpu_memory_gb": " (0: the card's size, at most 16)",
+    "vllm.max_tokens": " (4096 suits a page)",
+    "vllm.batch_image_tokens": " (0: from the memory budget)",
+}
 
 
 def _validate_model_sections(config: Config, fail: typing.Callable[[str, str], None]) -> None:
@@ -299,12 +341,6 @@ def _validate_model_sections(config: Config, fail: typing.Callable[[str, str], N
                        ("vllm.partner_wait_seconds", v.partner_wait_seconds)):
         if value < 0:
             fail(key, f"= {value!r} must be 0 or more (0 turns it off).")
-    if v.batch_image_tokens < 0:
-        fail("vllm.batch_image_tokens", "must be 0 (from the memory budget) or a token count.")
-    if v.start_timeout_seconds <= 0:
-        fail("vllm.start_timeout_seconds", "must be greater than 0.")
-    if v.max_tokens > 16384:
-        fail("vllm.max_tokens", f"= {v.max_tokens} must be at most 16384 (4096 suits a page).")
     if not v.model.strip():
         fail("vllm.model", "must name a Hugging Face model or a local model folder.")
     _validate_remote(r, fail)
@@ -424,6 +460,24 @@ def _check_loops(config: Config) -> None:
             )
 
 
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read: {exc.strerror}. Make it readable for your "
+                          "user, or name another file with --config.") from exc
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ConfigError(f"{path}: line {line} is not UTF-8 text (byte {raw[exc.start]:#04x}). "
+                          "TOML files must be UTF-8: save it as UTF-8 and start again.") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}. Fix the file or remove it.") from None
+
+
 def load(
     path: Path | None = None,
     *,
@@ -436,8 +490,10 @@ def load(
     absent; a path given explicitly must exist.
     """
     environ = os.environ if environ is None else environ
+    named_by = "--config"
     if path is None and environ.get("OCRWATCH_CONFIG"):
         path = Path(environ["OCRWATCH_CONFIG"]).expanduser()
+        named_by = "the environment variable OCRWATCH_CONFIG"
         explicit = True
     else:
         explicit = path is not None
@@ -446,16 +502,11 @@ def load(
     config = Config()
     sources = ["defaults"]
     if path.exists():
-        try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{path}: not valid TOML: {exc}. Fix the file or remove it.") from exc
-        except OSError as exc:
-            raise ConfigError(f"{path}: cannot be read: {exc.strerror}.") from exc
-        _apply(config, data, str(path))
+        _apply(config, _read_toml(path), str(path), config.origins)
         sources.append(str(path))
     elif explicit:
-        raise ConfigError(f"config file {path} does not exist. Copy config.example.toml there.")
+        raise ConfigError(f"config file {path} (named by {named_by}) does not exist. "
+                          "Copy config.example.toml there.")
     _env_overrides(config, environ)
     if overrides:
         hints = _hints(Config)
@@ -468,8 +519,10 @@ def load(
                 setattr(target, sub, _coerce(key, "command line", _hints(type(target))[sub],
                                              value, from_text=True))
             else:
-                setattr(config, key, _coerce(key, "command line", hints[key], value,
-                                             from_text=True))
+                flag = "--" + key.replace("_", "-")
+                setattr(config, key, _coerce(key, f"the command-line flag {flag}", hints[key],
+                                             value, from_text=True))
+            config.origins[key] = f"the command-line flag --{key.replace('_', '-')}"
     config.source = " + ".join(sources)
     validate(config)
     return config

@@ -103,7 +103,7 @@ class Daemon:
     ) -> None:
         self.config = config
         self.log_file = log_file
-        self.db = Database(config.database)
+        self.db = Database(config.database, origin=config.origin("database"))
         self.jobs = JobQueue(self.db)
         if engine is None:
             self.choice = choose(config)

@@ -13,6 +13,7 @@ import logging
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Any
 
 import sqlite_utils
 
-from ocrwatch.errors import OcrwatchError, TransientError
+from ocrwatch.errors import ConfigError, OcrwatchError, SearchTimeout, TransientError
 
 log = logging.getLogger(__name__)
 
@@ -125,35 +126,91 @@ def _transient(exc: BaseException) -> TransientError | None:
     return None
 
 
+PROGRESS_STEPS = 10_000  # SQLite steps between two looks at the clock (well under 1 ms)
+
+
 class Database:
     """A thread-safe handle on the ocrwatch SQLite file."""
 
-    def __init__(self, path: Path | str, *, readonly: bool = False) -> None:
+    def __init__(self, path: Path | str, *, readonly: bool = False, origin: str = "") -> None:
+        """Open (and with ``readonly`` False, create or upgrade) the index at ``path``.
+
+        ``origin`` says where the path came from (a flag, a variable, a config file) so
+        that a message about a bad file names the place to change it.
+        """
         self.path = Path(path) if str(path) != ":memory:" else Path(":memory:")
+        named = f" (set by {origin})" if origin else ""
         if str(path) != ":memory:":
             if readonly and not self.path.exists():
                 raise OcrwatchError(
-                    f"no index at {self.path} yet: start the daemon with `ocrwatch run` "
-                    "or read files with `ocrwatch add`"
+                    f"no index at {self.path}{named} yet: start the daemon with "
+                    "`ocrwatch run` or read files with `ocrwatch add`"
                 )
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if self.path.is_dir():
+                raise OcrwatchError(f"the index {self.path}{named} is a folder; name a file")
+            if not readonly:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            conn = sqlite3.connect(
-                str(path), check_same_thread=False, isolation_level=None, timeout=30
-            )
-        except sqlite3.Error as exc:
-            raise OcrwatchError(f"cannot open the index {path}: {exc}") from exc
+            try:
+                conn = self._connect(path, readonly)
+            except sqlite3.OperationalError:
+                if not readonly:
+                    raise
+                # A WAL index in a folder this user cannot write (a read-only mount, another
+                # user's folder) cannot get its shared-memory file: read it as immutable.
+                conn = self._connect(path, readonly, immutable=True)
+            conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute("PRAGMA busy_timeout = 30000")
+            if str(path) != ":memory:" and not readonly:
+                # A reader never changes the journal mode: the file may be read-only to it.
+                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute("PRAGMA synchronous = NORMAL")
+        except sqlite3.DatabaseError as exc:
+            if "not a database" in str(exc) or "malformed" in str(exc):
+                raise ConfigError(
+                    f"{path}{named} is not an ocrwatch index (SQLite: {exc}). Name the index "
+                    "file, or move this file away so that a new index is made there."
+                ) from None
+            if "readonly" in str(exc) or "read-only" in str(exc):
+                raise OcrwatchError(
+                    f"the index {path}{named} is read-only for your user; make it and its "
+                    "folder writable, or name another file"
+                ) from None
+            raise OcrwatchError(f"cannot open the index {path}{named}: {exc}") from None
         self._lock = threading.RLock()
         self.conn = conn
         self.db = sqlite_utils.Database(conn)
-        conn.execute("PRAGMA foreign_keys = ON")
-        conn.execute("PRAGMA busy_timeout = 30000")
-        if str(path) != ":memory:":
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = NORMAL")
         self._closed = False
         if not readonly:
-            self.migrate()
+            try:
+                self.migrate()
+            except sqlite3.OperationalError as exc:
+                conn.close()
+                raise OcrwatchError(
+                    f"cannot write the index {path}{named}: {exc}. Make it and its folder "
+                    "writable for your user, or name another file."
+                ) from None
+
+    @staticmethod
+    def _connect(path: Path | str, readonly: bool, *, immutable: bool = False
+                 ) -> sqlite3.Connection:
+        if readonly and str(path) != ":memory:":
+            # mode=ro: a search or status never writes, so a read-only index still answers.
+            uri = Path(path).absolute().as_uri() + "?mode=ro" + ("&immutable=1" if immutable
+                                                                 else "")
+            conn = sqlite3.connect(uri, uri=True, check_same_thread=False,
+                                   isolation_level=None, timeout=30)
+        else:
+            conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None,
+                                   timeout=30)
+        try:
+            # Reading the schema is the first thing that fails on a file that is not SQLite,
+            # or on a WAL file whose folder cannot be written.
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        except sqlite3.Error:
+            conn.close()
+            raise
+        return conn
 
     def migrate(self) -> list[str]:
         """Apply the named migrations not yet applied; returns their names."""
@@ -220,6 +277,35 @@ class Database:
             cur = self.conn.execute(sql, params)
             cur.row_factory = sqlite3.Row
             return list(cur.fetchall())
+
+    @contextmanager
+    def time_limit(self, seconds: float | None) -> Iterator[None]:
+        """Stop any statement run inside that takes longer than ``seconds`` in all.
+
+        SQLite calls a progress handler every few thousand virtual-machine steps; when the
+        time is up it returns non-zero and SQLite interrupts the statement, which then
+        raises SearchTimeout. The connection stays usable.
+        """
+        if seconds is None:
+            yield
+            return
+        deadline = time.monotonic() + seconds
+
+        def over() -> int:
+            return 1 if time.monotonic() > deadline else 0
+
+        with self._lock:
+            self.conn.set_progress_handler(over, PROGRESS_STEPS)
+            try:
+                yield
+            except sqlite3.OperationalError as exc:
+                if "interrupt" in str(exc) and time.monotonic() > deadline:
+                    raise SearchTimeout(
+                        f"the search was stopped after {seconds:g} s; narrow the query "
+                        "(fewer or longer prefix* words, a phrase in quotes)") from None
+                raise
+            finally:
+                self.conn.set_progress_handler(None, 0)
 
     def get_setting(self, key: str, default: str | None = None) -> str | None:
         rows = self.query("SELECT value FROM settings WHERE key = ?", (key,))

@@ -56,3 +56,7 @@ class SearchError(OcrwatchError):
     """A search query could not be understood."""
 
     exit_code = 2
+
+
+class SearchTimeout(SearchError):
+    """A search ran past its time bound and was stopped."""

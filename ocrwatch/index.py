@@ -23,6 +23,9 @@ _CJK = re.compile(
     r"[\u3000-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef]"
 )
 HIGHLIGHT = ("\x02", "\x03")  # markers the CLI turns into bold or brackets
+QUERY_SECONDS = 10.0  # a search running longer is stopped (`a* b* c* ...` can take minutes)
+MAX_TERMS = 64  # SQLite refuses expressions deeper than 1000; no one types 64 words
+MAX_HITS = 10_000
 
 
 @dataclass(frozen=True)
@@ -136,13 +139,25 @@ def _fts_query(query: str) -> str:
     return " ".join(out)
 
 
-def search(db: Database, query: str, *, limit: int = 20) -> list[Hit]:
-    """Ranked hits for ``query``; raises SearchError with a plain message when malformed."""
+def search(db: Database, query: str, *, limit: int = 20,
+           time_limit: float | None = QUERY_SECONDS) -> list[Hit]:
+    """Ranked hits for ``query``; raises SearchError with a plain message when malformed.
+
+    A query that runs longer than ``time_limit`` seconds is stopped (SearchTimeout).
+    """
+    with db.time_limit(time_limit):
+        return _search(db, query, limit=limit)
+
+
+def _search(db: Database, query: str, *, limit: int) -> list[Hit]:
     query = query.strip()
     if not query:
         raise SearchError("the query is empty; give one or more words to look for")
-    if limit < 1:
-        raise SearchError("--limit must be at least 1")
+    if not 1 <= limit <= MAX_HITS:
+        raise SearchError(f"the number of hits must be between 1 and {MAX_HITS}")
+    if len(query.split()) > MAX_TERMS:
+        raise SearchError(f"the query has {len(query.split())} words; at most {MAX_TERMS} "
+                          "are searched at once, so keep the most telling ones")
     base = (
         "SELECT j.display AS path, p.page AS page, j.pages AS pages, j.md_path AS md_path, "
     )

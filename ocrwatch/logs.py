@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import logging
 import logging.handlers
+import re
 import sys
+import threading
+import time
+import typing
 from pathlib import Path
 
 from ocrwatch import paths
 from ocrwatch.errors import OcrwatchError
+from ocrwatch.termsafe import safe_lines
 
 LOG_NAME = "ocrwatch.log"
 MAX_BYTES = 5 * 1024 * 1024
@@ -24,6 +29,87 @@ STDERR_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
 QUIET = ("PIL", "watchdog", "urllib3", "httpx", "filelock", "asyncio")
 
 _MARK = "_ocrwatch_handler"
+
+# Repeated warnings: at most BURST alike in WINDOW seconds, then one line saying the rest
+# are held back, and a count when they may show again. A 120-deep folder tree made
+# watchdog warn about every folder, each warning 200 KB long: megabytes in a second.
+BURST = 5
+WINDOW = 60.0
+PREFIX = 120  # characters of a message that tell one kind of message from another
+MAX_MESSAGE = 8192  # characters of one record's message; the rest is cut
+
+
+class RateLimit(logging.Filter):
+    """Let through at most ``burst`` alike WARNING-or-worse records per ``window`` seconds.
+
+    Records are alike when they come from the same logger and the first PREFIX
+    characters of their messages are the same once numbers are blanked (ids, counts and
+    line numbers vary between repeats): two different files failing are two kinds, a
+    library's warning about each of 120 nested folders is one. One instance is shared by
+    the file and stderr handlers and decides once per record.
+    """
+
+    def __init__(self, burst: int = BURST, window: float = WINDOW,
+                 clock: typing.Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self.burst, self.window, self.clock = burst, window, clock
+        self._seen: dict[tuple[str, int, str], list[float]] = {}  # key -> [start, count]
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def key(record: logging.LogRecord) -> tuple[str, int, str]:
+        return record.name, record.levelno, re.sub(r"\d+", "#", record.getMessage()[:PREFIX])
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        decided = getattr(record, "_ocrwatch_pass", None)
+        if decided is not None:
+            return bool(decided)
+        try:
+            verdict = self._decide(record) if record.levelno >= logging.WARNING else True
+            _shorten(record)
+        except Exception:  # a record whose arguments do not fit: let logging report it
+            verdict = True
+        record._ocrwatch_pass = verdict
+        return verdict
+
+    def _decide(self, record: logging.LogRecord) -> bool:
+        now = self.clock()
+        key = self.key(record)
+        with self._lock:
+            slot = self._seen.get(key)
+            if slot is None or now - slot[0] >= self.window:
+                held = int(slot[1]) - self.burst if slot is not None else 0
+                self._seen[key] = [now, 1.0]
+                if len(self._seen) > 1000:  # forget the oldest kinds; they are long gone
+                    for old in sorted(self._seen, key=lambda k: self._seen[k][0])[:500]:
+                        del self._seen[old]
+                if held > 0:
+                    record.msg = f"{record.getMessage()} ({held} alike held back before)"
+                    record.args = None
+                return True
+            slot[1] += 1
+            if slot[1] <= self.burst:
+                if slot[1] == self.burst:
+                    record.msg = (f"{record.getMessage()} (alike messages are held back for "
+                                  f"{self.window - (now - slot[0]):.0f} s)")
+                    record.args = None
+                return True
+            return False
+
+
+class SafeFormatter(logging.Formatter):
+    """Log lines with control characters escaped: file names may hold terminal escape
+    sequences, and the log is read on a terminal (stderr, `tail -f`)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return safe_lines(super().format(record))
+
+
+def _shorten(record: logging.LogRecord) -> None:
+    message = record.getMessage()
+    if len(message) > MAX_MESSAGE:
+        record.msg = f"{message[:MAX_MESSAGE]}… ({len(message) - MAX_MESSAGE} characters cut)"
+        record.args = None
 
 
 def default_log_file() -> Path:
@@ -59,7 +145,7 @@ def setup_logging(
             f"cannot write the log file {path}: {exc.strerror}. Make its folder writable "
             "for your user, or free some disk space."
         ) from exc
-    file_handler.setFormatter(logging.Formatter(FILE_FORMAT))
+    file_handler.setFormatter(SafeFormatter(FILE_FORMAT))
 
     root = logging.getLogger()
     for old in [h for h in root.handlers if getattr(h, _MARK, False)]:
@@ -68,10 +154,12 @@ def setup_logging(
     new: list[logging.Handler] = [file_handler]
     if stderr:
         err = logging.StreamHandler(sys.stderr)
-        err.setFormatter(logging.Formatter(STDERR_FORMAT))
+        err.setFormatter(SafeFormatter(STDERR_FORMAT))
         new.append(err)
+    limit = RateLimit()
     for handler in new:
         setattr(handler, _MARK, True)
+        handler.addFilter(limit)
         root.addHandler(handler)
     root.setLevel(numeric)
     for name in QUIET:

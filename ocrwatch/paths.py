@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import stat
 import warnings
 from pathlib import Path
 
 import platformdirs
+
+from ocrwatch.errors import OcrwatchError
 
 APP = "ocrwatch"
 
@@ -38,16 +41,27 @@ def log_dir() -> Path:
 def runtime_dir() -> Path:
     """A folder only this user can enter, for the control socket and the lock."""
     base = os.environ.get("XDG_RUNTIME_DIR")
-    if base:
-        path = Path(base) / APP
-    else:
-        with warnings.catch_warnings():
-            # Without a session's runtime folder platformdirs falls back to /tmp and warns;
-            # the 0700 folder below keeps the socket private all the same.
-            warnings.simplefilter("ignore")
-            path = Path(platformdirs.user_runtime_dir(APP))
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(path, 0o700)
+    try:
+        if base:
+            path = Path(base) / APP
+        else:
+            with warnings.catch_warnings():
+                # Without a session's runtime folder platformdirs falls back to /tmp and
+                # warns; the 0700 folder below keeps the socket private all the same.
+                # It refuses a fallback folder that another user owns (PermissionError).
+                warnings.simplefilter("ignore")
+                path = Path(platformdirs.user_runtime_dir(APP))
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        info = path.lstat()
+        if info.st_uid != os.getuid() or not stat.S_ISDIR(info.st_mode):
+            raise PermissionError(f"{path} is not a folder of your own")
+        os.chmod(path, 0o700)
+    except OSError as exc:
+        raise OcrwatchError(
+            f"no private runtime folder for the control socket: {exc}. Set XDG_RUNTIME_DIR "
+            "to a folder that only you own (mode 0700), as a desktop session does, e.g. "
+            "`export XDG_RUNTIME_DIR=/run/user/$(id -u)`."
+        ) from None
     return path
 
 

@@ -40,7 +40,7 @@ def test_default_file_in_config_dir_is_read(home: Path) -> None:
 def test_example_file_documents_every_key_with_its_default(home: Path) -> None:
     example = ROOT / "config.example.toml"
     data = tomllib.loads(example.read_text())
-    fields = {f.name for f in dataclasses.fields(cfg.Config)} - {"source"}
+    fields = {f.name for f in dataclasses.fields(cfg.Config)} - cfg._INTERNAL
     assert set(data) == fields
     loaded = cfg.load(example, environ={})
     for section, cls in (("vllm", cfg.VllmConfig), ("remote", cfg.RemoteConfig)):
