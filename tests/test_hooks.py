@@ -1,0 +1,250 @@
+"""After a file is done: the on_done program (argv, environment, timeout, failure) and the
+batch notification, recorded by a small org.freedesktop.Notifications service on a real
+D-Bus session bus of the test's own."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers import text_page, wait_for
+
+from ocrwatch.config import Config
+from ocrwatch.daemon import Daemon
+from ocrwatch.engines.fake import FakeEngine
+from ocrwatch.hooks import Finished, run_hook
+
+RECORD = """
+import json, os, sys
+from pathlib import Path
+env = {k: v for k, v in os.environ.items() if k.startswith("OCRWATCH_")}
+out = Path(os.environ["HOOK_RECORD"])
+tmp = out.with_name(".part")
+tmp.write_text(json.dumps({"argv": sys.argv[1:], "env": env}))
+tmp.rename(out)
+"""
+
+
+def make_config(tmp_path: Path, **kw: object) -> Config:
+    values: dict[str, object] = dict(
+        inbox=[tmp_path / "inbox"], database=tmp_path / "index.sqlite3", settle_seconds=0.2,
+        engine="fake")
+    values.update(kw)
+    return Config(**values)  # type: ignore[arg-type]
+
+
+def state(d: Daemon, path: Path) -> str | None:
+    job = d.jobs.known(path)
+    return job.state.value if job else None
+
+
+def test_hook_gets_the_final_paths_as_arguments_and_environment(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    script = tmp_path / "hook.py"
+    script.write_text(RECORD)
+    record = tmp_path / "record.json"
+    monkeypatch.setenv("HOOK_RECORD", str(record))
+    archive = tmp_path / "archive"
+    config = make_config(tmp_path, on_success="archive", archive_dir=archive,
+                         on_done=[sys.executable, str(script), "{file}", "--text={txt}"])
+    inbox = config.inbox[0]
+    inbox.mkdir()
+    # A name a shell would run: as an argv element it is only a name.
+    name = "bill $(touch pwned) ; rm -rf x.png"
+    with Daemon(config, engine=FakeEngine()):
+        text_page(["hello"]).save(inbox / name)
+        wait_for(record.exists, 30, "the hook to run")
+        data = json.loads(record.read_text())
+    archived = archive / "inbox" / name
+    txt = archive / "inbox" / "bill $(touch pwned) ; rm -rf x.txt"
+    assert data["argv"] == [str(archived), f"--text={txt}"]
+    env = data["env"]
+    assert env["OCRWATCH_FILE"] == str(archived)
+    assert env["OCRWATCH_SOURCE"] == str(inbox / name)
+    assert env["OCRWATCH_TXT"] == str(txt)
+    assert env["OCRWATCH_MD"] == str(txt.with_suffix(".md"))
+    assert env["OCRWATCH_PDF"] == ""
+    assert env["OCRWATCH_PAGES"] == "1"
+    assert env["OCRWATCH_DELETED"] == "0"
+    assert not list(tmp_path.rglob("pwned"))
+
+
+def test_without_placeholders_the_path_is_the_last_argument(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    script = tmp_path / "hook.py"
+    script.write_text(RECORD)
+    record = tmp_path / "record.json"
+    monkeypatch.setenv("HOOK_RECORD", str(record))
+    item = Finished(source=tmp_path / "in.png", original=None, md=tmp_path / "in.md", pages=3)
+    assert run_hook([sys.executable, str(script), "--flag"], item, 30) == 0
+    data = json.loads(record.read_text())
+    assert data["argv"] == ["--flag", str(tmp_path / "in.png")]  # deleted: where it was
+    assert data["env"]["OCRWATCH_DELETED"] == "1"
+    assert data["env"]["OCRWATCH_FILE"] == ""
+    assert data["env"]["OCRWATCH_PAGES"] == "3"
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(") ", 1)[1].startswith("Z")  # a zombie is ended
+    except FileNotFoundError:
+        return True
+
+
+def test_a_hook_over_its_timeout_is_ended_with_everything_it_started(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    pids = tmp_path / "pids"
+    code = ("import subprocess, sys, time, pathlib\n"
+            "child = subprocess.Popen(['sleep', '600'])\n"
+            f"pathlib.Path({str(pids)!r}).write_text(str(child.pid))\n"
+            "time.sleep(600)\n")
+    item = Finished(source=tmp_path / "a.png", original=tmp_path / "a.png")
+    caplog.set_level(logging.WARNING)
+    assert run_hook([sys.executable, "-c", code], item, 2.0) is None
+    assert "ran over 2 s" in caplog.text
+    grandchild = int(pids.read_text())
+    wait_for(lambda: _gone(grandchild), 10, "the hook's own child to end too")
+
+
+def test_a_failing_hook_is_logged_and_the_file_is_still_done(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    config = make_config(tmp_path, on_done=[sys.executable, "-c",
+                                            "import sys; print('no printer'); sys.exit(3)"])
+    inbox = config.inbox[0]
+    inbox.mkdir()
+    caplog.set_level(logging.INFO)
+    with Daemon(config, engine=FakeEngine()) as d:
+        path = inbox / "a.png"
+        text_page(["a"]).save(path)
+        wait_for(lambda: "exited with status 3" in caplog.text, 30, "the hook's failure")
+        assert state(d, path) == "done"
+    assert "no printer" in caplog.text
+
+
+def test_a_missing_hook_program_is_logged(tmp_path: Path,
+                                          caplog: pytest.LogCaptureFixture) -> None:
+    item = Finished(source=tmp_path / "a.png", original=tmp_path / "a.png")
+    caplog.set_level(logging.WARNING)
+    assert run_hook([str(tmp_path / "nothing-here")], item, 5) is None
+    assert "could not start" in caplog.text
+
+
+# -- the batch notification ------------------------------------------------------------
+class NotificationService:
+    """org.freedesktop.Notifications on a bus: records each Notify call and answers it."""
+
+    def __init__(self, address: str) -> None:
+        from jeepney.bus_messages import message_bus
+        from jeepney.io.blocking import open_dbus_connection
+
+        self.calls: list[tuple[object, ...]] = []
+        self._conn = open_dbus_connection(bus=address)
+        reply = self._conn.send_and_get_reply(
+            message_bus.RequestName("org.freedesktop.Notifications"), timeout=5)
+        assert reply.body == (1,)  # primary owner
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="test-notifications")
+        self._thread.start()
+
+    def _serve(self) -> None:
+        from jeepney import HeaderFields, MessageType, new_method_return
+
+        while not self._stop.is_set():
+            try:
+                msg = self._conn.receive(timeout=0.1)
+            except TimeoutError:
+                continue
+            fields = msg.header.fields
+            if (msg.header.message_type is MessageType.method_call
+                    and fields.get(HeaderFields.member) == "Notify"):
+                self.calls.append(msg.body)
+                self._conn.send(new_method_return(msg, "u", (len(self.calls),)))
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._conn.close()
+
+
+@pytest.fixture
+def session_bus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    if shutil.which("dbus-daemon") is None:
+        pytest.skip("dbus-daemon is not installed (apt install dbus-daemon)")
+    pytest.importorskip("jeepney")
+    socket = tmp_path / "bus"
+    proc = subprocess.Popen(["dbus-daemon", "--session", "--nofork", "--print-address=1",
+                             f"--address=unix:path={socket}"], stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout is not None
+        address = proc.stdout.readline().strip()
+        monkeypatch.setenv("DBUS_SESSION_BUS_ADDRESS", address)
+        yield address
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def test_batch_done_notification_counts_files_and_names_failures(
+        tmp_path: Path, session_bus: str) -> None:
+    service = NotificationService(session_bus)
+    try:
+        config = make_config(tmp_path, notify_batch=True)
+        inbox = config.inbox[0]
+        inbox.mkdir()
+        names = ("a.png", "b.png", "fake-engine-fail.png")
+        with Daemon(config, engine=FakeEngine()) as d:
+            # One batch: all three queued (paused) before any is read.
+            d.pause()
+            for name in names:
+                text_page([name]).save(inbox / name)
+            wait_for(lambda: all(state(d, inbox / n) == "queued" for n in names), 30,
+                     "the files to be queued")
+            d.resume()
+            wait_for(lambda: service.calls, 60, "the notification")
+            assert all(state(d, inbox / n) in ("done", "failed") for n in names)
+        assert len(service.calls) == 1
+        app, _replaces, _icon, title, body, _actions, _hints, _timeout = service.calls[0]
+        assert app == "ocrwatch"
+        assert title == "ocrwatch: 3 files read"
+        assert body.startswith("2 done, 1 failed:")  # type: ignore[attr-defined]
+        assert "fake-engine-fail.png: " in body  # type: ignore[operator]
+    finally:
+        service.close()
+
+
+def test_notifications_are_off_by_default(tmp_path: Path, session_bus: str) -> None:
+    service = NotificationService(session_bus)
+    try:
+        config = make_config(tmp_path)
+        assert config.notify_batch is False
+        inbox = config.inbox[0]
+        inbox.mkdir()
+        with Daemon(config, engine=FakeEngine()) as d:
+            text_page(["x"]).save(inbox / "x.png")
+            wait_for(lambda: state(d, inbox / "x.png") == "done", 30, "done")
+        assert service.calls == []
+        assert not any(t.name == "ocrwatch-after" for t in threading.enumerate())
+    finally:
+        service.close()
+
+
+def test_without_a_bus_the_notification_is_logged(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    from ocrwatch import notify
+
+    monkeypatch.setenv("DBUS_SESSION_BUS_ADDRESS", f"unix:path={tmp_path / 'no-bus'}")
+    caplog.set_level(logging.INFO)
+    assert notify.send("title", "body") is False
+    assert "notification not shown" in caplog.text
