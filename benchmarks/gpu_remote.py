@@ -1,0 +1,536 @@
+"""The daemon's remote engine against vLLM's own server, beside plain HTTP clients.
+
+    python3 benchmarks/gpu_remote.py MODEL_DIR            # starts `vllm serve` on this GPU
+    python3 benchmarks/gpu_remote.py MODEL_DIR --gpus 2   # one server per GPU (or --dp)
+    python3 benchmarks/gpu_remote.py --url http://HOST:8000/v1 [--url ...]  # running servers
+
+MODEL_DIR is a LightOnOCR-2-1B-shaped folder (../shared/gpu/make_model.py), served with
+random weights (``--load-format dummy``) and the memory settings the embedded engine
+derives from a 16 GB card (ocrwatch's memory plan: utilization, max_num_seqs,
+max_num_batched_tokens, max_model_len), as ``lightonai/LightOnOCR-2-1B``.
+
+The drop is the GPU daemon benchmark's: 24 A4 pages scanned at 300 dpi (JPEG), 24 card
+photos (JPEG) and 4 PDFs of four A4 pages, 64 pages, every page writing exactly
+``--tokens`` tokens (``ignore_eos``). On the same servers, one after another:
+
+- the seeds' client: plain HTTP, each page decoded, scaled to 1540 px and sent as a
+  base64 PNG, 2 requests in flight;
+- the same plain client with as many requests in flight as the daemon (the strongest
+  plain way to use the servers);
+- the real daemon: ``ocrwatch run`` with ``engine = "remote"``, a warm-up file first,
+  then every file moved into its inbox at once, timed from the drop to the last sidecar.
+
+The card's memory is sampled with nvidia-smi every 0.1 s. The report goes to
+benchmarks/results/remote.txt (``--out``). ``--embedded RATE`` adds the embedded engine's
+pages/s for the same drop on the same card (benchmarks/gpu_daemon.py) and the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import io
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from _common import header, save  # noqa: E402
+from gpu_engine import Sampler, total_mib  # noqa: E402
+
+MODEL = "lightonai/LightOnOCR-2-1B"
+MAX_SIDE = 1540
+PDF_DPI = 200  # the daemon's pdf_dpi default; the plain client renders PDFs the same
+GIB = 1024.0
+
+
+# -- the drop ---------------------------------------------------------------------------
+
+def _text_page(width: int, height: int, seed: int) -> Any:
+    """A page of dark text lines on white: what a scanner gives, compressed alike."""
+    from PIL import Image, ImageDraw
+
+    image = Image.new("RGB", (width, height), "white")
+    draw = ImageDraw.Draw(image)
+    line = max(12, height // 60)
+    y = line * 3
+    n = seed
+    while y < height - line * 3:
+        n = (n * 1103515245 + 12345) & 0x7FFFFFFF
+        x = width // 12
+        while x < width - width // 12:
+            n = (n * 1103515245 + 12345) & 0x7FFFFFFF
+            word = line * (2 + n % 6)
+            draw.rectangle([x, y, min(x + word, width - width // 12), y + line * 2 // 3],
+                           fill=(20, 20, 20))
+            x += word + line
+        y += line * 2
+    return image
+
+
+def make_drop(folder: Path, a4: int = 24, cards: int = 24, pdfs: int = 4,
+              pdf_pages: int = 4) -> dict[str, int]:
+    """Write the drop into ``folder``; returns each file's name and page count."""
+    from PIL import Image
+
+    folder.mkdir(parents=True, exist_ok=True)
+    files: dict[str, int] = {}
+    for i in range(a4):  # A4 at 300 dpi
+        name = f"a4_{i:02d}.jpg"
+        _text_page(2480, 3508, i).save(folder / name, quality=85, dpi=(300, 300))
+        files[name] = 1
+    for i in range(cards):  # a business card photographed: a card on a darker table
+        name = f"card_{i:02d}.jpg"
+        photo = Image.new("RGB", (1200, 900), (90, 80, 70))
+        photo.paste(_text_page(1000, 600, 1000 + i), (100, 150))
+        photo.save(folder / name, quality=85)
+        files[name] = 1
+    for i in range(pdfs):
+        name = f"doc_{i}.pdf"
+        pages = [_text_page(2480, 3508, 2000 + 10 * i + j) for j in range(pdf_pages)]
+        pages[0].save(folder / name, "PDF", resolution=300, save_all=True,
+                      append_images=pages[1:])
+        files[name] = pdf_pages
+    return files
+
+
+# -- the servers ------------------------------------------------------------------------
+
+def serve_settings(max_tokens: int, card_mib: int | None) -> dict[str, Any]:
+    """The embedded engine's memory plan for a 16 GB card, as `vllm serve` flags."""
+    try:
+        from ocrwatch.engines.vllm.memory import plan_memory
+    except ImportError:  # the engine as a single module
+        from ocrwatch.engines.vllm import plan_memory
+    card_gib = (card_mib or 16 * 1024) / GIB
+    plan = plan_memory(min(16.0, card_gib), card_gib, max_tokens)
+    settings: dict[str, Any] = {
+        "gpu-memory-utilization": plan.gpu_memory_utilization,
+        "max-model-len": plan.max_model_len,
+        "max-num-seqs": plan.max_num_seqs,
+        "max-num-batched-tokens": plan.max_num_batched_tokens,
+    }
+    sizes = getattr(plan, "cudagraph_sizes", None)
+    if sizes:
+        settings["cudagraph-capture-sizes"] = sizes
+    return settings
+
+
+def serve_command(model_dir: str, port: int, settings: dict[str, Any], dp: int) -> list[str]:
+    """`vllm serve` as the embedded engine runs the model (bf16, one image, no caches)."""
+    cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", model_dir,
+           "--served-model-name", MODEL, "--load-format", "dummy", "--dtype", "bfloat16",
+           "--host", "127.0.0.1", "--port", str(port),
+           "--limit-mm-per-prompt", json.dumps({"image": 1}),
+           "--mm-processor-cache-gb", "0", "--no-enable-prefix-caching"]
+    for key, value in settings.items():
+        if isinstance(value, list):
+            cmd += [f"--{key}", *(str(v) for v in value)]
+        else:
+            cmd += [f"--{key}", str(value)]
+    if dp > 1:
+        cmd += ["--data-parallel-size", str(dp)]
+    return cmd
+
+
+@dataclass
+class Servers:
+    """`vllm serve` processes started here, each in its own session, with their logs."""
+
+    urls: list[str]
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    logs: list[Path] = field(default_factory=list)
+    started_s: float = 0.0
+
+    @classmethod
+    def start(cls, model_dir: str, gpus: int, dp: bool, settings: dict[str, Any],
+              port: int, log_dir: Path, timeout: float) -> Servers:
+        begun = time.monotonic()
+        servers = cls(urls=[])
+        layout = [(port, list(range(gpus)), gpus)] if dp else [
+            (port + i, [i], 1) for i in range(gpus)]
+        for p, devices, size in layout:
+            env = dict(os.environ)
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in devices)
+            log = log_dir / f"vllm_serve_{p}.log"
+            servers.logs.append(log)
+            with log.open("wb") as out:
+                servers.procs.append(subprocess.Popen(
+                    serve_command(model_dir, p, settings, size), stdout=out,
+                    stderr=subprocess.STDOUT, env=env, start_new_session=True))
+            servers.urls.append(f"http://127.0.0.1:{p}/v1")
+        try:
+            for url, proc, log in zip(servers.urls, servers.procs, servers.logs, strict=True):
+                wait_healthy(url, proc, log, begun + timeout)
+        except BaseException:
+            servers.stop()
+            raise
+        servers.started_s = time.monotonic() - begun
+        return servers
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+
+
+def wait_healthy(url: str, proc: subprocess.Popen[bytes] | None, log: Path | None,
+                 deadline: float) -> None:
+    """Until ``GET /models`` answers 200: the server has loaded the model."""
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/models", timeout=5) as resp:
+                if resp.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        if proc is not None and proc.poll() is not None:
+            tail = log.read_text(errors="replace")[-3000:] if log else ""
+            raise SystemExit(f"vllm serve ended with status {proc.returncode}:\n{tail}")
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{url} did not answer in time")
+        time.sleep(1.0)
+
+
+# -- the plain client -------------------------------------------------------------------
+
+def _page_of(path: Path, index: int) -> Any:
+    """Page ``index`` of a file, decoded as the daemon decodes it (PDFs at 200 dpi)."""
+    from PIL import Image, ImageOps
+
+    if path.suffix == ".pdf":
+        import pypdfium2 as pdfium
+
+        doc = pdfium.PdfDocument(str(path))
+        try:
+            return doc[index].render(scale=PDF_DPI / 72).to_pil().convert("RGB")
+        finally:
+            doc.close()
+    with Image.open(path) as opened:
+        return ImageOps.exif_transpose(opened).convert("RGB")
+
+
+def _png_url(image: Any) -> str:
+    scale = min(1.0, MAX_SIDE / max(image.size))
+    if scale < 1.0:
+        from PIL import Image
+
+        image = image.resize((round(image.width * scale), round(image.height * scale)),
+                             Image.Resampling.LANCZOS)
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG", compress_level=1)
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def run_plain(urls: Sequence[str], folder: Path, files: dict[str, int], in_flight: int,
+              tokens: int, sampler: Sampler | None) -> dict[str, Any]:
+    """Every page as its own request, ``in_flight`` at once, servers taken in turn."""
+    pages = [(folder / name, i) for name, n in files.items() for i in range(n)]
+    latencies: list[float] = []
+    errors: list[str] = []
+    lock = threading.Lock()
+    counter = iter(range(10**9))
+
+    def one(task: tuple[Path, int]) -> None:
+        path, index = task
+        image = _page_of(path, index)
+        body = json.dumps({
+            "model": MODEL, "max_tokens": tokens, "ignore_eos": True,
+            "temperature": 0.2, "top_p": 0.9,
+            "messages": [{"role": "user", "content": [
+                {"type": "image_url", "image_url": {"url": _png_url(image)}}]}],
+        }).encode()
+        with lock:
+            url = urls[next(counter) % len(urls)]
+        request = urllib.request.Request(f"{url}/chat/completions", data=body, method="POST",
+                                         headers={"Content-Type": "application/json"})
+        sent = time.monotonic()
+        try:
+            with urllib.request.urlopen(request, timeout=600) as resp:
+                answer = json.loads(resp.read())
+            if not answer["choices"][0]["message"]["content"]:
+                raise ValueError("empty answer")
+        except (OSError, ValueError, KeyError) as exc:
+            with lock:
+                errors.append(f"{path.name} page {index + 1}: {exc}")
+            return
+        with lock:
+            latencies.append(time.monotonic() - sent)
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(in_flight) as pool:
+        list(pool.map(one, pages))
+    seconds = time.monotonic() - started
+    done = len(latencies)
+    return {"pages": done, "failed": len(errors), "errors": errors[:5], "seconds": seconds,
+            "rate": done / seconds, "median_latency": statistics.median(latencies)
+            if latencies else float("nan"),
+            "peak_mib": sampler.peak(started) if sampler else None}
+
+
+# -- the daemon -------------------------------------------------------------------------
+
+def _toml_list(values: Sequence[str]) -> str:
+    return "[" + ", ".join(json.dumps(v) for v in values) + "]"
+
+
+def run_daemon(urls: Sequence[str], folder: Path, files: dict[str, int], concurrency: int,
+               tokens: int, settle: float, work: Path, sampler: Sampler | None,
+               timeout: float) -> dict[str, Any]:
+    """`ocrwatch run` with the remote engine: warm-up file, then the whole drop at once."""
+    home = work / "home"
+    inbox, staging = work / "inbox", work / "staging"
+    for d in (home, inbox, staging, work / "run"):
+        d.mkdir(parents=True, exist_ok=True)
+    os.chmod(work / "run", 0o700)
+    database = work / "index.sqlite3"
+    config = work / "config.toml"
+    config.write_text("\n".join([
+        f"inbox = {_toml_list([str(inbox)])}",
+        f"database = {json.dumps(str(database))}",
+        'engine = "remote"',
+        f"settle_seconds = {settle}",
+        "rescan_minutes = 60.0",
+        "[remote]",
+        f"urls = {_toml_list(urls)}",
+        f"model = {json.dumps(MODEL)}",
+        f"max_tokens = {tokens}",
+        "ignore_eos = true",
+        f"concurrency = {concurrency}",
+        "timeout_seconds = 600.0",
+    ]) + "\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OCRWATCH_", "XDG_"))}
+    env.update({"HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"),
+                "XDG_DATA_HOME": str(home / ".local/share"),
+                "XDG_STATE_HOME": str(home / ".local/state"),
+                "XDG_CACHE_HOME": str(home / ".cache"), "XDG_RUNTIME_DIR": str(work / "run"),
+                "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
+                                                            os.environ.get("PYTHONPATH")]))})
+    env.pop("DISPLAY", None)
+    env.pop("WAYLAND_DISPLAY", None)
+    log = (work / "daemon.log").open("wb")
+    proc = subprocess.Popen([sys.executable, "-m", "ocrwatch", "run", "--no-tray",
+                             "--config", str(config)], stdout=log, stderr=subprocess.STDOUT,
+                            env=env)
+    try:
+        # Warm-up: one file of its own (a copy of a dropped one would make that one a
+        # duplicate, which the daemon does not read again) read before the clock starts.
+        _text_page(2480, 3508, 999).save(staging / "warmup.jpg", quality=85, dpi=(300, 300))
+        os.rename(staging / "warmup.jpg", inbox / "warmup.jpg")
+        _wait_jobs(database, 1, proc, time.monotonic() + timeout)
+        for name in files:
+            shutil.copy(folder / name, staging / name)
+        started_wall, started = time.time(), time.monotonic()
+        for name in files:  # the drop: every file appears at once, whole
+            os.rename(staging / name, inbox / name)
+        states = _wait_jobs(database, 1 + len(files), proc, time.monotonic() + timeout)
+        ended_wall = max((inbox / name).with_suffix(".md").stat().st_mtime
+                         for name in files if (inbox / name).with_suffix(".md").exists())
+        pages = _done_pages(database, inbox, files)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+        log.close()
+    seconds = ended_wall - started_wall
+    return {"pages": pages, "failed": states.get("failed", 0), "seconds": seconds,
+            "rate": pages / seconds, "peak_mib": sampler.peak(started) if sampler else None,
+            "errors": _failures(database)}
+
+
+def _query(database: Path, sql: str) -> list[tuple[Any, ...]]:
+    if not database.exists():
+        return []
+    conn = sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=5)
+    try:
+        return conn.execute(sql).fetchall()
+    except sqlite3.OperationalError:
+        return []  # tables not made yet
+    finally:
+        conn.close()
+
+
+def _wait_jobs(database: Path, n: int, proc: subprocess.Popen[bytes],
+               deadline: float) -> dict[str, int]:
+    """Until ``n`` jobs are done or failed; the daemon must stay up meanwhile."""
+    while True:
+        states = dict(_query(database, "SELECT state, COUNT(*) FROM jobs GROUP BY state"))
+        if states.get("done", 0) + states.get("failed", 0) >= n:
+            return states
+        if proc.poll() is not None:
+            raise SystemExit(f"the daemon ended with status {proc.returncode}")
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the daemon did not finish in time: {states}")
+        time.sleep(0.1)
+
+
+def _done_pages(database: Path, inbox: Path, files: dict[str, int]) -> int:
+    rows = _query(database, "SELECT display, pages FROM jobs WHERE state = 'done'")
+    names = set(files)
+    return sum(int(pages or 0) for path, pages in rows if Path(str(path)).name in names)
+
+
+def _failures(database: Path) -> list[str]:
+    rows = _query(database, "SELECT display, reason FROM jobs WHERE state = 'failed' LIMIT 5")
+    return [f"{Path(str(p)).name}: {e}" for p, e in rows]
+
+
+# -- the report -------------------------------------------------------------------------
+
+def report(runs: list[tuple[str, int, dict[str, Any]]], meta: dict[str, Any]) -> list[str]:
+    def gib(mib: int | None) -> str:
+        return "-" if mib is None else f"{mib / GIB:.2f} GiB"
+
+    seeds = next((r["rate"] for name, _, r in runs if name.startswith("seeds")), None)
+    lines = [*header("Remote engine against vLLM's server (benchmarks/gpu_remote.py)", [
+        f"servers:  {meta['servers']}",
+        f"settings: {meta['settings']}",
+        f"drop:     {meta['drop']}; {meta['tokens']} tokens a page (ignore_eos)",
+        f"card:     {meta['card']}",
+    ]), "",
+        "| run | in flight | pages | failed | seconds | pages/s | vs seeds' client "
+        "| median request | peak card memory |",
+        "|---|---|---|---|---|---|---|---|---|"]
+    for name, in_flight, r in runs:
+        ratio = f"{r['rate'] / seeds:.2f}x" if seeds else "-"
+        latency = r.get("median_latency")
+        lines.append(
+            f"| {name} | {in_flight} | {r['pages']} | {r['failed']} | {r['seconds']:.1f} | "
+            f"{r['rate']:.2f} | {ratio} | "
+            f"{'-' if latency is None else f'{latency:.1f} s'} | {gib(r.get('peak_mib'))} |")
+    lines.append("")
+    daemon = [r for name, _, r in runs if name.startswith("ocrwatch")]
+    plain = [r for name, _, r in runs if name.startswith("plain")]
+    best = max(daemon, key=lambda r: r["rate"]) if daemon else None
+    if best and plain:
+        lines.append(f"daemon (best) / plain client at the same concurrency: "
+                     f"{best['rate'] / max(p['rate'] for p in plain):.2f}")
+    if best and meta.get("embedded"):
+        ratio = best["rate"] / meta["embedded"]
+        lines.append(f"daemon with the remote engine / daemon with the embedded engine "
+                     f"({meta['embedded']:.2f} pages/s, benchmarks/gpu_daemon.py on this card): "
+                     f"{ratio:.2f} (goal at least 0.9: {'PASS' if ratio >= 0.9 else 'FAIL'})")
+    for name, _, r in runs:
+        for error in r.get("errors") or []:
+            lines.append(f"failed in {name}: {error}")
+    lines.append("Pages/s are the drop's pages over the time from the drop (or the first "
+                 "request) to the last sidecar (or answer); one run each, on the same servers, "
+                 "one after another.")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model", nargs="?", help="LightOnOCR-2-1B-shaped model folder to serve")
+    parser.add_argument("--url", action="append", default=[],
+                        help="a running server's base URL instead (repeatable)")
+    parser.add_argument("--gpus", type=int, default=1, help="GPUs to serve on (default 1)")
+    parser.add_argument("--dp", action="store_true",
+                        help="one server with --data-parallel-size GPUS, not one per GPU")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--tokens", type=int, default=500)
+    parser.add_argument("--concurrency", type=int, action="append", default=[],
+                        help="the daemon's remote.concurrency (repeatable; default 2 x "
+                             "max_num_seqs per server)")
+    parser.add_argument("--seeds-in-flight", type=int, default=2)
+    parser.add_argument("--settle", type=float, default=0.5)
+    parser.add_argument("--drop", default="24,24,4",
+                        help="A4 pages, card photos, four-page PDFs (default 24,24,4)")
+    parser.add_argument("--embedded", type=float,
+                        help="the embedded engine's pages/s on this drop and card")
+    parser.add_argument("--out", type=Path, help="report file (default "
+                                                 "benchmarks/results/remote.txt)")
+    parser.add_argument("--work", type=Path, help="where the drop and logs go (default: temp)")
+    parser.add_argument("--start-timeout", type=float, default=420.0)
+    parser.add_argument("--timeout", type=float, default=600.0, help="per run")
+    args = parser.parse_args()
+    if not args.model and not args.url:
+        parser.error("give MODEL_DIR to serve, or --url of a running server")
+
+    work = args.work or Path(tempfile.mkdtemp(prefix="ocrwatch-remote-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    a4, cards, pdfs = (int(x) for x in args.drop.split(","))
+    folder = work / "drop"
+    t = time.monotonic()
+    files = make_drop(folder, a4, cards, pdfs)
+    print(f"drop: {len(files)} files, {sum(files.values())} pages, made in "
+          f"{time.monotonic() - t:.1f} s", flush=True)
+
+    card = total_mib()
+    settings = serve_settings(args.tokens, card)
+    sampler = Sampler() if card is not None else None
+    servers: Servers | None = None
+    try:
+        if args.url:
+            urls = list(args.url)
+            for url in urls:
+                wait_healthy(url, None, None, time.monotonic() + args.start_timeout)
+            where = f"{', '.join(urls)} (already running)"
+        else:
+            servers = Servers.start(args.model, args.gpus, args.dp, settings, args.port, work,
+                                    args.start_timeout)
+            urls = servers.urls
+            where = (f"{len(urls)} x `vllm serve` ({'data parallel ' if args.dp else ''}"
+                     f"{args.gpus} GPU{'s' if args.gpus > 1 else ''}), up in "
+                     f"{servers.started_s:.0f} s")
+            print(f"servers up in {servers.started_s:.0f} s: {urls}", flush=True)
+        per_server = int(settings["max-num-seqs"]) * (args.gpus if args.dp else 1)
+        concurrencies = args.concurrency or [2 * per_server * len(urls)]
+        runs: list[tuple[str, int, dict[str, Any]]] = []
+        for c in concurrencies:
+            result = run_daemon(urls, folder, files, c, args.tokens, args.settle,
+                                work / f"daemon_{c}", sampler, args.timeout)
+            runs.append(("ocrwatch daemon, remote engine", c, result))
+            print(f"daemon, {c} in flight: {result['rate']:.2f} pages/s", flush=True)
+        result = run_plain(urls, folder, files, args.seeds_in_flight, args.tokens, sampler)
+        runs.append(("seeds' client: plain HTTP, base64 PNG", args.seeds_in_flight, result))
+        print(f"seeds' client: {result['rate']:.2f} pages/s", flush=True)
+        top = max(concurrencies)
+        result = run_plain(urls, folder, files, top, args.tokens, sampler)
+        runs.append(("plain HTTP client, base64 PNG", top, result))
+        print(f"plain client, {top} in flight: {result['rate']:.2f} pages/s", flush=True)
+    finally:
+        if servers is not None:
+            servers.stop()
+        if sampler is not None:
+            sampler.stop()
+    meta = {"servers": where, "settings": " ".join(f"--{k} {v}" for k, v in settings.items()),
+            "drop": f"{a4} A4 JPEGs at 300 dpi, {cards} card photos, {pdfs} PDFs of 4 pages "
+                    f"({sum(files.values())} pages)",
+            "tokens": args.tokens, "embedded": args.embedded,
+            "card": f"{card / GIB:.1f} GiB" if card else "no GPU seen (nvidia-smi absent)"}
+    lines = report(runs, meta)
+    target = save("remote.txt", lines, args.out)
+    print("\n".join(lines))
+    print(f"written to {target}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Wheels the daemon needs on the GPU machine beyond what it has (torch image + the vLLM
+# payload): run here, where pip reaches PyPI; the wheels land in ./.whl (git-ignored).
+# There, before `ocrwatch run` or benchmarks/gpu_remote.py:
+#   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+#       --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD
+# (the vLLM payload unpacks into /tmp/site too, so one PYTHONPATH holds both).
+set -euo pipefail
+DEST=${1:-.whl}
+mkdir -p "$DEST"
+PY=${PYTHON:-python3}
+PLATFORMS=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64
+           --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64
+           --platform manylinux1_x86_64 --platform any)
+# ocrwatch's own dependencies (pyproject.toml) that the GPU machine lacks, and theirs;
+# httpx with its transport, pinned here rather than trusting the machine's copy.
+"$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+    --implementation cp "${PLATFORMS[@]}" -d "$DEST" \
+    watchdog==7.1.0 sqlite-utils==4.2.1 sqlite-fts4==1.0.3 click-default-group==1.2.4 \
+    platformdirs==4.14.9 pypdfium2==5.15.2 httpx==0.28.1 httpcore==1.0.9 h11==0.16.0
+ls -la "$DEST"
