@@ -385,7 +385,10 @@ def _wait_jobs(database: Path, n: int, proc: subprocess.Popen[bytes],
         if states.get("done", 0) + states.get("failed", 0) >= n:
             return states
         if proc.poll() is not None:
-            raise SystemExit(f"the daemon ended with status {proc.returncode}")
+            log = database.parent / "daemon.log"
+            tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
+            raise SystemExit(f"the daemon ended with status {proc.returncode} (a module "
+                             f"missing here? benchmarks/gpu_wheels.sh):\n{tail}")
         if time.monotonic() > deadline:
             raise SystemExit(f"the daemon did not finish in time: {states}")
         time.sleep(0.1)
