@@ -12,12 +12,17 @@ from ocrwatch.config import Config
 from ocrwatch.domain import Page
 from ocrwatch.engines.tesseract import (
     DEFAULT_DPI,
-    ESTIMATE_DPI,
+    LINE_PX,
+    MAX_UPSAMPLE,
+    SMALL_LINE_PX,
     TesseractEngine,
     available_languages,
+    believable,
+    line_height,
     prepare_tessdata,
     source_resolution,
     text_to_markdown,
+    upsample_factor,
 )
 from ocrwatch.errors import EngineUnavailable
 
@@ -30,10 +35,58 @@ def page(width: int, height: int, dpi: int | None) -> Page:
 
 def test_source_resolution() -> None:
     assert source_resolution(page(2480, 3508, 300)) == 300  # A4 at 300 dpi
+    assert source_resolution(page(850, 1100, 100)) == 100  # a real 100 dpi scan
     assert source_resolution(page(1700, 2200, None)) == DEFAULT_DPI
-    # A 2341x3221 scan stamped 72 dpi would be a 45-inch page: let Tesseract measure.
-    assert source_resolution(page(2341, 3221, 72)) == ESTIMATE_DPI
-    assert source_resolution(page(800, 600, 96)) == 96  # a real screenshot
+    # A 2341x3221 scan stamped 72 dpi would be a 45-inch page; 72 and 96 are what
+    # cameras and editors write on anything: neither is believed.
+    assert source_resolution(page(2341, 3221, 72)) == DEFAULT_DPI
+    assert not believable(page(800, 600, 96)) and not believable(page(800, 600, 72))
+    assert source_resolution(page(30000, 200, 600)) == DEFAULT_DPI  # a 50-inch "page"
+
+
+def test_upsample_factor_follows_the_text_size() -> None:
+    a4_100 = (827, 1169)
+    assert upsample_factor(None, a4_100) == 1.0  # no text found: nothing to enlarge for
+    assert upsample_factor(float(LINE_PX), a4_100) == 1.0
+    assert upsample_factor(float(SMALL_LINE_PX), a4_100) == 1.0
+    assert upsample_factor(14.0, a4_100) == pytest.approx(LINE_PX / 14)  # 100 dpi -> 300
+    assert upsample_factor(3.0, a4_100) == MAX_UPSAMPLE
+    # A page that is already huge is enlarged at most to the pixel budget.
+    assert upsample_factor(10.0, (4000, 4000)) == pytest.approx((80e6 / 16e6) ** 0.5)
+    assert upsample_factor(10.0, (8000, 8000)) == 1.0  # not even 1.2x fits
+
+
+def test_line_height_measures_tesseracts_layout(tmp_path: Path) -> None:
+    import tesserocr
+
+    data = prepare_tessdata(["eng"])
+    lines = ["The quick brown fox jumps over", "the lazy dog near the river",
+             "while seven wizards quietly hex", "a jolly sphinx of black quartz"]
+    with tesserocr.PyTessBaseAPI(path=str(data) + os.sep, lang="eng") as api:
+        for size in (14, 44):
+            api.SetImage(text_page(lines, size=size))
+            api.SetSourceResolution(300)
+            height = line_height(api)
+            assert height is not None and 0.7 * size <= height <= 1.6 * size
+
+
+def test_small_text_without_a_resolution_is_enlarged_and_read(tmp_path: Path) -> None:
+    """Text about 100 dpi in size, no dpi in the file: read after enlarging it."""
+    engine = TesseractEngine(Config(workers=1, database=tmp_path / "db"))
+    lines = ["Invoice number 4711 for the harbour office",
+             "Payment due within thirty days of delivery",
+             "Questions about this invoice go to accounts",
+             "Thank you for your order and kind regards"]
+    try:
+        image = text_page(lines, width=480, size=10)  # lines about 10 px high
+        (out,) = engine.recognize([Page(Path("form.png"), 0, image, dpi=None)])
+        text = normalize(out.text)
+        # Read as it is, words run together ("paymentdue", "foryourotder").
+        for phrase in ("harbour office", "payment due", "thirty days of delivery",
+                       "your order"):
+            assert phrase in text, text
+    finally:
+        engine.close()
 
 
 def test_markdown_keeps_lines_and_escapes_what_markdown_would_eat() -> None:

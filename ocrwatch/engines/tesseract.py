@@ -21,7 +21,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ocrwatch import paths
+from PIL import Image
+
+from ocrwatch import memory, paths
 from ocrwatch.config import Config
 from ocrwatch.domain import Page, PageText
 from ocrwatch.engines.base import BatchPolicy
@@ -30,9 +32,20 @@ from ocrwatch.layout import PageLayout, Word
 
 log = logging.getLogger(__name__)
 
-DEFAULT_DPI = 300  # Tesseract's own guess for files that carry no resolution
-ESTIMATE_DPI = 70  # Tesseract's floor: at exactly this it estimates the dpi from the text
+DEFAULT_DPI = 300  # what a page without a believable resolution is read as
 MAX_PAGE_INCHES = 17  # longest paper a scanner takes (A3, tabloid); beyond: not a real dpi
+# Cameras and editors stamp these on anything; they say nothing about the page.
+STAMPED_DPI = frozenset({72, 96})
+# Text size, measured on Tesseract's own layout (median text-line height in pixels).
+# 10-12 pt print scanned at 300 dpi measures 41-45 px; Tesseract's accuracy falls off
+# below about 10 pt at 300 dpi, so lines under SMALL_LINE_PX are enlarged to LINE_PX
+# first, as OCRmyPDF's --oversample does.
+LINE_PX = 42
+SMALL_LINE_PX = 30
+MAX_UPSAMPLE = 4.0
+BIG_PAGE_PIXELS = 20_000_000  # after such a page, memory goes back to the system
+ESTIMATE_FLOOR_DPI = 70  # Tesseract's own floor for a credible resolution
+MAX_UPSAMPLED_PIXELS = 80_000_000
 
 
 def tessdata_dirs(explicit: Path | None = None) -> list[Path]:
@@ -97,18 +110,53 @@ def prepare_tessdata(languages: list[str], explicit: Path | None = None) -> Path
 
 
 def source_resolution(page: Page) -> int:
-    """The dpi to give Tesseract for ``page``.
+    """The dpi to give Tesseract for ``page``: the file's own when it is believable.
 
-    Cameras and editors stamp 72 or 96 dpi on anything: a 3000-pixel scan "at 72 dpi"
-    would be a 42-inch page. Tesseract believing it reads worse than Tesseract measuring
-    the text itself, so such a resolution is left to its estimate (not to 300, which
-    garbles small screenshot text).
+    Missing, 72 or 96 (what cameras and editors stamp), or a resolution that would make
+    the page longer than any scanner's glass, is not believable: such a page is read as
+    300 dpi and its text size is measured instead (see ``upsample_factor``).
     """
-    if page.dpi is None:
-        return DEFAULT_DPI
-    if max(page.size) > page.dpi * MAX_PAGE_INCHES:
-        return ESTIMATE_DPI
-    return page.dpi
+    return page.dpi if page.dpi is not None and believable(page) else DEFAULT_DPI
+
+
+def believable(page: Page) -> bool:
+    """Whether the page's resolution can be what it was scanned or drawn at."""
+    dpi = page.dpi
+    return not (dpi is None or dpi in STAMPED_DPI or max(page.size) > dpi * MAX_PAGE_INCHES)
+
+
+def line_height(api: Any) -> float | None:
+    """Median height in pixels of the text lines Tesseract's layout finds, if any.
+
+    The layout stays in ``api``: a recognition that follows reuses it, so measuring
+    costs nothing when the page is then read as it is.
+    """
+    from tesserocr import RIL
+
+    it = api.AnalyseLayout()
+    heights: list[int] = []
+    while it is not None:
+        box = it.BoundingBox(RIL.TEXTLINE)
+        if box:
+            x0, y0, x1, y1 = box
+            if x1 - x0 > 2 * (y1 - y0) > 0:  # a line of text, not a rule, dot or picture
+                heights.append(y1 - y0)
+        if not it.Next(RIL.TEXTLINE):
+            break
+    if len(heights) < 3:  # too little text to tell its size
+        return None
+    heights.sort()
+    return float(heights[len(heights) // 2])
+
+
+def upsample_factor(height: float | None, size: tuple[int, int]) -> float:
+    """How much to enlarge a page whose text lines are ``height`` pixels high (1: not)."""
+    if height is None or height >= SMALL_LINE_PX:
+        return 1.0
+    factor = min(MAX_UPSAMPLE, LINE_PX / max(height, 1.0))
+    pixels = size[0] * size[1]
+    factor = min(factor, (MAX_UPSAMPLED_PIXELS / max(pixels, 1)) ** 0.5)
+    return factor if factor >= 1.2 else 1.0
 
 
 class TesseractEngine:
@@ -163,22 +211,52 @@ class TesseractEngine:
         out: list[PageText] = []
         for page in pages:
             start = time.monotonic()
-            api.SetImage(page.image)
-            # Without the real resolution Tesseract assumes 70 dpi and reads worse.
-            api.SetSourceResolution(source_resolution(page))
-            text = api.GetUTF8Text()
-            confidence = api.MeanTextConf()
-            layout = PageLayout(page.image.width, page.image.height, self._words(api))
-            api.Clear()
-            warnings = []
-            if text.strip() and confidence < 40:
-                warnings.append(f"low confidence ({confidence}%): check the scan")
-            out.append(PageText(markdown=text_to_markdown(text), text=text.strip() + "\n",
-                                warnings=warnings, layout=layout))
+            try:
+                out.append(self._read(api, page))
+            except RuntimeError as exc:
+                # tesserocr's "Failed to recognize": a page Tesseract cannot take at all.
+                out.append(PageText("", "", error=(
+                    f"Tesseract cannot read page {page.index + 1} ({page.size[0]}x"
+                    f"{page.size[1]} pixels): {exc}")))
+            finally:
+                api.Clear()
+            if page.image.width * page.image.height > BIG_PAGE_PIXELS:
+                memory.give_back()
             with self._lock:
                 self._pages += 1
                 self._busy += time.monotonic() - start
         return out
+
+    def _read(self, api: Any, page: Page) -> PageText:
+        dpi = source_resolution(page)
+        api.SetImage(page.image)
+        # Without a resolution Tesseract assumes 70 dpi and reads worse.
+        api.SetSourceResolution(dpi)
+        lines = line_height(api)
+        factor = upsample_factor(lines, page.size)
+        if factor <= 1.0 or lines is None:
+            factor = 1.0
+        else:
+            if not believable(page):
+                # The text's own size says what the page's resolution was.
+                dpi = max(ESTIMATE_FLOOR_DPI, round(DEFAULT_DPI * lines / LINE_PX))
+            width, height = page.size
+            larger = page.image.resize((round(width * factor), round(height * factor)),
+                                       Image.Resampling.LANCZOS)
+            api.SetImage(larger)
+            api.SetSourceResolution(round(dpi * factor))
+            del larger
+        text = api.GetUTF8Text()
+        confidence = api.MeanTextConf()
+        words = self._words(api)
+        if factor > 1.0:  # boxes in the pixels of the page as given, not the enlarged one
+            words = tuple(Word(w.text, _shrink(w.box, factor), w.line) for w in words)
+        layout = PageLayout(page.image.width, page.image.height, words)
+        warnings = []
+        if text.strip() and confidence < 40:
+            warnings.append(f"low confidence ({confidence}%): check the scan")
+        return PageText(markdown=text_to_markdown(text), text=text.strip() + "\n",
+                        warnings=warnings, layout=layout)
 
     def _words(self, api: Any) -> tuple[Word, ...]:
         """The words of the page just read, with Tesseract's boxes and line numbers."""
@@ -229,6 +307,11 @@ class TesseractEngine:
         return {"state": "closed" if self._closed else "ready", "languages": self.languages,
                 "workers": self.workers, "tessdata": str(self.tessdata),
                 "pages_per_second": round(rate, 2) if rate else None}
+
+
+def _shrink(box: tuple[int, ...], factor: float) -> tuple[int, int, int, int]:
+    left, top, right, bottom = (round(v / factor) for v in box)
+    return left, top, right, bottom
 
 
 def text_to_markdown(text: str) -> str:

@@ -1,0 +1,31 @@
+"""Give freed memory back to the system after a big page.
+
+glibc keeps freed heap memory for reuse, so after one 100-megapixel page the process
+would hold its peak for as long as it runs; ``malloc_trim`` returns it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import gc
+from typing import Any
+
+
+@functools.cache
+def _libc() -> Any:
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+    except OSError:
+        return None
+    return libc if libc is not None and hasattr(libc, "malloc_trim") else None
+
+
+def give_back() -> None:
+    """Collect garbage and return free heap pages to the system (glibc only; else no-op)."""
+    gc.collect()
+    libc = _libc()
+    if libc is not None:
+        libc.malloc_trim(0)
