@@ -7,7 +7,6 @@ sizes matched. It is pure (time is passed in) so that it can be tested exhaustiv
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -16,18 +15,7 @@ from ocrwatch.engines.base import BatchPolicy
 
 T = TypeVar("T")
 
-PATCH = 28  # pixels per image token side (Pixtral encoder with 2x2 merge)
-MAX_SIDE = 1540
-MAX_IMAGE_TOKENS = math.ceil(MAX_SIDE / PATCH) ** 2  # 3025
 SIMILAR = 0.5  # two pages are "similar" when the smaller has at least half the tokens
-
-
-def image_tokens(width: int, height: int, max_side: int = MAX_SIDE) -> int:
-    """Estimated image tokens of a page once scaled to ``max_side`` on its longest side."""
-    scale = min(1.0, max_side / max(width, height, 1))
-    w = max(1, round(width * scale))
-    h = max(1, round(height * scale))
-    return min(MAX_IMAGE_TOKENS, math.ceil(w / PATCH) * math.ceil(h / PATCH))
 
 
 @dataclass

@@ -43,10 +43,9 @@ class VllmConfig:
     enforce_eager: bool = False
     idle_sleep_seconds: float = 60.0
     idle_stop_seconds: float = 900.0
-    partner_wait_seconds: float = 0.5
+    admit_wait_seconds: float = 0.5  # how long a page may wait for like sizes to go in together
     start_timeout_seconds: float = 600.0
     ignore_eos: bool = False  # benchmarks only: every page writes exactly max_tokens
-    batch_image_tokens: int = 0  # 0: from the budget (pairs of A4 pages on a 16 GB card)
 
 
 @dataclass
@@ -132,9 +131,8 @@ RANGES: dict[str, tuple[float, float]] = {
     "vllm.max_tokens": (1, 16384),
     "vllm.idle_sleep_seconds": (0, 30 * 24 * 3600),
     "vllm.idle_stop_seconds": (0, 30 * 24 * 3600),
-    "vllm.partner_wait_seconds": (0, 60),
+    "vllm.admit_wait_seconds": (0, 60),
     "vllm.start_timeout_seconds": (1, 24 * 3600),
-    "vllm.batch_image_tokens": (0, 10_000_000),
     "remote.max_tokens": (1, 1_000_000),
     "remote.concurrency": (1, 1024),
     "remote.timeout_seconds": (0.1, 24 * 3600),
@@ -322,7 +320,6 @@ _RANGE_HINTS = {
     "workers": " (0: one per core)",
     "vllm.gpu_memory_gb": " (0: the card's size, at most 16)",
     "vllm.max_tokens": " (4096 suits a page)",
-    "vllm.batch_image_tokens": " (0: from the memory budget)",
 }
 
 
@@ -338,7 +335,7 @@ def _validate_model_sections(config: Config, fail: typing.Callable[[str, str], N
             fail(f"{section}.top_p", f"= {top_p!r} must be above 0 and at most 1.")
     for key, value in (("vllm.idle_sleep_seconds", v.idle_sleep_seconds),
                        ("vllm.idle_stop_seconds", v.idle_stop_seconds),
-                       ("vllm.partner_wait_seconds", v.partner_wait_seconds)):
+                       ("vllm.admit_wait_seconds", v.admit_wait_seconds)):
         if value < 0:
             fail(key, f"= {value!r} must be 0 or more (0 turns it off).")
     if not v.model.strip():

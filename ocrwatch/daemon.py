@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ocrwatch import __version__
-from ocrwatch.batching import Batcher, image_tokens
+from ocrwatch.batching import Batcher
 from ocrwatch.config import Config
 from ocrwatch.db import Database, is_disk_full
 from ocrwatch.domain import Job, Page, PageText
@@ -112,9 +112,8 @@ class Daemon:
             self.choice = Choice(engine.name, "given by the caller")
             self.engine = engine
         policy = self.engine.policy
-        side = self.engine.max_side or 1540
         self._batcher: Batcher[_Item] = Batcher(
-            policy, tokens=lambda item: image_tokens(*item.page.size, max_side=side)
+            policy, tokens=lambda item: policy.cost(*item.page.size)
         )
         # Enough decoded pages to keep every batch slot busy, and no more: a 500-page
         # PDF must not sit in memory whole.

@@ -15,7 +15,6 @@ import importlib.util
 import logging
 import os
 import shutil
-import subprocess
 import sys
 import urllib.error
 import urllib.request
@@ -24,17 +23,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ocrwatch import paths
+from ocrwatch import gpu, paths
 from ocrwatch.config import Config
+from ocrwatch.engines.vllm.memory import default_budget, plan_memory
+from ocrwatch.errors import EngineUnavailable
+from ocrwatch.gpu import Gpu
 
 log = logging.getLogger(__name__)
 
 VLLM_PIN = "0.26.0"
 TRANSFORMERS_PIN = "5.16.1"
 CUDA13_DRIVER = 580  # vLLM 0.26 wheels are CUDA 13 builds: driver 580 or newer
-MIN_FREE_GPU_MB = 4096  # weights (~2 GB bf16) plus the image encoder for one page
 MIN_FREE_DISK_MB = 1024
-SMI_TIMEOUT = 10.0
 NET_TIMEOUT = 3.0
 
 
@@ -46,41 +46,9 @@ class Check:
     fix: str = ""
 
 
-@dataclass
-class Gpu:
-    name: str
-    driver: str
-    total_mb: int
-    free_mb: int
-
-
 def _smi() -> list[Gpu] | str:
     """The GPUs ``nvidia-smi`` sees, or why it could not tell."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return "nvidia-smi not found"
-    try:
-        out = subprocess.run(
-            [exe, "--query-gpu=name,driver_version,memory.total,memory.free",
-             "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=SMI_TIMEOUT, check=False,
-        )
-    except subprocess.TimeoutExpired:
-        return f"nvidia-smi did not answer within {SMI_TIMEOUT:.0f} s"
-    except OSError as exc:
-        return f"nvidia-smi failed: {exc.strerror}"
-    if out.returncode != 0:
-        return f"nvidia-smi failed: {(out.stderr or out.stdout).strip()[:200]}"
-    gpus = []
-    for line in out.stdout.strip().splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) != 4:
-            continue
-        try:
-            gpus.append(Gpu(parts[0], parts[1], int(float(parts[2])), int(float(parts[3]))))
-        except ValueError:
-            continue
-    return gpus or "nvidia-smi lists no GPU"
+    return gpu.gpus()
 
 
 def _wants_gpu(config: Config) -> bool | None:
@@ -110,26 +78,34 @@ def check_gpu(config: Config, smi: list[Gpu] | str) -> list[Check]:
         return [Check("GPU", False, smi,
                       "install the NVIDIA driver (580 or newer for CUDA 13) so that "
                       "`nvidia-smi` lists the card, or set engine = \"tesseract\"")]
-    gpu = smi[0]
+    card = smi[0]
     checks = []
     try:
-        major = int(gpu.driver.split(".")[0])
+        major = int(card.driver.split(".")[0])
     except ValueError:
         major = 0
     driver_ok = major >= CUDA13_DRIVER
     checks.append(Check(
         "GPU and driver", driver_ok,
-        f"{gpu.name}, driver {gpu.driver}, {gpu.total_mb} MB",
+        f"{card.name}, driver {card.driver}, {card.total_mb} MB",
         "" if driver_ok else f"vLLM {VLLM_PIN} needs CUDA 13: update the NVIDIA driver to "
                              f"{CUDA13_DRIVER} or newer",
     ))
-    need = max(MIN_FREE_GPU_MB, int(config.vllm.gpu_memory_gb * 1024))
-    free_ok = gpu.free_mb >= need
+    # The engine's own plan: the same budget, the same refusal as at start-up.
+    budget = default_budget(card.total_mb / 1024, config.vllm.gpu_memory_gb)
+    try:
+        plan_memory(budget, card.total_mb / 1024, config.vllm.max_tokens)
+    except EngineUnavailable as exc:
+        checks.append(Check("GPU memory budget", False, str(exc).split(". ")[0],
+                            "set vllm.gpu_memory_gb to at least 7, or use a larger card"))
+        return checks
+    need = min(card.total_mb, round(budget * 1024))
+    free_ok = card.free_mb >= need
     checks.append(Check(
         "GPU memory free", free_ok,
-        f"{gpu.free_mb} MB free of {gpu.total_mb} MB (needs about {need} MB)",
+        f"{card.free_mb} MB free of {card.total_mb} MB (the engine's budget is {need} MB)",
         "" if free_ok else "close programs holding GPU memory (`nvidia-smi` lists them), "
-                           "or lower vllm.gpu_memory_gb in the config",
+                           "or lower vllm.gpu_memory_gb in the config (7 at least)",
     ))
     return checks
 

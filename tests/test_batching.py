@@ -5,8 +5,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ocrwatch.batching import MAX_IMAGE_TOKENS, SIMILAR, Batcher, image_tokens
+from ocrwatch.batching import SIMILAR, Batcher
 from ocrwatch.engines.base import BatchPolicy
+from ocrwatch.engines.lightonocr import MAX_IMAGE_TOKENS, image_tokens
 
 # Estimated image tokens of real page shapes after the 1540 px resize.
 A4 = image_tokens(2480, 3508)  # 300 dpi A4 scan

@@ -13,6 +13,7 @@ from ocrwatch.config import Config
 from ocrwatch.daemon import Daemon
 from ocrwatch.engines.base import BatchPolicy
 from ocrwatch.engines.fake import FakeEngine
+from ocrwatch.engines.lightonocr import image_tokens
 from ocrwatch.index import search
 
 
@@ -190,7 +191,7 @@ def test_startup_recovers_running_jobs(config: Config) -> None:
 
 def test_size_matched_batches_reach_the_engine(config: Config) -> None:
     engine = FakeEngine(policy=BatchPolicy(max_pages=2, max_tokens=6100, size_matched=True,
-                                           partner_wait=0.5))
+                                           partner_wait=0.5, cost=image_tokens))
     d = Daemon(config, engine=engine)
     d.pause()
     inbox = config.inbox[0]

@@ -90,6 +90,20 @@ def test_gpu_good(machine: Path) -> None:
     assert named["GPU and driver"].ok and named["GPU memory free"].ok
 
 
+def test_gpu_budget_is_judged_by_the_engines_own_plan(machine: Path) -> None:
+    # 4 GiB free and a 4 GiB budget: the engine would refuse to start, so doctor fails too.
+    fake_smi(machine / "bin", "NVIDIA GeForce RTX 4080, 580.95.05, 16376, 4500")
+    c = config(machine, engine="vllm")
+    c.vllm.gpu_memory_gb = 4.0
+    named = by_name(doctor.check_gpu(c, doctor._smi()))
+    assert not named["GPU memory budget"].ok
+    assert "needs at least 7 GiB" in named["GPU memory budget"].detail
+    c.vllm.gpu_memory_gb = 0.0  # the card's 16 GB: 4.5 GB free is not enough for it
+    named = by_name(doctor.check_gpu(c, doctor._smi()))
+    free = named["GPU memory free"]
+    assert not free.ok and "budget is 16376 MB" in free.detail
+
+
 def test_smi_failure_is_reported(machine: Path) -> None:
     fake_smi(machine / "bin", "NVIDIA-SMI has failed because it could not communicate", 9)
     smi = doctor._smi()

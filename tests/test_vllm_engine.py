@@ -1,8 +1,8 @@
-"""The vLLM engine's worker protocol, fault handling and idle timers, with the fake worker.
+"""The vLLM engine's worker protocol, streaming, faults and idle timers, with the fake worker.
 
 The fake worker (``backend="fake"``) runs the real protocol in a real spawned process;
 only vLLM is replaced. The colour of a page tells it how to misbehave (see
-``ocrwatch.engines.vllm_worker.FakeBackend``).
+``ocrwatch.engines.vllm.worker.FakeBackend``).
 """
 
 from __future__ import annotations
@@ -11,18 +11,21 @@ import multiprocessing
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import wait_for
 from PIL import Image
 
-from ocrwatch.batching import image_tokens
 from ocrwatch.config import Config
 from ocrwatch.domain import Page
+from ocrwatch.engines.lightonocr import image_tokens
 from ocrwatch.engines.vllm import VllmEngine, plan_memory
-from ocrwatch.engines.vllm_worker import main as worker_main
+from ocrwatch.engines.vllm.engine import pick_next
+from ocrwatch.engines.vllm.worker import main as worker_main
 from ocrwatch.errors import EngineError, EngineUnavailable
 from ocrwatch.textutil import markdown_to_text, repeats_itself
 
@@ -51,7 +54,7 @@ def make_engine(idle_sleep: float = 0.0, idle_stop: float = 0.0, **options: Any)
 
 @pytest.fixture
 def engine() -> Iterator[VllmEngine]:
-    eng = make_engine()
+    eng = make_engine(delay=0.1)  # long enough for the pages of one call to share the GPU
     yield eng
     eng.close()
 
@@ -67,16 +70,15 @@ def gone(pid: int) -> bool:
 # -- the memory plan ------------------------------------------------------------------------
 
 
-def test_plan_for_a_16_gb_card_keeps_headroom_and_pairs_a4_pages() -> None:
+def test_plan_for_a_16_gb_card_keeps_headroom_and_bounds_each_step() -> None:
     plan = plan_memory(16.0, 16.0, 4096)
     assert plan.gpu_memory_utilization * 16 <= 13.0 + 1e-6  # 3 GiB left for what vLLM can't see
-    assert plan.max_num_batched_tokens == 4096
+    assert plan.max_num_batched_tokens == 4096  # one A4 page or seven cards a step
+    assert image_tokens(1088, 1540) <= plan.max_num_batched_tokens
     assert plan.max_model_len >= 3080 + 4096
-    a4 = image_tokens(1088, 1540)
-    card = image_tokens(800, 500)
-    assert 2 * a4 <= plan.batch_tokens < 3 * a4  # pairs of A4 pages
-    assert plan.batch_pages * card <= plan.batch_tokens  # a full batch of business cards
-    assert plan.batch_pages == plan.max_num_seqs == 8
+    assert plan.max_num_seqs == 8
+    assert plan.cudagraph_sizes == [1, 2, 4, 8]  # no graph for more than max_num_seqs
+    assert plan_memory(10.0, 16.0, 4096).cudagraph_sizes == [1, 2, 4]
 
 
 def test_plan_on_a_large_card_is_capped_by_the_budget() -> None:
@@ -95,8 +97,9 @@ def test_plan_refuses_a_budget_too_small_and_clips_one_too_large() -> None:
 def test_engine_policy_comes_from_the_plan() -> None:
     eng = make_engine()
     try:
-        assert eng.policy.size_matched and eng.policy.concurrency == 1
-        assert eng.policy.max_tokens == eng.plan.batch_tokens
+        # One page per call, twice max_num_seqs callers: pages stream, results come singly.
+        assert eng.policy.max_pages == 1 and eng.policy.concurrency == 16
+        assert eng.policy.cost(1088, 1540) == image_tokens(1088, 1540)
         assert eng.max_side == 1540
         assert eng.describe()["state"] == "stopped"
     finally:
@@ -131,18 +134,23 @@ def test_worker_protocol_answers_each_request_once() -> None:
         assert kind == "ok" and info["vllm"] == "fake"
         image = (2, 3, b"\xff" * 18)
         params = {"temperature": 0.2, "top_p": 0.9, "max_tokens": 8}
-        parent.send(("generate", [image, image], [params, params]))
-        assert parent.poll(30)
-        kind, outputs = parent.recv()
-        assert kind == "ok" and len(outputs) == 2 and outputs[0]["finish"] == "stop"
+        parent.send(("add", "a", image, params))
+        parent.send(("add", "b", image, params))
+        answers = {}
+        for _ in range(2):
+            assert parent.poll(30)
+            kind, rid, output = parent.recv()
+            assert kind == "done" and output["finish"] == "stop"
+            answers[rid] = output
+        assert sorted(answers) == ["a", "b"]
         parent.send(("sleep",))
         assert parent.poll(30) and parent.recv()[0] == "ok"
         parent.send(("wake",))
         assert parent.poll(30) and parent.recv()[0] == "ok"
         refused = (2, 3, bytes(REFUSED) * 6)
-        parent.send(("generate", [refused], [params]))
+        parent.send(("add", "c", refused, params))
         assert parent.poll(30)
-        assert parent.recv()[:2] == ("error", "input")
+        assert parent.recv()[:2] == ("refused", "c")
         parent.send(("stop",))
         assert parent.poll(30) and parent.recv() == ("ok", None)
         proc.join(30)
@@ -177,12 +185,14 @@ def test_one_result_per_page_in_order(engine: VllmEngine) -> None:
     assert engine.recognize([]) == []
 
 
-def test_a_worker_dying_mid_batch_is_restarted_and_the_batch_read_page_by_page(
+def test_a_worker_dying_with_pages_in_flight_is_restarted_and_every_page_read_again(
         engine: VllmEngine) -> None:
+    # The page kills any worker it shares with others: read again with the others once,
+    # then alone, which works.
     results = engine.recognize([page(0), page(1, CRASH_IN_BATCH), page(2)])
     assert [r.error for r in results] == [None, None, None]
     facts = engine.describe()
-    assert facts["restarts"] == 1 and "exit code 70" in str(facts["last_error"])
+    assert facts["restarts"] == 2 and "exit code 70" in str(facts["last_error"])
     assert engine.state == "ready"
 
 
@@ -295,6 +305,112 @@ def test_start_timeout_is_reported() -> None:
         with pytest.raises(EngineUnavailable, match="did not answer within"):
             eng.start()
         assert eng.state == "stopped"
+    finally:
+        eng.close()
+
+
+# -- streaming -------------------------------------------------------------------------------
+
+
+def test_a_page_added_while_others_decode_joins_them_and_no_page_waits_for_another() -> None:
+    eng = make_engine(delay=1.0)
+    try:
+        eng.start()
+        first: list[Any] = []
+        reader = threading.Thread(target=lambda: first.extend(eng.recognize([page(0)])))
+        started = time.monotonic()
+        reader.start()
+        wait_for(lambda: eng.describe()["pages_in_flight"] == 1, 10, "the first page in flight")
+        (second,) = eng.recognize([page(1, size=(90, 60))])
+        took = time.monotonic() - started
+        reader.join(10)
+        assert first[0].error is None and second.error is None
+        assert "# Page 90x60" in second.markdown
+        # Added while the first decoded, and not held back until it ended (that is 2 s).
+        assert took < 1.9, took
+        assert eng.most_in_flight == 2
+    finally:
+        eng.close()
+
+
+def test_at_most_max_num_seqs_pages_are_in_flight_and_each_has_one_result() -> None:
+    eng = make_engine(delay=0.2)
+    try:
+        pages = [page(i, size=(100 + i, 150)) for i in range(20)]
+        results = eng.recognize(pages)
+        assert [r.markdown.splitlines()[0] for r in results] == [
+            f"# Page {100 + i}x150" for i in range(20)]
+        assert eng.most_in_flight == eng.plan.max_num_seqs == 8
+        assert eng.describe()["pages_in_flight"] == 0
+    finally:
+        eng.close()
+
+
+def test_like_sizes_are_admitted_together_and_none_waits_past_the_bound() -> None:
+    a4, card = image_tokens(1088, 1540), image_tokens(800, 500)
+    waiting = [(card, 0.0), (a4, 0.1), (card, 0.2), (a4, 0.3)]
+    assert pick_next(waiting, None, 0.4, 0.5) == 0  # nothing admitted yet: the oldest
+    assert pick_next(waiting, a4, 0.4, 0.5) == 1  # after an A4 page: the next A4 page
+    assert pick_next(waiting, card, 0.4, 0.5) == 0
+    assert pick_next(waiting[1:], card, 0.4, 0.5) == 1  # the card, though younger
+    assert pick_next(waiting, a4, 0.5, 0.5) == 0  # the oldest waited its 0.5 s: its turn
+    # Through the engine: 16 pages, A4 and cards interleaved, all read, at most 8 at once.
+    eng = make_engine(delay=0.05)
+    try:
+        sizes = [(1088, 1540) if i % 2 else (800, 500) for i in range(16)]
+        results = eng.recognize([page(i, size=sizes[i]) for i in range(16)])
+        assert [r.markdown.splitlines()[0] for r in results] == [
+            f"# Page {w}x{h}" for w, h in sizes]
+        assert eng.most_in_flight <= 8
+    finally:
+        eng.close()
+
+
+def test_a_worker_killed_with_eight_pages_in_flight_reads_each_again_once() -> None:
+    eng = make_engine(delay=2.0)
+    try:
+        eng.start()
+        pid = eng.worker_pid
+        assert pid is not None
+        results: list[Any] = []
+        pages = [page(i, size=(100 + i, 150)) for i in range(8)]
+        reader = threading.Thread(target=lambda: results.extend(eng.recognize(pages)))
+        reader.start()
+        wait_for(lambda: eng.describe()["pages_in_flight"] == 8, 10, "eight pages in flight")
+        os.kill(pid, signal.SIGKILL)
+        reader.join(30)
+        assert not reader.is_alive()
+        assert [r.markdown.splitlines()[0] for r in results] == [
+            f"# Page {100 + i}x150" for i in range(8)]
+        assert eng.describe()["restarts"] == 1
+        assert eng.worker_pid not in (None, pid)
+    finally:
+        eng.close()
+
+
+def test_sleep_and_release_wait_for_the_pages_in_flight() -> None:
+    eng = make_engine(delay=0.5)
+    try:
+        eng.start()
+        results: list[Any] = []
+        reader = threading.Thread(
+            target=lambda: results.extend(eng.recognize([page(i) for i in range(4)])))
+        reader.start()
+        wait_for(lambda: eng.describe()["pages_in_flight"] == 4, 10, "four pages in flight")
+        eng.sleep()
+        assert eng.state == "asleep"
+        reader.join(10)
+        assert [r.error for r in results] == [None] * 4
+        pid = eng.worker_pid
+        (woken,) = eng.recognize([page(5)])  # wakes the same worker
+        assert woken.error is None and eng.worker_pid == pid
+        reader = threading.Thread(target=lambda: results.extend(eng.recognize([page(6)])))
+        reader.start()
+        wait_for(lambda: eng.describe()["pages_in_flight"] == 1, 10, "a page in flight")
+        eng.release()
+        reader.join(10)
+        assert results[-1].error is None and eng.state == "stopped"
+        assert pid is not None and gone(pid)
     finally:
         eng.close()
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import importlib.util
-import shutil
 from dataclasses import dataclass
 
+from ocrwatch import gpu as gpus
 from ocrwatch.config import Config
 from ocrwatch.domain import Page, PageText
 from ocrwatch.engines.base import BatchPolicy, Engine
@@ -20,27 +20,11 @@ class Choice:
     why: str
 
 
-def _cuda_gpu() -> str | None:
-    """Name of a CUDA GPU when one is visible, without importing torch."""
-    if shutil.which("nvidia-smi") is None:
-        return None
-    import subprocess
-
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=10, check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.splitlines()[0] if out else None
-
-
 def choose(config: Config) -> Choice:
     """Resolve ``engine = "auto"`` and explain the choice for ``ocrwatch status``."""
     if config.engine != "auto":
         return Choice(config.engine, "set in the configuration")
-    gpu = _cuda_gpu()
+    gpu = gpus.gpu_name()
     has_vllm = importlib.util.find_spec("vllm") is not None
     if gpu and has_vllm:
         return Choice("vllm", f"CUDA GPU found ({gpu}) and vLLM is installed")

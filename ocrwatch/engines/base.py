@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -24,6 +24,9 @@ class BatchPolicy:
     size_matched: bool = False
     partner_wait: float = 0.0
     concurrency: int = 1  # batches the daemon may run at once (CPU engines: one per core)
+    # What one page of (width, height) counts against ``max_tokens``: the engine's own
+    # arithmetic, so that the daemon does none.
+    cost: Callable[[int, int], int] = lambda width, height: 1
 
 
 @runtime_checkable

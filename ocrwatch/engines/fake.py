@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from ocrwatch.domain import Page, PageText
 from ocrwatch.engines.base import BatchPolicy
+from ocrwatch.engines.lightonocr import image_tokens
 
 
 class FakeEngine:
@@ -23,7 +24,7 @@ class FakeEngine:
                  delay: float | None = None) -> None:
         self._max_side = max_side
         self._policy = policy or BatchPolicy(max_pages=4, max_tokens=8192, size_matched=True,
-                                             partner_wait=0.05)
+                                             partner_wait=0.05, cost=image_tokens)
         self.delay = float(os.environ.get("OCRWATCH_FAKE_DELAY", "0")) if delay is None else delay
         self.fail_marker = os.environ.get("OCRWATCH_FAKE_FAIL", "fake-engine-fail")
         self.batches: list[list[tuple[str, int]]] = []

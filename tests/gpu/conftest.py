@@ -48,9 +48,9 @@ def pytest_report_header() -> str:
 
 
 # The leak check in tests/conftest.py runs per test; here the sampler and the shared
-# engine's idle timer live for the whole module on purpose (the engine's fixture closes
-# it, which joins the timer), so they are left out of the per-test check.
-LONG_LIVED = ("gpu-memory-sampler", "ocrwatch-vllm-idle")
+# engine's feeder thread live for the whole module on purpose (the engine's fixture closes
+# it, which joins the feeder), so they are left out of the per-test check.
+LONG_LIVED = ("gpu-memory-sampler", "ocrwatch-vllm-feed")
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,6 @@ if REASON:
 
 from PIL import Image  # noqa: E402
 
-from ocrwatch.batching import Batcher, image_tokens  # noqa: E402
 from ocrwatch.config import Config  # noqa: E402
 from ocrwatch.domain import Page, PageText  # noqa: E402
 from ocrwatch.engines.vllm import VllmEngine  # noqa: E402
@@ -48,22 +48,24 @@ def gpu_config(model: str, load_format: str = "dummy") -> Config:
 
 
 def run_pipeline(engine: VllmEngine, pages: list[Page]) -> list[tuple[Page, PageText]]:
-    """Batch and read pages the way the daemon does: one Batcher, partner waits included."""
-    batcher: Batcher[Page] = Batcher(
-        engine.policy, tokens=lambda p: image_tokens(*p.size, engine.max_side or 1540))
-    for p in pages:
-        batcher.add(p, time.monotonic())
-    done: list[tuple[Page, PageText]] = []
-    while len(batcher):
-        batch = batcher.take(time.monotonic())
-        if batch is None:
-            deadline = batcher.next_deadline() or time.monotonic()
-            threading.Event().wait(max(0.0, deadline - time.monotonic()))
-            continue
-        results = engine.recognize(batch)
-        assert len(results) == len(batch)
-        done.extend(zip(batch, results, strict=True))
-    return done
+    """Read pages the way the daemon does: ``policy.concurrency`` threads, a page each."""
+    assert engine.policy.max_pages == 1
+    with ThreadPoolExecutor(engine.policy.concurrency) as pool:
+        results = list(pool.map(lambda p: engine.recognize([p]), pages))
+    assert all(len(r) == 1 for r in results)
+    return [(p, r[0]) for p, r in zip(pages, results, strict=True)]
+
+
+def a4_pages(n: int, first: int = 0) -> list[Page]:
+    return [Page(Path(f"p{i}.png"), i, Image.new("RGB", (1088, 1540), "white"))
+            for i in range(first, first + n)]
+
+
+def read_in_background(engine: VllmEngine, pages: list[Page],
+                       into: list[PageText]) -> threading.Thread:
+    reader = threading.Thread(target=lambda: into.extend(engine.recognize(pages)))
+    reader.start()
+    return reader
 
 
 @pytest.fixture(scope="module")
@@ -132,23 +134,55 @@ def test_sleep_frees_the_card_and_the_next_page_wakes_it(
     assert engine.timings["wake"] < 5
 
 
-def test_a_killed_worker_is_survived(engine: VllmEngine, sampler: Sampler) -> None:
+def test_a_page_added_while_others_decode_joins_them(engine: VllmEngine) -> None:
+    engine.start()
+    first: list[PageText] = []
+    reader = read_in_background(engine, a4_pages(1), first)
+    deadline = time.monotonic() + 60
+    while engine.describe()["pages_in_flight"] != 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    engine.most_in_flight = 0
+    (second,) = engine.recognize(a4_pages(1, first=1))
+    reader.join(120)
+    assert not reader.is_alive() and first[0].error is None and second.error is None
+    assert engine.most_in_flight >= 2  # the second went in while the first decoded
+
+
+def test_a_worker_killed_with_eight_pages_in_flight_reads_each_again_once(
+        engine: VllmEngine, sampler: Sampler) -> None:
     engine.start()
     pid = engine.worker_pid
-    assert pid is not None
+    restarts = engine.describe()["restarts"]
+    assert pid is not None and isinstance(restarts, int)
     since = sampler.now()
-    pages = [Page(Path(f"p{i}.png"), i, Image.new("RGB", (1088, 1540), "white")) for i in range(2)]
     results: list[PageText] = []
-    reader = threading.Thread(target=lambda: results.extend(engine.recognize(pages)))
-    reader.start()
-    assert engine.wait_for_state(["busy"], 30)
+    reader = read_in_background(engine, a4_pages(8), results)
+    deadline = time.monotonic() + 60
+    while engine.describe()["pages_in_flight"] != 8 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert engine.describe()["pages_in_flight"] == 8
     os.kill(pid, signal.SIGKILL)
     reader.join(300)
     assert not reader.is_alive()
-    assert len(results) == 2 and all(r.error is None for r in results)
+    assert len(results) == 8 and all(r.error is None for r in results)
     assert engine.worker_pid not in (None, pid)
-    assert engine.describe()["restarts"] == 1
+    assert engine.describe()["restarts"] == restarts + 1
     assert sampler.peak(since) < CARD_LIMIT_MIB
+
+
+def test_sleep_with_pages_pending_finishes_them_first(engine: VllmEngine,
+                                                      sampler: Sampler) -> None:
+    engine.start()
+    results: list[PageText] = []
+    reader = read_in_background(engine, a4_pages(8), results)
+    deadline = time.monotonic() + 60
+    while engine.describe()["pages_in_flight"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    engine.sleep()  # waits for the pages in flight, then sleeps
+    assert engine.state == "asleep"
+    reader.join(120)
+    assert len(results) == 8 and all(r.error is None for r in results)
+    assert sampler.wait_until(lambda v: v < ASLEEP_LIMIT_MIB, 30) < ASLEEP_LIMIT_MIB
 
 
 def test_release_gives_every_byte_back(engine: VllmEngine, sampler: Sampler,

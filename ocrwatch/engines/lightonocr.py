@@ -1,0 +1,56 @@
+"""LightOnOCR-2-1B's rules, defined once for every engine that runs the model.
+
+The embedded vLLM engine and the remote engine send the same requests and read the
+answers the same way: pages scaled to 1540 px on the longest side, the image alone as
+the prompt (a text prompt makes the model echo it), one warmer retry for a page that
+looped, and Markdown turned into :class:`PageText`.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ocrwatch.domain import PageText
+from ocrwatch.textutil import markdown_to_text, repeats_itself
+
+MAX_SIDE = 1540  # the model's processor scales pages to this longest side
+PATCH = 28  # pixels per image token side (Pixtral encoder with a 2x2 merge)
+MAX_IMAGE_TOKENS = math.ceil(MAX_SIDE / PATCH) ** 2  # 3025
+# Prompt of the largest page: 55 rows of 55 image tokens, a break token per row, template.
+MAX_PROMPT_TOKENS = math.ceil(MAX_SIDE / PATCH) * (math.ceil(MAX_SIDE / PATCH) + 1) + 32
+# One user turn holding only the image, for tokenizers without a usable chat template.
+PROMPT = ("<|im_start|>system<|im_end|>\n<|im_start|>user\n<|image_pad|><|im_end|>\n"
+          "<|im_start|>assistant\n")
+RETRY_TEMPERATURE = 0.6  # a page that looped is tried once more, less greedily
+
+
+def image_tokens(width: int, height: int, max_side: int = MAX_SIDE) -> int:
+    """Image tokens of a page once scaled to ``max_side`` on its longest side."""
+    scale = min(1.0, max_side / max(width, height, 1))
+    w = max(1, round(width * scale))
+    h = max(1, round(height * scale))
+    return min(MAX_IMAGE_TOKENS, math.ceil(w / PATCH) * math.ceil(h / PATCH))
+
+
+def looped(text: str, finish: str) -> bool:
+    """The model ran out of tokens or kept writing the same thing: worth a warmer retry."""
+    return finish == "length" or repeats_itself(text)
+
+
+def loop_warning(finish: str) -> str:
+    """What a page that still looped after the retry carries into its index row."""
+    if finish == "length":
+        return "the model ran out of tokens before the page ended; the text may be incomplete"
+    return "the model repeated itself on this page; the text may hold repeated lines"
+
+
+def page_text(markdown: str, warnings: list[str] | None = None) -> PageText:
+    """The model's Markdown as the sidecars and the index want it."""
+    markdown = markdown.strip()
+    return PageText(markdown=markdown + "\n" if markdown else "",
+                    text=markdown_to_text(markdown), warnings=list(warnings or []))
+
+
+def failed_page(reason: str) -> PageText:
+    """A page that could not be read; its file fails with ``reason``."""
+    return PageText(markdown="", text="", error=f"the page could not be read: {reason}")

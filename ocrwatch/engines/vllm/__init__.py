@@ -1,0 +1,12 @@
+"""The embedded vLLM engine: LightOnOCR-2-1B on the local GPU, in a worker process.
+
+- :mod:`.memory`: the memory plan (vLLM settings for a budget; doctor uses it too);
+- :mod:`.supervisor`: starting, talking to and ending the worker process;
+- :mod:`.worker`: the worker process itself, which keeps vLLM's engine fed;
+- :mod:`.engine`: the engine the daemon sees: admission, retries, idle sleep and stop.
+"""
+
+from ocrwatch.engines.vllm.engine import VllmEngine
+from ocrwatch.engines.vllm.memory import MemoryPlan, plan_memory
+
+__all__ = ["MemoryPlan", "VllmEngine", "plan_memory"]

@@ -1,0 +1,676 @@
+"""The ``vllm`` engine as the daemon sees it: pages in, one result per page out.
+
+Pages stream through one worker process (:mod:`.worker`). Any number of threads may
+call :meth:`VllmEngine.recognize` at once; their pages wait in one admission queue,
+and a feeder thread, the only one that talks to the worker, keeps up to
+``max_num_seqs`` of them in flight and hands each result back as soon as its page ends.
+
+- **Admission order, not a barrier.** Of the pages waiting, the one most like the last
+  page admitted goes next (like sizes decode well together); a page that has waited
+  ``vllm.admit_wait_seconds`` goes next whatever its size.
+- **Faults.** When the worker dies (a crash, out of memory, a kill) every page it had in
+  flight is read again by a fresh worker; a page in flight at two deaths then goes
+  alone, a page that dies alone goes once more at 0.7 of its size, then fails with the
+  reason. A page that ran out of tokens or repeated itself is read once more at a
+  warmer temperature. Each page's result is handed back exactly once.
+- **Idle.** After ``idle_sleep_seconds`` with nothing in flight the model sleeps (about
+  0.9 GiB left on the card); after ``idle_stop_seconds`` the worker ends (0 left). Sleep,
+  wake and stop wait for the pages in flight; the next page wakes or restarts the worker.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import contextlib
+import importlib.util
+import itertools
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import wait as wait_fds
+from typing import TYPE_CHECKING, Any
+
+from ocrwatch import gpu
+from ocrwatch.engines import lightonocr
+from ocrwatch.domain import Page, PageText
+from ocrwatch.engines.base import BatchPolicy
+from ocrwatch.engines.vllm.memory import default_budget, plan_memory
+from ocrwatch.engines.vllm.supervisor import Worker, WorkerGone
+from ocrwatch.errors import EngineError, EngineUnavailable
+
+if TYPE_CHECKING:
+    from PIL import Image
+
+    from ocrwatch.config import Config
+
+log = logging.getLogger(__name__)
+
+SMALLER = 0.7  # a page that kills the worker alone is tried once more at this scale
+STATES = ("stopped", "starting", "ready", "busy", "asleep", "closed")
+
+
+@dataclass(eq=False)
+class _Request:
+    """One page on its way through the engine; ``done`` is set exactly once."""
+
+    page: Page
+    image: Image.Image
+    tokens: int
+    arrived: float
+    temperature: float
+    done: threading.Event = field(default_factory=threading.Event)
+    output: dict[str, Any] | None = None
+    error: str | None = None
+    unavailable: EngineUnavailable | None = None
+    alone: bool = False  # admitted only with nothing else in flight
+    deaths: int = 0  # worker deaths while this page was in flight
+    alone_deaths: int = 0
+    shrunk: bool = False
+    retried_loop: bool = False
+    sent_alone: bool = False
+    sent: bool = False  # handed to the worker (in flight there)
+
+
+@dataclass(eq=False)
+class _Command:
+    op: str  # "start", "sleep" or "stop"
+    done: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
+
+
+class VllmEngine:
+    """The ``vllm`` engine. Thread-safe; one worker process at most."""
+
+    name = "vllm"
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        backend: str = "vllm",
+        backend_options: dict[str, Any] | None = None,
+        card_mib: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._cfg = config.vllm
+        self._backend = backend
+        self._backend_options = dict(backend_options or {})
+        self._clock = clock
+        if backend == "vllm" and importlib.util.find_spec("vllm") is None:
+            raise EngineUnavailable(
+                "vLLM is not installed. Install the GPU extra (pip install 'ocrwatch[gpu]', "
+                "Linux with an NVIDIA driver for CUDA 13) or use engine = \"tesseract\"."
+            )
+        if card_mib is None:
+            card_mib = gpu.card_memory_mib() if backend == "vllm" else 16 * 1024
+        if card_mib is None:
+            raise EngineUnavailable(
+                "no NVIDIA GPU was found (nvidia-smi is missing or failed). Install the NVIDIA "
+                "driver, or use engine = \"tesseract\" to read pages on the CPU."
+            )
+        card_gib = card_mib / 1024
+        self.plan = plan_memory(default_budget(card_gib, self._cfg.gpu_memory_gb), card_gib,
+                                self._cfg.max_tokens)
+        # One page per call: each page's result goes on to its file the moment it ends.
+        # Twice max_num_seqs callers keep a choice of pages waiting for admission.
+        self._policy = BatchPolicy(max_pages=1, concurrency=2 * self.plan.max_num_seqs,
+                                   cost=lightonocr.image_tokens)
+        self._cond = threading.Condition()  # guards every field below
+        self._state = "stopped"
+        self._pending: list[_Request] = []
+        self._in_flight: dict[str, _Request] = {}
+        self._commands: collections.deque[_Command] = collections.deque()
+        self._ids = itertools.count(1)
+        self._last_tokens: int | None = None
+        self._last_used = clock()
+        self._closing = False
+        self._feeder: threading.Thread | None = None
+        self._worker: Worker | None = None
+        self._model_path: str | None = None
+        self._detail = ""
+        self._finished_at: collections.deque[float] = collections.deque(maxlen=32)
+        self._restarts = 0
+        self._last_error: str | None = None
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self.timings: dict[str, float] = {}
+        self.worker_info: dict[str, Any] = {}
+        self.most_in_flight = 0
+        atexit.register(self.close)
+
+    # -- the Engine interface ------------------------------------------------------------
+
+    @property
+    def max_side(self) -> int | None:
+        return lightonocr.MAX_SIDE
+
+    @property
+    def policy(self) -> BatchPolicy:
+        return self._policy
+
+    def recognize(self, pages: Sequence[Page]) -> list[PageText]:
+        """Read pages; each streams through on its own, and a page that cannot be read
+        gets ``error`` set. Raises EngineUnavailable when the worker cannot start."""
+        if not pages:
+            return []
+        now = self._clock()
+        requests = [_Request(p, p.image, lightonocr.image_tokens(*p.size), now,
+                             self._cfg.temperature) for p in pages]
+        with self._cond:
+            if self._closing:
+                raise EngineError("the vLLM engine was closed; start the daemon again.")
+            self._pending.extend(requests)
+            self._start_feeder()
+        self._poke()
+        for request in requests:
+            request.done.wait()
+        for request in requests:
+            if request.unavailable is not None:
+                raise request.unavailable
+        return [self._to_text(r) for r in requests]
+
+    def release(self) -> None:
+        """End the worker so the card gets every byte back; the next page restarts it.
+
+        Pages in flight are finished first."""
+        self._command("stop")
+
+    def close(self) -> None:
+        """Stop the feeder and the worker. Safe to call twice."""
+        with self._cond:
+            if self._state == "closed":
+                return
+            self._closing = True
+            feeder = self._feeder
+            self._cond.notify_all()
+        self._poke()
+        if feeder is not None:
+            feeder.join()
+        self._end_worker("closed")
+        with self._cond:
+            for request in self._pending:
+                request.error = "the vLLM engine was closed"
+                request.done.set()
+            self._pending.clear()
+            self._set_state("closed")
+        for fd in (self._wake_r, self._wake_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        atexit.unregister(self.close)
+
+    def describe(self) -> dict[str, object]:
+        with self._cond:
+            facts: dict[str, object] = {
+                "engine": self.name,
+                "state": self._state,
+                "model": self._cfg.model,
+                "gpu_memory_budget_gb": self.plan.budget_gib,
+                "pages_per_second": self._rate(),
+                "pages_in_flight": sum(r.sent for r in self._in_flight.values()),
+                "pages_waiting": len(self._pending),
+                "restarts": self._restarts,
+            }
+            if self._detail:
+                facts["detail"] = self._detail
+            if self._last_error:
+                facts["last_error"] = self._last_error
+            worker, state = self._worker, self._state
+        if worker is not None and self._backend == "vllm":
+            facts["gpu_memory_mb"] = gpu.processes_mib(worker.members())
+        elif state in ("stopped", "closed"):
+            facts["gpu_memory_mb"] = 0
+        return facts
+
+    # -- extra controls (benchmarks, tests, status) ---------------------------------------
+
+    @property
+    def state(self) -> str:
+        with self._cond:
+            return self._state
+
+    @property
+    def worker_pid(self) -> int | None:
+        with self._cond:
+            return self._worker.pid if self._worker is not None else None
+
+    def start(self) -> None:
+        """Start (or wake) the worker now instead of on the first page."""
+        self._command("start")
+
+    def sleep(self) -> None:
+        """Put the worker to sleep now (what the idle timer does after a while)."""
+        self._command("sleep")
+
+    def wake(self) -> None:
+        self.start()
+
+    def wait_for_state(self, states: Iterable[str], timeout: float) -> bool:
+        """Block until the engine is in one of ``states``; False after ``timeout`` seconds."""
+        wanted = set(states)
+        with self._cond:
+            return self._cond.wait_for(lambda: self._state in wanted, timeout)
+
+    # -- helpers for callers ----------------------------------------------------------------
+
+    def _command(self, op: str) -> None:
+        command = _Command(op)
+        with self._cond:
+            if self._closing:
+                if op == "start":
+                    raise EngineError("the vLLM engine was closed; start the daemon again.")
+                return
+            self._commands.append(command)
+            self._start_feeder()
+        self._poke()
+        command.done.wait()
+        if command.error is not None:
+            raise command.error
+
+    def _start_feeder(self) -> None:
+        """Caller holds ``_cond``."""
+        if self._feeder is None:
+            self._feeder = threading.Thread(target=self._feed_loop, name="ocrwatch-vllm-feed",
+                                            daemon=True)
+            self._feeder.start()
+
+    def _poke(self) -> None:
+        """Wake the feeder, which may be waiting on the worker's pipe."""
+        with contextlib.suppress(OSError):  # full (it wakes anyway) or closed
+            os.write(self._wake_w, b".")
+
+    def _rate(self) -> float | None:
+        """Pages per second over the last pages read. Caller holds ``_cond``."""
+        times = self._finished_at
+        if len(times) < 2 or times[-1] <= times[0]:
+            return None
+        return round((len(times) - 1) / (times[-1] - times[0]), 2)
+
+    def _set_state(self, state: str) -> None:
+        """Caller holds ``_cond``."""
+        if state != self._state:
+            log.debug("vLLM engine: %s -> %s", self._state, state)
+            self._state = state
+            self._cond.notify_all()
+
+    def _to_text(self, request: _Request) -> PageText:
+        if request.output is None:
+            page = request.page
+            log.warning("Page %d of %s could not be read: %s", page.index + 1, page.source.name,
+                        request.error)
+            return lightonocr.failed_page(request.error or "no answer from the vLLM worker")
+        out = request.output
+        warnings = []
+        if self._looped(out):
+            warnings.append(lightonocr.loop_warning(out["finish"]))
+        return lightonocr.page_text(out["text"], warnings)
+
+    def _looped(self, out: dict[str, Any]) -> bool:
+        if self._cfg.ignore_eos:  # benchmarks: every page runs to max_tokens on purpose
+            return False
+        return lightonocr.looped(out["text"], out["finish"])
+
+    # -- the feeder: the only thread that talks to the worker --------------------------------
+
+    def _feed_loop(self) -> None:
+        while True:
+            self._drain_pokes()
+            with self._cond:
+                if self._closing:
+                    failed = list(self._in_flight.values()) + list(self._pending)
+                    self._in_flight.clear()
+                    self._pending.clear()
+                    commands = list(self._commands)
+                    self._commands.clear()
+                    break
+                command = None
+                if self._commands and not self._in_flight:
+                    command = self._commands.popleft()
+                admit = [] if self._commands else self._choose()
+                idle_action, idle_wait = self._idle_action() if not (
+                    command or admit or self._in_flight or self._pending) else (None, None)
+            if command is not None:
+                self._run_command(command)
+                continue
+            if idle_action is not None:
+                self._idle(idle_action)
+                continue
+            if admit:
+                self._admit(admit)
+                continue
+            self._wait_and_collect(idle_wait)
+        for request in failed:
+            request.error = "the vLLM engine was closed"
+            request.done.set()
+        for command in commands:
+            command.done.set()
+
+    def _drain_pokes(self) -> None:
+        with contextlib.suppress(OSError):
+            while os.read(self._wake_r, 4096):
+                pass
+
+    def _choose(self) -> list[_Request]:
+        """Pages to admit now, in order, taken off the queue. Caller holds ``_cond``."""
+        chosen: list[_Request] = []
+        room = self.plan.max_num_seqs - len(self._in_flight)
+        if any(r.alone for r in self._in_flight.values()):
+            return chosen
+        now = self._clock()
+        while room > 0 and self._pending:
+            oldest = self._pending[0]
+            pick = oldest if oldest.alone else self._pending[pick_next(
+                [(r.tokens, r.arrived) for r in self._pending], self._last_tokens, now,
+                self._cfg.admit_wait_seconds)]
+            if pick.alone and (self._in_flight or chosen):
+                break
+            self._pending.remove(pick)
+            chosen.append(pick)
+            self._last_tokens = pick.tokens
+            room -= 1
+            if pick.alone:
+                break
+        return chosen
+
+    def _admit(self, requests: list[_Request]) -> None:
+        try:
+            worker = self._ready_worker()
+        except EngineUnavailable as exc:
+            for request in requests:
+                request.unavailable = exc
+                request.done.set()
+            self._fail_pending(exc)
+            return
+        with self._cond:
+            alone = not self._in_flight and len(requests) == 1
+            for request in requests:
+                rid = f"p{next(self._ids)}"
+                request.sent_alone = alone
+                self._in_flight[rid] = request
+            self.most_in_flight = max(self.most_in_flight, len(self._in_flight))
+            self._last_used = self._clock()
+            self._set_state("busy")
+            sending = [(rid, r) for rid, r in self._in_flight.items() if r in requests]
+        for rid, request in sending:
+            params = {"temperature": request.temperature, "top_p": self._cfg.top_p,
+                      "max_tokens": self._cfg.max_tokens, "ignore_eos": self._cfg.ignore_eos}
+            try:
+                worker.send(("add", rid, _image_data(request.image), params))
+            except WorkerGone as exc:
+                self._lost(str(exc))
+                return
+            with self._cond:
+                request.sent = True
+
+    def _fail_pending(self, exc: EngineUnavailable) -> None:
+        """The worker cannot start: every waiting page hears why (the files go back)."""
+        with self._cond:
+            pending, self._pending = self._pending, []
+        for request in pending:
+            request.unavailable = exc
+            request.done.set()
+
+    def _wait_and_collect(self, idle_wait: float | None) -> None:
+        worker = self._worker
+        if worker is None:
+            with self._cond:
+                if self._pending or self._commands:
+                    return
+            wait_fds([self._wake_r], idle_wait)
+            return
+        timeout = 0.2 if idle_wait is None else min(0.2, max(0.0, idle_wait))
+        try:
+            if not worker.ready([self._wake_r], timeout) and worker.alive():
+                return
+            messages = worker.pending()
+        except WorkerGone as exc:
+            if self._in_flight:
+                self._lost(str(exc))
+            else:
+                self._end_worker(str(exc))
+                with self._cond:
+                    self._restarts += 1
+                    self._last_error = str(exc)
+            return
+        for message in messages:
+            kind = message[0]
+            if kind == "done":
+                self._finished(message[1], message[2])
+            elif kind == "refused":
+                self._refused(message[1], message[2])
+            elif kind == "error":
+                why = ("the GPU ran out of memory" if message[1] == "oom"
+                       else "the vLLM worker failed")
+                self._lost(f"{why}: {message[2]}")
+                return
+
+    def _finished(self, rid: str, output: dict[str, Any]) -> None:
+        with self._cond:
+            request = self._in_flight.pop(rid, None)
+            if request is None:
+                return
+            self._finished_at.append(self._clock())
+            self._last_used = self._clock()
+            if not self._in_flight:
+                self._set_state("ready")
+            if self._looped(output) and not request.retried_loop:
+                log.info("Page %d of %s did not finish cleanly; trying again at temperature "
+                         "%.1f.", request.page.index + 1, request.page.source.name,
+                         lightonocr.RETRY_TEMPERATURE)
+                request.retried_loop = True
+                request.temperature = lightonocr.RETRY_TEMPERATURE
+                self._pending.insert(0, request)
+                return
+        request.output = output
+        request.done.set()
+
+    def _refused(self, rid: str, reason: str) -> None:
+        with self._cond:
+            request = self._in_flight.pop(rid, None)
+            if request is None:
+                return
+            if not self._in_flight:
+                self._set_state("ready")
+            if not request.shrunk:
+                request.image, request.shrunk = _smaller(request.image), True
+                request.alone = True
+                self._pending.insert(0, request)
+                return
+        request.error = reason
+        request.done.set()
+
+    def _lost(self, why: str) -> None:
+        """The worker died with pages in flight: each goes back to the queue, or fails."""
+        log.warning("%s; the worker will be restarted and its pages read again.", why)
+        self._end_worker(why)
+        with self._cond:
+            self._restarts += 1
+            self._last_error = why
+            lost = list(self._in_flight.values())
+            self._in_flight.clear()
+            again = []
+            for request in lost:
+                request.sent = False
+                request.deaths += 1
+                if request.sent_alone:
+                    request.alone_deaths += 1
+                if request.alone_deaths >= 2 or (request.alone_deaths and request.shrunk):
+                    request.error = why
+                    request.done.set()
+                    continue
+                if request.alone_deaths == 1:
+                    request.image, request.shrunk = _smaller(request.image), True
+                request.alone = request.deaths >= 2 or request.alone_deaths > 0
+                again.append(request)
+            self._pending[:0] = sorted(again, key=lambda r: r.arrived)
+
+    # -- the worker's life -------------------------------------------------------------------
+
+    def _settings(self) -> dict[str, Any]:
+        plan = self.plan
+        return {
+            "backend": self._backend,
+            "fake": self._backend_options,
+            "model": self._model_path,
+            "load_format": self._cfg.load_format,
+            "enforce_eager": self._cfg.enforce_eager,
+            "gpu_memory_utilization": plan.gpu_memory_utilization,
+            "max_model_len": plan.max_model_len,
+            "max_num_seqs": plan.max_num_seqs,
+            "max_num_batched_tokens": plan.max_num_batched_tokens,
+            "cudagraph_sizes": plan.cudagraph_sizes,
+            "parent_pid": os.getpid(),
+        }
+
+    def _progress(self, message: str) -> None:
+        with self._cond:
+            self._detail = message
+
+    def _ready_worker(self) -> Worker:
+        """The worker, started or woken if need be."""
+        with self._cond:
+            state, worker = self._state, self._worker
+        if worker is not None and state == "asleep":
+            try:
+                self.timings["wake"] = float(worker.request(("wake",), None))
+            except (WorkerGone, OSError) as exc:
+                self._end_worker(str(exc))
+                with self._cond:
+                    self._restarts += 1
+                    self._last_error = str(exc)
+                return self._ready_worker()
+            with self._cond:
+                self._set_state("ready")
+            return worker
+        if worker is not None:
+            return worker
+        return self._start_worker()
+
+    def _start_worker(self) -> Worker:
+        with self._cond:
+            self._set_state("starting")
+            self._detail = "loading the model"
+        try:
+            if self._model_path is None:
+                if self._backend == "vllm":
+                    from ocrwatch import model
+
+                    self._model_path = str(model.resolve(self._cfg.model, progress=self._progress))
+                else:
+                    self._model_path = self._cfg.model
+            log.info("Starting the vLLM worker (%s, budget %.1f GiB, utilization %.3f).",
+                     self._cfg.model, self.plan.budget_gib, self.plan.gpu_memory_utilization)
+            started = time.monotonic()
+            worker = Worker(self._settings(), self._cfg.start_timeout_seconds)
+        except BaseException as exc:
+            with self._cond:
+                self._last_error = str(exc)
+                self._detail = ""
+                self._set_state("stopped")
+            raise
+        self.worker_info = dict(worker.info)
+        self.timings["start"] = round(time.monotonic() - started, 2)
+        log.info("vLLM worker ready in %.1f s.", self.timings["start"])
+        with self._cond:
+            self._worker = worker
+            self._detail = ""
+            self._last_used = self._clock()
+            self._set_state("ready")
+        return worker
+
+    def _end_worker(self, why: str) -> None:
+        with self._cond:
+            worker, self._worker = self._worker, None
+        if worker is None:
+            return
+        worker.stop() if worker.alive() else worker.end()
+        log.info("vLLM worker ended (%s).", why)
+        with self._cond:
+            if self._state != "closed":
+                self._set_state("stopped")
+
+    def _run_command(self, command: _Command) -> None:
+        try:
+            if command.op == "start":
+                self._ready_worker()
+            elif command.op == "sleep":
+                self._sleep()
+            elif command.op == "stop":
+                self._end_worker("released")
+        except BaseException as exc:  # handed to the caller
+            command.error = exc
+        command.done.set()
+
+    def _sleep(self) -> None:
+        with self._cond:
+            worker, state = self._worker, self._state
+        if worker is None or state != "ready":
+            return
+        try:
+            self.timings["sleep"] = float(worker.request(("sleep",), None))
+        except (WorkerGone, OSError) as exc:
+            self._end_worker(str(exc))
+            with self._cond:
+                self._restarts += 1
+                self._last_error = str(exc)
+            return
+        with self._cond:
+            self._set_state("asleep")
+
+    def _idle_action(self) -> tuple[str | None, float | None]:
+        """What to do with nothing to read, or how long until then. Caller holds ``_cond``."""
+        if self._state not in ("ready", "asleep"):
+            return None, None
+        idle = self._clock() - self._last_used
+        sleep_after, stop_after = self._cfg.idle_sleep_seconds, self._cfg.idle_stop_seconds
+        waits = []
+        if self._state == "ready" and sleep_after > 0:
+            if idle >= sleep_after:
+                return "sleep", None
+            waits.append(sleep_after - idle)
+        if stop_after > 0:
+            if idle >= stop_after:
+                return "stop", None
+            waits.append(stop_after - idle)
+        return None, (min(waits) if waits else None)
+
+    def _idle(self, action: str) -> None:
+        try:
+            if action == "sleep":
+                log.info("No pages for %g s: putting the vLLM engine to sleep.",
+                         self._cfg.idle_sleep_seconds)
+                self._sleep()
+            else:
+                log.info("No pages for %g s: ending the vLLM worker to free the GPU.",
+                         self._cfg.idle_stop_seconds)
+                self._end_worker("idle")
+        except Exception:  # the feeder must outlive a failed sleep; the worker is gone
+            log.exception("The vLLM worker failed while going idle; it will restart.")
+
+
+def pick_next(waiting: Sequence[tuple[int, float]], last_tokens: int | None, now: float,
+              admit_wait: float) -> int:
+    """Which waiting page (image tokens, arrival time; oldest first) goes in next.
+
+    The one most like the page admitted last, so that like sizes decode together
+    (measured: 3.55 pages/s sorted by size against 3.27 interleaved); but the oldest
+    once it has waited ``admit_wait`` seconds, so no page waits longer than that.
+    """
+    if last_tokens is None or now - waiting[0][1] >= admit_wait:
+        return 0
+    return min(range(len(waiting)),
+               key=lambda i: (abs(waiting[i][0] - last_tokens), waiting[i][1]))
+
+
+def _image_data(image: Image.Image) -> tuple[int, int, bytes]:
+    rgb = image if image.mode == "RGB" else image.convert("RGB")
+    return rgb.width, rgb.height, rgb.tobytes()
+
+
+def _smaller(image: Image.Image) -> Image.Image:
+    w, h = image.size
+    return image.resize((max(1, round(w * SMALLER)), max(1, round(h * SMALLER))))

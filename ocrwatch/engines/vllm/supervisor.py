@@ -1,0 +1,177 @@
+"""Starting, talking to and ending the vLLM worker process.
+
+The worker runs in a session of its own; vLLM forks its engine process inside that
+session, where it may outlive a killed worker and keep the GPU memory. Ending the
+worker therefore ends its whole session, and a write to a dead worker is never left
+hanging on the pipe that the forked engine process still holds open.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from multiprocessing.connection import wait
+from typing import TYPE_CHECKING, Any
+
+from ocrwatch.engines.vllm import worker
+from ocrwatch.errors import EngineUnavailable
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+    from multiprocessing.process import BaseProcess
+
+log = logging.getLogger(__name__)
+
+
+class WorkerGone(Exception):
+    """The worker process ended (crash, out of memory, killed); a fresh one may work."""
+
+
+class Worker:
+    """One running worker process and the parent's end of its pipe."""
+
+    def __init__(self, settings: dict[str, Any], start_timeout: float) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        parent, child = ctx.Pipe()
+        self._proc: BaseProcess = ctx.Process(target=worker.main, args=(child, settings),
+                                              name="ocrwatch-vllm-worker")
+        self._proc.start()
+        child.close()
+        self.conn: Connection = parent
+        self.pid: int = self._proc.pid or 0
+        try:
+            reply = self.receive(start_timeout)
+        except WorkerGone as exc:
+            self.end()
+            raise EngineUnavailable(
+                f"the vLLM worker could not start: {exc}. See the log for vLLM's own "
+                "messages; lower vllm.gpu_memory_gb if other programs use the GPU."
+            ) from exc
+        if reply[0] != "ok":
+            self.end()
+            if reply[1] == "oom":
+                raise EngineUnavailable(
+                    f"the GPU ran out of memory while the model loaded ({reply[2]}). Close "
+                    "programs that use the GPU, or lower vllm.gpu_memory_gb.")
+            raise EngineUnavailable(
+                f"the vLLM worker could not start: {reply[2]}. Check vllm.model, and lower "
+                "vllm.gpu_memory_gb if other programs use the GPU.")
+        self.info: dict[str, Any] = dict(reply[1])
+
+    def alive(self) -> bool:
+        return self._proc.is_alive()
+
+    def members(self) -> list[int]:
+        """The worker and every process of its session (vLLM's engine process)."""
+        return [self.pid, *worker.session_members(self.pid)]
+
+    def how_it_ended(self) -> str:
+        code = self._proc.exitcode
+        if code is None:
+            return "the vLLM worker closed its connection"
+        if code < 0:
+            name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
+            return f"the vLLM worker was killed by {name}"
+        return f"the vLLM worker ended with exit code {code}"
+
+    def ready(self, others: list[Any], timeout: float | None) -> list[Any]:
+        """Wait for the worker's pipe or one of ``others`` (file descriptors) to be readable."""
+        return wait([self.conn, *others], timeout)
+
+    def receive(self, timeout: float | None) -> tuple[Any, ...]:
+        """The worker's next message; raises WorkerGone if it ends or stays silent."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            try:
+                if self.conn.poll(0.2):
+                    message: tuple[Any, ...] = self.conn.recv()
+                    return message
+            except (EOFError, OSError):  # the worker's end closed: it has ended
+                self._proc.join(5.0)
+                raise WorkerGone(self.how_it_ended()) from None
+            if not self._proc.is_alive():
+                raise WorkerGone(self.how_it_ended())
+            if deadline is not None and time.monotonic() > deadline:
+                raise WorkerGone(f"the vLLM worker did not answer within {timeout:.0f} s")
+
+    def pending(self) -> list[tuple[Any, ...]]:
+        """Every message waiting on the pipe now; raises WorkerGone once it has ended."""
+        out = []
+        try:
+            while self.conn.poll(0):
+                out.append(self.conn.recv())
+        except (EOFError, OSError):
+            if out:
+                return out  # hand these over first; the end is seen on the next call
+            self._proc.join(5.0)
+            raise WorkerGone(self.how_it_ended()) from None
+        if not out and not self._proc.is_alive():
+            raise WorkerGone(self.how_it_ended())
+        return out
+
+    def send(self, message: tuple[Any, ...]) -> None:
+        """Write without hanging if the worker dies mid-write.
+
+        Pages are megabytes, more than the pipe holds. vLLM's engine process is forked
+        from the worker and keeps the pipe open, so a write to a dead worker would
+        block forever; ending that process makes the write fail instead.
+        """
+        failed: list[BaseException] = []
+
+        def push() -> None:
+            try:
+                self.conn.send(message)
+            except BaseException as exc:  # handed to the caller below
+                failed.append(exc)
+
+        sender = threading.Thread(target=push, name="ocrwatch-vllm-send", daemon=True)
+        sender.start()
+        while sender.is_alive():
+            sender.join(0.2)
+            if sender.is_alive() and not self._proc.is_alive():
+                for pid in worker.session_members(self.pid):
+                    with contextlib.suppress(OSError):
+                        os.kill(pid, signal.SIGKILL)
+        if failed:
+            raise WorkerGone(f"{self.how_it_ended()} ({failed[0]})")
+
+    def request(self, message: tuple[Any, ...], timeout: float | None) -> Any:
+        """Send ``message`` with no page in flight and return the answer's payload."""
+        self.send(message)
+        reply = self.receive(timeout)
+        if reply[0] != "ok":
+            raise WorkerGone(f"the vLLM worker failed ({reply[-1]})")
+        return reply[1]
+
+    def stop(self) -> None:
+        """Ask the worker to exit, then make sure its whole session has ended."""
+        if self._proc.is_alive():
+            with contextlib.suppress(WorkerGone, OSError):
+                self.request(("stop",), 30.0)
+        self.end()
+
+    def end(self) -> None:
+        """End the worker and every process of its session, and wait for them."""
+        with contextlib.suppress(OSError):
+            self.conn.close()
+        self._proc.join(10.0)
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            members = worker.session_members(self.pid)
+            if not members:
+                break
+            for pid in members:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, sig)
+            deadline = time.monotonic() + 5.0
+            while time.monotonic() < deadline and worker.session_members(self.pid):
+                time.sleep(0.05)
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join(5.0)
+        with contextlib.suppress(ValueError):
+            self._proc.close()
