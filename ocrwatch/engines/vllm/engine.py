@@ -35,8 +35,8 @@ from multiprocessing.connection import wait as wait_fds
 from typing import TYPE_CHECKING, Any
 
 from ocrwatch import gpu
-from ocrwatch.engines import lightonocr
 from ocrwatch.domain import Page, PageText
+from ocrwatch.engines import lightonocr
 from ocrwatch.engines.base import BatchPolicy
 from ocrwatch.engines.vllm.memory import default_budget, plan_memory
 from ocrwatch.engines.vllm.supervisor import Worker, WorkerGone
