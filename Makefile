@@ -4,31 +4,72 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 # GPU=auto installs the vLLM engine when an NVIDIA GPU answers; GPU=0 never, GPU=1 always.
 GPU    ?= auto
+# `make run` links the program here, so that `ocrwatch` works in any shell.
+LINK_DIR ?= $(HOME)/.local/bin
 
-.PHONY: run test lint venv clean
+# pip's output (and the build backends' warnings) goes to a log; a failure shows its end.
+PIP = $(BIN)/python -m pip install --disable-pip-version-check --no-input -q
+LOG = $(VENV)/install.log
+QUIET = >>$(LOG) 2>&1 || { tail -n 25 $(LOG); echo "ocrwatch: $@ failed; the whole log is $(LOG)"; exit 1; }
+
+# What PyGObject (the tray's menu) needs to build: a C compiler and these headers.
+TRAY_PKGCONFIG := cairo gobject-introspection-1.0
+TRAY_DEBIAN := gcc pkg-config python3-dev libgirepository1.0-dev libcairo2-dev gir1.2-gtk-3.0 gir1.2-ayatanaappindicator3-0.1
+TRAY_FEDORA := gcc pkg-config python3-devel gobject-introspection-devel cairo-gobject-devel gtk3 libayatana-appindicator-gtk3
+TRAY_ARCH := gcc pkgconf gobject-introspection cairo gtk3 libayatana-appindicator
+
+.PHONY: run test lint clean tray-extra gpu-extra
 
 $(BIN)/python:
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
+	@echo "ocrwatch: setting up $(VENV) (a minute or two the first time; log: $(LOG))"
+	@$(PYTHON) -m venv $(VENV)
+	@$(BIN)/python -m pip install --disable-pip-version-check -q --upgrade pip $(QUIET)
 
-# The tray extra builds PyGObject against the system's GTK (see README): when its
-# packages are missing the daemon still runs, with a warning and without a tray menu.
-$(VENV)/.run-installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e .
-	-$(BIN)/pip install -q -e '.[tray]' || echo "ocrwatch: tray extra not installed (see README: system packages for the tray)"
+# One stamp per extra: an extra that failed leaves no stamp and is tried again next time.
+$(VENV)/.base: pyproject.toml | $(BIN)/python
+	@$(PIP) -e . $(QUIET)
+	@touch $@
+
+$(VENV)/.dev: $(VENV)/.base
+	@$(PIP) -e '.[dev]' $(QUIET)
+	@touch $@
+
+# The tray extra builds PyGObject against the system's GTK. Without its system packages
+# the daemon runs all the same, without a tray menu: say what to install, in one line.
+$(VENV)/.tray: $(VENV)/.base
+	@if ! { command -v cc >/dev/null || command -v gcc >/dev/null; } \
+	    || ! pkg-config --exists $(TRAY_PKGCONFIG) 2>/dev/null; then \
+		echo "ocrwatch: no tray menu until these are installed (then run make again): Debian/Ubuntu: sudo apt install $(TRAY_DEBIAN); Fedora: sudo dnf install $(TRAY_FEDORA); Arch: sudo pacman -S $(TRAY_ARCH)"; \
+	elif $(PIP) -e '.[tray]' >>$(LOG) 2>&1; then touch $@; \
+	else echo "ocrwatch: the tray extra (PyGObject) did not build; the daemon runs without a tray menu. Why: $(LOG)"; fi
+
+tray-extra: $(VENV)/.tray
+
+$(VENV)/.gpu: $(VENV)/.base
+	@echo "ocrwatch: installing the GPU engine (vLLM, a few GB)"
+	@$(PIP) -e '.[gpu]' $(QUIET)
+	@touch $@
+
+gpu-extra: $(VENV)/.base
 	@if [ "$(GPU)" = 1 ] || { [ "$(GPU)" = auto ] && nvidia-smi >/dev/null 2>&1; }; then \
-		echo "installing the GPU engine (vLLM)"; $(BIN)/pip install -q -e '.[gpu]'; fi
-	touch $@
+		$(MAKE) --no-print-directory $(VENV)/.gpu; fi
 
-$(VENV)/.test-installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[dev]'
-	-$(BIN)/pip install -q -e '.[dev,tray]' || echo "ocrwatch: tray extra not installed: tray tests will be skipped"
-	touch $@
+# Link the program into LINK_DIR once; never replace a file that is not such a link.
+link: $(VENV)/.base
+	@target="$(LINK_DIR)/ocrwatch"; want="$(abspath $(BIN))/ocrwatch"; \
+	if [ "$$(readlink "$$target" 2>/dev/null)" = "$$want" ]; then :; \
+	elif [ -e "$$target" ] && ! [ -L "$$target" ]; then :; \
+	elif [ -L "$$target" ] && [ -e "$$target" ]; then :; \
+	else mkdir -p "$(LINK_DIR)" && ln -sfn "$$want" "$$target" && \
+		case ":$$PATH:" in *":$(LINK_DIR):"*) echo "ocrwatch: linked $$target: \`ocrwatch\` now works in any shell";; \
+		*) echo "ocrwatch: linked $$target; $(LINK_DIR) is not on your PATH: add it with  echo 'export PATH=\"$(LINK_DIR):\$$PATH\"' >> ~/.profile  and log in again";; esac; fi
 
-run: $(VENV)/.run-installed
-	$(BIN)/ocrwatch run
+.PHONY: link
 
-lint: $(VENV)/.test-installed
+run: $(VENV)/.base tray-extra gpu-extra link
+	@$(BIN)/ocrwatch run
+
+lint: $(VENV)/.dev tray-extra
 	$(BIN)/ruff check ocrwatch tests benchmarks
 	$(BIN)/mypy ocrwatch
 
