@@ -221,18 +221,30 @@ def enable(
         raise OcrwatchError(f"unknown autostart kind {kind!r}; use one of {', '.join(KINDS)}")
     exe = executable if executable is not None else find_executable(env)
     path = target_path(kind, env)
+    result = Result(kind=kind, paths=[path])
+    if kind == "systemd":
+        # Ask the user's systemd before writing anything: without a session bus (a shell
+        # from su, ssh or cron) nothing could be enabled, and a unit file would be left.
+        _check(runner, ["systemctl", "--user", "show-environment"], result,
+               "No systemd user manager answers in this shell (no session bus). Run it "
+               "from a terminal inside your desktop or login session, or use --kind xdg.")
     log_dir = _home(env) / "Library" / "Logs" / "ocrwatch" if kind == "launchd" else None
     if log_dir is not None:
         log_dir.mkdir(parents=True, exist_ok=True)
+    existed = path.exists()
     _write(path, render(kind, exe, wanted_by=wanted_by, log_dir=log_dir))
-    result = Result(kind=kind, paths=[path])
     log.info("installed %s autostart entry %s", kind, path)
 
     if kind == "systemd":
         fix = "Check `systemctl --user status` works in this session."
-        _check(runner, ["systemctl", "--user", "daemon-reload"], result, fix)
-        cmd = ["systemctl", "--user", "enable", *(["--now"] if start else []), UNIT]
-        _check(runner, cmd, result, fix)
+        try:
+            _check(runner, ["systemctl", "--user", "daemon-reload"], result, fix)
+            cmd = ["systemctl", "--user", "enable", *(["--now"] if start else []), UNIT]
+            _check(runner, cmd, result, fix)
+        except OcrwatchError:
+            if not existed:  # leave nothing behind that does not work
+                path.unlink(missing_ok=True)
+            raise
         when = "now and at every login" if start else (
             "at your next login; start it now with `systemctl --user start ocrwatch`")
         result.message = (

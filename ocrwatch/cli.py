@@ -503,8 +503,9 @@ def cmd_retry(args: argparse.Namespace) -> int:
             f"{'this file has' if len(given) == 1 else 'these files have'} not been read yet, "
             "so there is nothing to retry; the daemon reads files in its inbox by itself, and "
             f"`ocrwatch add {safe(given[0])}` reads one now")
-    echo(f"{_plural(count, 'file')} queued again; " + where.format("it" if count == 1
-                                                                    else "them"))
+    pronoun = ("it" if count == 1 else "them") if where.startswith("the daemon") else (
+        "it" if count == 1 else "they")
+    echo(f"{_plural(count, 'file')} queued again; " + where.format(pronoun))
     return 0
 
 

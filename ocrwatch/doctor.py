@@ -327,6 +327,69 @@ def check_tray(environ: Mapping[str, str] | None = None,
                   f"tray backend {backend} (PyGObject {_version('PyGObject') or '?'}){note}")]
 
 
+XDG_UTILS = ("Debian/Ubuntu: sudo apt install xdg-utils; Fedora: sudo dnf install xdg-utils; "
+             "Arch: sudo pacman -S xdg-utils")
+NOTIFY_SERVER = ("run a notification server in your session: desktops such as GNOME, KDE and "
+                 "Xfce have one; elsewhere install and start dunst or mako (Debian/Ubuntu: "
+                 "sudo apt install dunst; Fedora: sudo dnf install dunst; Arch: sudo pacman "
+                 "-S dunst)")
+
+
+def notification_server(timeout: float = NET_TIMEOUT) -> str | None:
+    """None when the session bus has a notification server (running or activatable),
+    else why not."""
+    try:
+        from jeepney import DBusAddress, new_method_call
+        from jeepney.io.blocking import open_dbus_connection
+    except ImportError:
+        return "jeepney (which ocrwatch notifies with) is not installed"
+    bus = DBusAddress("/org/freedesktop/DBus", bus_name="org.freedesktop.DBus",
+                      interface="org.freedesktop.DBus")
+    name = "org.freedesktop.Notifications"
+    try:
+        with open_dbus_connection(bus="SESSION") as conn:
+            owned = conn.send_and_get_reply(new_method_call(bus, "NameHasOwner", "s", (name,)),
+                                            timeout=timeout).body[0]
+            activatable = conn.send_and_get_reply(
+                new_method_call(bus, "ListActivatableNames"), timeout=timeout).body[0]
+    except KeyError:  # jeepney reads the address from the environment
+        return "no D-Bus session bus (DBUS_SESSION_BUS_ADDRESS is not set)"
+    except Exception as exc:  # a refused connection, a timeout
+        return f"no D-Bus session bus ({exc or exc.__class__.__name__})"
+    if owned or name in activatable:
+        return None
+    return "no notification server on the session bus"
+
+
+def check_desktop(environ: Mapping[str, str] | None = None, platform: str | None = None,
+                  notifications: Callable[[], str | None] = notification_server
+                  ) -> list[Check]:
+    """Whether failures can be shown as notifications, and files opened from the tray."""
+    env = os.environ if environ is None else environ
+    plat = sys.platform if platform is None else platform
+    from ocrwatch.tray import has_display
+
+    if plat in ("darwin", "win32"):
+        return [Check("notifications", True, f"{plat}: the system's own")]
+    if not has_display(env, plat):
+        return [Check("notifications", True, "no display: failures are listed by "
+                                             "`ocrwatch status` and in the log")]
+    checks = []
+    why = notifications()
+    checks.append(Check("notifications", why is None,
+                        "a notification server answers: failures pop up" if why is None
+                        else f"{why}: failures are not shown as they happen (only in the "
+                             "log, `ocrwatch status` and the tray)",
+                        "" if why is None else NOTIFY_SERVER))
+    opener = shutil.which("xdg-open", path=env.get("PATH"))
+    checks.append(Check("open files", opener is not None,
+                        f"xdg-open ({opener}) opens the inbox and results from the tray"
+                        if opener else "xdg-open is missing: the tray's Open inbox, Open "
+                                       "last result and Show failed files do nothing",
+                        "" if opener else XDG_UTILS))
+    return checks
+
+
 def check_daemon() -> list[Check]:
     from ocrwatch.autostart import installed
     from ocrwatch.control import read_pid, request
@@ -362,6 +425,7 @@ def run_checks(config: Config, *,
         ("folders", lambda: check_folders(config)),
         ("free disk", lambda: check_disk(config)),
         ("display and tray", check_tray),
+        ("notifications", check_desktop),
         ("daemon", check_daemon),
     ]
     for name, step in steps:

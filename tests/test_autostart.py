@@ -80,6 +80,7 @@ def test_systemd_enable_and_disable(env: dict[str, str]) -> None:
     assert cp["Unit"]["PartOf"] == "graphical-session.target"
     assert "@" not in unit.read_text()
     assert runner.commands[1:] == [
+        ["systemctl", "--user", "show-environment"],
         ["systemctl", "--user", "daemon-reload"],
         ["systemctl", "--user", "enable", "ocrwatch.service"],
     ]
@@ -170,3 +171,20 @@ def test_find_executable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
 def test_unknown_kind(env: dict[str, str]) -> None:
     with pytest.raises(OcrwatchError, match="systemd, xdg, launchd"):
         autostart.enable(kind="cron", executable=EXE, environ=env)
+
+
+def test_systemd_without_a_session_bus_writes_nothing(env: dict[str, str]) -> None:
+    no_bus = "Failed to connect to bus: No medium found"
+    runner = Recorder({"systemctl --user show-environment": (1, no_bus)})
+    with pytest.raises(OcrwatchError, match="no session bus") as err:
+        autostart.enable(kind="systemd", executable=EXE, runner=runner, environ=env)
+    assert no_bus in str(err.value) and "--kind xdg" in str(err.value)
+    assert not autostart.target_path("systemd", env).exists()
+    assert runner.commands == [["systemctl", "--user", "show-environment"]]
+
+
+def test_systemd_enable_failing_later_leaves_no_unit(env: dict[str, str]) -> None:
+    runner = Recorder({"systemctl --user enable ocrwatch.service": (1, "Access denied")})
+    with pytest.raises(OcrwatchError, match="Access denied"):
+        autostart.enable(kind="systemd", executable=EXE, runner=runner, environ=env)
+    assert not autostart.target_path("systemd", env).exists()

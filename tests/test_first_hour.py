@@ -1,0 +1,165 @@
+"""What a new user meets on the command line: help with examples, a reason with every
+non-zero exit, plurals, queries beginning with "-", autostart without a session bus, and
+doctor's word on notifications and opening files. The real program in a child process."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import child_env, write_image
+
+from ocrwatch.cli import build_parser
+
+COMMANDS = sorted(build_parser()._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
+
+
+def run(home: Path, *args: str, env: dict[str, str] | None = None,
+        timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run([sys.executable, "-m", "ocrwatch", *args],
+                          env=env if env is not None else child_env(home),
+                          capture_output=True, text=True, timeout=timeout, cwd=home)
+    assert "Traceback" not in done.stdout + done.stderr, done.stdout + done.stderr
+    if done.returncode not in (0,):  # every failure says why, on stderr
+        assert done.stderr.strip() or args[0] == "doctor", (args, done.returncode, done.stdout)
+    return done
+
+
+@pytest.fixture
+def user(tmp_path: Path) -> Path:
+    home = tmp_path / "u"
+    home.mkdir()
+    return home
+
+
+def test_commands_are_all_there() -> None:
+    assert {"run", "add", "search", "status", "pause", "resume", "stop", "rescan", "retry",
+            "doctor", "autostart"} <= set(COMMANDS)
+
+
+@pytest.mark.parametrize("command", [None, *COMMANDS])
+def test_every_help_has_an_example_and_no_test_engine(user: Path, command: str | None) -> None:
+    done = run(user, *([command] if command else []), "--help")
+    assert done.returncode == 0
+    text = done.stdout
+    assert "examples:" in text, text
+    example = f"  ocrwatch {command}" if command else "  ocrwatch "
+    assert example in text.split("examples:", 1)[1], text
+    assert "fake" not in text, text
+
+
+def test_the_test_engine_is_not_offered_in_errors(user: Path) -> None:
+    done = run(user, "doctor", "--engine", "tesseractt")
+    assert done.returncode == 2
+    assert "auto, tesseract, vllm, remote" in done.stderr and "fake" not in done.stderr
+
+
+def _read(user: Path, *names: str) -> Path:
+    inbox = user / "inbox"
+    inbox.mkdir(exist_ok=True)
+    files = [write_image(inbox / name, ["a page"]) for name in names]
+    done = run(user, "add", "--engine", "fake", *map(str, files))
+    assert done.returncode == 0, done.stdout + done.stderr
+    return inbox
+
+
+def test_retry_of_a_file_that_does_not_exist_says_so(user: Path) -> None:
+    done = run(user, "retry", "nonexistent.jpg")
+    assert done.returncode == 1
+    assert "nonexistent.jpg does not exist" in done.stderr, done.stderr
+    assert "0 files" not in done.stdout + done.stderr
+
+
+def test_retry_of_a_file_never_read_says_why(user: Path) -> None:
+    _read(user, "known.png")
+    fresh = write_image(user / "inbox" / "fresh.png", ["new"])
+    done = run(user, "retry", str(fresh))
+    assert done.returncode == 1
+    assert "not been read yet" in done.stderr and "ocrwatch add" in done.stderr, done.stderr
+
+
+def test_retry_speaks_in_the_singular_and_the_plural(user: Path) -> None:
+    inbox = _read(user, "one.png", "two.png", "three.png")
+    done = run(user, "retry", str(inbox / "one.png"))
+    assert done.returncode == 0
+    assert done.stdout.startswith("1 file queued again; it will be read"), done.stdout
+    done = run(user, "retry", str(inbox / "two.png"), str(inbox / "three.png"))
+    assert done.stdout.startswith("2 files queued again; they will be read"), done.stdout
+    done = run(user, "retry", "--all-failed")
+    assert done.returncode == 0 and "no file has failed" in done.stdout, done.stdout
+
+
+def test_a_query_may_begin_with_a_dash(user: Path) -> None:
+    _read(user, "draft-2024.png")
+    for args in (["--", "-2024"], ["-2024"], ["--limit", "3", "--", "-2024"]):
+        done = run(user, "search", *args)
+        assert done.returncode == 0, (args, done.stderr)
+        assert "draft-2024.png" in done.stdout, (args, done.stdout)
+    done = run(user, "search", "--jsn", "draft")
+    assert done.returncode == 2 and "unrecognized arguments: --jsn" in done.stderr
+
+
+def test_no_matches_and_no_daemon_say_so(user: Path) -> None:
+    _read(user, "page.png")
+    done = run(user, "search", "nowhere")
+    assert done.returncode == 1 and "no matches" in done.stderr
+    for command in ("pause", "resume", "rescan", "stop"):
+        done = run(user, command)
+        assert done.returncode == 5 and "daemon is running" in done.stderr, done.stderr
+
+
+def test_systemd_autostart_without_a_session_bus_writes_nothing(user: Path) -> None:
+    env = child_env(user)
+    env.pop("DBUS_SESSION_BUS_ADDRESS", None)
+    done = run(user, "autostart", "enable", "--kind", "systemd", env=env)
+    assert done.returncode == 1, done.stdout
+    assert "systemctl --user show-environment" in done.stderr, done.stderr
+    assert "--kind xdg" in done.stderr, done.stderr
+    assert not (user / ".config" / "systemd").exists()
+
+
+def _doctor_env(user: Path, with_opener: bool) -> dict[str, str]:
+    env = child_env(user, {"DISPLAY": ":93"})  # a display name is all the check reads
+    tools = user / "bin"
+    tools.mkdir(exist_ok=True)
+    if with_opener:
+        opener = tools / "xdg-open"
+        opener.write_text("#!/bin/sh\nexit 0\n")
+        opener.chmod(0o755)
+    env["PATH"] = os.pathsep.join([str(tools), str(Path(sys.executable).parent), "/usr/bin",
+                                   "/bin"])
+    if not with_opener and shutil.which("xdg-open", path=env["PATH"]):
+        env["PATH"] = os.pathsep.join([str(tools), str(Path(sys.executable).parent)])
+    return env
+
+
+def test_doctor_says_when_notifications_and_open_cannot_work(user: Path) -> None:
+    if shutil.which("dbus-run-session") is None:
+        pytest.skip("needs dbus-run-session (dbus-daemon) for a real session bus")
+    env = _doctor_env(user, with_opener=False)
+    done = subprocess.run(["dbus-run-session", "--", sys.executable, "-m", "ocrwatch",
+                           "doctor", "--engine", "tesseract"], env=env, cwd=user,
+                          capture_output=True, text=True, timeout=120)
+    out = done.stdout + done.stderr
+    assert "Traceback" not in out and done.returncode == 1, out
+    lines = out.splitlines()
+    notif = next(i for i, line in enumerate(lines) if "notifications" in line)
+    assert "[FAIL]" in lines[notif] and "no notification server" in lines[notif], out
+    assert "fix:" in lines[notif + 1] and "dunst" in lines[notif + 1], out
+    opener = next(i for i, line in enumerate(lines) if "open files" in line)
+    assert "[FAIL]" in lines[opener] and "xdg-open is missing" in lines[opener], out
+    assert "sudo apt install xdg-utils" in lines[opener + 1], out
+
+
+def test_doctor_without_a_session_bus_at_all(user: Path) -> None:
+    env = _doctor_env(user, with_opener=True)
+    env.pop("DBUS_SESSION_BUS_ADDRESS", None)
+    done = run(user, "doctor", "--engine", "tesseract", env=env)
+    line = next(line for line in done.stdout.splitlines() if "notifications" in line)
+    assert "[FAIL]" in line and "DBUS_SESSION_BUS_ADDRESS is not set" in line, done.stdout
+    line = next(line for line in done.stdout.splitlines() if "open files" in line)
+    assert "[ok  ]" in line, done.stdout
