@@ -119,7 +119,7 @@ def check_vllm(config: Config, smi: list[Gpu] | str) -> list[Check]:
         return [Check("vLLM", wants is None,
                       "not installed" + (": the CPU engine reads pages meanwhile"
                                          if wants is None else ""),
-                      f"pip install 'ocrwatch[gpu]' (vLLM {VLLM_PIN}, Linux only)")]
+                      f"`make run GPU=1` in the ocrwatch checkout (vLLM {VLLM_PIN}, Linux only)")]
     version = _version("vllm") or "unknown"
     tf = _version("transformers") or "missing"
     ok = version == VLLM_PIN and tf == TRANSFORMERS_PIN

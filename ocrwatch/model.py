@@ -68,7 +68,8 @@ def _from_hub(repo_id: str, *, offline: bool | None, progress: Progress | None,
     except ImportError as exc:
         raise EngineUnavailable(
             "huggingface_hub is not installed, so the model cannot be fetched. Install the "
-            "'gpu' extra (pip install 'ocrwatch[gpu]') or set vllm.model to a local folder."
+            "'gpu' extra (`make run GPU=1` in the ocrwatch checkout) or set vllm.model to a "
+            "local folder."
         ) from exc
     if offline is None:
         offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")

@@ -134,7 +134,7 @@ def test_vllm_presence(machine: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     smi = doctor._smi()
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     (absent,) = doctor.check_vllm(config(machine, engine="vllm"), smi)
-    assert not absent.ok and "ocrwatch[gpu]" in absent.fix
+    assert not absent.ok and "make run GPU=1" in absent.fix
     (auto,) = doctor.check_vllm(config(machine), smi)
     assert auto.ok and "CPU engine" in auto.detail  # auto falls back to Tesseract
 
