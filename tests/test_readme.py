@@ -37,11 +37,29 @@ PROGRAMS = {"ocrwatch", "cp", "mv", "mkdir", "sed", "ls", "cat", "echo", "export
             "sudo", "systemctl", "journalctl", "launchctl", "brew", "pip", "vllm", "curl"}
 
 
+def _blocks(text: str) -> list[tuple[str, list[str]]]:
+    """The fenced code blocks: (language, lines)."""
+    blocks: list[tuple[str, list[str]]] = []
+    current: list[str] | None = None
+    language = ""
+    for line in text.splitlines():
+        fence = re.match(r"\s*```(\S*)", line)
+        if fence and current is None:
+            current, language = [], fence.group(1)
+        elif fence:
+            blocks.append((language, current or []))
+            current = None
+        elif current is not None:
+            current.append(line)
+    return blocks
+
+
 def commands(text: str) -> list[str]:
     """Every shell command in the README's fenced code blocks, comments removed."""
     out: list[str] = []
-    for block in re.findall(r"^ *```(?:sh|bash|console)?\n(.*?)^ *```", text, re.M | re.S):
-        lines = block.splitlines()
+    for language, lines in _blocks(text):
+        if language not in ("", "sh", "bash", "console", "shell"):
+            continue  # toml, python...: not commands
         if any(line.startswith("$ ") for line in lines):  # a transcript: its commands only
             lines = [line[2:] for line in lines if line.startswith("$ ")]
         joined = "\n".join(line.strip() for line in lines).replace("\\\n", " ")
