@@ -128,10 +128,13 @@ class VllmBackend:
 
     def add(self, request_id: str, image: Image.Image, params: Params) -> None:
         from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
 
+        # FINAL_ONLY: step() reports a page once, when it ends, not its growing text.
         sampling = SamplingParams(temperature=params["temperature"], top_p=params["top_p"],
                                   max_tokens=params["max_tokens"],
-                                  ignore_eos=params.get("ignore_eos", False))
+                                  ignore_eos=params.get("ignore_eos", False),
+                                  output_kind=RequestOutputKind.FINAL_ONLY)
         try:
             self._engine.add_request(
                 request_id, {"prompt": self._prompt, "multi_modal_data": {"image": image}},
