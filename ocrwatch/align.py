@@ -116,11 +116,12 @@ def _spread(tokens: list[_Token], words: list[Word]) -> None:
     for j, group in groups.items():
         left, top, right, bottom = words[j].box
         lengths = [max(1, len(t.text)) for t in group]
+        # One character's width between words sharing a box, so readers see two words.
+        char = (right - left) / (sum(lengths) + len(group) - 1)
         x = float(left)
         for token, c in zip(group, lengths, strict=True):
-            width = (right - left) * c / sum(lengths)
-            _assign(token, (round(x), top, round(x + width), bottom), words[j].line)
-            x += width
+            _assign(token, (round(x), top, round(x + char * c), bottom), words[j].line)
+            x += char * (c + 1)
 
 
 def _place_orphans(tokens: list[_Token], boxes: PageLayout) -> None:

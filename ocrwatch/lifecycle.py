@@ -142,6 +142,9 @@ class Lifecycle:
                 log.warning("could not archive %s: %s appeared meanwhile; left in place",
                             src, dest)
                 continue
+            except FileNotFoundError:
+                log.info("%s was removed before it could be archived", src)
+                continue
             done.append((src, dest))
         return done
 

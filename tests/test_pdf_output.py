@@ -288,3 +288,34 @@ def test_no_tesseract_words_gives_a_line_layer() -> None:
     assert layout.by_line and [w.text for w in layout.words] == ["a line", "another line"]
     assert "placed by line" in warnings[0]
     assert layout.words[0].box[3] <= layout.words[1].box[1]
+
+
+def test_a_pdf_with_text_of_its_own_does_not_get_it_twice(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    inbox = config.inbox[0]
+    inbox.mkdir()
+    first = inbox / "first.png"
+    lines, _ = write_page(first, 9)
+    with Daemon(config) as daemon:
+        read_all(daemon, first)
+        again = inbox / "again.pdf"
+        shutil.copy(inbox / "first.ocr.pdf", again)  # already searchable
+        read_all(daemon, again)
+    text = subprocess.run(["pdftotext", str(inbox / "again.ocr.pdf"), "-"],
+                          capture_output=True, text=True, check=True).stdout
+    assert text.count(lines[0]) == 1
+
+
+def test_doctor_says_what_the_pdf_output_needs(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from ocrwatch import doctor
+
+    assert doctor.check_pdf(make_config(tmp_path, outputs=["md"]))[0].ok
+    # The model engines need Tesseract for word positions once the PDF is asked for.
+    vllm_pdf = make_config(tmp_path, engine="vllm")
+    assert doctor.check_tesseract(vllm_pdf)[0].name == "Tesseract languages"
+    vllm_md = make_config(tmp_path, engine="vllm", outputs=["md"])
+    assert "not needed" in doctor.check_tesseract(vllm_md)[0].detail
+    monkeypatch.setenv("PATH", str(tmp_path))  # no Ghostscript on it
+    check = doctor.check_pdf(make_config(tmp_path, pdfa="auto"))[0]
+    assert check.ok and "not PDF/A" in check.detail and "apt install ghostscript" in check.fix
