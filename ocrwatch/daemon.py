@@ -12,6 +12,7 @@ The SQLite queue is the only state that matters: a crash loses nothing.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import logging
 import os
@@ -20,7 +21,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from ocrwatch import __version__
 from ocrwatch.batching import Batcher
@@ -34,7 +35,14 @@ from ocrwatch.index import cached_result, store_result
 from ocrwatch.jobs import JobQueue, Seen, file_sha256
 from ocrwatch.lifecycle import Lifecycle, output_folder
 from ocrwatch.outputs import PdfMaker
-from ocrwatch.pages import iter_pages
+from ocrwatch.pages import Limits, check_size, iter_pages
+from ocrwatch.safeopen import (
+    NotRegular,
+    open_failure,
+    open_file_beneath,
+    original_mode,
+    source_root,
+)
 from ocrwatch.sidecar import (
     choose_stem,
     pdf_path,
@@ -46,6 +54,16 @@ from ocrwatch.status import EngineStatus, Status
 from ocrwatch.watch import Watcher
 
 log = logging.getLogger(__name__)
+
+
+def _still_there(fh: BinaryIO, path: Path) -> os.stat_result:
+    """The open file's status; raises if its name no longer leads to it."""
+    st = os.fstat(fh.fileno())
+    if st.st_nlink == 0:
+        if os.path.lexists(path):  # replaced by another file: that one is read later
+            raise TransientError("the file was replaced while it was being read")
+        raise InputError("the file was deleted while it was being read")
+    return st
 
 
 @dataclass(eq=False)
@@ -272,20 +290,21 @@ class Daemon:
             self._link(path)
             return None
         try:
-            st = path.stat()
-            if not path.is_file():
-                return None
-            if self.jobs.is_current(path, st.st_size, st.st_mtime_ns):
-                return Seen.UNCHANGED
-            sha = file_sha256(path)
-        except FileNotFoundError:
-            return None  # gone again before we looked: nothing to do
-        except PermissionError:
-            self.jobs.reject(path, "permission denied: ocrwatch cannot read this file; make it "
-                                   "readable (chmod u+r) and run `ocrwatch retry` on it")
-            return None
+            # Opened once, no link followed below the inbox; stat, size check and hash all
+            # go through this one handle.
+            with self._open(path) as fh:
+                st = os.fstat(fh.fileno())
+                if self.jobs.is_current(path, st.st_size, st.st_mtime_ns):
+                    return Seen.UNCHANGED
+                check_size(st.st_size, Limits.from_config(self.config))  # before hashing
+                sha = file_sha256(fh)
+        except (FileNotFoundError, NotRegular):
+            return None  # gone again before we looked, or not a file: nothing to do
         except OSError as exc:
-            self.jobs.reject(path, f"cannot open the file: {exc.strerror or exc}")
+            self.jobs.reject(path, open_failure(exc))
+            return None
+        except InputError as exc:  # a link below the inbox, a file over max_file_mb
+            self.jobs.reject(path, str(exc))
             return None
         try:
             seen = self.jobs.offer(path, st.st_size, st.st_mtime_ns, sha)
@@ -298,6 +317,10 @@ class Daemon:
             log.info("queued %s (%s)", path, seen.value)
             self._wake()
         return seen
+
+    def _open(self, path: Path) -> contextlib.AbstractContextManager[BinaryIO]:
+        return open_file_beneath(
+            source_root(path, self.config.inbox, self.config.follow_symlinks), path)
 
     def _link(self, path: Path) -> None:
         try:
@@ -379,29 +402,28 @@ class Daemon:
                 return
         count = 0
         try:
-            for page in iter_pages(job.path, self.config, self.engine.max_side):
+            with self._open(job.path) as fh:
+                for page in iter_pages(job.path, self.config, self.engine.max_side, fh):
+                    _still_there(fh, job.path)  # a deleted file is not read to its end
+                    with self._cond:
+                        while (self._waiting >= self._max_waiting and not self.stopping
+                               and not self._paused):
+                            self._cond.wait(0.5)
+                        if self.stopping or self._paused or work.discarded:
+                            work.discarded = True
+                            return  # put back by pause or close
+                        if work.transient or work.error:
+                            break  # the engine gave up on an earlier page: no use reading more
+                        self._batcher.add(_Item(work, page), time.monotonic())
+                        work.in_flight += 1
+                        self._waiting += 1
+                        self._cond.notify_all()
+                    count += 1
+                st = _still_there(fh, job.path)
+                if (st.st_size, st.st_mtime_ns) != (job.size, job.mtime_ns):
+                    raise TransientError("the file changed while it was being read")
                 with self._cond:
-                    while (self._waiting >= self._max_waiting and not self.stopping
-                           and not self._paused):
-                        self._cond.wait(0.5)
-                    if self.stopping or self._paused or work.discarded:
-                        work.discarded = True
-                        return  # put back by pause or close
-                    if work.transient or work.error:
-                        break  # the engine gave up on an earlier page: no use reading more
-                    self._batcher.add(_Item(work, page), time.monotonic())
-                    work.in_flight += 1
-                    self._waiting += 1
-                    self._cond.notify_all()
-                count += 1
-            try:
-                st = job.path.stat()
-            except FileNotFoundError:
-                raise InputError("the file was deleted while it was being read") from None
-            if (st.st_size, st.st_mtime_ns) != (job.size, job.mtime_ns):
-                raise TransientError("the file changed while it was being read")
-            with self._cond:
-                work.expected = count
+                    work.expected = count
         except InputError as exc:
             with self._cond:
                 work.error = str(exc)
@@ -411,6 +433,9 @@ class Daemon:
         except MemoryError:
             with self._cond:
                 work.error = "not enough memory to decode this file; lower max_pixels"
+        except OSError as exc:  # opening it: gone, unreadable
+            with self._cond:
+                work.error = open_failure(exc)
         except Exception as exc:
             log.exception("cannot read %s", job.display)
             with self._cond:
@@ -425,21 +450,19 @@ class Daemon:
         while it was read would fail every time.
         """
         try:
-            st = job.path.stat()
-            sha = file_sha256(job.path)
+            with self._open(job.path) as fh:
+                st = os.fstat(fh.fileno())
+                check_size(st.st_size, Limits.from_config(self.config))  # before hashing
+                sha = file_sha256(fh)
             self.jobs.refresh(job.id, st.st_size, st.st_mtime_ns, sha)
         except TransientError as exc:
             self.jobs.defer(job.id, str(exc), self.config.max_attempts, job.sha256)
             return None
-        except FileNotFoundError:
-            self._fail(job, "the file was deleted before it could be read")
-            return None
-        except PermissionError:
-            self._fail(job, "permission denied: ocrwatch cannot read this file; make it "
-                            "readable (chmod u+r) and run `ocrwatch retry` on it")
-            return None
         except OSError as exc:
-            self._fail(job, f"cannot open the file: {exc.strerror or exc}")
+            self._fail(job, open_failure(exc))
+            return None
+        except InputError as exc:
+            self._fail(job, str(exc))
             return None
         return replace(job, sha256=sha, size=st.st_size, mtime_ns=st.st_mtime_ns)
 
@@ -599,7 +622,10 @@ class Daemon:
                 pdf = pdf_path(stem)
                 pages, tmp = self._pdf.make(job.path, pages, pdf)
                 prepared.append((tmp, pdf))
-            md, txt = write_sidecars(stem, pages, tuple(self.config.outputs), prepared)
+            source = source_root(job.path, self.config.inbox, self.config.follow_symlinks)
+            md, txt = write_sidecars(stem, pages, tuple(self.config.outputs), prepared,
+                                     root=self.config.output_dir or source,
+                                     original_mode=original_mode(job.path, source))
             stored = store_result(self.db, job.id, pages, engine=engine, md_path=md,
                                   txt_path=txt, sha256=job.sha256)
             if not stored:

@@ -21,7 +21,9 @@ from typing import Any
 
 import sqlite_utils
 
+from ocrwatch import paths
 from ocrwatch.errors import ConfigError, OcrwatchError, SearchTimeout, TransientError
+from ocrwatch.private import private_dir, private_file
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +129,23 @@ def _transient(exc: BaseException) -> TransientError | None:
 
 
 PROGRESS_STEPS = 10_000  # SQLite steps between two looks at the clock (well under 1 ms)
+SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _make_private(path: Path) -> None:
+    """Create the index 0600, or make an existing index (and its side files) 0600.
+
+    A file that is not SQLite is left as it is: opening it fails with a message next.
+    """
+    with contextlib.suppress(OSError):
+        if path.exists():
+            with path.open("rb") as fh:
+                if fh.read(len(SQLITE_HEADER)) not in (SQLITE_HEADER, b""):
+                    return
+        for file in (path, *(Path(f"{path}{s}") for s in SQLITE_SIDE_FILES)):
+            if file == path or file.exists():
+                private_file(file)
 
 
 class Database:
@@ -149,7 +168,10 @@ class Database:
             if self.path.is_dir():
                 raise OcrwatchError(f"the index {self.path}{named} is a folder; name a file")
             if not readonly:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
+                # The index holds every page's text: 0600 (its WAL and shared-memory files
+                # take the database file's mode), in a 0700 folder when ocrwatch makes it.
+                private_dir(self.path.parent, ours=self.path.parent == paths.data_dir())
+                _make_private(self.path)
         try:
             try:
                 conn = self._connect(path, readonly)

@@ -13,6 +13,7 @@ import sqlite3
 import time
 from enum import StrEnum
 from pathlib import Path
+from typing import BinaryIO
 
 from ocrwatch.db import Database, decode_path, display_path, encode_path
 from ocrwatch.domain import Job, State
@@ -24,11 +25,15 @@ BACKOFF_BASE = 5.0  # seconds before the first retry of a transient failure
 BACKOFF_MAX = 600.0
 
 
-def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
+def file_sha256(source: Path | BinaryIO, chunk: int = 1 << 20) -> str:
+    """SHA-256 of a file, given by path or already open (read from its start)."""
+    if isinstance(source, Path):
+        with source.open("rb") as fh:
+            return file_sha256(fh, chunk)
     digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while block := fh.read(chunk):
-            digest.update(block)
+    source.seek(0)
+    while block := source.read(chunk):
+        digest.update(block)
     return digest.hexdigest()
 
 

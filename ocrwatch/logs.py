@@ -7,17 +7,21 @@ before instead of adding more, so a test or a re-exec never doubles every line.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import logging.handlers
+import os
 import re
 import sys
 import threading
 import time
 import typing
 from pathlib import Path
+from typing import Any
 
 from ocrwatch import paths
 from ocrwatch.errors import OcrwatchError
+from ocrwatch.private import PRIVATE_FILE, private_dir
 from ocrwatch.termsafe import safe_lines
 
 LOG_NAME = "ocrwatch.log"
@@ -112,6 +116,17 @@ def _shorten(record: logging.LogRecord) -> None:
         record.args = None
 
 
+class _PrivateRotatingFileHandler(logging.handlers.RotatingFileHandler):
+    """Log files (this one and each rotated one) are 0600: they name the user's files."""
+
+    def _open(self) -> Any:
+        fd = os.open(self.baseFilename, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
+                     PRIVATE_FILE)
+        with contextlib.suppress(OSError):
+            os.fchmod(fd, PRIVATE_FILE)  # a log made by an older version was 0644
+        return open(fd, self.mode, encoding=self.encoding, errors=self.errors)
+
+
 def default_log_file() -> Path:
     return paths.log_dir() / LOG_NAME
 
@@ -136,8 +151,8 @@ def setup_logging(
         )
     path = Path(log_file) if log_file is not None else default_log_file()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        file_handler = logging.handlers.RotatingFileHandler(
+        private_dir(path.parent, ours=path.parent == paths.log_dir())
+        file_handler = _PrivateRotatingFileHandler(
             path, maxBytes=max_bytes, backupCount=backups, encoding="utf-8"
         )
     except OSError as exc:

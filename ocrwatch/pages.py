@@ -7,11 +7,13 @@ file called ``scan.png`` fails with a plain reason instead of a decoder tracebac
 from __future__ import annotations
 
 import logging
+import os
 import struct
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from PIL import Image, ImageOps, UnidentifiedImageError
 
@@ -43,11 +45,18 @@ def is_candidate(path: Path) -> bool:
     return path.suffix.lower() in SUFFIXES
 
 
-def sniff(path: Path) -> str:
-    """The file's real type from its first bytes: pdf, png, jpeg, tiff, bmp or webp."""
+def sniff(path: Path, fh: BinaryIO | None = None) -> str:
+    """The file's real type from its first bytes: pdf, png, jpeg, tiff, bmp or webp.
+
+    ``fh``: the file already opened (safely, by the daemon); else ``path`` is opened.
+    """
     try:
-        with path.open("rb") as fh:
+        if fh is not None:
+            fh.seek(0)
             head = fh.read(1024)
+        else:
+            with path.open("rb") as opened:
+                head = opened.read(1024)
     except FileNotFoundError:
         raise InputError("the file was deleted before it could be read") from None
     except PermissionError:
@@ -156,7 +165,8 @@ def _damaged(where: str, exc: BaseException) -> InputError:
     )
 
 
-def _image_pages(path: Path, limits: Limits, max_side: int | None) -> Iterator[Page]:
+def _image_pages(path: Path, limits: Limits, max_side: int | None,
+                 fh: BinaryIO | None = None) -> Iterator[Page]:
     try:
         with warnings.catch_warnings():
             # Our own pixel limit applies; Pillow's bomb warning would only duplicate it.
@@ -164,7 +174,9 @@ def _image_pages(path: Path, limits: Limits, max_side: int | None) -> Iterator[P
             saved = Image.MAX_IMAGE_PIXELS
             try:
                 Image.MAX_IMAGE_PIXELS = None
-                opened = Image.open(path)
+                if fh is not None:
+                    fh.seek(0)
+                opened = Image.open(fh if fh is not None else path)
             finally:
                 Image.MAX_IMAGE_PIXELS = saved
     except FileNotFoundError:
@@ -218,20 +230,23 @@ def _image_pages(path: Path, limits: Limits, max_side: int | None) -> Iterator[P
             yield Page(source=path, index=index, image=image, dpi=dpi)
 
 
-def _pdf_document(path: Path) -> object:
+def _pdf_document(path: Path, fh: BinaryIO | None = None) -> object:
     import pypdfium2 as pdfium
 
     try:
-        return pdfium.PdfDocument(str(path))
+        if fh is not None:
+            fh.seek(0)
+        return pdfium.PdfDocument(fh if fh is not None else str(path))
     except FileNotFoundError:
         raise InputError("the file was deleted before it could be read") from None
     except pdfium.PdfiumError as exc:
-        raise _pdf_open_error(path, exc) from None
+        raise _pdf_open_error(path, exc, fh) from None
     except OSError as exc:
         raise _os_error(exc, "open") from exc
 
 
-def _pdf_markers(path: Path, limit: int = 64 << 20) -> tuple[bool, bool, bool]:
+def _pdf_markers(path: Path, limit: int = 64 << 20,
+                 fh: BinaryIO | None = None) -> tuple[bool, bool, bool]:
     """Whether the file mentions /Encrypt, an empty page tree, a non-empty one.
 
     PDFium leaves its last error unset on some failures, so the error it reports can be
@@ -240,16 +255,20 @@ def _pdf_markers(path: Path, limit: int = 64 << 20) -> tuple[bool, bool, bool]:
     import re
 
     try:
-        with path.open("rb") as fh:
+        if fh is not None:
+            fh.seek(0)
             data = fh.read(limit)
+        else:
+            with path.open("rb") as opened:
+                data = opened.read(limit)
     except OSError:
         return False, False, False
     return (b"/Encrypt" in data, re.search(rb"/Count\s+0\b", data) is not None,
             re.search(rb"/Count\s+[1-9]", data) is not None)
 
 
-def _pdf_open_error(path: Path, exc: Exception) -> InputError:
-    encrypted, empty_tree, pages = _pdf_markers(path)
+def _pdf_open_error(path: Path, exc: Exception, fh: BinaryIO | None = None) -> InputError:
+    encrypted, empty_tree, pages = _pdf_markers(path, fh=fh)
     code = getattr(exc, "err_code", None)
     if encrypted and code in (4, 5):  # FPDF_ERR_PASSWORD, FPDF_ERR_SECURITY
         return InputError("the PDF is password-protected; save an unprotected copy into the inbox")
@@ -259,10 +278,11 @@ def _pdf_open_error(path: Path, exc: Exception) -> InputError:
                       "writing it, it is read again once it changes")
 
 
-def _pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int) -> Iterator[Page]:
+def _pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int,
+               fh: BinaryIO | None = None) -> Iterator[Page]:
     import pypdfium2 as pdfium
 
-    doc = _pdf_document(path)
+    doc = _pdf_document(path, fh)
     assert isinstance(doc, pdfium.PdfDocument)
     try:
         count = len(doc)
@@ -313,24 +333,33 @@ def count_pages(path: Path, config: Config) -> int:
         return 1
 
 
-def iter_pages(path: Path, config: Config, max_side: int | None) -> Iterator[Page]:
-    """Yield the file's pages one at a time (a 500-page PDF never sits in memory whole).
-
-    Raises InputError with a plain reason for anything that cannot be read, and
-    TransientError for conditions that may clear (disk or I/O errors).
-    """
-    limits = Limits.from_config(config)
-    kind = sniff(path)
-    try:
-        size = path.stat().st_size
-    except FileNotFoundError:
-        raise InputError("the file was deleted before it could be read") from None
+def check_size(size: int, limits: Limits) -> None:
+    """Refuse a file over ``max_file_mb``: checked before it is hashed or decoded, so a
+    60 GB file costs one ``stat``, not minutes of reading."""
     if size > limits.max_bytes:
         raise InputError(
             f"the file is {size / 1024 / 1024:.0f} MB, over the limit of "
             f"{limits.max_bytes / 1024 / 1024:.0f} MB; raise max_file_mb in the config"
         )
+
+
+def iter_pages(path: Path, config: Config, max_side: int | None,
+               fh: BinaryIO | None = None) -> Iterator[Page]:
+    """Yield the file's pages one at a time (a 500-page PDF never sits in memory whole).
+
+    Raises InputError with a plain reason for anything that cannot be read, and
+    TransientError for conditions that may clear (disk or I/O errors). ``fh``: the file
+    already opened (the daemon opens it without following links); every read then goes
+    through it, and ``path`` only names the pages.
+    """
+    limits = Limits.from_config(config)
+    kind = sniff(path, fh)
+    try:
+        size = os.fstat(fh.fileno()).st_size if fh is not None else path.stat().st_size
+    except FileNotFoundError:
+        raise InputError("the file was deleted before it could be read") from None
+    check_size(size, limits)
     if kind == "pdf":
-        yield from _pdf_pages(path, limits, max_side, config.pdf_dpi)
+        yield from _pdf_pages(path, limits, max_side, config.pdf_dpi, fh)
     else:
-        yield from _image_pages(path, limits, max_side)
+        yield from _image_pages(path, limits, max_side, fh)

@@ -5,11 +5,14 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import secrets
 import tempfile
 from pathlib import Path
 
 from ocrwatch.domain import PageText
 from ocrwatch.errors import InputError, TransientError
+from ocrwatch.private import sidecar_mode
+from ocrwatch.safeopen import open_dir_beneath
 
 MD_SUFFIX = ".md"
 TXT_SUFFIX = ".txt"
@@ -69,27 +72,40 @@ def choose_stem(source: Path, folder: Path, others: set[Path], own: set[Path]) -
     return folder / f"{source.name}.{n}"
 
 
-def _write_temp(path: Path, content: str) -> Path:
-    """``content`` in a synced temporary file beside ``path``, ready to be renamed over it.
+def _open_folder(folder: Path, root: Path | None) -> int:
+    """A handle on ``folder``, made if missing; with ``root``, no link followed below it."""
+    if root is None:
+        folder.mkdir(parents=True, exist_ok=True)
+        return os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    return open_dir_beneath(root, folder, create=True)
+
+
+def _write_temp(dirfd: int, path: Path, content: str, mode: int) -> str:
+    """``content`` in a synced temporary file in ``dirfd``, ready to be renamed over
+    ``path``; returns its name in that folder.
 
     The temporary name carries our PID, so a later start can tell a crash's leftover
     from a file another ocrwatch process (``ocrwatch add``) is writing right now.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-", suffix=".tmp",
-                                    dir=path.parent)
-    tmp = Path(tmp_name)
+    while True:
+        name = f"{TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(4)}.tmp"
+        try:
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, 0o600, dir_fd=dirfd)
+            break
+        except FileExistsError:
+            continue
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
             fh.write(content)
             fh.flush()
+            os.fchmod(fh.fileno(), mode)
             os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
     except BaseException:
         with contextlib.suppress(OSError):
-            tmp.unlink()
+            os.unlink(name, dir_fd=dirfd)
         raise
-    return tmp
+    return name
 
 
 def _plain_os_error(exc: OSError, path: Path) -> Exception:
@@ -110,13 +126,14 @@ def _plain_os_error(exc: OSError, path: Path) -> Exception:
     return TransientError(f"could not write {path.name}: {exc.strerror}")
 
 
-def write_atomic(path: Path, content: str) -> None:
+def write_atomic(path: Path, content: str, *, root: Path | None = None,
+                 mode: int | None = None) -> None:
     """Write to a temporary file in the same folder, fsync, then rename into place.
 
     A reader sees the old file or the new one, never half of either. On a full disk
     nothing is left behind and a TransientError asks for a retry.
     """
-    write_all_atomic([(path, content)])
+    write_all_atomic([(path, content)], root=root, mode=mode)
 
 
 def new_temp(path: Path) -> Path:
@@ -129,27 +146,58 @@ def new_temp(path: Path) -> Path:
 
 
 def write_all_atomic(files: list[tuple[Path, str]],
-                     prepared: list[tuple[Path, Path]] | None = None) -> None:
+                     prepared: list[tuple[Path, Path]] | None = None, *,
+                     root: Path | None = None, mode: int | None = None) -> None:
     """Like :func:`write_atomic` for several files: every one is written before any is
     renamed into place, so a full disk never leaves a new ``.md`` beside an old ``.txt``.
     ``prepared`` holds (temporary file, final path) pairs already written by the caller.
+
+    ``root``: the folder the files must stay under; no symbolic link below it is followed
+    (a subfolder swapped for a link to elsewhere gets an InputError, nothing written
+    there). ``mode``: the files' mode (default: 0666 masked by the umask).
     """
-    temps: list[tuple[Path, Path]] = list(prepared or [])
+    mode = sidecar_mode(0o666) if mode is None else mode
+    temps: list[tuple[int, str, Path]] = []
+    folders: dict[Path, int] = {}
+
+    def folder_of(path: Path) -> int:
+        if path.parent not in folders:
+            folders[path.parent] = _open_folder(path.parent, root)
+        return folders[path.parent]
+
     current = files[0][0] if files else Path()
     try:
+        for ready, path in prepared or []:
+            current = path
+            dirfd = folder_of(path)
+            fd = os.open(ready.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dirfd)
+            try:
+                os.fchmod(fd, mode)
+            finally:
+                os.close(fd)
+            temps.append((dirfd, ready.name, path))
         for path, content in files:
             current = path
-            temps.append((_write_temp(path, content), path))
-        for tmp, path in temps:
+            dirfd = folder_of(path)
+            temps.append((dirfd, _write_temp(dirfd, path, content, mode), path))
+        for dirfd, name, path in temps:
             current = path
-            os.replace(tmp, path)
+            # Replaces the name itself: a link planted at ``path`` is replaced, not followed.
+            os.replace(name, path.name, src_dir_fd=dirfd, dst_dir_fd=dirfd)
+        temps.clear()
     except BaseException as exc:
-        for tmp, _ in temps:
+        for dirfd, name, _ in temps:
             with contextlib.suppress(OSError):
-                tmp.unlink()
+                os.unlink(name, dir_fd=dirfd)
+        for tmp_path, _ in prepared or []:
+            with contextlib.suppress(OSError):
+                tmp_path.unlink()
         if isinstance(exc, OSError):
             raise _plain_os_error(exc, current) from exc
         raise
+    finally:
+        for fd in folders.values():
+            os.close(fd)
 
 
 def sidecar_paths(stem: Path) -> tuple[Path, Path]:
@@ -163,17 +211,22 @@ def pdf_path(stem: Path) -> Path:
 
 
 def write_sidecars(stem: Path, pages: list[PageText], outputs: tuple[str, ...] = ("md", "txt"),
-                   prepared: list[tuple[Path, Path]] | None = None
+                   prepared: list[tuple[Path, Path]] | None = None, *,
+                   root: Path | None = None, original_mode: int | None = None
                    ) -> tuple[Path | None, Path | None]:
     """Write ``STEM.md`` and ``STEM.txt`` (those in ``outputs``) with the ``prepared``
-    files, all or none; returns the paths of the ``.md`` and ``.txt`` written."""
+    files, all or none; returns the paths of the ``.md`` and ``.txt`` written.
+
+    Their mode is at most the original's (``original_mode``), masked by 0666 and the
+    umask: the text of a private scan stays private. ``root``: see write_all_atomic.
+    """
     md, txt = sidecar_paths(stem)
     files = []
     if "md" in outputs:
         files.append((md, render_markdown(pages)))
     if "txt" in outputs:
         files.append((txt, render_text(pages)))
-    write_all_atomic(files, prepared)
+    write_all_atomic(files, prepared, root=root, mode=sidecar_mode(original_mode))
     return (md if "md" in outputs else None), (txt if "txt" in outputs else None)
 
 

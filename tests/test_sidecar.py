@@ -75,6 +75,21 @@ def test_output_dir_mirrors_the_tree(tmp_path: Path) -> None:
     assert target_dir(src, [inbox], out) == out / "In" / "2024" / "bills"
 
 
-def test_sidecars_are_world_readable_like_normal_files(tmp_path: Path) -> None:
-    md, txt = sidecar.write_sidecars(tmp_path / "x", [PageText("a", "a")])
-    assert os.stat(md).st_mode & 0o644 == 0o644 and txt.exists()
+def test_sidecar_mode_follows_the_original(tmp_path: Path) -> None:
+    """A readable scan gets readable sidecars; a private one (or unknown) private ones."""
+    umask = os.umask(0o022)
+    try:
+        md, txt = sidecar.write_sidecars(tmp_path / "x", [PageText("a", "a")],
+                                         original_mode=0o100644)
+        assert os.stat(md).st_mode & 0o777 == 0o644 and os.stat(txt).st_mode & 0o777 == 0o644
+        md, _ = sidecar.write_sidecars(tmp_path / "y", [PageText("a", "a")],
+                                       original_mode=0o100600)
+        assert os.stat(md).st_mode & 0o777 == 0o600
+        md, _ = sidecar.write_sidecars(tmp_path / "z", [PageText("a", "a")])
+        assert os.stat(md).st_mode & 0o777 == 0o600
+        os.umask(0o077)
+        md, _ = sidecar.write_sidecars(tmp_path / "w", [PageText("a", "a")],
+                                       original_mode=0o100755)
+        assert os.stat(md).st_mode & 0o777 == 0o600
+    finally:
+        os.umask(umask)

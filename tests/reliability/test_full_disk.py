@@ -221,10 +221,10 @@ def test_permanent_write_error_fails_at_once(home: Home, run_daemon: StartDaemon
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     real = os.replace
 
-    def read_only(src: Any, dst: Any) -> None:
+    def read_only(src: Any, dst: Any, **dir_fds: Any) -> None:
         if str(dst).endswith((".md", ".txt")):
             raise OSError(errno.EROFS, os.strerror(errno.EROFS))
-        real(src, dst)
+        real(src, dst, **dir_fds)
 
     monkeypatch.setattr(os, "replace", read_only)  # the one sidecar.py calls
     _daemon, _engine = run_daemon()

@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import socket
+import stat
 import tempfile
 import threading
 import time
@@ -17,8 +18,26 @@ from typing import Any
 import pytest
 
 from ocrwatch import fsmove
+from ocrwatch.daemon import Daemon
+from ocrwatch.domain import PageText
+from ocrwatch.errors import InputError
+from ocrwatch.sidecar import write_sidecars
 
-from .helpers import DaemonProcess, Home, ocrwatch_cli, pdf_bytes, wait_for, write
+from .conftest import RecordingEngine
+from .helpers import (
+    DaemonProcess,
+    Home,
+    drop,
+    ended,
+    image_bytes,
+    ocrwatch_cli,
+    pdf_bytes,
+    sidecars,
+    wait_for,
+    write,
+)
+
+StartDaemon = Callable[..., tuple[Daemon, RecordingEngine]]
 
 
 # -- 1. failed/ never replaces a file ------------------------------------------------------
@@ -198,3 +217,113 @@ def request_ok(path: Path) -> bool:
     with _connect(path) as s:
         s.sendall(b'{"cmd": "status"}\n')
         return _reply(s)["ok"] is True
+
+
+# -- 4. nothing ocrwatch writes is readable by more users than its original ----------------
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+def test_modes_follow_the_original_and_private_files_stay_private(
+        home: Home, daemon_process: Callable[..., DaemonProcess]) -> None:
+    private = drop(home.inbox / "private.png", image_bytes("medical letter"))
+    private.chmod(0o600)
+    shared = drop(home.inbox / "shared.png", image_bytes("shop flyer"))
+    shared.chmod(0o644)
+    daemon = daemon_process()
+    old = os.umask(0o077)
+    try:
+        daemon.start()  # the child inherits umask 077, as from a careful user's shell
+    finally:
+        os.umask(old)
+    for path in (private, shared):
+        row = wait_for(lambda p=path: ended(home.database, p), 30, f"{path.name} to be read")
+        assert row["state"] == "done", row["reason"]
+    assert daemon.stop() == 0
+    for sidecar in sidecars(private) + sidecars(shared):
+        assert _mode(sidecar) == 0o600, (sidecar, oct(_mode(sidecar)))  # 0644 & ~077
+    for made in (home.database, *home.database.parent.glob("*-wal"),
+                 *(home.root / "state").rglob("*.log")):
+        assert _mode(made) == 0o600, (made, oct(_mode(made)))
+    logs = list((home.root / "state").rglob("*.log"))
+    assert logs, "no log file written"
+    for folder in (logs[0].parent, logs[0].parent.parent):  # made by ocrwatch: 0700
+        assert _mode(folder) == 0o700, (folder, oct(_mode(folder)))
+    # Under the usual umask 022 a readable scan keeps readable sidecars, a private one not.
+    again = drop(home.inbox / "flyer2.png", image_bytes("second flyer"))
+    again.chmod(0o644)
+    secret = drop(home.inbox / "secret2.png", image_bytes("second secret"))
+    secret.chmod(0o640)
+    old = os.umask(0o022)
+    try:
+        daemon.start()
+    finally:
+        os.umask(old)
+    for path in (again, secret):
+        row = wait_for(lambda p=path: ended(home.database, p), 30, f"{path.name} to be read")
+        assert row["state"] == "done", row["reason"]
+    assert daemon.stop() == 0
+    assert {_mode(s) for s in sidecars(again)} == {0o644}
+    assert {_mode(s) for s in sidecars(secret)} == {0o640}
+    assert _mode(home.database) == 0o600
+    assert "Traceback" not in daemon.output()
+
+
+# -- 5. no symbolic link below the inbox is followed, at read time too ---------------------
+def test_subfolder_swapped_for_a_link_after_queueing_is_not_read(
+        home: Home, run_daemon: StartDaemon) -> None:
+    daemon, engine = run_daemon(watch=False)
+    daemon.pause()
+    queued = drop(home.inbox / "sub" / "scan.png", image_bytes("harmless"))
+    assert daemon.consider(queued) is not None
+    # Between discovery and reading, the subfolder becomes a link to a private folder.
+    outside = home.root / "outside"
+    write(outside / "scan.png", image_bytes("the neighbour's secret"))
+    (home.inbox / "sub").rename(home.root / "moved-away")
+    (home.inbox / "sub").symlink_to(outside, target_is_directory=True)
+    daemon.resume()
+    row = wait_for(lambda: ended(home.database, queued), 30, "the swapped file to end")
+    assert row["state"] == "failed"
+    assert "symbolic link" in row["reason"] and "not followed" in row["reason"], row["reason"]
+    assert engine.reads_of("scan.png") == 0
+    assert sorted(p.name for p in outside.iterdir()) == ["scan.png"]  # no sidecars there
+    # Discovered through the link: refused at once, with the same reason.
+    later = write(outside / "later.png", image_bytes("another secret"))
+    assert daemon.consider(home.inbox / "sub" / later.name) is None
+    row = wait_for(lambda: ended(home.database, home.inbox / "sub" / later.name), 30,
+                   "the linked file to be refused")
+    assert row["state"] == "failed" and "symbolic link" in row["reason"], row["reason"]
+    assert engine.reads_of("later.png") == 0
+
+
+def test_sidecar_write_through_a_swapped_folder_is_refused(tmp_path: Path) -> None:
+    inbox, outside = tmp_path / "inbox", tmp_path / "outside"
+    outside.mkdir()
+    inbox.mkdir()
+    (inbox / "sub").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(InputError, match="symbolic link"):
+        write_sidecars(inbox / "sub" / "scan", [PageText("text", "text")], root=inbox)
+    assert list(outside.iterdir()) == []
+    # A link planted at the sidecar's own name is replaced, not written through.
+    (inbox / "real").mkdir()
+    (inbox / "real" / "scan.md").symlink_to(outside / "victim.md")
+    md, _ = write_sidecars(inbox / "real" / "scan", [PageText("text", "text")], root=inbox)
+    assert not md.is_symlink() and md.read_text() == "text\n"
+    assert list(outside.iterdir()) == []
+
+
+# -- 11. the size is checked before the content is hashed ----------------------------------
+def test_sixty_gigabyte_sparse_file_does_not_delay_others(
+        home: Home, run_daemon: StartDaemon) -> None:
+    _daemon, _engine = run_daemon()
+    huge = home.inbox / "huge.png"
+    with huge.open("wb") as fh:
+        fh.truncate(60 * 1024 ** 3)  # sparse: no disk space used, 60 GB to read
+    began = time.monotonic()
+    good = drop(home.inbox / "after.png", image_bytes("right after"))
+    row = wait_for(lambda: ended(home.database, good), 60, "the next file")
+    assert row["state"] == "done", row["reason"]
+    assert time.monotonic() - began < 15
+    row = wait_for(lambda: ended(home.database, huge), 30, "the huge file to be refused")
+    assert row["state"] == "failed"
+    assert "61440 MB, over the limit of 2048 MB" in row["reason"], row["reason"]
