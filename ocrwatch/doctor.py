@@ -257,6 +257,36 @@ def _writable(name: str, path: Path, *, is_dir: bool, fix_hint: str) -> Check:
                  "" if ok else fix_hint)
 
 
+def check_remote(config: Config) -> list[Check]:
+    """Each OCR server of the remote engine answers and serves the model."""
+    if config.engine != "remote":
+        return []
+    from ocrwatch.engines.remote import RemoteEngine
+
+    engine = RemoteEngine(config)
+    try:
+        servers = engine.check()
+    except EngineUnavailable as exc:
+        return [Check("OCR servers", False, str(exc), "fix the [remote] section")]
+    finally:
+        engine.close()
+    checks = []
+    for server in servers:
+        url = server["url"]
+        if server["state"] == "up":
+            checks.append(Check("OCR server", True,
+                                f"{url} answers and serves {config.remote.model}"))
+        elif server.get("fatal"):
+            checks.append(Check("OCR server", False, f"{url}: {server.get('last_error')}",
+                                str(server["fatal"])))
+        else:
+            checks.append(Check(
+                "OCR server", False, f"{url}: {server.get('last_error')}",
+                f"start it (vllm serve {config.remote.model}, see docs/scale-out.md) or "
+                "correct remote.url / remote.urls"))
+    return checks
+
+
 def check_folders(config: Config) -> list[Check]:
     checks = []
     for inbox in config.inbox:
@@ -442,6 +472,7 @@ def run_checks(config: Config, *,
         ("vLLM", lambda: check_vllm(config, smi)),
         ("model", lambda: check_model(config, smi, reachable=reachable)),
         ("Tesseract", lambda: check_tesseract(config)),
+        ("OCR servers", lambda: check_remote(config)),
         ("folders", lambda: check_folders(config)),
         ("PDF output", lambda: check_pdf(config)),
         ("free disk", lambda: check_disk(config)),

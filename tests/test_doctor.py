@@ -199,3 +199,20 @@ def test_quick_and_imports_no_torch() -> None:
                          timeout=60, check=True)
     assert float(out.stdout.strip()) < 15
     assert time.monotonic() - start < 30
+
+
+def test_remote_servers_are_probed(machine: Path) -> None:
+    from fake_openai import FakeServer
+    from test_remote_engine import free_port
+
+    down = f"http://127.0.0.1:{free_port()}/v1"
+    with FakeServer() as up, FakeServer(api_key="right") as locked:
+        c = config(machine, engine="remote")
+        c.remote.urls = [up.url, down, locked.url]
+        c.remote.api_key = "wrong"
+        servers = [x for x in doctor.run_checks(c, reachable=offline) if x.name == "OCR server"]
+    assert [s.ok for s in servers] == [True, False, False]
+    assert "serves lightonai/LightOnOCR-2-1B" in servers[0].detail
+    assert "nothing answers" in servers[1].detail and "vllm serve" in servers[1].fix
+    assert "remote.api_key" in servers[2].fix
+    assert up.chat_requests == 0  # a probe reads no page

@@ -116,6 +116,7 @@ class RemoteEngine:
         self._servers = [_Server(u.rstrip("/")) for u in urls]
         self._policy = BatchPolicy(max_pages=1, concurrency=self._cfg.concurrency)
         self._cond = threading.Condition()
+        self._starting = threading.Lock()
         self._slots = threading.BoundedSemaphore(self._cfg.concurrency)
         self._client: httpx.Client | None = None
         self._pool: ThreadPoolExecutor | None = None
@@ -136,28 +137,36 @@ class RemoteEngine:
 
     # -- lifecycle ----------------------------------------------------------------------
 
-    def _ensure_started(self) -> httpx.Client:
-        """The client and the health thread, made on first use; the first probe of all."""
+    def _get_client(self) -> httpx.Client:
         with self._cond:
             if self._closed:
                 raise EngineError("the remote engine was closed; start the daemon again.")
-            client = self._client
-            if client is None:
-                client = self._client = self._make_client()
-        with self._cond:
-            first = self._health is None
-        if first:
-            # The first call probes every server at once: a server that is not there, or
-            # refuses the key, is reported now rather than page by page.
-            self._probe_all(client)
-            with self._cond:
-                if self._health is None and not self._closed:
-                    self._health = threading.Thread(target=self._health_loop, daemon=True,
-                                                    name="ocrwatch-remote-health")
-                    self._health.start()
-            if not any(s.up for s in self._servers):
-                raise EngineUnavailable(self._none_up_message())
+            if self._client is None:
+                self._client = self._make_client()
+            return self._client
+
+    def _ensure_started(self) -> httpx.Client:
+        """The client and the health thread, made on first use; the first probe of all."""
+        client = self._get_client()
+        with self._starting:  # the daemon's reader threads all arrive at once
+            if self._health is None:
+                # The first call probes every server at once: a server that is not there,
+                # or refuses the key, is reported now rather than page by page.
+                self._probe_all(client)
+                with self._cond:
+                    if not self._closed:
+                        self._health = threading.Thread(
+                            target=self._health_loop, daemon=True, name="ocrwatch-remote-health")
+                        self._health.start()
+                if not any(s.up for s in self._servers):
+                    raise EngineUnavailable(self._none_up_message())
         return client
+
+    def check(self) -> list[dict[str, object]]:
+        """Probe every server once, now, and say how each is (``ocrwatch doctor``)."""
+        self._probe_all(self._get_client())
+        with self._cond:
+            return [{**s.facts(), "fatal": s.fatal} for s in self._servers]
 
     def _make_client(self) -> httpx.Client:
         cfg = self._cfg
