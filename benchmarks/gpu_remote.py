@@ -56,8 +56,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from _common import header, save  # noqa: E402
 from gpu_engine import Sampler, total_mib  # noqa: E402
 
+from ocrwatch.engines.lightonocr import MAX_SIDE  # noqa: E402
+
 MODEL = "lightonai/LightOnOCR-2-1B"
-MAX_SIDE = 1540
 PDF_DPI = 200  # the daemon's pdf_dpi default; the plain client renders PDFs the same
 GIB = 1024.0
 
@@ -140,7 +141,7 @@ def serve_command(model_dir: str, port: int, settings: dict[str, Any], dp: int) 
            "--served-model-name", MODEL, "--load-format", "dummy", "--dtype", "bfloat16",
            "--host", "127.0.0.1", "--port", str(port),
            "--limit-mm-per-prompt", json.dumps({"image": 1}),
-           "--mm-processor-cache-gb", "0", "--no-enable-prefix-caching"]
+           "--mm-processor-cache-gb", "0", "--no-enable-prefix-caching", "--seed", "0"]
     for key, value in settings.items():
         if isinstance(value, list):
             cmd += [f"--{key}", *(str(v) for v in value)]

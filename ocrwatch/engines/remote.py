@@ -25,6 +25,7 @@ httpx gives keep-alive connections, separate connect and read timeouts and verif
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import ipaddress
 import logging
@@ -41,9 +42,9 @@ from urllib.parse import urlsplit
 import httpx
 
 from ocrwatch.domain import Page, PageText
+from ocrwatch.engines import lightonocr
 from ocrwatch.engines.base import BatchPolicy
 from ocrwatch.errors import EngineError, EngineUnavailable
-from ocrwatch.textutil import markdown_to_text, repeats_itself
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -52,8 +53,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-MAX_SIDE = 1540
-RETRY_TEMPERATURE = 0.6
 CONNECT_TIMEOUT = 10.0  # a server that takes longer to accept a connection is down
 PROBE_TIMEOUT = 10.0
 BACKOFF_BASE = 0.5  # seconds; doubled for each failure in a row, then jittered
@@ -129,7 +128,7 @@ class RemoteEngine:
 
     @property
     def max_side(self) -> int | None:
-        return MAX_SIDE
+        return lightonocr.MAX_SIDE
 
     @property
     def policy(self) -> BatchPolicy:
@@ -387,30 +386,21 @@ class RemoteEngine:
             try:
                 text, finish = self._ask(client, url, self._cfg.temperature)
                 warnings: list[str] = []
-                if _looped(text, finish):
+                if lightonocr.looped(text, finish):
                     log.info("Page %d of %s did not finish cleanly; trying again at "
                              "temperature %.1f.", page.index + 1, page.source.name,
-                             RETRY_TEMPERATURE)
-                    try:
-                        text2, finish2 = self._ask(client, url, RETRY_TEMPERATURE)
-                    except _PageFailed:
-                        text2, finish2 = text, finish
-                    text, finish = text2, finish2
-                    if _looped(text, finish):
-                        warnings.append(
-                            "the model ran out of tokens before the page ended; the text may "
-                            "be incomplete" if finish == "length" else
-                            "the model repeated itself on this page; the text may hold "
-                            "repeated lines")
+                             lightonocr.RETRY_TEMPERATURE)
+                    with contextlib.suppress(_PageFailed):  # else the first reading stands
+                        text, finish = self._ask(client, url, lightonocr.RETRY_TEMPERATURE)
+                    if lightonocr.looped(text, finish):
+                        warnings.append(lightonocr.loop_warning(finish))
             except _PageFailed as exc:
                 with self._cond:
                     self._last_error = str(exc)
-                return PageText(markdown="", text="", error=f"the page could not be read: {exc}")
+                return lightonocr.failed_page(str(exc))
         with self._cond:
             self._pages += 1
-        markdown = text.strip()
-        return PageText(markdown=markdown + "\n" if markdown else "",
-                        text=markdown_to_text(markdown), warnings=warnings)
+        return lightonocr.page_text(text, warnings)
 
     def _body(self, image_url: str, temperature: float) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -489,10 +479,6 @@ class RemoteEngine:
 
 class _ServerError(Exception):
     """HTTP 500 and the like: the server failed on this request."""
-
-
-def _looped(text: str, finish: str) -> bool:
-    return finish == "length" or repeats_itself(text)
 
 
 def _kind(exc: httpx.HTTPError) -> str:
