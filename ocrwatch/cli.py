@@ -301,7 +301,7 @@ def cmd_add(args: argparse.Namespace) -> int:
     try:
         daemon.start(recover=alone)
         added = daemon.add(files)
-        _progress(daemon, added)
+        _progress(daemon, added, config)
         states = {p: daemon.jobs.known(p) for p in added}
     finally:
         daemon.close()
@@ -318,31 +318,43 @@ def cmd_add(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _progress(daemon: Any, paths: list[Path]) -> None:
-    """A progress bar on stderr until every given file is done or failed."""
-    total = len(paths)
-    tty = sys.stderr.isatty()
-    last = -1
-    while True:
-        finished = 0
-        for p in paths:
-            job = daemon.jobs.known(p)
-            if job is None or job.state in ("done", "failed"):
-                finished += 1
-        if finished != last:
-            width = 30
-            filled = int(width * finished / max(1, total))
-            line = f"[{'#' * filled}{'.' * (width - filled)}] {finished}/{total} files"
-            if tty:
-                print("\r" + line, end="", file=sys.stderr, flush=True)
-            else:
-                print(line, file=sys.stderr, flush=True)
-            last = finished
-        if finished >= total:
-            break
-        time.sleep(0.2)  # polls the queue; the work happens in the daemon's threads
-    if tty:
-        print(file=sys.stderr)
+def _page_counts(paths: list[Path], config: config_mod.Config) -> dict[Path, int]:
+    from ocrwatch.pages import count_pages
+
+    counts = {}
+    for path in paths:
+        try:
+            counts[path] = max(1, count_pages(path, config))
+        except Exception:  # reading it will say what is wrong; it counts as one page
+            counts[path] = 1
+    return counts
+
+
+def _progress(daemon: Any, paths: list[Path], config: config_mod.Config) -> None:
+    """A progress bar in pages (tqdm: rate and time left) until every file is finished."""
+    from tqdm import tqdm
+
+    counts = _page_counts(paths, config)
+    with tqdm(total=sum(counts.values()), unit="page", desc="reading", file=sys.stderr,
+              dynamic_ncols=True, mininterval=0.5 if sys.stderr.isatty() else 5.0,
+              smoothing=0.1) as bar:
+        while True:
+            reading = {r.path: r.done for r in daemon.reading()}
+            pages = finished = 0
+            for path in paths:
+                job = daemon.jobs.known(path)
+                if job is None or job.state in ("done", "failed"):
+                    finished += 1
+                    pages += counts[path]
+                elif job is not None:
+                    pages += min(reading.get(job.display, 0), counts[path])
+            if pages != bar.n:
+                bar.update(pages - bar.n)
+            bar.set_postfix_str(f"{finished}/{len(paths)} files", refresh=False)
+            if finished >= len(paths):
+                break
+            time.sleep(0.2)  # polls the queue; the work happens in the daemon's threads
+        bar.refresh()
 
 
 # -- looking at results -------------------------------------------------------------

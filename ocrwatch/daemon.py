@@ -50,7 +50,7 @@ from ocrwatch.sidecar import (
     sidecar_paths,
     write_sidecars,
 )
-from ocrwatch.status import EngineStatus, Status
+from ocrwatch.status import EngineStatus, PageRate, Reading, Status
 from ocrwatch.watch import Watcher
 
 log = logging.getLogger(__name__)
@@ -73,6 +73,7 @@ class _Work:
     job: Job
     results: dict[int, PageText] = field(default_factory=dict)
     expected: int | None = None  # known once every page was prepared
+    total: int | None = None  # the file's page count, read first (for status and progress)
     in_flight: int = 0  # pages handed to the batcher and not yet read
     error: str | None = None
     transient: str | None = None
@@ -150,6 +151,7 @@ class Daemon:
         self._started = False
         self._closed = False
         self.pages_done = 0
+        self.rate = PageRate()
         self.last_result: Path | None = None
         # What happens around the sidecars: the PDF, the original's fate, hooks.
         self._pdf = PdfMaker(config) if "pdf" in config.outputs else None
@@ -405,6 +407,7 @@ class Daemon:
             with self._open(job.path) as fh:
                 for page in iter_pages(job.path, self.config, self.engine.max_side, fh):
                     _still_there(fh, job.path)  # a deleted file is not read to its end
+                    work.total = page.count
                     with self._cond:
                         while (self._waiting >= self._max_waiting and not self.stopping
                                and not self._paused):
@@ -508,6 +511,7 @@ class Daemon:
                 self._batches_running += 1
             items = [i for i in batch if not i.work.discarded]
             results, unavailable = self._read(items) if items else ([], None)
+            self.rate.add(sum(1 for r in results if not r.error))
             done: list[_Work] = []
             with self._cond:
                 self._batches_running -= 1
@@ -741,4 +745,12 @@ class Daemon:
             database=str(self.config.database),
             log_file=str(self.log_file) if self.log_file else None,
             pid=os.getpid(), version=__version__,
+            reading=self.reading(), languages=tuple(self.config.languages),
+            pages_per_second=self.rate.per_second(),
         )
+
+    def reading(self) -> tuple[Reading, ...]:
+        """The files whose pages are being read now, with pages read and in all."""
+        with self._cond:
+            return tuple(Reading(w.job.display, len(w.results), w.total)
+                         for w in self._works.values() if not w.discarded)

@@ -24,6 +24,7 @@ class Page:
     index: int  # 0-based page number within the source file
     image: Image.Image
     dpi: int | None = None  # resolution of ``image`` when known (Tesseract uses it)
+    count: int | None = None  # pages in the source file, when known (for progress)
 
     @property
     def size(self) -> tuple[int, int]:

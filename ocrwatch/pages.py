@@ -227,7 +227,7 @@ def _image_pages(path: Path, limits: Limits, max_side: int | None,
                 shrink = max_side / max(image.size)
                 dpi = round(dpi * shrink) if dpi else None
                 image = scale_to(image, max_side)
-            yield Page(source=path, index=index, image=image, dpi=dpi)
+            yield Page(source=path, index=index, image=image, dpi=dpi, count=frames)
 
 
 def _pdf_document(path: Path, fh: BinaryIO | None = None) -> object:
@@ -312,7 +312,7 @@ def _pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int,
             if max_side is not None and max(image.size) > max_side:
                 render_dpi = round(render_dpi * max_side / max(image.size))
                 image = scale_to(image, max_side)
-            yield Page(source=path, index=index, image=image, dpi=render_dpi)
+            yield Page(source=path, index=index, image=image, dpi=render_dpi, count=count)
     finally:
         doc.close()
 

@@ -9,8 +9,12 @@ it (ocrwatch/tray.py); :func:`format_status` writes it for the terminal.
 from __future__ import annotations
 
 import datetime as _dt
+import threading
+import time
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 # The daemon's states; "stopped" is only ever shown by a client when no daemon answers.
@@ -36,6 +40,55 @@ class Failure:
         if self.when is None:
             return "?"
         return _dt.datetime.fromtimestamp(self.when).isoformat(sep=" ", timespec="seconds")
+
+
+@dataclass(frozen=True)
+class Reading:
+    """A file being read: how many of its pages are read, of how many."""
+
+    path: str
+    done: int = 0  # pages read so far
+    pages: int | None = None  # None until known
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Reading:
+        pages = data.get("pages")
+        return cls(str(data.get("path", "?")), int(data.get("done") or 0),
+                   int(pages) if pages is not None else None)
+
+    @property
+    def text(self) -> str:
+        """``letter.pdf, page 3 of 80``: the page now in hand."""
+        name = Path(self.path).name
+        if self.pages == 1:
+            return name
+        page = self.done + 1 if self.pages is None else min(self.done + 1, self.pages)
+        return f"{name}, page {page}" + (f" of {self.pages}" if self.pages else "")
+
+
+class PageRate:
+    """Pages read per second over the last ``window`` seconds (thread-safe)."""
+
+    def __init__(self, window: float = 60.0) -> None:
+        self.window = window
+        self._times: deque[tuple[float, int]] = deque(maxlen=100_000)
+        self._started = time.monotonic()
+        self._lock = threading.Lock()
+
+    def add(self, pages: int = 1, now: float | None = None) -> None:
+        with self._lock:
+            self._times.append((time.monotonic() if now is None else now, pages))
+
+    def per_second(self, now: float | None = None) -> float | None:
+        """None before the first page: nothing to say yet."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            while self._times and now - self._times[0][0] > self.window:
+                self._times.popleft()
+            if not self._times:
+                return None
+            span = min(self.window, max(1.0, now - self._started))
+            return sum(n for _, n in self._times) / span
 
 
 @dataclass(frozen=True)
@@ -89,6 +142,9 @@ class Status:
     log_file: str | None = None
     pid: int | None = None
     version: str | None = None
+    reading: tuple[Reading, ...] = ()  # files whose pages are being read now
+    languages: tuple[str, ...] = ()
+    pages_per_second: float | None = None  # pages read over the last minute
 
     @property
     def in_queue(self) -> int:
@@ -101,6 +157,8 @@ class Status:
         out["engine"] = self.engine.to_dict()
         out["recent_failures"] = [asdict(f) for f in self.recent_failures]
         out["inbox"] = list(self.inbox)
+        out["reading"] = [asdict(r) for r in self.reading]
+        out["languages"] = list(self.languages)
         return out
 
     @classmethod
@@ -124,6 +182,10 @@ class Status:
             inbox=tuple(str(p) for p in data.get("inbox") or ()),
             database=text("database"), log_file=text("log_file"),
             pid=int(pid) if pid is not None else None, version=text("version"),
+            reading=tuple(Reading.from_dict(r) for r in data.get("reading") or ()),
+            languages=tuple(str(x) for x in data.get("languages") or ()),
+            pages_per_second=float(pps) if (pps := data.get("pages_per_second")) is not None
+            else None,
         )
 
 
@@ -132,17 +194,24 @@ def format_status(status: Status) -> str:
     engine = status.engine
     queue = (f"  queue:   {status.queued} waiting, {status.running} running, "
              f"{status.done} done, {status.failed} failed")
+    languages = f"  languages: {', '.join(status.languages)}" if status.languages else None
     if status.state == "stopped":
         lines = ["ocrwatch: no daemon is running (start one with `ocrwatch run`)", queue,
                  f"  engine:  {engine.name} ({engine.why})",
+                 *([languages] if languages else []),
                  f"  index:   {status.database}", f"  log:     {status.log_file}"]
         lines += [f"  failed:  {f.path}: {f.reason}" for f in status.recent_failures]
         return "\n".join(lines)
     lines = [
         f"ocrwatch {status.version or '?'} (PID {status.pid or '?'}): {status.state}",
         queue,
-        f"  today:   {status.pages_today} pages",
     ]
+    lines += [f"  reading: {r.text}" for r in status.reading[:5]]
+    if len(status.reading) > 5:
+        lines.append(f"  reading: and {len(status.reading) - 5} more files")
+    if status.pages_per_second is not None:
+        lines.append(f"  rate:    {status.pages_per_second:.2f} pages/s over the last minute")
+    lines.append(f"  today:   {status.pages_today} pages")
     eng = f"  engine:  {engine.name} ({engine.state})"
     if engine.why:
         eng += f", {engine.why}"
@@ -151,6 +220,8 @@ def format_status(status: Status) -> str:
         lines.append(f"  GPU:     {engine.gpu_memory_mb:.0f} MB held")
     if engine.pages_per_second is not None:
         lines.append(f"  speed:   {engine.pages_per_second:.2f} pages/s")
+    if languages:
+        lines.append(languages)
     for server in engine.facts.get("servers") or []:  # the remote engine's servers
         line = (f"  server:  {server.get('url')} {server.get('state')}, "
                 f"{server.get('outstanding', 0)} in flight, {server.get('answered', 0)} answered")

@@ -167,10 +167,13 @@ def tooltip(status: Status) -> str:
 def status_lines(status: Status) -> list[str]:
     """The lines of the menu's Status submenu."""
     engine = status.engine
-    lines = [
-        f"State: {status.state}, {status.queued} waiting, {status.running} running",
-        f"Engine: {engine.name} ({engine.state})",
-    ]
+    lines = [f"State: {status.state}, {status.queued} waiting, {status.running} running"]
+    lines += [f"Reading: {r.text}" for r in status.reading[:3]]
+    if status.pages_per_second is not None:
+        lines.append(f"Rate: {status.pages_per_second:.2f} pages/s (last minute)")
+    lines.append(f"Engine: {engine.name} ({engine.state})")
+    if status.languages:
+        lines.append(f"Languages: {', '.join(status.languages)}")
     mb = engine.gpu_memory_mb
     lines.append(f"GPU memory held: {mb:.0f} MB" if mb is not None else "GPU memory held: none")
     if engine.pages_per_second is not None:

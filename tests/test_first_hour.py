@@ -163,3 +163,76 @@ def test_doctor_without_a_session_bus_at_all(user: Path) -> None:
     assert "[FAIL]" in line and "DBUS_SESSION_BUS_ADDRESS is not set" in line, done.stdout
     line = next(line for line in done.stdout.splitlines() if "open files" in line)
     assert "[ok  ]" in line, done.stdout
+
+
+# -- status: the file and page being read, the queue, the rate, the languages -------------
+def test_status_says_which_file_and_page_are_being_read(user: Path) -> None:
+    from helpers import save_pdf, wait_for
+
+    inbox = user / "inbox"
+    inbox.mkdir()
+    env = child_env(user, {"OCRWATCH_FAKE_DELAY": "0.4", "OCRWATCH_SETTLE_SECONDS": "0.3"})
+    daemon = subprocess.Popen([sys.executable, "-m", "ocrwatch", "run", "--no-tray", "--engine",
+                               "fake", "--inbox", str(inbox), "--languages", "eng,deu"],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: run(user, "status", env=env).returncode == 0
+                 and "PID" in run(user, "status", env=env).stdout, 60, "the daemon")
+        save_pdf(inbox / ".report.pdf", [[f"page {n}"] for n in range(1, 13)])
+        (inbox / ".report.pdf").rename(inbox / "report.pdf")
+
+        def reading_later_page() -> str | None:
+            out = run(user, "status", env=env).stdout
+            for line in out.splitlines():
+                if line.startswith("  reading: report.pdf, page ") and \
+                        not line.startswith("  reading: report.pdf, page 1 "):
+                    return out
+            return None
+        out = wait_for(reading_later_page, 120, "status to show a later page of report.pdf")
+        assert " of 12" in out, out
+        assert "  languages: eng, deu" in out, out
+        assert "  engine:  fake (ready)" in out, out
+        assert "  rate:    " in out and "pages/s over the last minute" in out, out
+        assert "waiting" in out and "running" in out, out  # the queue
+        import json
+        data = json.loads(run(user, "status", "--json", env=env).stdout)
+        assert data["languages"] == ["eng", "deu"]
+        # 12 pages at 0.4 s each: still reading a moment after a later page was shown.
+        assert data["reading"][0]["pages"] == 12, data
+        assert data["reading"][0]["path"].endswith("report.pdf"), data
+        stop = run(user, "stop", env=env)
+        assert stop.returncode == 0, stop.stderr
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+        daemon.wait(timeout=60)
+
+
+def test_the_tray_status_submenu_shows_the_same() -> None:
+    from ocrwatch.status import EngineStatus, Reading, Status
+    from ocrwatch.tray import status_lines
+
+    status = Status(state="working", queued=3, running=1, languages=("eng", "fra"),
+                    pages_per_second=1.5, engine=EngineStatus("tesseract", "", "ready"),
+                    reading=(Reading("/in/minutes.pdf", 6, 80),))
+    lines = status_lines(status)
+    assert "Reading: minutes.pdf, page 7 of 80" in lines, lines
+    assert "Rate: 1.50 pages/s (last minute)" in lines, lines
+    assert "Languages: eng, fra" in lines and "Engine: tesseract (ready)" in lines, lines
+    assert lines[0] == "State: working, 3 waiting, 1 running", lines
+
+
+def test_add_shows_progress_in_pages(user: Path) -> None:
+    from helpers import save_pdf
+
+    folder = user / "batch"
+    folder.mkdir()
+    save_pdf(folder / "three.pdf", [["one"], ["two"], ["three"]])
+    write_image(folder / "one.png", ["single"])
+    env = child_env(user, {"OCRWATCH_FAKE_DELAY": "0.2"})
+    done = run(user, "add", "--engine", "fake", str(folder), env=env)
+    assert done.returncode == 0, done.stderr
+    last = done.stderr.replace("\r", "\n").strip().splitlines()[-1]
+    assert "4/4" in last and ("page/s" in last or "s/page" in last), done.stderr
+    assert "2/2 files" in last, done.stderr
+    assert done.stdout.startswith("2 read, 0 failed"), done.stdout
