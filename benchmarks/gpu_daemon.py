@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -36,15 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from _drop import make_drop, run_daemon_on_drop  # noqa: E402
 from gpu_engine import Sampler, used_mib  # noqa: E402
-from gpu_remote import (  # noqa: E402
-    _done_pages,
-    _failures,
-    _text_page,
-    _toml_list,
-    _wait_jobs,
-    make_drop,
-)
 
 GIB = 1024.0
 LIMIT_GIB = 16.0
@@ -76,20 +68,9 @@ def prepare_rates(folder: Path, files: dict[str, int]) -> dict[str, Any]:
 
 def run_daemon(model: str, folder: Path, files: dict[str, int], tokens: int, settle: float,
                work: Path, sampler: Sampler | None, timeout: float) -> dict[str, Any]:
-    """`ocrwatch run` with the vLLM engine: warm-up file, then the whole drop at once."""
-    home = work / "home"
-    inbox, staging = work / "inbox", work / "staging"
-    for d in (home, inbox, staging, work / "run"):
-        d.mkdir(parents=True, exist_ok=True)
-    os.chmod(work / "run", 0o700)
-    database = work / "index.sqlite3"
-    config = work / "config.toml"
-    config.write_text("\n".join([
-        f"inbox = {_toml_list([str(inbox)])}",
-        f"database = {json.dumps(str(database))}",
+    """`ocrwatch run` with the vLLM engine on the drop (benchmarks/_drop.py)."""
+    return run_daemon_on_drop([
         'engine = "vllm"',
-        f"settle_seconds = {settle}",
-        "rescan_minutes = 60.0",
         "[vllm]",
         f"model = {json.dumps(model)}",
         'load_format = "dummy"',
@@ -97,51 +78,7 @@ def run_daemon(model: str, folder: Path, files: dict[str, int], tokens: int, set
         "ignore_eos = true",
         "idle_sleep_seconds = 0.0",
         "idle_stop_seconds = 0.0",
-    ]) + "\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OCRWATCH_", "XDG_"))}
-    # HOME stays: vLLM's compile cache (~/.cache/vllm) is the user's, shared across starts.
-    env.update({"XDG_CONFIG_HOME": str(home / ".config"),
-                "XDG_DATA_HOME": str(home / ".local/share"),
-                "XDG_STATE_HOME": str(home / ".local/state"),
-                "XDG_RUNTIME_DIR": str(work / "run"),
-                "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
-                                                            os.environ.get("PYTHONPATH")]))})
-    env.pop("DISPLAY", None)
-    env.pop("WAYLAND_DISPLAY", None)
-    log = (work / "daemon.log").open("wb")
-    launched = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "ocrwatch", "run", "--no-tray",
-                             "--config", str(config)], stdout=log, stderr=subprocess.STDOUT,
-                            env=env)
-    try:
-        # Warm-up: a file of its own (a copy of a dropped one would make that one a
-        # duplicate, which the daemon does not read again), read before the clock starts.
-        _text_page(2480, 3508, 999).save(staging / "warmup.jpg", quality=85, dpi=(300, 300))
-        os.rename(staging / "warmup.jpg", inbox / "warmup.jpg")
-        _wait_jobs(database, 1, proc, time.monotonic() + timeout)
-        first_file_s = time.monotonic() - launched
-        for name in files:
-            shutil.copy(folder / name, staging / name)
-        started_wall, started = time.time(), time.monotonic()
-        for name in files:  # the drop: every file appears at once, whole
-            os.rename(staging / name, inbox / name)
-        states = _wait_jobs(database, 1 + len(files), proc, time.monotonic() + timeout)
-        ended_wall = max((inbox / name).with_suffix(".md").stat().st_mtime
-                         for name in files if (inbox / name).with_suffix(".md").exists())
-        pages = _done_pages(database, inbox, files)
-        peak = sampler.peak(started) if sampler else None
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(120)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-        log.close()
-    seconds = ended_wall - started_wall
-    return {"pages": pages, "failed": states.get("failed", 0), "seconds": round(seconds, 2),
-            "rate": round(pages / seconds, 3), "peak_mib": peak,
-            "first_file_s": round(first_file_s, 1), "errors": _failures(database)}
+    ], folder, files, work, settle, sampler, timeout)
 
 
 def run_engine_alone(model: str, folder: Path, files: dict[str, int], tokens: int,

@@ -34,7 +34,6 @@ import json
 import os
 import shutil
 import signal
-import sqlite3
 import statistics
 import subprocess
 import sys
@@ -54,6 +53,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _common import header, save  # noqa: E402
+from _drop import make_drop, run_daemon_on_drop, toml_list  # noqa: E402
 from gpu_engine import Sampler, total_mib  # noqa: E402
 
 from ocrwatch.engines.lightonocr import MAX_SIDE  # noqa: E402
@@ -61,56 +61,6 @@ from ocrwatch.engines.lightonocr import MAX_SIDE  # noqa: E402
 MODEL = "lightonai/LightOnOCR-2-1B"
 PDF_DPI = 200  # the daemon's pdf_dpi default; the plain client renders PDFs the same
 GIB = 1024.0
-
-
-# -- the drop ---------------------------------------------------------------------------
-
-def _text_page(width: int, height: int, seed: int) -> Any:
-    """A page of dark text lines on white: what a scanner gives, compressed alike."""
-    from PIL import Image, ImageDraw
-
-    image = Image.new("RGB", (width, height), "white")
-    draw = ImageDraw.Draw(image)
-    line = max(12, height // 60)
-    y = line * 3
-    n = seed
-    while y < height - line * 3:
-        n = (n * 1103515245 + 12345) & 0x7FFFFFFF
-        x = width // 12
-        while x < width - width // 12:
-            n = (n * 1103515245 + 12345) & 0x7FFFFFFF
-            word = line * (2 + n % 6)
-            draw.rectangle([x, y, min(x + word, width - width // 12), y + line * 2 // 3],
-                           fill=(20, 20, 20))
-            x += word + line
-        y += line * 2
-    return image
-
-
-def make_drop(folder: Path, a4: int = 24, cards: int = 24, pdfs: int = 4,
-              pdf_pages: int = 4) -> dict[str, int]:
-    """Write the drop into ``folder``; returns each file's name and page count."""
-    from PIL import Image
-
-    folder.mkdir(parents=True, exist_ok=True)
-    files: dict[str, int] = {}
-    for i in range(a4):  # A4 at 300 dpi
-        name = f"a4_{i:02d}.jpg"
-        _text_page(2480, 3508, i).save(folder / name, quality=85, dpi=(300, 300))
-        files[name] = 1
-    for i in range(cards):  # a business card photographed: a card on a darker table
-        name = f"card_{i:02d}.jpg"
-        photo = Image.new("RGB", (1200, 900), (90, 80, 70))
-        photo.paste(_text_page(1000, 600, 1000 + i), (100, 150))
-        photo.save(folder / name, quality=85)
-        files[name] = 1
-    for i in range(pdfs):
-        name = f"doc_{i}.pdf"
-        pages = [_text_page(2480, 3508, 2000 + 10 * i + j) for j in range(pdf_pages)]
-        pages[0].save(folder / name, "PDF", resolution=300, save_all=True,
-                      append_images=pages[1:])
-        files[name] = pdf_pages
-    return files
 
 
 # -- the servers ------------------------------------------------------------------------
@@ -295,115 +245,20 @@ def run_plain(urls: Sequence[str], folder: Path, files: dict[str, int], in_fligh
 
 # -- the daemon -------------------------------------------------------------------------
 
-def _toml_list(values: Sequence[str]) -> str:
-    return "[" + ", ".join(json.dumps(v) for v in values) + "]"
-
-
 def run_daemon(urls: Sequence[str], folder: Path, files: dict[str, int], concurrency: int,
                tokens: int, settle: float, work: Path, sampler: Sampler | None,
                timeout: float) -> dict[str, Any]:
-    """`ocrwatch run` with the remote engine: warm-up file, then the whole drop at once."""
-    home = work / "home"
-    inbox, staging = work / "inbox", work / "staging"
-    for d in (home, inbox, staging, work / "run"):
-        d.mkdir(parents=True, exist_ok=True)
-    os.chmod(work / "run", 0o700)
-    database = work / "index.sqlite3"
-    config = work / "config.toml"
-    config.write_text("\n".join([
-        f"inbox = {_toml_list([str(inbox)])}",
-        f"database = {json.dumps(str(database))}",
+    """`ocrwatch run` with the remote engine on the drop (benchmarks/_drop.py)."""
+    return run_daemon_on_drop([
         'engine = "remote"',
-        f"settle_seconds = {settle}",
-        "rescan_minutes = 60.0",
         "[remote]",
-        f"urls = {_toml_list(urls)}",
+        f"urls = {toml_list(urls)}",
         f"model = {json.dumps(MODEL)}",
         f"max_tokens = {tokens}",
         "ignore_eos = true",
         f"concurrency = {concurrency}",
         "timeout_seconds = 600.0",
-    ]) + "\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OCRWATCH_", "XDG_"))}
-    env.update({"HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"),
-                "XDG_DATA_HOME": str(home / ".local/share"),
-                "XDG_STATE_HOME": str(home / ".local/state"),
-                "XDG_CACHE_HOME": str(home / ".cache"), "XDG_RUNTIME_DIR": str(work / "run"),
-                "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
-                                                            os.environ.get("PYTHONPATH")]))})
-    env.pop("DISPLAY", None)
-    env.pop("WAYLAND_DISPLAY", None)
-    log = (work / "daemon.log").open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "ocrwatch", "run", "--no-tray",
-                             "--config", str(config)], stdout=log, stderr=subprocess.STDOUT,
-                            env=env)
-    try:
-        # Warm-up: one file of its own (a copy of a dropped one would make that one a
-        # duplicate, which the daemon does not read again) read before the clock starts.
-        _text_page(2480, 3508, 999).save(staging / "warmup.jpg", quality=85, dpi=(300, 300))
-        os.rename(staging / "warmup.jpg", inbox / "warmup.jpg")
-        _wait_jobs(database, 1, proc, time.monotonic() + timeout)
-        for name in files:
-            shutil.copy(folder / name, staging / name)
-        started_wall, started = time.time(), time.monotonic()
-        for name in files:  # the drop: every file appears at once, whole
-            os.rename(staging / name, inbox / name)
-        states = _wait_jobs(database, 1 + len(files), proc, time.monotonic() + timeout)
-        ended_wall = max((inbox / name).with_suffix(".md").stat().st_mtime
-                         for name in files if (inbox / name).with_suffix(".md").exists())
-        pages = _done_pages(database, inbox, files)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-        log.close()
-    seconds = ended_wall - started_wall
-    return {"pages": pages, "failed": states.get("failed", 0), "seconds": seconds,
-            "rate": pages / seconds, "peak_mib": sampler.peak(started) if sampler else None,
-            "errors": _failures(database)}
-
-
-def _query(database: Path, sql: str) -> list[tuple[Any, ...]]:
-    if not database.exists():
-        return []
-    conn = sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=5)
-    try:
-        return conn.execute(sql).fetchall()
-    except sqlite3.OperationalError:
-        return []  # tables not made yet
-    finally:
-        conn.close()
-
-
-def _wait_jobs(database: Path, n: int, proc: subprocess.Popen[bytes],
-               deadline: float) -> dict[str, int]:
-    """Until ``n`` jobs are done or failed; the daemon must stay up meanwhile."""
-    while True:
-        states = dict(_query(database, "SELECT state, COUNT(*) FROM jobs GROUP BY state"))
-        if states.get("done", 0) + states.get("failed", 0) >= n:
-            return states
-        if proc.poll() is not None:
-            log = database.parent / "daemon.log"
-            tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
-            raise SystemExit(f"the daemon ended with status {proc.returncode} (a module "
-                             f"missing here? benchmarks/gpu_wheels.sh):\n{tail}")
-        if time.monotonic() > deadline:
-            raise SystemExit(f"the daemon did not finish in time: {states}")
-        time.sleep(0.1)
-
-
-def _done_pages(database: Path, inbox: Path, files: dict[str, int]) -> int:
-    rows = _query(database, "SELECT display, pages FROM jobs WHERE state = 'done'")
-    names = set(files)
-    return sum(int(pages or 0) for path, pages in rows if Path(str(path)).name in names)
-
-
-def _failures(database: Path) -> list[str]:
-    rows = _query(database, "SELECT display, reason FROM jobs WHERE state = 'failed' LIMIT 5")
-    return [f"{Path(str(p)).name}: {e}" for p, e in rows]
+    ], folder, files, work, settle, sampler, timeout)
 
 
 # -- the report -------------------------------------------------------------------------
@@ -464,11 +319,14 @@ def main() -> None:
                         help="the daemon's remote.concurrency (repeatable; default 2 x "
                              "max_num_seqs per server)")
     parser.add_argument("--seeds-in-flight", type=int, default=2)
-    parser.add_argument("--settle", type=float, default=0.5)
+    parser.add_argument("--settle", type=float, default=1.0,
+                        help="the daemon's settle_seconds (gpu_daemon.py's default)")
     parser.add_argument("--drop", default="24,24,4",
                         help="A4 pages, card photos, four-page PDFs (default 24,24,4)")
     parser.add_argument("--embedded", type=float,
                         help="the embedded engine's pages/s on this drop and card")
+    parser.add_argument("--embedded-json", type=Path,
+                        help="or gpu_daemon.py's --json file from the same machine")
     parser.add_argument("--out", type=Path, help="report file (default "
                                                  "benchmarks/results/remote.txt)")
     parser.add_argument("--work", type=Path, help="where the drop and logs go (default: temp)")
@@ -477,11 +335,16 @@ def main() -> None:
     args = parser.parse_args()
     if not args.model and not args.url:
         parser.error("give MODEL_DIR to serve, or --url of a running server")
+    if args.embedded is None and args.embedded_json and args.embedded_json.exists():
+        daemon = json.loads(args.embedded_json.read_text()).get("daemon") or {}
+        args.embedded = daemon.get("rate")
 
     work = args.work or Path(tempfile.mkdtemp(prefix="ocrwatch-remote-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     a4, cards, pdfs = (int(x) for x in args.drop.split(","))
     folder = work / "drop"
+    for old in [folder, *work.glob("daemon_*")]:  # an earlier run's files, not anything else
+        shutil.rmtree(old, ignore_errors=True)
     t = time.monotonic()
     files = make_drop(folder, a4, cards, pdfs)
     print(f"drop: {len(files)} files, {sum(files.values())} pages, made in "

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# benchmarks/gpu_remote.py on the lent GPU machine, in one call, from the repository root.
-# Before it (here): bash benchmarks/gpu_wheels.sh, and copy ../shared/gpu/make_model.py
-# into .gpu/; vLLM staged as ../shared/gpu/README.md says (its part1 in .gpu/ unless
-# /tmp/site already holds vLLM from an earlier call). Carry [".gpu", ".whl"].
-# Extra arguments go to gpu_remote.py (e.g. --embedded 2.9, --gpus 2).
-# Results: $OUT/remote.txt (also benchmarks/results/remote.txt there) and the logs.
+# benchmarks/gpu_remote.py on the lent GPU machine in one call, from the repository root,
+# staging included (gpu_run.sh's "remote" stage does the measuring).
+# Before it, here: bash benchmarks/gpu_wheels.sh (the daemon's wheels into .whl/) and
+# cp ../shared/gpu/make_model.py .gpu/; vLLM staged as ../shared/gpu/README.md says (its
+# part1 in .gpu/, unless /tmp/site holds vLLM from an earlier call). Carry [".gpu", ".whl"].
+#   STAGES="daemon remote"   also runs gpu_daemon.py first, for the embedded engine's ratio
+#   REMOTE_ARGS="--embedded 2.9"   or give that figure by hand; "--gpus 2 [--dp]" for two GPUs
+# Results in $OUT: remote.txt (copied to benchmarks/results/remote.txt), logs.
 set -euo pipefail
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
@@ -19,19 +21,12 @@ fi
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl
 export PYTHONPATH=/tmp/site:$PWD VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
-MODELS=${MODELS:-/tmp/ocrwatch-models}
-[ -f "$MODELS/full/config.json" ] || python3 "${MAKE_MODEL:-.gpu/make_model.py}" "$MODELS/full" \
-    >"$OUT/make_model.log" 2>&1
-WORK=/tmp/ocrwatch-remote-bench
-rm -rf "$WORK"
-status=0
-python3 benchmarks/gpu_remote.py "$MODELS/full" --out "$OUT/remote.txt" --work "$WORK" "$@" \
-    2>&1 | tee "$OUT/gpu_remote.log" || status=$?
-cp "$OUT/remote.txt" benchmarks/results/remote.txt 2>/dev/null || true
-for log in "$WORK"/vllm_serve_*.log; do
-    if [ -f "$log" ]; then tail -c 2000000 "$log" > "$OUT/$(basename "$log")"; fi
+OUT=$OUT MAKE_MODEL=${MAKE_MODEL:-.gpu/make_model.py} STAGES=${STAGES:-remote} \
+    bash benchmarks/gpu_run.sh
+cp "$OUT/remote.txt" benchmarks/results/remote.txt
+for log in /tmp/ocrwatch-remote-bench/vllm_serve_*.log; do
+    if [ -f "$log" ]; then tail -c 4000000 "$log" > "$OUT/$(basename "$log")"; fi
 done
-for d in "$WORK"/daemon_*; do
-    if [ -f "$d/daemon.log" ]; then tail -c 2000000 "$d/daemon.log" > "$OUT/$(basename "$d").log"; fi
+for d in /tmp/ocrwatch-remote-bench/daemon_*; do
+    if [ -f "$d/daemon.log" ]; then tail -c 4000000 "$d/daemon.log" > "$OUT/remote_$(basename "$d").log"; fi
 done
-exit "$status"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU checks, from the repository root: the engine benchmark, the daemon benchmark and
-# the GPU tests, each whole, in the order STAGES names (default: "engine daemon tests").
+# the GPU tests, each whole, in the order STAGES names (default: "engine daemon tests";
+# "remote" runs benchmarks/gpu_remote.py, which needs the wheels of benchmarks/gpu_wheels.sh).
 # Needs vLLM importable (PYTHONPATH) and make_model.py; see docs/gpu.md for staging.
 #   MAKE_MODEL       path to make_model.py (writes the LightOnOCR-2-1B-shaped folders)
 #   OCRWATCH_CORPUS  folder of real scans for the tests
@@ -41,6 +42,15 @@ for stage in ${STAGES:-engine daemon tests}; do
         cp /tmp/ocrwatch-daemon-bench/daemon.log "$OUT/daemon.log" 2>/dev/null
         { echo "== daemon"; start_times "$OUT/daemon.log"; } >>"$OUT/start_times.txt"
         grep -av "EngineCore\|^INFO\|^WARNING\|^\[W\|^(EngineCore" "$OUT/daemon_bench.log" | tail -n 25
+        ;;
+    remote)
+        # The remote engine against `vllm serve` on the same drop; the embedded daemon's
+        # figure from the daemon stage, when it ran first, gives the ratio.
+        timeout "${REMOTE_TIMEOUT:-560}" python3 benchmarks/gpu_remote.py "$MODELS/full" \
+            --out "$OUT/remote.txt" --embedded-json "$OUT/gpu_daemon.json" \
+            --work /tmp/ocrwatch-remote-bench ${REMOTE_ARGS:-} >"$OUT/remote_bench.log" 2>&1
+        echo "remote benchmark: exit $? after $(( $(date +%s) - start )) s" | tee -a "$OUT/summary.txt"
+        grep -av "EngineCore\|^INFO\|^WARNING\|^\[W\|^(EngineCore\|^(APIServer" "$OUT/remote_bench.log" | tail -n 25
         ;;
     tests)
         TINY=""; [ "${RUN_TINY:-1}" = 1 ] && TINY="$MODELS/tiny"

@@ -1,0 +1,181 @@
+"""The GPU benchmarks' drop, and the real daemon run over it.
+
+benchmarks/gpu_daemon.py (the embedded engine) and benchmarks/gpu_remote.py (the remote
+engine) drop the same files into a real ``ocrwatch run`` and time it the same way: a
+warm-up file of its own first, then every file moved into the inbox at once, timed from
+the drop to the last sidecar.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def text_page(width: int, height: int, seed: int) -> Any:
+    """A page of dark text lines on white: what a scanner gives, compressed alike."""
+    from PIL import Image, ImageDraw
+
+    image = Image.new("RGB", (width, height), "white")
+    draw = ImageDraw.Draw(image)
+    line = max(12, height // 60)
+    y = line * 3
+    n = seed
+    while y < height - line * 3:
+        n = (n * 1103515245 + 12345) & 0x7FFFFFFF
+        x = width // 12
+        while x < width - width // 12:
+            n = (n * 1103515245 + 12345) & 0x7FFFFFFF
+            word = line * (2 + n % 6)
+            draw.rectangle([x, y, min(x + word, width - width // 12), y + line * 2 // 3],
+                           fill=(20, 20, 20))
+            x += word + line
+        y += line * 2
+    return image
+
+
+def make_drop(folder: Path, a4: int = 24, cards: int = 24, pdfs: int = 4,
+              pdf_pages: int = 4) -> dict[str, int]:
+    """Write the drop into ``folder``; returns each file's name and page count."""
+    from PIL import Image
+
+    folder.mkdir(parents=True, exist_ok=True)
+    files: dict[str, int] = {}
+    for i in range(a4):  # A4 at 300 dpi
+        name = f"a4_{i:02d}.jpg"
+        text_page(2480, 3508, i).save(folder / name, quality=85, dpi=(300, 300))
+        files[name] = 1
+    for i in range(cards):  # a business card photographed: a card on a darker table
+        name = f"card_{i:02d}.jpg"
+        photo = Image.new("RGB", (1200, 900), (90, 80, 70))
+        photo.paste(text_page(1000, 600, 1000 + i), (100, 150))
+        photo.save(folder / name, quality=85)
+        files[name] = 1
+    for i in range(pdfs):
+        name = f"doc_{i}.pdf"
+        pages = [text_page(2480, 3508, 2000 + 10 * i + j) for j in range(pdf_pages)]
+        pages[0].save(folder / name, "PDF", resolution=300, save_all=True,
+                      append_images=pages[1:])
+        files[name] = pdf_pages
+    return files
+
+
+def toml_list(values: Sequence[str]) -> str:
+    return "[" + ", ".join(json.dumps(v) for v in values) + "]"
+
+
+def run_daemon_on_drop(engine: Sequence[str], folder: Path, files: dict[str, int], work: Path,
+                       settle: float, sampler: Any, timeout: float) -> dict[str, Any]:
+    """`ocrwatch run` with the config lines ``engine`` (the engine's keys and section).
+
+    Its HOME stays the user's (vLLM's compile cache lives there); its XDG folders, socket
+    and database are under ``work``, and its log is ``work/daemon.log``.
+    """
+    home = work / "home"
+    inbox, staging = work / "inbox", work / "staging"
+    for d in (home, inbox, staging, work / "run"):
+        d.mkdir(parents=True, exist_ok=True)
+    os.chmod(work / "run", 0o700)
+    database = work / "index.sqlite3"
+    config = work / "config.toml"
+    config.write_text("\n".join([
+        f"inbox = {toml_list([str(inbox)])}",
+        f"database = {json.dumps(str(database))}",
+        f"settle_seconds = {settle}",
+        "rescan_minutes = 60.0",
+        *engine,
+    ]) + "\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OCRWATCH_", "XDG_"))}
+    env.update({"XDG_CONFIG_HOME": str(home / ".config"),
+                "XDG_DATA_HOME": str(home / ".local/share"),
+                "XDG_STATE_HOME": str(home / ".local/state"),
+                "XDG_RUNTIME_DIR": str(work / "run"),
+                "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
+                                                            os.environ.get("PYTHONPATH")]))})
+    env.pop("DISPLAY", None)
+    env.pop("WAYLAND_DISPLAY", None)
+    log = (work / "daemon.log").open("wb")
+    launched = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "ocrwatch", "run", "--no-tray",
+                             "--config", str(config)], stdout=log, stderr=subprocess.STDOUT,
+                            env=env)
+    try:
+        # Warm-up: a file of its own (a copy of a dropped one would make that one a
+        # duplicate, which the daemon does not read again), read before the clock starts.
+        text_page(2480, 3508, 999).save(staging / "warmup.jpg", quality=85, dpi=(300, 300))
+        os.rename(staging / "warmup.jpg", inbox / "warmup.jpg")
+        wait_jobs(database, 1, proc, time.monotonic() + timeout)
+        first_file_s = time.monotonic() - launched
+        for name in files:
+            shutil.copy(folder / name, staging / name)
+        started_wall, started = time.time(), time.monotonic()
+        for name in files:  # the drop: every file appears at once, whole
+            os.rename(staging / name, inbox / name)
+        states = wait_jobs(database, 1 + len(files), proc, time.monotonic() + timeout)
+        ended_wall = max((inbox / name).with_suffix(".md").stat().st_mtime
+                         for name in files if (inbox / name).with_suffix(".md").exists())
+        pages = done_pages(database, files)
+        peak = sampler.peak(started) if sampler else None
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+        log.close()
+    seconds = ended_wall - started_wall
+    return {"pages": pages, "failed": states.get("failed", 0), "seconds": round(seconds, 2),
+            "rate": round(pages / seconds, 3), "peak_mib": peak,
+            "first_file_s": round(first_file_s, 1), "errors": failures(database)}
+
+
+def query(database: Path, sql: str) -> list[tuple[Any, ...]]:
+    if not database.exists():
+        return []
+    conn = sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=5)
+    try:
+        return conn.execute(sql).fetchall()
+    except sqlite3.OperationalError:
+        return []  # tables not made yet
+    finally:
+        conn.close()
+
+
+def wait_jobs(database: Path, n: int, proc: subprocess.Popen[bytes],
+               deadline: float) -> dict[str, int]:
+    """Until ``n`` jobs are done or failed; the daemon must stay up meanwhile."""
+    while True:
+        states = dict(query(database, "SELECT state, COUNT(*) FROM jobs GROUP BY state"))
+        if states.get("done", 0) + states.get("failed", 0) >= n:
+            return states
+        if proc.poll() is not None:
+            log = database.parent / "daemon.log"
+            tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
+            raise SystemExit(f"the daemon ended with status {proc.returncode} (a module "
+                             f"missing here? benchmarks/gpu_wheels.sh):\n{tail}")
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the daemon did not finish in time: {states}")
+        time.sleep(0.1)
+
+
+def done_pages(database: Path, files: dict[str, int]) -> int:
+    rows = query(database, "SELECT display, pages FROM jobs WHERE state = 'done'")
+    names = set(files)
+    return sum(int(pages or 0) for path, pages in rows if Path(str(path)).name in names)
+
+
+def failures(database: Path) -> list[str]:
+    rows = query(database, "SELECT display, reason FROM jobs WHERE state = 'failed' LIMIT 5")
+    return [f"{Path(str(p)).name}: {e}" for p, e in rows]
