@@ -300,6 +300,9 @@ def cmd_add(args: argparse.Namespace) -> int:
     daemon = Daemon(config, watch=False)
     try:
         daemon.start(recover=alone)
+        if daemon.paused:
+            echo("ocrwatch: the daemon is paused; reading these files all the same "
+                 "(`ocrwatch resume` lets the daemon read again)", err=True)
         added = daemon.add(files)
         _progress(daemon, added, config)
         states = {p: daemon.jobs.known(p) for p in added}

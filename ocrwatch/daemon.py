@@ -689,7 +689,11 @@ class Daemon:
 
     # -- one-shot use (`ocrwatch add`) -------------------------------------------------
     def add(self, paths: Iterable[Path]) -> list[Path]:
-        """Queue these files (no settle wait) and restrict the workers to them."""
+        """Queue these files (no settle wait) and restrict the workers to them.
+
+        They are read even when the pause flag is set: ``ocrwatch add`` is an explicit
+        request, and waiting for a resume would hang it. The flag itself stays set.
+        """
         added: list[Path] = []
         ids: set[int] = set()
         for path in paths:
@@ -702,6 +706,7 @@ class Daemon:
                 added.append(job.path)
         with self._cond:
             self._only = ids
+            self._paused = self._released = False
             self._cond.notify_all()
         return added
 

@@ -27,6 +27,7 @@ from .conftest import RecordingEngine
 from .helpers import (
     DaemonProcess,
     Home,
+    check_fake_sidecars,
     drop,
     ended,
     image_bytes,
@@ -327,3 +328,29 @@ def test_sixty_gigabyte_sparse_file_does_not_delay_others(
     row = wait_for(lambda: ended(home.database, huge), 30, "the huge file to be refused")
     assert row["state"] == "failed"
     assert "61440 MB, over the limit of 2048 MB" in row["reason"], row["reason"]
+
+
+# -- 6. `ocrwatch add` with the pause flag set reads, and says so ---------------------------
+def test_add_while_paused_reads_and_says_how_to_resume(
+        home: Home, daemon_process: Callable[..., DaemonProcess]) -> None:
+    daemon = daemon_process().start()
+    daemon.wait_ready()
+    paused = ocrwatch_cli(home, "pause")
+    assert paused.returncode == 0, paused.stderr
+    scan = write(home.root / "elsewhere" / "letter.png", image_bytes("paused letter"))
+    args = ["--engine", "fake", "--database", str(home.database), "--inbox", str(home.inbox)]
+    # While the paused daemon runs, and after it stopped with the flag still set.
+    for round_ in range(2):
+        done = ocrwatch_cli(home, "add", *args, str(scan), timeout=60)
+        out = done.stdout + done.stderr
+        assert "Traceback" not in out, out
+        assert done.returncode == 0 and "1 read, 0 failed" in done.stdout, out
+        assert "paused" in done.stderr and "ocrwatch resume" in done.stderr, out
+        check_fake_sidecars(scan, 1)
+        for sidecar in sidecars(scan):
+            sidecar.unlink()
+        if round_ == 0:
+            assert daemon.stop() == 0
+        scan.write_bytes(image_bytes(f"changed {round_}"))
+    status = ocrwatch_cli(home, "status", "--database", str(home.database))
+    assert "Traceback" not in status.stdout + status.stderr
