@@ -9,6 +9,7 @@ the wait for the first check but never replaces it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
@@ -27,7 +28,7 @@ from watchdog.events import (
     FileSystemEventHandler,
 )
 from watchdog.observers import Observer
-from watchdog.observers.api import BaseObserver
+from watchdog.observers.api import BaseObserver, ObservedWatch
 from watchdog.observers.polling import PollingObserver
 
 from ocrwatch.errors import TransientError
@@ -40,6 +41,7 @@ NETWORK_FS = frozenset({"nfs", "nfs4", "cifs", "smb3", "smbfs", "fuse.sshfs", "9
                         "fuse.rclone", "davfs", "fuse.davfs2", "ncpfs", "glusterfs", "ceph"})
 INCOMPLETE_GRACE = 15.0  # settle periods a file that looks incomplete may keep us waiting
 RETRY_SECONDS = 5.0  # a file that could not be recorded is offered again after this (+settle)
+ROOT_CHECK_SECONDS = 1.0  # how often the watched folders are checked for being gone or back
 
 
 def is_ignored_name(name: str) -> bool:
@@ -175,11 +177,15 @@ def make_observer(kind: str, folders: list[Path]) -> BaseObserver:
 class _Handler(FileSystemEventHandler):
     """Only enqueues: watchdog calls it on its own thread, without guarding errors."""
 
-    def __init__(self, events: queue.Queue[tuple[str, Path]]) -> None:
+    def __init__(self, events: queue.Queue[tuple[str, Path]], roots: list[Path]) -> None:
         self.events = events
+        self.roots = set(roots)
 
     def on_any_event(self, event: FileSystemEvent) -> None:
         src = Path(os.fsdecode(event.src_path))
+        if event.event_type == "deleted" and src in self.roots:
+            self.events.put(("root-gone", src))  # its watch has ended with it
+            return
         if isinstance(event, DirMovedEvent):
             # A folder moved in arrives as one event: look inside it.
             self.events.put(("gone-tree", src))
@@ -227,8 +233,13 @@ class Settler:
         scan: Callable[[], Iterator[Path]] | None = None,
         clock: Callable[[], float] = time.monotonic,
         gone_tree: Callable[[Path], None] | None = None,
+        tick: Callable[[set[Path]], None] | None = None,
     ) -> None:
         self.roots = roots
+        # Called about once a second with the roots whose deletion was seen since.
+        self.tick = tick
+        self._roots_gone: set[Path] = set()
+        self._next_tick = 0.0
         self.gone_tree = gone_tree or (lambda folder: None)
         self.settle = settle_seconds
         self.ready = ready
@@ -265,6 +276,9 @@ class Settler:
             return
         if kind == "rescan":
             self._scan()
+            return
+        if kind == "root-gone":
+            self._roots_gone.add(path)
             return
         if kind == "scan":
             for found in walk([path]):
@@ -347,6 +361,10 @@ class Settler:
             except queue.Empty:
                 pass
             self._guarded(self.check)
+            if self.tick is not None and self.clock() >= self._next_tick:
+                self._next_tick = self.clock() + ROOT_CHECK_SECONDS
+                gone, self._roots_gone = self._roots_gone, set()
+                self._guarded(self.tick, gone)
             if self._next_rescan is not None and self.clock() >= self._next_rescan:
                 assert self.rescan_seconds is not None
                 self._next_rescan = self.clock() + self.rescan_seconds
@@ -389,11 +407,50 @@ class Watcher:
         self.roots = roots
         self.settler = Settler(roots, settle_seconds, ready, gone,
                                rescan_seconds=rescan_seconds, scan=lambda: walk(roots),
-                               gone_tree=gone_tree)
+                               gone_tree=gone_tree, tick=self._check_roots)
         self.observer = make_observer(observer, roots)
-        handler = _Handler(self.settler.events)
+        self._handler = _Handler(self.settler.events, roots)
+        # Each root's watch and the folder (device, inode) it watches; None: not armed.
+        self._armed: dict[Path, tuple[ObservedWatch, tuple[int, int]] | None] = {}
         for root in roots:
-            self.observer.schedule(handler, str(root), recursive=True)
+            self._armed[root] = None
+            if not self._arm(root):
+                log.warning("the watched folder %s does not exist; it is watched once it "
+                            "is made", root)
+
+    def _arm(self, root: Path) -> bool:
+        try:
+            st = os.stat(root)
+            watch = self.observer.schedule(self._handler, str(root), recursive=True)
+        except OSError:
+            return False
+        self._armed[root] = (watch, (st.st_dev, st.st_ino))
+        return True
+
+    def _check_roots(self, deleted: set[Path]) -> None:
+        """Re-arm a watched folder that was deleted (or replaced) and is there again.
+
+        A deleted folder's watch ends with it (inotify drops it), so a folder made again
+        under the same name would go unwatched until the next rescan.
+        """
+        for root, armed in self._armed.items():
+            try:
+                st = os.stat(root)
+                now: tuple[int, int] | None = (st.st_dev, st.st_ino)
+            except OSError:
+                now = None
+            if armed is not None and now == armed[1] and root not in deleted:
+                continue  # the same folder, still watched
+            if armed is not None:
+                with contextlib.suppress(KeyError, OSError):
+                    self.observer.unschedule(armed[0])
+                self._armed[root] = None
+                if now is None:
+                    log.warning("the watched folder %s is gone; it is watched again once "
+                                "it is back", root)
+            if now is not None and self._arm(root):
+                log.info("the watched folder %s is there again: watching it", root)
+                self.settler.feed("scan", root)  # files that came with it
 
     def start(self) -> None:
         self.observer.start()

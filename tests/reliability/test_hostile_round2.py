@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
+import shutil
 import socket
 import stat
 import tempfile
@@ -354,3 +356,28 @@ def test_add_while_paused_reads_and_says_how_to_resume(
         scan.write_bytes(image_bytes(f"changed {round_}"))
     status = ocrwatch_cli(home, "status", "--database", str(home.database))
     assert "Traceback" not in status.stdout + status.stderr
+
+
+# -- 7. the watcher re-arms when its folder is deleted and made again ----------------------
+def test_inbox_deleted_and_made_again_is_watched_again(
+        home: Home, run_daemon: StartDaemon, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="ocrwatch")
+    _daemon, _engine = run_daemon(rescan_minutes=60.0)  # no rescan to fall back on
+    first = drop(home.inbox / "first.png", image_bytes("before"))
+    wait_for(lambda: ended(home.database, first, "done"), 30, "the first file")
+    # Gone for a while (the daemon notices), then back.
+    shutil.rmtree(home.inbox)
+    wait_for(lambda: "is gone" in caplog.text, 15, "the daemon to notice the folder is gone")
+    home.inbox.mkdir()
+    came_with = drop(home.inbox / "came-with-it.png", image_bytes("came with the folder"))
+    wait_for(lambda: ended(home.database, came_with, "done"), 30, "a file made with it")
+    later = drop(home.inbox / "later.png", image_bytes("after it came back"))
+    wait_for(lambda: ended(home.database, later, "done"), 30, "a file dropped later")
+    # Deleted and made again at once (maybe with the same inode number).
+    shutil.rmtree(home.inbox)
+    home.inbox.mkdir()
+    quick = drop(home.inbox / "quick.png", image_bytes("right after a quick swap"))
+    wait_for(lambda: ended(home.database, quick, "done"), 30, "a file after a quick swap")
+    quicker = drop(home.inbox / "sub" / "quicker.png", image_bytes("in a new subfolder"))
+    wait_for(lambda: ended(home.database, quicker, "done"), 30, "a file in a new subfolder")
+    check_fake_sidecars(quicker, 1)
