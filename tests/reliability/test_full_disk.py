@@ -258,10 +258,10 @@ def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
 
 def _fill(folder: Path) -> Path:
     filler = folder / "filler.bin"
-    with filler.open("wb") as fh, contextlib.suppress(OSError):
+    # Unbuffered: a buffered writer would retry its last chunk on close and fail there.
+    with filler.open("wb", buffering=0) as fh, contextlib.suppress(OSError):
         while True:
             fh.write(b"\0" * 65536)
-            fh.flush()
     return filler
 
 

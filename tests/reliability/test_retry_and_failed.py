@@ -48,7 +48,7 @@ def test_retry_all_failed_while_stopped(home: Home,
     assert daemon.stop() == 0
     done = ocrwatch_cli(home, "retry", "--database", str(home.database), "--all-failed")
     assert done.returncode == 0, done.stderr
-    assert "2 files queued again; they are read when the daemon next runs" in done.stdout
+    assert "2 files queued again; they will be read when the daemon next runs" in done.stdout
     daemon.start(OCRWATCH_FAKE_FAIL="nothing-fails-now")
     for path in bad:
         row = wait_for(partial(ended, home.database, path), 30, "the retried file")
@@ -69,7 +69,7 @@ def test_retry_one_path_through_the_running_daemon(
     assert nothing.returncode == 0, nothing.stderr
     again = ocrwatch_cli(home, "retry", str(first))
     assert again.returncode == 0, again.stderr
-    assert "1 file queued again; the daemon will read them again" in again.stdout
+    assert "1 file queued again; the daemon will read it again" in again.stdout
     # Still failing (the engine still fails it): failed again, with its reason, not stuck.
     wait_for(lambda: (r := job(home.database, first)) and r["state"] == "failed"
              and r["updated"] > r["created"], 30, "the retried file to fail again")
