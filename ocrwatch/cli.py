@@ -220,12 +220,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 # -- the daemon ---------------------------------------------------------------------
 def cmd_run(args: argparse.Namespace) -> int:
-    from ocrwatch.control import ControlServer, InstanceLock
-    from ocrwatch.daemon import Daemon
     from ocrwatch.logs import setup_logging
+    from ocrwatch.native_stderr import NativeStderr
 
     config = _load(args)
     log_file = setup_logging(config.log_level)
+    native = NativeStderr().start()  # Leptonica, GTK and friends write to fd 2: the log
+    try:
+        return _run(args, config, log_file)
+    finally:
+        native.close()
+
+
+def _run(args: argparse.Namespace, config: config_mod.Config, log_file: Path) -> int:
+    from ocrwatch.control import ControlServer, InstanceLock
+    from ocrwatch.daemon import Daemon
+
     lock = InstanceLock()
     lock.acquire()  # raises DaemonRunning naming the other one
     try:

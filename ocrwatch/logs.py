@@ -21,6 +21,7 @@ from typing import Any
 
 from ocrwatch import paths
 from ocrwatch.errors import OcrwatchError
+from ocrwatch.native_stderr import is_native
 from ocrwatch.private import PRIVATE_FILE, private_dir
 from ocrwatch.termsafe import safe_lines
 
@@ -170,6 +171,7 @@ def setup_logging(
     if stderr:
         err = logging.StreamHandler(sys.stderr)
         err.setFormatter(SafeFormatter(STDERR_FORMAT))
+        err.addFilter(lambda record: not is_native(record))  # native chatter: file only
         new.append(err)
     limit = RateLimit()
     for handler in new:

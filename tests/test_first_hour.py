@@ -236,3 +236,43 @@ def test_add_shows_progress_in_pages(user: Path) -> None:
     assert "4/4" in last and ("page/s" in last or "s/page" in last), done.stderr
     assert "2/2 files" in last, done.stderr
     assert done.stdout.startswith("2 read, 0 failed"), done.stdout
+
+
+# -- console hygiene ----------------------------------------------------------------------
+def test_native_stderr_goes_to_the_log_not_the_console(user: Path) -> None:
+    """What C code writes to descriptor 2 (Leptonica, GTK) lands in the log file; the
+    console keeps the daemon's own lines. The test writes into the running daemon's
+    descriptor 2 from outside, through /proc, as a native library inside it would."""
+    from helpers import wait_for
+
+    proc_fd = Path("/proc/self/fd/2")
+    if not proc_fd.exists():
+        pytest.skip("needs /proc")
+    inbox = user / "inbox"
+    inbox.mkdir()
+    env = child_env(user)
+    console = user / "console.txt"
+    with console.open("wb") as out:
+        daemon = subprocess.Popen([sys.executable, "-m", "ocrwatch", "run", "--no-tray",
+                                   "--engine", "fake", "--inbox", str(inbox)], env=env,
+                                  stdout=out, stderr=out)
+    try:
+        wait_for(lambda: "watching" in console.read_text(errors="replace"), 60, "the daemon")
+        native = "Error in boxClipToRectangle: box outside rectangle"
+        gtk = "(ocrwatch:1234): Gdk-CRITICAL **: gdk_window_get_scale_factor: assertion"
+        with open(f"/proc/{daemon.pid}/fd/2", "w") as fd2:
+            fd2.write(f"{native}\n{gtk}\n")
+        log = user / ".local" / "state" / "ocrwatch" / "log" / "ocrwatch.log"
+        wait_for(lambda: log.exists() and gtk in log.read_text(errors="replace"), 30,
+                 "the native lines in the log")
+        text = log.read_text(errors="replace")
+        assert f"ocrwatch.native: {native}" in text, text
+        assert run(user, "stop", env=env).returncode == 0
+        assert daemon.wait(timeout=60) == 0
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.wait(timeout=30)
+    shown = console.read_text(errors="replace")
+    assert native not in shown and "Gdk-CRITICAL" not in shown, shown
+    assert "watching" in shown and "stopped" in shown, shown  # the daemon's own lines stay
