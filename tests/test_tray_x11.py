@@ -18,6 +18,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -578,3 +579,64 @@ def test_x_fallback_icon_appears_when_the_tray_host_starts_later(xsession: X) ->
     finally:
         proc.stdin.close()
         wait_for("the tray to end", lambda: proc.poll() is not None, timeout=30)
+
+
+def _read_screen(image: Image.Image) -> str:
+    """The words on a screenshot, read with the Tesseract that ocrwatch ships with."""
+    import tesserocr
+
+    from ocrwatch.engines.tesseract import available_languages
+
+    tessdata = available_languages(None)["eng"].parent
+    big = image.resize((image.width * 2, image.height * 2), Image.Resampling.LANCZOS)
+    return " ".join(tesserocr.image_to_text(big, path=str(tessdata) + os.sep).split())
+
+
+def test_status_submenu_while_a_pdf_is_read(xsession: X) -> None:
+    """The Status submenu names the file and page being read, the rate and the
+    languages, while a multi-page PDF goes through (screenshot: docs/tray-status.png)."""
+    from helpers import save_pdf
+
+    x = xsession
+    d = start_daemon(x)
+    try:
+        wait_icon(x, "idle", "idle-before-pdf")
+        d.inbox.mkdir(parents=True, exist_ok=True)
+        save_pdf(x.workdir / "minutes.pdf", [[f"Minutes, page {n}"] for n in range(1, 9)])
+        (x.workdir / "minutes.pdf").rename(d.inbox / "minutes.pdf")
+
+        def later_page() -> bool:
+            reading = d.status().get("reading") or []
+            return bool(reading) and reading[0]["done"] >= 2 and \
+                d.status().get("pages_per_second") is not None
+        wait_for("a later page of minutes.pdf", later_page, timeout=60)
+        _shot, icon = wait_icon(x, "working", "working-pdf")
+
+        def submenu_shows_progress() -> tuple[Image.Image, Geometry, str] | None:
+            # The tray rebuilds a menu for new numbers every few seconds: look until the
+            # one that opens shows a later page and the rate.
+            menu = x.open_menu(icon)
+            before = x.visible()
+            x.xdotool("key", "Up", "Up", "Right")
+            sub = wait_for("the Status submenu", lambda: next(
+                (g for g in map(x.geometry, x.visible() - before)
+                 if g.w > 80 and g.h > 40), None))
+            time.sleep(0.3)  # let the menu finish drawing: only the picture needs it
+            shot = x.screenshot("status")
+            words = _read_screen(shot.crop((sub.x, sub.y, sub.x + sub.w, sub.y + sub.h)))
+            x.xdotool("key", "Escape", "Escape")
+            x.close_menu(menu)
+            later = re.search(r"minutes\.pdf, page [2-8] of 8", words)
+            return (shot, menu.union(sub), words) if later and "pages/s" in words else None
+
+        shot, area, words = wait_for("the submenu to show the PDF's progress",
+                                     submenu_shows_progress, timeout=60, every=1.0)
+        save_doc(shot, icon, "status", menu=area)
+        assert "Languages: eng" in words and "Engine: fake (ready)" in words, words
+        assert "State: working" in words, words
+    finally:
+        if d.proc.poll() is None:
+            subprocess.run([*OCRWATCH, "stop"], env=d.env, capture_output=True, timeout=90)
+        if d.proc.poll() is None:
+            d.proc.terminate()
+        d.proc.wait(timeout=60)
