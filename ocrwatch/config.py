@@ -98,6 +98,8 @@ class Config:
     on_done: list[str] = field(default_factory=list)  # argv run after each file is done
     on_done_timeout: float = 60.0
     notify_batch: bool = False  # a desktop notification when the queue empties
+    delete_sidecars: bool = True  # a deleted original takes the sidecars ocrwatch wrote along
+    cache_dir: Path = field(default_factory=paths.cache_dir)  # page thumbnails
     vllm: VllmConfig = field(default_factory=VllmConfig)
     remote: RemoteConfig = field(default_factory=RemoteConfig)
 
@@ -449,6 +451,11 @@ def _check_loops(config: Config) -> None:
             raise ConfigError(
                 f"{config.source}: database {config.database} is inside the watched folder "
                 f"{inbox}. Keep the index outside the inbox."
+            )
+        if _inside(config.cache_dir, inbox):
+            raise ConfigError(
+                f"{config.source}: cache_dir {config.cache_dir} is inside the watched folder "
+                f"{inbox}; its page thumbnails would be read. Choose a folder outside it."
             )
         if config.output_dir is not None and _inside(inbox, config.output_dir):
             raise ConfigError(

@@ -30,6 +30,7 @@ from ocrwatch.db import Database, is_disk_full
 from ocrwatch.domain import Job, Page, PageText
 from ocrwatch.engines import Choice, Engine, choose, create
 from ocrwatch.errors import EngineUnavailable, InputError, OcrwatchError, TransientError
+from ocrwatch.follow import Follower
 from ocrwatch.hooks import AfterDone, Finished
 from ocrwatch.index import cached_result, store_result
 from ocrwatch.jobs import JobQueue, Seen, file_sha256
@@ -51,6 +52,7 @@ from ocrwatch.sidecar import (
     write_sidecars,
 )
 from ocrwatch.status import EngineStatus, PageRate, Reading, Status
+from ocrwatch.thumbs import Thumbnails
 from ocrwatch.watch import Watcher
 
 log = logging.getLogger(__name__)
@@ -124,6 +126,9 @@ class Daemon:
         self.log_file = log_file
         self.db = Database(config.database, origin=config.origin("database"))
         self.jobs = JobQueue(self.db)
+        self.thumbs = Thumbnails(config.cache_dir / "thumbnails")
+        self.follower = Follower(self.jobs, config, self.thumbs)
+        self._web: Any = None  # the search page's server, started on first use
         if engine is None:
             self.choice = choose(config)
             self.engine: Engine = create(config, self.choice.name)
@@ -184,6 +189,8 @@ class Daemon:
                 self.config.inbox, self.config.settle_seconds, self.consider, self._gone,
                 observer=self.config.observer,
                 rescan_seconds=self.config.rescan_minutes * 60,
+                gone_tree=self.follower.gone_tree, moved=self.follower.moved,
+                moved_tree=self.follower.moved_tree, prune=self.follower.missing,
             )
             self._watcher.start()
         log.info("ocrwatch %s watching %s with the %s engine (%s)%s", __version__,
@@ -298,8 +305,13 @@ class Daemon:
                 st = os.fstat(fh.fileno())
                 if self.jobs.is_current(path, st.st_size, st.st_mtime_ns):
                     return Seen.UNCHANGED
+                new = self.jobs.known(path) is None
+                if new and self.follower.relocated(path, st):
+                    return Seen.UNCHANGED  # the same inode, moved while nothing watched
                 check_size(st.st_size, Limits.from_config(self.config))  # before hashing
                 sha = file_sha256(fh)
+                if new and self.follower.relocated(path, st, sha):
+                    return Seen.UNCHANGED  # the same content, moved while nothing watched
         except (FileNotFoundError, NotRegular):
             return None  # gone again before we looked, or not a file: nothing to do
         except OSError as exc:
@@ -309,7 +321,8 @@ class Daemon:
             self.jobs.reject(path, str(exc))
             return None
         try:
-            seen = self.jobs.offer(path, st.st_size, st.st_mtime_ns, sha)
+            seen = self.jobs.offer(path, st.st_size, st.st_mtime_ns, sha, dev=st.st_dev,
+                                   inode=st.st_ino)
         except TransientError as exc:
             # Raised on: the watcher keeps the file and offers it again a little later,
             # instead of forgetting it until the next rescan.
@@ -341,8 +354,7 @@ class Daemon:
             if path.absolute() in self._retired:
                 self._retired.discard(path.absolute())
                 return  # archived or deleted after reading: its index entry stays
-        if self.jobs.forget(path.absolute()):
-            log.info("%s was removed: dropped from the index", path)
+        self.follower.gone(path)
 
     # -- preparing pages ---------------------------------------------------------------
     def _prepare_loop(self) -> None:
@@ -408,6 +420,8 @@ class Daemon:
                 for page in iter_pages(job.path, self.config, self.engine.max_side, fh):
                     _still_there(fh, job.path)  # a deleted file is not read to its end
                     work.total = page.count
+                    if job.sha256:
+                        self.thumbs.save(job.sha256, page.index + 1, page.image)
                     with self._cond:
                         while (self._waiting >= self._max_waiting and not self.stopping
                                and not self._paused):

@@ -104,11 +104,41 @@ def _m004_moves(db: sqlite_utils.Database) -> None:
     )
 
 
+def _m005_names(db: sqlite_utils.Database) -> None:
+    # Where a file lives on disk, so that a file moved while nothing watched is known
+    # again by its inode (with its size and time) instead of being read a second time.
+    db.execute("ALTER TABLE jobs ADD COLUMN dev INTEGER")
+    db.execute("ALTER TABLE jobs ADD COLUMN inode INTEGER")
+    db.execute("CREATE INDEX jobs_inode ON jobs(inode)")
+    # File and folder names, searchable on their own: `jobs_fts` (the sqlite-utils
+    # naming, so Datasette and sqlite-utils find it). Kept by triggers on the path only,
+    # so state changes of a job cost nothing here.
+    db["jobs"].enable_fts(  # type: ignore[union-attr]
+        ["display"], fts_version="FTS5", tokenize="unicode61 remove_diacritics 2",
+        create_triggers=False,
+    )
+    db.executescript(
+        """
+        CREATE TRIGGER jobs_ai AFTER INSERT ON jobs BEGIN
+          INSERT INTO jobs_fts(rowid, display) VALUES (new.id, new.display);
+        END;
+        CREATE TRIGGER jobs_ad AFTER DELETE ON jobs BEGIN
+          INSERT INTO jobs_fts(jobs_fts, rowid, display) VALUES ('delete', old.id, old.display);
+        END;
+        CREATE TRIGGER jobs_au AFTER UPDATE OF display ON jobs BEGIN
+          INSERT INTO jobs_fts(jobs_fts, rowid, display) VALUES ('delete', old.id, old.display);
+          INSERT INTO jobs_fts(rowid, display) VALUES (new.id, new.display);
+        END;
+        """
+    )
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite_utils.Database], None]]] = [
     ("001_jobs", _m001_jobs),
     ("002_pages", _m002_pages),
     ("003_settings", _m003_settings),
     ("004_moves", _m004_moves),
+    ("005_names", _m005_names),
 ]
 
 

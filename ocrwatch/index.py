@@ -36,11 +36,51 @@ class Hit:
     snippet: str  # matches between HIGHLIGHT markers
     rank: float
     md_path: str | None
+    job_id: int = 0
+    mtime: float | None = None  # the file's modification time (seconds since the epoch)
 
     def as_dict(self) -> dict[str, object]:
         data = asdict(self)
         data["snippet"] = self.snippet.replace(HIGHLIGHT[0], "[").replace(HIGHLIGHT[1], "]")
         return data
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Narrowing a search: all given conditions hold for every hit."""
+
+    folder: Path | None = None  # in this folder or below it
+    name: str | None = None  # words in the file's or its folders' names
+    after: float | None = None  # modified at or after (seconds since the epoch)
+    before: float | None = None  # modified before
+    types: tuple[str, ...] = ()  # file name endings, e.g. (".pdf", ".jpg")
+
+    def sql(self) -> tuple[str, list[object]]:
+        """``AND ...`` conditions on the jobs table ``j`` and their parameters."""
+        where: list[str] = []
+        params: list[object] = []
+        if self.folder is not None:
+            key = encode_path(self.folder).rstrip(b"/")
+            where.append("j.path > ? AND j.path < ?")  # '0' follows '/': the whole subtree
+            params += [key + b"/", key + b"0"]
+        if self.name and self.name.strip():
+            where.append("j.id IN (SELECT rowid FROM jobs_fts WHERE jobs_fts MATCH ?)")
+            params.append(_fts_query(self.name.strip()))
+        if self.after is not None:
+            where.append("j.mtime_ns >= ?")
+            params.append(int(self.after * 1e9))
+        if self.before is not None:
+            where.append("j.mtime_ns < ?")
+            params.append(int(self.before * 1e9))
+        if self.types:
+            where.append("(" + " OR ".join("j.display LIKE ?" for _ in self.types) + ")")
+            params += ["%" + t.lower().lstrip("*") for t in self.types]
+        return "".join(" AND " + w for w in where), params
+
+    def __bool__(self) -> bool:
+        return bool(self.folder or (self.name and self.name.strip()) or self.after is not None
+                    or self.before is not None or self.types)
+
 
 
 def store_result(
@@ -139,30 +179,48 @@ def _fts_query(query: str) -> str:
     return " ".join(out)
 
 
-def search(db: Database, query: str, *, limit: int = 20,
+def search(db: Database, query: str, *, limit: int = 20, offset: int = 0,
+           filters: Filters | None = None,
            time_limit: float | None = QUERY_SECONDS) -> list[Hit]:
     """Ranked hits for ``query``; raises SearchError with a plain message when malformed.
 
-    A query that runs longer than ``time_limit`` seconds is stopped (SearchTimeout).
+    With an empty query and a ``filters.name``, the files whose names match (first page
+    each), ranked by how well the name matches. A query that runs longer than
+    ``time_limit`` seconds is stopped (SearchTimeout).
     """
     with db.time_limit(time_limit):
-        return _search(db, query, limit=limit)
+        return _search(db, query, limit=limit, offset=offset, filters=filters)
 
 
-def _search(db: Database, query: str, *, limit: int) -> list[Hit]:
+def _search(db: Database, query: str, *, limit: int, offset: int,
+            filters: Filters | None) -> list[Hit]:
     query = query.strip()
-    if not query:
+    filters = filters or Filters()
+    if not query and not (filters.name and filters.name.strip()):
         raise SearchError("the query is empty; give one or more words to look for")
     if not 1 <= limit <= MAX_HITS:
         raise SearchError(f"the number of hits must be between 1 and {MAX_HITS}")
     if len(query.split()) > MAX_TERMS:
         raise SearchError(f"the query has {len(query.split())} words; at most {MAX_TERMS} "
                           "are searched at once, so keep the most telling ones")
+    if offset < 0:
+        raise SearchError("the offset must not be negative")
+    extra, fparams = filters.sql()
     base = (
-        "SELECT j.display AS path, p.page AS page, j.pages AS pages, j.md_path AS md_path, "
+        "SELECT j.id AS job_id, j.display AS path, p.page AS page, j.pages AS pages, "
+        "j.md_path AS md_path, j.mtime_ns AS mtime_ns, "
     )
     try:
-        if _CJK.search(query):
+        if not query:
+            sql = (
+                base + "substr(p.text, 1, 160) AS snippet, bm25(jobs_fts) AS rank "
+                "FROM jobs_fts JOIN jobs j ON j.id = jobs_fts.rowid "
+                "JOIN pages p ON p.job_id = j.id AND p.page = 1 "
+                f"WHERE jobs_fts MATCH ? {extra} ORDER BY rank LIMIT ? OFFSET ?"
+            )
+            assert filters.name is not None
+            rows = db.query(sql, (_fts_query(filters.name.strip()), *fparams, limit, offset))
+        elif _CJK.search(query):
             terms = query.split()
             if all(len(t) >= 3 for t in terms):
                 match = " ".join('"' + t.replace('"', '""') + '"' for t in terms)
@@ -170,9 +228,9 @@ def _search(db: Database, query: str, *, limit: int) -> list[Hit]:
                     base + "snippet(pages_tri, 0, ?, ?, '…', 16) AS snippet, "
                     "bm25(pages_tri) AS rank FROM pages_tri "
                     "JOIN pages p ON p.id = pages_tri.rowid JOIN jobs j ON j.id = p.job_id "
-                    "WHERE pages_tri MATCH ? ORDER BY rank LIMIT ?"
+                    f"WHERE pages_tri MATCH ? {extra} ORDER BY rank LIMIT ? OFFSET ?"
                 )
-                rows = db.query(sql, (*HIGHLIGHT, match, limit))
+                rows = db.query(sql, (*HIGHLIGHT, match, *fparams, limit, offset))
             else:
                 # Trigrams need three characters; shorter CJK words are found by scanning.
                 like = [f"%{t}%" for t in terms]
@@ -180,13 +238,12 @@ def _search(db: Database, query: str, *, limit: int) -> list[Hit]:
                 sql = (
                     base + "substr(p.text, max(1, instr(p.text, ?) - 20), 60) AS snippet, "
                     f"0.0 AS rank FROM pages p JOIN jobs j ON j.id = p.job_id WHERE {where} "
-                    "ORDER BY j.finished DESC LIMIT ?"
+                    f"{extra} ORDER BY j.finished DESC LIMIT ? OFFSET ?"
                 )
-                rows = db.query(sql, (terms[0], *like, limit))
+                rows = db.query(sql, (terms[0], *like, *fparams, limit, offset))
                 return [
-                    Hit(r["path"], r["page"], r["pages"] or 0,
-                        r["snippet"].replace(terms[0], HIGHLIGHT[0] + terms[0] + HIGHLIGHT[1]),
-                        0.0, _md(r["md_path"]))
+                    _hit(r, r["snippet"].replace(terms[0],
+                                                 HIGHLIGHT[0] + terms[0] + HIGHLIGHT[1]))
                     for r in rows
                 ]
         else:
@@ -194,21 +251,24 @@ def _search(db: Database, query: str, *, limit: int) -> list[Hit]:
                 base + "snippet(pages_fts, 0, ?, ?, '…', 12) AS snippet, "
                 "bm25(pages_fts) AS rank FROM pages_fts "
                 "JOIN pages p ON p.id = pages_fts.rowid JOIN jobs j ON j.id = p.job_id "
-                "WHERE pages_fts MATCH ? ORDER BY rank LIMIT ?"
+                f"WHERE pages_fts MATCH ? {extra} ORDER BY rank LIMIT ? OFFSET ?"
             )
-            rows = db.query(sql, (*HIGHLIGHT, _fts_query(query), limit))
+            rows = db.query(sql, (*HIGHLIGHT, _fts_query(query), *fparams, limit, offset))
     except sqlite3.OperationalError as exc:
         if "fts5" in str(exc) or "syntax" in str(exc) or "no such column" in str(exc):
             raise SearchError(
-                f"could not understand the query {query!r}: use words, \"quoted phrases\", "
-                "AND, OR, NOT and prefix* (for example: invoice AND \"March 2024\")"
+                f"could not understand the query {query or filters.name!r}: use words, "
+                "\"quoted phrases\", AND, OR, NOT and prefix* "
+                "(for example: invoice AND \"March 2024\")"
             ) from None
         raise
-    return [
-        Hit(r["path"], r["page"], r["pages"] or 0, r["snippet"], float(r["rank"]),
-            _md(r["md_path"]))
-        for r in rows
-    ]
+    return [_hit(r, r["snippet"]) for r in rows]
+
+
+def _hit(r: sqlite3.Row, snippet: str) -> Hit:
+    mtime = r["mtime_ns"]
+    return Hit(r["path"], r["page"], r["pages"] or 0, snippet, float(r["rank"]),
+               _md(r["md_path"]), int(r["job_id"]), mtime / 1e9 if mtime is not None else None)
 
 
 def _md(raw: bytes | None) -> str | None:

@@ -11,6 +11,7 @@ import json
 import logging
 import sqlite3
 import time
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import BinaryIO
@@ -35,6 +36,30 @@ def file_sha256(source: Path | BinaryIO, chunk: int = 1 << 20) -> str:
     while block := source.read(chunk):
         digest.update(block)
     return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class Forgotten:
+    """A job dropped from the index: what is needed to clean up after it."""
+
+    id: int
+    path: Path
+    sha256: str | None
+    md_path: Path | None
+    txt_path: Path | None
+    pages: list[tuple[str, str]]  # (markdown, text) of each page, to recognise our sidecars
+    finished: float | None = None  # when its result was stored
+
+
+@dataclass(frozen=True)
+class Moved:
+    """A job whose file was moved: its row now names ``path``."""
+
+    id: int
+    old: Path
+    path: Path
+    md_path: Path | None  # where its sidecars are now (moved along with a folder or not)
+    txt_path: Path | None
 
 
 class Seen(StrEnum):
@@ -89,7 +114,8 @@ class JobQueue:
         )
         return bool(rows) and rows[0]["size"] == size and rows[0]["mtime_ns"] == mtime_ns
 
-    def offer(self, path: Path, size: int, mtime_ns: int, sha256: str) -> Seen:
+    def offer(self, path: Path, size: int, mtime_ns: int, sha256: str, *,
+              dev: int | None = None, inode: int | None = None) -> Seen:
         """Record a settled file; queue it when new or when its content changed."""
         now = time.time()
         key = encode_path(path)
@@ -100,36 +126,118 @@ class JobQueue:
             if row is None:
                 conn.execute(
                     "INSERT INTO jobs(id, path, display, sha256, size, mtime_ns, state, "
-                    "attempts, not_before, created, updated) "
-                    "VALUES (?, ?, ?, ?, ?, ?, 'queued', 0, 0, ?, ?)",
-                    (_new_id(conn), key, display_path(path), sha256, size, mtime_ns, now, now),
+                    "attempts, not_before, created, updated, dev, inode) "
+                    "VALUES (?, ?, ?, ?, ?, ?, 'queued', 0, 0, ?, ?, ?, ?)",
+                    (_new_id(conn), key, display_path(path), sha256, size, mtime_ns, now, now,
+                     dev, inode),
                 )
                 return Seen.NEW
             job_id, old_sha, state = row
             if old_sha == sha256 and state != State.RUNNING:
                 # Touched but same content: remember the new stat, keep the result.
                 conn.execute(
-                    "UPDATE jobs SET size = ?, mtime_ns = ?, updated = ? WHERE id = ?",
-                    (size, mtime_ns, now, job_id),
+                    "UPDATE jobs SET size = ?, mtime_ns = ?, updated = ?, "
+                    "dev = COALESCE(?, dev), inode = COALESCE(?, inode) WHERE id = ?",
+                    (size, mtime_ns, now, dev, inode, job_id),
                 )
                 return Seen.UNCHANGED
             conn.execute(
                 "UPDATE jobs SET sha256 = ?, size = ?, mtime_ns = ?, state = 'queued', "
-                "reason = NULL, attempts = 0, not_before = 0, updated = ? WHERE id = ?",
-                (sha256, size, mtime_ns, now, job_id),
+                "reason = NULL, attempts = 0, not_before = 0, updated = ?, "
+                "dev = COALESCE(?, dev), inode = COALESCE(?, inode) WHERE id = ?",
+                (sha256, size, mtime_ns, now, dev, inode, job_id),
             )
             return Seen.CHANGED
 
     def forget(self, path: Path) -> bool:
         """The file is gone: drop its job and its index entries."""
-        key = encode_path(path)
+        return self.remove(path) is not None
+
+    def remove(self, path: Path) -> Forgotten | None:
+        """Like :meth:`forget`, returning what the caller needs to clean up after it."""
         with self.db.transaction() as conn:
-            row = conn.execute("SELECT id FROM jobs WHERE path = ?", (key,)).fetchone()
+            found = _forget_where(conn, "path = ?", (encode_path(path),))
+        return found[0] if found else None
+
+    def forget_tree(self, folder: Path) -> list[Forgotten]:
+        """A folder is gone (deleted, or moved out of the watched folders)."""
+        low, high = _tree_range(folder)
+        with self.db.transaction() as conn:
+            return _forget_where(conn, "path > ? AND path < ?", (low, high))
+
+    def forget_ids(self, ids: list[int]) -> list[Forgotten]:
+        out: list[Forgotten] = []
+        with self.db.transaction() as conn:
+            for job_id in ids:
+                out += _forget_where(conn, "id = ?", (job_id,))
+        return out
+
+    def missing(self) -> list[Path]:
+        """Known files that no longer exist (the rescan prunes them)."""
+        import os
+
+        return [decode_path(r["path"]) for r in self.db.query("SELECT path FROM jobs")
+                if not os.path.lexists(os.fsdecode(r["path"]))]
+
+    def move(self, old: Path, new: Path) -> tuple[Moved | None, Forgotten | None]:
+        """A file was renamed or moved: its row follows it, with its pages and state.
+
+        A known file that the move replaced is forgotten (returned second).
+        """
+        old_key, new_key = encode_path(old), encode_path(new)
+        with self.db.transaction() as conn:
+            row = conn.execute("SELECT id, md_path, txt_path FROM jobs WHERE path = ?",
+                               (old_key,)).fetchone()
             if row is None:
-                return False
-            conn.execute("DELETE FROM pages WHERE job_id = ?", (row[0],))
-            conn.execute("DELETE FROM jobs WHERE id = ?", (row[0],))
-        return True
+                return None, None
+            replaced = _forget_where(conn, "path = ?", (new_key,))
+            conn.execute("UPDATE jobs SET path = ?, display = ?, updated = ? WHERE id = ?",
+                         (new_key, display_path(new), time.time(), row[0]))
+        return (Moved(row[0], old, new, _opt_path(row[1]), _opt_path(row[2])),
+                replaced[0] if replaced else None)
+
+    def move_tree(self, old: Path, new: Path) -> list[Moved]:
+        """A folder was renamed or moved: every row under it follows.
+
+        Sidecars kept beside the originals moved with the folder, so their recorded
+        names follow too; those kept in ``output_dir`` are the caller's to move.
+        """
+        low, high = _tree_range(old)
+        old_key, new_key = encode_path(old), encode_path(new)
+        out: list[Moved] = []
+        now = time.time()
+        with self.db.transaction() as conn:
+            rows = conn.execute("SELECT id, path, md_path, txt_path FROM jobs "
+                                "WHERE path > ? AND path < ?", (low, high)).fetchall()
+            for job_id, key, md, txt in rows:
+                dest = new_key + key[len(old_key):]
+                conn.execute("DELETE FROM pages WHERE job_id IN "
+                             "(SELECT id FROM jobs WHERE path = ?)", (dest,))
+                conn.execute("DELETE FROM jobs WHERE path = ?", (dest,))
+                md, txt = (_rebase(v, old_key, new_key) for v in (md, txt))
+                conn.execute("UPDATE jobs SET path = ?, display = ?, md_path = ?, txt_path = ?, "
+                             "updated = ? WHERE id = ?",
+                             (dest, display_path(decode_path(dest)), md, txt, now, job_id))
+                out.append(Moved(job_id, decode_path(key), decode_path(dest), _opt_path(md),
+                                 _opt_path(txt)))
+        return out
+
+    def moved_away(self, dev: int, inode: int, size: int, mtime_ns: int,
+                   sha256: str | None = None) -> Job | None:
+        """A known job whose file is gone and that ``path`` may be, moved while nothing
+        watched: the same inode, size and time, or else the same content (``sha256``)."""
+        import os
+
+        rows = self.db.query(
+            "SELECT * FROM jobs WHERE dev = ? AND inode = ? AND size = ? AND mtime_ns = ?",
+            (dev, inode, size, mtime_ns))
+        if sha256 is not None:
+            rows += self.db.query("SELECT * FROM jobs WHERE sha256 = ? AND state = 'done'",
+                                  (sha256,))
+        for row in rows:
+            if not os.path.lexists(os.fsdecode(row["path"])):
+                return _job(row)
+        return None
 
     def reject(self, path: Path, reason: str) -> None:
         """Record a file that cannot even be opened (a looping link...) as failed."""
@@ -325,6 +433,38 @@ class JobQueue:
             "ORDER BY finished DESC LIMIT 1"
         )
         return decode_path(rows[0]["md_path"]) if rows else None
+
+
+def _tree_range(folder: Path) -> tuple[bytes, bytes]:
+    """Bounds of the keys of every path under ``folder``: ``folder/`` < key < ``folder0``
+    ('0' follows '/' in ASCII), which the path index answers directly."""
+    key = encode_path(folder).rstrip(b"/")
+    return key + b"/", key + b"0"
+
+
+def _rebase(raw: bytes | None, old: bytes, new: bytes) -> bytes | None:
+    if raw is not None and raw.startswith(old + b"/"):
+        return new + raw[len(old):]
+    return raw
+
+
+def _opt_path(raw: bytes | None) -> Path | None:
+    return decode_path(raw) if raw is not None else None
+
+
+def _forget_where(conn: sqlite3.Connection, where: str,
+                  params: tuple[object, ...]) -> list[Forgotten]:
+    out: list[Forgotten] = []
+    rows = conn.execute("SELECT id, path, sha256, md_path, txt_path, finished FROM jobs "
+                        f"WHERE {where}", params).fetchall()
+    for job_id, key, sha, md, txt, finished in rows:
+        pages = conn.execute("SELECT markdown, text FROM pages WHERE job_id = ? ORDER BY page",
+                             (job_id,)).fetchall()
+        conn.execute("DELETE FROM pages WHERE job_id = ?", (job_id,))
+        conn.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
+        out.append(Forgotten(job_id, decode_path(key), sha, _opt_path(md), _opt_path(txt),
+                             [(m, t) for m, t in pages], finished))
+    return out
 
 
 def warnings_json(warnings: list[str]) -> str | None:

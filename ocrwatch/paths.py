@@ -34,6 +34,10 @@ def default_database() -> Path:
     return data_dir() / "ocrwatch.sqlite3"
 
 
+def cache_dir() -> Path:
+    return Path(platformdirs.user_cache_dir(APP))
+
+
 def log_dir() -> Path:
     return Path(platformdirs.user_log_dir(APP))
 

@@ -260,3 +260,45 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True  # someone else's process: not ours to judge
     return True
+
+
+def remove_if_ours(md: Path | None, txt: Path | None, pages: list[PageText]) -> list[Path]:
+    """Delete sidecars that still hold exactly what ocrwatch wrote; returns those deleted.
+
+    A sidecar the user edited (or replaced with a file of their own) is kept.
+    """
+    removed: list[Path] = []
+    for path, expected in ((md, render_markdown(pages)), (txt, render_text(pages))):
+        if path is None or not pages:
+            continue
+        try:
+            if path.is_symlink() or path.read_text(encoding="utf-8") != expected:
+                continue
+            path.unlink()
+        except (OSError, UnicodeDecodeError):
+            continue
+        removed.append(path)
+    return removed
+
+
+def move_without_overwriting(src: Path, dest: Path) -> bool:
+    """Rename ``src`` to ``dest`` unless ``dest`` exists; False when nothing was moved."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(src, dest)  # fails if dest exists: never replaces anyone's file
+    except FileExistsError:
+        return False
+    except FileNotFoundError:
+        return False
+    except OSError:
+        # File systems without hard links: check, then rename.
+        if os.path.lexists(dest):
+            return False
+        try:
+            os.rename(src, dest)
+        except OSError:
+            return False
+        return True
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(src)
+    return True

@@ -15,7 +15,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,6 +42,12 @@ NETWORK_FS = frozenset({"nfs", "nfs4", "cifs", "smb3", "smbfs", "fuse.sshfs", "9
 INCOMPLETE_GRACE = 15.0  # settle periods a file that looks incomplete may keep us waiting
 RETRY_SECONDS = 5.0  # a file that could not be recorded is offered again after this (+settle)
 ROOT_CHECK_SECONDS = 1.0  # how often the watched folders are checked for being gone or back
+# A file or folder that vanished is dropped from the index only after this many settle
+# periods plus GONE_EXTRA seconds (more than the polling observer's 2 s round): a move
+# whose events come late or as a deletion and a creation (a move between two watched
+# folders) is then recognised by its inode when the new name settles.
+GONE_SETTLES = 2.0
+GONE_EXTRA = 3.0
 
 
 def is_ignored_name(name: str) -> bool:
@@ -174,36 +180,40 @@ def make_observer(kind: str, folders: list[Path]) -> BaseObserver:
     return Observer()
 
 
+Event = tuple[str, Path, Path | None]  # kind, path, and where it went for a move
+
+
 class _Handler(FileSystemEventHandler):
     """Only enqueues: watchdog calls it on its own thread, without guarding errors."""
 
-    def __init__(self, events: queue.Queue[tuple[str, Path]], roots: list[Path]) -> None:
+    def __init__(self, events: queue.Queue[Event], roots: list[Path]) -> None:
         self.events = events
         self.roots = set(roots)
 
     def on_any_event(self, event: FileSystemEvent) -> None:
         src = Path(os.fsdecode(event.src_path))
         if event.event_type == "deleted" and src in self.roots:
-            self.events.put(("root-gone", src))  # its watch has ended with it
+            self.events.put(("root-gone", src, None))  # its watch has ended with it
             return
         if isinstance(event, DirMovedEvent):
-            # A folder moved in arrives as one event: look inside it.
-            self.events.put(("gone-tree", src))
-            self.events.put(("scan", Path(os.fsdecode(event.dest_path))))
+            # One event for the folder: its rows follow, then look inside for the rest.
+            self.events.put(("moved-tree", src, Path(os.fsdecode(event.dest_path))))
             return
         if event.is_directory:
             if event.event_type == "created":
-                self.events.put(("scan", src))
+                self.events.put(("scan", src, None))
+            elif event.event_type == "deleted":
+                # Deleted, or moved out of the watched folders (inotify reports that so).
+                self.events.put(("gone-tree", src, None))
             return
         if isinstance(event, FileMovedEvent):
-            self.events.put(("gone", src))
-            self.events.put(("changed", Path(os.fsdecode(event.dest_path))))
+            self.events.put(("moved", src, Path(os.fsdecode(event.dest_path))))
         elif isinstance(event, FileDeletedEvent):
-            self.events.put(("gone", src))
+            self.events.put(("gone", src, None))
         elif isinstance(event, FileClosedEvent):
-            self.events.put(("closed", src))
+            self.events.put(("closed", src, None))
         elif event.event_type in ("created", "modified"):
-            self.events.put(("changed", src))
+            self.events.put(("changed", src, None))
 
 
 @dataclass
@@ -232,7 +242,10 @@ class Settler:
         rescan_seconds: float | None = None,
         scan: Callable[[], Iterator[Path]] | None = None,
         clock: Callable[[], float] = time.monotonic,
-        gone_tree: Callable[[Path], None] | None = None,
+        gone_tree: Callable[[Path], object] | None = None,
+        moved: Callable[[Path, Path], bool] | None = None,
+        moved_tree: Callable[[Path, Path], object] | None = None,
+        prune: Callable[[], Iterable[Path]] | None = None,
         tick: Callable[[set[Path]], None] | None = None,
     ) -> None:
         self.roots = roots
@@ -241,14 +254,19 @@ class Settler:
         self._roots_gone: set[Path] = set()
         self._next_tick = 0.0
         self.gone_tree = gone_tree or (lambda folder: None)
+        self.moved = moved
+        self.moved_tree = moved_tree
+        self.prune = prune
         self.settle = settle_seconds
         self.ready = ready
         self.gone = gone
         self.rescan_seconds = rescan_seconds
         self.scan = scan
         self.clock = clock
-        self.events: queue.Queue[tuple[str, Path]] = queue.Queue()
+        self.events: queue.Queue[Event] = queue.Queue()
         self.pending: dict[Path, _Pending] = {}
+        self.vanished: dict[Path, tuple[float, bool]] = {}  # path -> (due, is a folder)
+        self._prune_due: float | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._next_rescan: float | None = None
@@ -260,19 +278,39 @@ class Settler:
 
     def stop(self) -> None:
         self._stop.set()
-        self.events.put(("stop", Path()))
+        self.events.put(("stop", Path(), None))
         if self._thread is not None:
             self._thread.join(timeout=10)
 
     def request_rescan(self) -> None:
-        self.events.put(("rescan", Path()))
+        self.events.put(("rescan", Path(), None))
 
     # -- logic (also driven directly by tests) ----------------------------------------
-    def feed(self, kind: str, path: Path) -> None:
+    def feed(self, kind: str, path: Path, dest: Path | None = None) -> None:
+        if kind == "moved" and dest is not None:
+            self.pending.pop(path, None)
+            if wanted(path, self.roots) and wanted(dest, self.roots) and self.moved is not None:
+                # Known: its row follows, and the settle check below finds it current.
+                self.moved(path, dest)
+            elif wanted(path, self.roots):
+                self.feed("gone", path)
+            self.feed("changed", dest)
+            return
+        if kind == "moved-tree" and dest is not None:
+            for known in [p for p in self.pending if p.is_relative_to(path)]:
+                del self.pending[known]
+            inside = any(dest.is_relative_to(r) for r in self.roots) and wanted(
+                dest / "x.png", self.roots)
+            if inside and self.moved_tree is not None:
+                self.moved_tree(path, dest)
+            else:
+                self.feed("gone-tree", path)  # into a hidden folder: as good as gone
+            self.feed("scan", dest)
+            return
         if kind == "gone":
             self.pending.pop(path, None)
             if wanted(path, self.roots) and not os.path.lexists(path):
-                self.gone(path)
+                self.vanished[path] = (self.clock() + self._grace(), False)
             return
         if kind == "rescan":
             self._scan()
@@ -288,7 +326,7 @@ class Settler:
         if kind == "gone-tree":
             for known in [p for p in self.pending if p.is_relative_to(path)]:
                 del self.pending[known]
-            self.gone_tree(path)
+            self.vanished[path] = (self.clock() + self._grace(), True)
             return
         if not wanted(path, self.roots):
             return
@@ -304,9 +342,30 @@ class Settler:
         if kind == "closed":
             entry.closed = True
 
+    def _grace(self) -> float:
+        return self.settle * GONE_SETTLES + GONE_EXTRA
+
     def check(self) -> None:
         """Stat every pending file; report those that have been still long enough."""
         now = self.clock()
+        self._check_pending(now)
+        for path, (due, folder) in list(self.vanished.items()):
+            if now < due:
+                continue
+            del self.vanished[path]
+            if os.path.lexists(path):
+                continue  # back again (a file replaced by a rename, say)
+            if folder:
+                self.gone_tree(path)
+            else:
+                self.gone(path)
+        if self._prune_due is not None and now >= self._prune_due and not self.pending:
+            self._prune_due = None
+            if self.prune is not None:
+                for path in self.prune():  # known files gone while nothing watched
+                    self.vanished.setdefault(path, (now + self._grace(), False))
+
+    def _check_pending(self, now: float) -> None:
         for path, entry in list(self.pending.items()):
             try:
                 st = path.stat()
@@ -314,7 +373,7 @@ class Settler:
             except FileNotFoundError:
                 if not os.path.lexists(path):
                     del self.pending[path]
-                    self.gone(path)
+                    self.vanished[path] = (now + self._grace(), False)
                     continue
                 size, mtime = -1, -1  # a dangling link: report it once it is still
             except OSError:
@@ -342,6 +401,9 @@ class Settler:
             return
         for path in self.scan():
             self.feed("changed", path)
+        # Rows of files gone while nothing watched are pruned once what the scan found has
+        # settled: a file moved meanwhile is recognised by its inode first.
+        self._prune_due = self.clock() + self._grace()
 
     def _run(self) -> None:
         self._scan()
@@ -349,15 +411,15 @@ class Settler:
             self._next_rescan = self.clock() + self.rescan_seconds
         while not self._stop.is_set():
             try:
-                kind, path = self.events.get(timeout=self.TICK)
+                kind, path, dest = self.events.get(timeout=self.TICK)
                 if kind == "stop":
                     break
-                self._guarded(self.feed, kind, path)
+                self._guarded(self.feed, kind, path, dest)
                 while True:  # drain what else arrived
-                    kind, path = self.events.get_nowait()
+                    kind, path, dest = self.events.get_nowait()
                     if kind == "stop":
                         return
-                    self._guarded(self.feed, kind, path)
+                    self._guarded(self.feed, kind, path, dest)
             except queue.Empty:
                 pass
             self._guarded(self.check)
@@ -402,12 +464,16 @@ class Watcher:
         *,
         observer: str = "auto",
         rescan_seconds: float | None = 300.0,
-        gone_tree: Callable[[Path], None] | None = None,
+        gone_tree: Callable[[Path], object] | None = None,
+        moved: Callable[[Path, Path], bool] | None = None,
+        moved_tree: Callable[[Path, Path], object] | None = None,
+        prune: Callable[[], Iterable[Path]] | None = None,
     ) -> None:
         self.roots = roots
         self.settler = Settler(roots, settle_seconds, ready, gone,
                                rescan_seconds=rescan_seconds, scan=lambda: walk(roots),
-                               gone_tree=gone_tree, tick=self._check_roots)
+                               gone_tree=gone_tree, tick=self._check_roots, moved=moved,
+                               moved_tree=moved_tree, prune=prune)
         self.observer = make_observer(observer, roots)
         self._handler = _Handler(self.settler.events, roots)
         # Each root's watch and the folder (device, inode) it watches; None: not armed.

@@ -128,8 +128,13 @@ def test_deleted_file_is_reported_gone(tmp_path: Path) -> None:
     s.feed("changed", path)
     path.unlink()
     s.check()
+    assert gone == [] and ready == []  # a move may show up as a deletion first
+    clock.now += 2 * 2.0 + 3.1
+    s.check()
     assert gone == [path] and ready == []
     s.feed("gone", tmp_path / "other.png")
+    clock.now += 2 * 2.0 + 3.1
+    s.check()
     assert gone[-1] == tmp_path / "other.png"
 
 
