@@ -233,10 +233,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, config: config_mod.Config, log_file: Path) -> int:
-    from ocrwatch.control import ControlServer, InstanceLock
+    from ocrwatch.control import ControlServer, DaemonLocks
     from ocrwatch.daemon import Daemon
 
-    lock = InstanceLock()
+    lock = DaemonLocks(config.database)
     lock.acquire()  # raises DaemonRunning naming the other one
     try:
         daemon = Daemon(config, log_file=log_file)
@@ -270,6 +270,12 @@ def _run(args: argparse.Namespace, config: config_mod.Config, log_file: Path) ->
         log.info("stopped")
     finally:
         lock.release()
+    if daemon.abandoned:
+        # A thread is still inside a native decoder or Tesseract: everything is saved and
+        # its job is queued again, so end now instead of waiting for the page.
+        logging.shutdown()
+        sys.stdout.flush()
+        os._exit(0)
     return 0
 
 
@@ -280,7 +286,7 @@ def _follow(daemon: Any, stop: threading.Event) -> None:
 
 
 def cmd_add(args: argparse.Namespace) -> int:
-    from ocrwatch.control import InstanceLock
+    from ocrwatch.control import DaemonLocks
     from ocrwatch.daemon import Daemon
     from ocrwatch.logs import setup_logging
     from ocrwatch.watch import walk
@@ -300,7 +306,7 @@ def cmd_add(args: argparse.Namespace) -> int:
         echo("ocrwatch: nothing to read: no PNG, JPEG, TIFF, BMP, WebP or PDF files given",
              err=True)
         return 1
-    lock = InstanceLock()
+    lock = DaemonLocks(config.database)
     try:
         lock.acquire()
         alone = True

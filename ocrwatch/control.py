@@ -573,11 +573,17 @@ def stop_daemon(
 
 
 class InstanceLock:
-    """One daemon per user: an exclusive ``flock`` on a file holding the daemon's PID."""
+    """One daemon per user: an exclusive ``flock`` on a file holding the daemon's PID.
 
-    def __init__(self, path: Path | str | None = None) -> None:
+    ``busy``: the message when another process holds it, with ``{who}`` for its PID.
+    """
+
+    def __init__(self, path: Path | str | None = None, *, busy: str | None = None) -> None:
         self.path = Path(path) if path is not None else paths.lock_file()
         self._fd: int | None = None
+        self._busy = busy or (
+            "an ocrwatch daemon is already running for this user ({who}); stop it with "
+            "`ocrwatch stop` (or Quit in its tray menu) before starting another")
 
     @property
     def held(self) -> bool:
@@ -596,11 +602,7 @@ class InstanceLock:
                 raise OcrwatchError(f"cannot lock {self.path}: {exc.strerror}") from exc
             pid = read_pid(self.path)
             who = f"PID {pid}" if pid else "another process"
-            raise DaemonRunning(
-                f"an ocrwatch daemon is already running for this user ({who}); "
-                "stop it with `ocrwatch stop` (or Quit in its tray menu) before starting "
-                "another"
-            ) from None
+            raise DaemonRunning(self._busy.format(who=who)) from None
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         os.fsync(fd)
@@ -627,6 +629,41 @@ class InstanceLock:
         tb: TracebackType | None,
     ) -> None:
         self.release()
+
+
+def database_lock(database: Path) -> InstanceLock:
+    """The lock beside the index: one daemon per database, whatever its runtime folder.
+
+    The per-user lock lives in ``XDG_RUNTIME_DIR``; two sessions (or a ``sudo -E``) with
+    different runtime folders would each get one and both write the same index.
+    """
+    return InstanceLock(
+        database.with_name(database.name + ".lock"),
+        busy=(f"another ocrwatch daemon ({{who}}) already uses the index {database}; stop it "
+              "(`ocrwatch stop` in its session, or `kill` its PID) or give this one another "
+              "--database"))
+
+
+class DaemonLocks:
+    """Both locks a daemon holds: the per-user one and the one beside its database."""
+
+    def __init__(self, database: Path) -> None:
+        self.locks = [InstanceLock(), database_lock(database)]
+
+    def acquire(self) -> None:
+        taken: list[InstanceLock] = []
+        try:
+            for lock in self.locks:
+                lock.acquire()
+                taken.append(lock)
+        except BaseException:
+            for lock in taken:
+                lock.release()
+            raise
+
+    def release(self) -> None:
+        for lock in reversed(self.locks):
+            lock.release()
 
 
 def read_pid(path: Path | str | None = None) -> int | None:

@@ -57,6 +57,8 @@ from ocrwatch.watch import Watcher
 
 log = logging.getLogger(__name__)
 
+STOP_GRACE_SECONDS = 3.0  # how long close() waits for the pages in hand
+
 
 def _still_there(fh: BinaryIO, path: Path) -> os.stat_result:
     """The open file's status; raises if its name no longer leads to it."""
@@ -151,6 +153,7 @@ class Daemon:
         self._stopping = threading.Event()
         self._only: set[int] | None = None
         self._threads: list[threading.Thread] = []
+        self.abandoned: list[str] = []  # threads close() left in a page, by name
         self._watcher: Watcher | None = None
         self._watch = watch
         self._started = False
@@ -234,10 +237,16 @@ class Daemon:
         self.request_stop()
         if self._watcher is not None:
             self._watcher.stop()
+        # A page in hand (a giant one can take Tesseract half a minute, and a decoder
+        # cannot be interrupted) is abandoned after a short grace: its job goes back to
+        # the queue and is read again at the next start.
+        deadline = time.monotonic() + STOP_GRACE_SECONDS
         for thread in self._threads:
-            thread.join(timeout=60)
-            if thread.is_alive():
-                log.warning("%s did not stop in time", thread.name)
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        self.abandoned = [t.name for t in self._threads if t.is_alive()]
+        if self.abandoned:
+            log.warning("stopping without waiting for the page in hand (%s); it is read "
+                        "again at the next start", ", ".join(self.abandoned))
         with self._cond:
             works = list(self._works.values())
             self._works.clear()

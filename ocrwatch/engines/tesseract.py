@@ -175,6 +175,7 @@ class TesseractEngine:
         self.workers = config.workers or (os.cpu_count() or 1)
         self._local = threading.local()
         self._apis: list[Any] = []
+        self._in_use: set[int] = set()  # ids of the APIs reading a page right now
         self._lock = threading.Lock()
         self._closed = False
         self._pages = 0
@@ -208,6 +209,15 @@ class TesseractEngine:
 
     def recognize(self, pages: Sequence[Page]) -> list[PageText]:
         api = self._api()
+        with self._lock:
+            self._in_use.add(id(api))
+        try:
+            return self._recognize(api, pages)
+        finally:
+            with self._lock:
+                self._in_use.discard(id(api))
+
+    def _recognize(self, api: Any, pages: Sequence[Page]) -> list[PageText]:
         out: list[PageText] = []
         for page in pages:
             start = time.monotonic()
@@ -297,7 +307,10 @@ class TesseractEngine:
             if self._closed:
                 return
             self._closed = True
-            apis, self._apis = self._apis, []
+            # An API still reading (a page abandoned on stop) is left to the process's
+            # end: freeing it under Tesseract's feet would crash.
+            apis = [a for a in self._apis if id(a) not in self._in_use]
+            self._apis = []
         for api in apis:
             api.End()
 

@@ -7,6 +7,7 @@ import contextlib
 import json
 import logging
 import os
+import random
 import shutil
 import socket
 import stat
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from PIL import Image
 
 from ocrwatch import fsmove
 from ocrwatch.daemon import Daemon
@@ -33,6 +35,7 @@ from .helpers import (
     drop,
     ended,
     image_bytes,
+    job,
     ocrwatch_cli,
     pdf_bytes,
     sidecars,
@@ -381,3 +384,64 @@ def test_inbox_deleted_and_made_again_is_watched_again(
     quicker = drop(home.inbox / "sub" / "quicker.png", image_bytes("in a new subfolder"))
     wait_for(lambda: ended(home.database, quicker, "done"), 30, "a file in a new subfolder")
     check_fake_sidecars(quicker, 1)
+
+
+# -- 13. one daemon per database, whatever its runtime folder ------------------------------
+def test_second_daemon_on_the_same_database_is_refused(
+        home: Home, daemon_process: Callable[..., DaemonProcess], tmp_path: Path) -> None:
+    first = daemon_process().start()
+    first.wait_ready()
+    other_run = Path(tempfile.mkdtemp(prefix="owr2-"))
+    try:
+        other_run.chmod(0o700)
+        second = daemon_process(XDG_RUNTIME_DIR=str(other_run)).start()
+        assert second.proc is not None
+        code = second.proc.wait(timeout=60)
+        out = second.output()
+        assert code == 4, out  # DaemonRunning
+        assert "already uses the index" in out and str(home.database) in out, out
+        assert "Traceback" not in out, out
+        assert first.running
+        # `ocrwatch add` from that other session does not take the running daemon's jobs.
+        scan = write(home.root / "other" / "a.png", image_bytes("from another session"))
+        done = ocrwatch_cli(home, "add", "--engine", "fake", "--database", str(home.database),
+                            str(scan), XDG_RUNTIME_DIR=str(other_run))
+        assert done.returncode == 0 and "Traceback" not in done.stdout + done.stderr, \
+            done.stderr
+    finally:
+        shutil.rmtree(other_run, ignore_errors=True)
+    assert first.stop() == 0
+
+
+# -- 14. stopping abandons a giant page instead of waiting for it --------------------------
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_sigterm_during_a_giant_page_stops_at_once(
+        home: Home, daemon_process: Callable[..., DaemonProcess]) -> None:
+    if not Path("/proc/self/stat").exists():
+        pytest.skip("needs /proc to see the daemon at work")
+    # Random dots: Tesseract takes tens of seconds on a page like this.
+    side = 7000
+    noise = Image.frombytes("1", (side, side), random.Random(7).randbytes(side // 8 * side))
+    giant = home.inbox / "giant.png"
+    noise.save(giant)
+    daemon = daemon_process(engine="tesseract").start()
+    assert daemon.proc is not None
+    row = wait_for(lambda: (r := job(home.database, giant)) and r["state"] == "running"
+                   and r, 60, "the giant page to be taken")
+    busy = _cpu_seconds(daemon.proc.pid)
+    wait_for(lambda: _cpu_seconds(daemon.proc.pid) > busy + 2.0,  # type: ignore[union-attr]
+             60, "the daemon to be well into the page")
+    began = time.monotonic()
+    code = daemon.stop(timeout=60)
+    took = time.monotonic() - began
+    out = daemon.output()
+    assert code == 0, out[-2000:]
+    print(f"SIGTERM to exit: {took:.1f} s")
+    assert took < 6.0, f"stopping took {took:.1f} s"
+    assert "Traceback" not in out, out[-3000:]
+    row = job(home.database, giant)
+    assert row is not None and row["state"] in ("queued", "running"), dict(row or {})
