@@ -172,12 +172,16 @@ def _char_widths(boxes: PageLayout) -> dict[int, float]:
 
 
 def line_layer(text: str, boxes: PageLayout) -> PageLayout:
-    """Each line of ``text`` as one box: over Tesseract's lines, or spread down the page."""
+    """Each line of ``text`` over one of Tesseract's lines, or spread down the page.
+
+    A line's words share its box by character count, a character's width apart, so a
+    reader still finds the words (one stretched run of text reads as scattered letters).
+    """
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     if not lines:
         return PageLayout(boxes.width, boxes.height, by_line=True)
     tess_lines = [box for _, box in sorted(boxes.line_boxes().items())]
-    words: list[Word] = []
+    placed: list[tuple[str, Box]] = []
     if tess_lines:
         slots: dict[int, list[str]] = {}
         for i, line in enumerate(lines):
@@ -186,14 +190,25 @@ def line_layer(text: str, boxes: PageLayout) -> PageLayout:
             left, top, right, bottom = tess_lines[slot]
             step = (bottom - top) / len(texts)
             for k, line in enumerate(texts):
-                words.append(Word(line, (left, round(top + k * step), right,
-                                         round(top + (k + 1) * step)), len(words)))
+                placed.append((line, (left, round(top + k * step), right,
+                                      round(top + (k + 1) * step))))
     else:
         margin_x, margin_y = boxes.width // 12, boxes.height // 12
         pitch = (boxes.height - 2 * margin_y) / len(lines)
         height = min(pitch, boxes.height / 40)
         for k, line in enumerate(lines):
             y = margin_y + k * pitch
-            words.append(Word(line, (margin_x, round(y), boxes.width - margin_x,
-                                     round(y + height)), k))
+            # As wide as the text is at that height (glyphs half an em), within the margins.
+            width = min(boxes.width - 2 * margin_x, len(line) * height * 0.6)
+            placed.append((line, (margin_x, round(y), round(margin_x + width),
+                                  round(y + height))))
+    words: list[Word] = []
+    for n, (line, (left, top, right, bottom)) in enumerate(placed):
+        tokens = line.split()
+        char = (right - left) / max(1, sum(len(t) for t in tokens) + len(tokens) - 1)
+        x = float(left)
+        for token in tokens:
+            end = max(round(x) + 1, round(x + char * len(token)))
+            words.append(Word(token, (round(x), top, end, bottom), n))
+            x += char * (len(token) + 1)
     return PageLayout(boxes.width, boxes.height, tuple(words), by_line=True)

@@ -648,7 +648,10 @@ class Daemon:
             if self._pdf is not None:
                 pdf = pdf_path(stem)
                 pages, tmp = self._pdf.make(job.path, pages, pdf)
-                prepared.append((tmp, pdf))
+                if tmp is None:
+                    pdf = None  # could not be made: said in the page's warnings
+                else:
+                    prepared.append((tmp, pdf))
             source = source_root(job.path, self.config.inbox, self.config.follow_symlinks)
             md, txt = write_sidecars(stem, pages, tuple(self.config.outputs), prepared,
                                      root=self.config.output_dir or source,

@@ -3,6 +3,8 @@
 Word positions come from the engine when it has them (Tesseract). Otherwise (the model
 engines, or a result taken from an identical file read before) the pages are drawn again
 and Tesseract finds the words' boxes, on which :mod:`ocrwatch.align` places the text.
+A PDF that cannot be made costs the file its PDF only: the ``.md`` and ``.txt`` are
+still written, and the reason is kept as a warning in the file's index row.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from ocrwatch import pdfout
 from ocrwatch.align import place_text
 from ocrwatch.config import Config
 from ocrwatch.domain import PageText
-from ocrwatch.errors import EngineUnavailable, InputError
+from ocrwatch.errors import EngineUnavailable, TransientError
 from ocrwatch.layout import PageLayout
 from ocrwatch.pages import iter_pages, sniff
 from ocrwatch.sidecar import new_temp
@@ -39,7 +41,7 @@ class PdfMaker:
     def _box_reader(self) -> Any:
         with self._lock:
             if self._closed:
-                raise InputError("ocrwatch is stopping: the PDF is made at the next start")
+                raise TransientError("ocrwatch is stopping: the PDF is made at the next start")
             if self._boxes is None:
                 from ocrwatch.engines.tesseract import TesseractEngine
 
@@ -51,38 +53,71 @@ class PdfMaker:
             return False
         return self.config.pdfa == "always" or pdfout.ghostscript() is not None
 
-    def make(self, source: Path, pages: list[PageText], dest: Path
-             ) -> tuple[list[PageText], Path]:
-        """Pages with word positions (and any warnings), and the PDF in a temporary file
-        beside ``dest``, for the caller to rename into place with the other sidecars."""
-        layouts: list[PageLayout | None] = [p.layout for p in pages]
-        missing = {i for i, layout in enumerate(layouts) if layout is None}
-        if missing:
-            try:
-                reader = self._box_reader()
-            except EngineUnavailable as exc:
-                raise InputError(f"the PDF needs Tesseract for word positions: {exc}") from exc
-            for page in iter_pages(source, self.config, None):
-                if page.index not in missing:
-                    continue
+    def _place(self, source: Path, pages: list[PageText]) -> list[PageText]:
+        """Pages without word positions get them: Tesseract's boxes under their text.
+
+        Without Tesseract (its language data missing...) the text is still put on the
+        page, line by line, with a warning.
+        """
+        missing = {i for i, p in enumerate(pages) if p.layout is None}
+        if not missing:
+            return pages
+        try:
+            reader: Any = self._box_reader()
+            why = ""
+        except EngineUnavailable as exc:
+            reader, why = None, f"Tesseract cannot find word positions ({exc})"
+        out = list(pages)
+        for page in iter_pages(source, self.config, None):
+            if page.index not in missing:
+                continue
+            warnings: list[str] = []
+            if reader is not None:
                 boxes = reader.layout(page)
-                layout, warnings = place_text(pages[page.index].text, boxes)
-                layouts[page.index] = layout
-                pages[page.index] = replace(pages[page.index], layout=layout,
-                                            warnings=[*pages[page.index].warnings, *warnings])
+            else:
+                boxes = PageLayout(page.image.width, page.image.height)
+                warnings.append(why)
+            layout, placed = place_text(pages[page.index].text, boxes)
+            out[page.index] = replace(pages[page.index], layout=layout,
+                                      warnings=[*pages[page.index].warnings, *warnings,
+                                                *placed])
+        return out
+
+    def make(self, source: Path, pages: list[PageText], dest: Path
+             ) -> tuple[list[PageText], Path | None]:
+        """Pages with word positions (and any warnings), and the PDF in a temporary file
+        beside ``dest`` for the caller to rename into place with the other sidecars;
+        None instead of the file when the PDF could not be made (said in a warning)."""
+        pages = self._place(source, pages)
         tmp = new_temp(dest)
         try:
-            notes = pdfout.write(source, layouts, tmp, is_pdf=sniff(source) == "pdf",
-                                 pdfa=self.pdfa(),
+            notes = pdfout.write(source, [p.layout for p in pages], tmp,
+                                 is_pdf=sniff(source) == "pdf", pdfa=self.pdfa(),
                                  render=lambda: iter_pages(source, self.config, None))
             # Never readable by more people than the original.
             with contextlib.suppress(OSError):
                 os.chmod(tmp, 0o644 & (os.stat(source).st_mode | 0o600))
+        except TransientError:
+            tmp.unlink(missing_ok=True)
+            raise  # a full disk: the whole file is tried again later
+        except Exception as exc:
+            tmp.unlink(missing_ok=True)
+            reason = str(exc) or exc.__class__.__name__
+            log.warning("%s: no searchable PDF: %s", source.name, reason)
+            first = pages[0]
+            pages = [replace(first, warnings=[*first.warnings,
+                                              f"no searchable PDF was written: {reason}"]),
+                     *pages[1:]]
+            return pages, None
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
-        for note in notes:
-            log.info("%s: %s", source.name, note)
+        if notes:
+            for note in notes:
+                log.info("%s: PDF: %s", source.name, note)
+            first = pages[0]
+            pages = [replace(first, warnings=[*first.warnings, *(f"PDF: {n}" for n in notes)]),
+                     *pages[1:]]
         return pages, tmp
 
     def close(self) -> None:

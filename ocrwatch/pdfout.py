@@ -276,7 +276,12 @@ def write(source: Path, layouts: list[PageLayout | None], tmp: Path, *, is_pdf: 
     try:
         notes = build(source, layouts, plain, is_pdf=is_pdf, render=render)
         if gs is not None:
-            to_pdfa(plain, tmp, gs)
+            try:
+                to_pdfa(plain, tmp, gs)
+            except InputError as exc:
+                # The plain PDF is still good: keep it rather than none.
+                notes.append(f"not PDF/A: {exc}")
+                os.replace(plain, tmp)
     except OSError as exc:
         raise TransientError(f"could not write the PDF of {source.name}: {exc}") from exc
     finally:

@@ -285,9 +285,11 @@ def test_one_box_read_as_two_words_is_split() -> None:
 
 def test_no_tesseract_words_gives_a_line_layer() -> None:
     layout, warnings = place_text("a line\nanother line", PageLayout(1000, 1400))
-    assert layout.by_line and [w.text for w in layout.words] == ["a line", "another line"]
+    assert layout.by_line and [w.text for w in layout.words] == ["a", "line", "another", "line"]
+    assert [w.line for w in layout.words] == [0, 0, 1, 1]
     assert "placed by line" in warnings[0]
-    assert layout.words[0].box[3] <= layout.words[1].box[1]
+    assert layout.words[1].box[3] <= layout.words[2].box[1]
+    assert layout.words[0].box[2] < layout.words[1].box[0]
 
 
 def test_a_pdf_with_text_of_its_own_does_not_get_it_twice(tmp_path: Path) -> None:
@@ -319,3 +321,71 @@ def test_doctor_says_what_the_pdf_output_needs(tmp_path: Path,
     monkeypatch.setenv("PATH", str(tmp_path))  # no Ghostscript on it
     check = doctor.check_pdf(make_config(tmp_path, pdfa="auto"))[0]
     assert check.ok and "not PDF/A" in check.detail and "apt install ghostscript" in check.fix
+
+
+# -- when the PDF cannot be made as asked ------------------------------------------------
+def page_warnings(daemon: Daemon) -> str:
+    return " ".join(r["warnings"] or "" for r in daemon.db.query("SELECT warnings FROM pages"))
+
+
+def test_a_pdf_that_cannot_be_written_costs_only_the_pdf(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ocrwatch import pdfout
+
+    def broken(*args: object, **kw: object) -> list[str]:
+        raise pikepdf.PdfError("unreadable cross-reference table")
+
+    monkeypatch.setattr(pdfout, "build", broken)
+    config = make_config(tmp_path, engine="fake")
+    inbox = config.inbox[0]
+    inbox.mkdir()
+    src = inbox / "odd.png"
+    write_page(src, 1)
+    with Daemon(config, engine=KnownTextEngine({"odd.png": ["some text"]})) as daemon:
+        read_all(daemon, src)
+        warnings = page_warnings(daemon)
+    assert "no searchable PDF was written: unreadable cross-reference table" in warnings
+    assert sorted(p.name for p in inbox.iterdir()) == ["odd.md", "odd.png", "odd.txt"]
+
+
+def test_without_tesseract_data_the_model_text_gets_a_line_layer(tmp_path: Path) -> None:
+    config = make_config(tmp_path, engine="fake", languages=["qqq"])  # no such data
+    inbox = config.inbox[0]
+    inbox.mkdir()
+    src = inbox / "memo.png"
+    lines, _ = write_page(src, 2)
+    engine = KnownTextEngine({"memo.png": ["\n".join(lines)]})
+    with Daemon(config, engine=engine) as daemon:
+        read_all(daemon, src)
+        warnings = page_warnings(daemon)
+    assert "Tesseract cannot find word positions" in warnings
+    assert "placed by line" in warnings
+    text = subprocess.run(["pdftotext", str(inbox / "memo.ocr.pdf"), "-"],
+                          capture_output=True, text=True, check=True).stdout
+    for line in lines:
+        assert line in text
+
+
+def test_a_failing_ghostscript_leaves_the_plain_pdf(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ocrwatch import pdfout
+
+    false = shutil.which("false")
+    assert false is not None
+    monkeypatch.setattr(pdfout, "ghostscript", lambda: false)
+    config = make_config(tmp_path, pdfa="auto")
+    inbox = config.inbox[0]
+    inbox.mkdir()
+    src = inbox / "a.png"
+    lines, _ = write_page(src, 3)
+    with Daemon(config) as daemon:
+        read_all(daemon, src)
+        warnings = page_warnings(daemon)
+    assert "PDF: not PDF/A: Ghostscript could not make a PDF/A (exit 1" in warnings
+    out = inbox / "a.ocr.pdf"
+    with pikepdf.open(out) as pdf:
+        assert pdf.open_metadata().get("pdfaid:part") is None
+    text = subprocess.run(["pdftotext", str(out), "-"], capture_output=True, text=True,
+                          check=True).stdout
+    assert lines[0] in text
+    assert not [p for p in inbox.iterdir() if p.name.startswith(".")]
