@@ -697,8 +697,9 @@ class Daemon:
             with self._cond:
                 self._retired.add(job.path)
             try:
+                # The order tells "delete" which result stands for the file: PDF, .md, .txt.
                 outcome = self._lifecycle.finish(job.id, job.path,
-                                                 [p for p in (md, txt, pdf) if p is not None])
+                                                 [p for p in (txt, md, pdf) if p is not None])
             except (OSError, OcrwatchError) as exc:
                 # The result is safe; the original stays where it is and is not read again.
                 log.warning("%s is done but could not be %s: %s", job.display,

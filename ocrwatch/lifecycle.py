@@ -100,6 +100,13 @@ class Lifecycle:
         if mode == "keep":
             return Outcome(original, {})
         if mode == "delete":
+            # The index entry now names the result, so that it stays (the index follows
+            # the files: an entry whose file is gone is dropped, its sidecars with it).
+            result = next((p for p in reversed(sidecars) if os.path.lexists(p)), None)
+            if result is not None:
+                with self.db.transaction() as conn:
+                    conn.execute("UPDATE jobs SET path = ?, display = ? WHERE id = ?",
+                                 (encode_path(result), display_path(result), job_id))
             original.unlink(missing_ok=True)
             log.info("deleted %s after reading it (on_success = \"delete\")", original)
             return Outcome(None, {})

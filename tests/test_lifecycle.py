@@ -107,13 +107,17 @@ def test_delete_removes_only_the_original_and_keeps_its_index_entry(tmp_path: Pa
         keep = inbox / "scan.jpg"
         text_page(["two"]).save(keep)
         wait_for(lambda: not keep.exists(), 30, "scan.jpg deleted")
-        wait_for(lambda: done(d, keep), 10, "done")
+        wait_for(lambda: [r["state"] for r in d.db.query("SELECT state FROM jobs")]
+                 == ["done", "done"], 10, "both done")
         assert sorted(p.name for p in inbox.iterdir()) == [
             "scan.jpg.md", "scan.jpg.txt", "scan.md", "scan.txt"]
-        # The deletion event did not take the entries out of the index.
-        d.rescan()
+        # The deletion event did not take the entries out of the index, and the rescan
+        # will not either: they now name the results.
         hits = search(d.db, "fake")
-        assert sorted(Path(h.path).name for h in hits) == ["scan.jpg", "scan.png"]
+        assert sorted(Path(h.path).name for h in hits) == ["scan.jpg.md", "scan.md"]
+        assert d.follower.missing() == []
+        assert sorted(p.name for p in inbox.iterdir()) == [
+            "scan.jpg.md", "scan.jpg.txt", "scan.md", "scan.txt"]
 
 
 def test_keep_leaves_everything_with_same_name_collisions(tmp_path: Path) -> None:
