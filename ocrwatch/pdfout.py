@@ -161,20 +161,25 @@ def _image_pdf(source: Path, render: Callable[[], Iterable[Page]]) -> tuple[byte
     return img2pdf.convert(pngs), why
 
 
-def _has_text(source: Path, index: int) -> bool:
+def _pages_with_text(source: Path) -> set[int]:
+    """Pages of the PDF ``source`` that have text of their own (born digital, or OCRed)."""
     import pypdfium2 as pdfium
 
+    found = set()
     doc = pdfium.PdfDocument(str(source))
     try:
-        page = doc[index]
-        textpage = page.get_textpage()
-        try:
-            return bool(textpage.count_chars() > 0 and textpage.get_text_range().strip())
-        finally:
-            textpage.close()
-            page.close()
+        for index in range(len(doc)):
+            page = doc[index]
+            textpage = page.get_textpage()
+            try:
+                if textpage.count_chars() > 0 and textpage.get_text_range().strip():
+                    found.add(index)
+            finally:
+                textpage.close()
+                page.close()
     finally:
         doc.close()
+    return found
 
 
 def build(source: Path, layouts: list[PageLayout | None], out: Path, *,
@@ -198,10 +203,11 @@ def build(source: Path, layouts: list[PageLayout | None], out: Path, *,
             raise InputError(f"the PDF of {source.name} has {len(pdf.pages)} pages where "
                              f"{len(layouts)} were read; the PDF output was not written")
         font = _font(pdf)
+        has_text = _pages_with_text(source) if is_pdf else set()
         for index, (page, layout) in enumerate(zip(pdf.pages, layouts, strict=True)):
             if layout is None or not layout.words:
                 continue
-            if is_pdf and _has_text(source, index):
+            if index in has_text:
                 notes.append(f"page {index + 1} has text of its own: no layer added")
                 continue
             name = page.add_resource(font, pikepdf.Name.Font, prefix="OcrwatchF")
@@ -272,7 +278,8 @@ def write(source: Path, layouts: list[PageLayout | None], tmp: Path, *, is_pdf: 
     if pdfa and gs is None:
         raise InputError("pdfa = \"always\" but Ghostscript is not installed: install it "
                          "(Debian/Ubuntu: `sudo apt install ghostscript`) or set pdfa = \"auto\"")
-    plain = tmp.with_name(tmp.name + ".plain") if gs else tmp
+    # The plain PDF before Ghostscript, named like every temporary file (cleaned at start).
+    plain = tmp.with_name(tmp.name.removesuffix(".tmp") + "-plain.tmp") if gs else tmp
     try:
         notes = build(source, layouts, plain, is_pdf=is_pdf, render=render)
         if gs is not None:

@@ -389,3 +389,48 @@ def test_a_failing_ghostscript_leaves_the_plain_pdf(
                           check=True).stdout
     assert lines[0] in text
     assert not [p for p in inbox.iterdir() if p.name.startswith(".")]
+
+
+@pytest.mark.parametrize(("orientation", "turn"), [(6, 90), (3, 180), (8, 270)])
+def test_a_jpeg_turned_by_its_exif_tag_gets_words_where_they_are_shown(
+        tmp_path: Path, orientation: int, turn: int) -> None:
+    config = make_config(tmp_path)
+    inbox = config.inbox[0]
+    inbox.mkdir()
+    lines = page_lines(orientation, 4)
+    upright, truth = synthetic_page(lines)
+    # Stored turned, with the tag that tells viewers how to turn it back.
+    stored = upright.rotate(turn, expand=True)
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    src = inbox / "turned.jpg"
+    stored.save(src, quality=95, dpi=(DPI, DPI), exif=exif.tobytes())
+    with Daemon(config) as daemon:
+        read_all(daemon, src)
+    out = inbox / "turned.ocr.pdf"
+    with pikepdf.open(out) as pdf:
+        assert int(pdf.pages[0].obj.get("/Rotate", 0)) % 360 == turn
+    offsets = word_offsets(bbox_words(out)[0], truth)  # type: ignore[arg-type]
+    assert max(offsets) <= TOLERANCE_PT, offsets
+
+
+def test_a_multipage_tiff_gives_a_multipage_pdf_with_its_pixels(tmp_path: Path) -> None:
+    config = make_config(tmp_path, engine="fake")
+    inbox = config.inbox[0]
+    inbox.mkdir()
+    frames = [synthetic_page(page_lines(seed, 3))[0] for seed in (1, 2)]
+    src = inbox / "fax.tif"
+    frames[0].save(src, save_all=True, append_images=frames[1:], compression="tiff_lzw",
+                   dpi=(DPI, DPI))
+    texts = ["\n".join(page_lines(seed, 3)) for seed in (1, 2)]
+    with Daemon(config, engine=KnownTextEngine({"fax.tif": texts})) as daemon:
+        read_all(daemon, src)
+    out = inbox / "fax.ocr.pdf"
+    with pikepdf.open(out) as pdf:
+        assert len(pdf.pages) == 2
+    images = pdf_images(out, tmp_path / "images")
+    assert len(images) == 2
+    assert all(same_pixels(a, b) for a, b in zip(images, frames, strict=True))
+    pages = subprocess.run(["pdftotext", str(out), "-"], capture_output=True, text=True,
+                           check=True).stdout.split("\f")
+    assert page_lines(1, 3)[0] in pages[0] and page_lines(2, 3)[0] in pages[1]
