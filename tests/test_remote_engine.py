@@ -282,7 +282,7 @@ def test_requests_go_to_the_server_with_the_fewest_outstanding() -> None:
 
 
 def test_a_slow_server_gets_fewer_pages() -> None:
-    with FakeServer(delay=0.6) as slow, FakeServer() as fast:
+    with FakeServer(delay=2.0) as slow, FakeServer() as fast:
         engine = engine_for(slow.url, fast.url, concurrency=2)
         try:
             results = read_concurrently(engine, [page(i) for i in range(16)])
