@@ -177,7 +177,6 @@ class RemoteEngine:
                 self._warned_plain_key = True
                 log.warning("remote.api_key goes in clear text over http:// to %s; use "
                             "https:// for servers on other machines.", ", ".join(plain))
-        verify: ssl.SSLContext | bool = True
         if cfg.ca_file is not None:
             try:
                 verify = ssl.create_default_context(cafile=str(cfg.ca_file))
@@ -185,6 +184,15 @@ class RemoteEngine:
                 raise EngineUnavailable(
                     f"remote.ca_file {cfg.ca_file} cannot be used: {exc}. Point it to the "
                     "PEM file of the authority that signed the servers' certificates.") from exc
+        else:
+            # The system's authorities, where a company's own is installed; httpx alone
+            # would trust only certifi's bundle, which is the fallback where the system
+            # has none (Python from python.org on macOS).
+            verify = ssl.create_default_context()
+            if not verify.cert_store_stats().get("x509_ca"):
+                import certifi
+
+                verify.load_verify_locations(cafile=certifi.where())
         connections = cfg.concurrency + len(self._servers)  # pages, plus one probe each
         return httpx.Client(
             headers=headers,
