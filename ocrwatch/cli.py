@@ -123,10 +123,27 @@ def build_parser() -> argparse.ArgumentParser:
     p = _sub(sub, "search", "search the text of every page read so far",
              'ocrwatch search invoice "March 2024"',
              "ocrwatch search 'pay* OR remittance NOT draft' --limit 5",
-             "ocrwatch search --json -- -42     # after --, a query may begin with -")
+             "ocrwatch search --json -- -42     # after --, a query may begin with -",
+             "ocrwatch search --name tax --type pdf --after 2024-01-01 receipt",
+             "ocrwatch search --web            # the search page in the browser")
     _common(p)
     p.add_argument("--database", type=Path, metavar="FILE", help="index file")
     p.add_argument("query", nargs="*", help='words, "phrases", AND/OR/NOT, prefix*')
+    p.add_argument("--name", metavar="WORDS",
+                   help="only files whose file or folder names hold these words (alone: "
+                        "list those files)")
+    p.add_argument("--folder", type=Path, metavar="DIR", help="only files in DIR or below")
+    p.add_argument("--type", action="append", metavar="EXT", dest="types",
+                   help="only files ending in .EXT (repeat for several), e.g. pdf")
+    p.add_argument("--after", metavar="YYYY-MM-DD", help="only files modified on or after")
+    p.add_argument("--before", metavar="YYYY-MM-DD", help="only files modified before")
+    p.add_argument("--page", type=int, default=1, metavar="N",
+                   help="the Nth page of --limit hits (default 1)")
+    p.add_argument("--web", action="store_true",
+                   help="open the search page in the browser (from the running daemon, or "
+                        "served here until Ctrl-C when none runs)")
+    p.add_argument("--no-open", action="store_true",
+                   help="with --web: only print the page's address, token included")
     p.add_argument("--limit", type=_limit, default=20, metavar="N",
                    help=f"at most N hits, 1 to {MAX_HITS} (default 20)")
     p.add_argument("--time-limit", type=_seconds, default=QUERY_SECONDS, metavar="SECONDS",
@@ -389,13 +406,20 @@ def cmd_search(args: argparse.Namespace) -> int:
     from ocrwatch.db import Database
     from ocrwatch.index import HIGHLIGHT, search
 
+    if args.web:
+        return _search_web(args)
     query = " ".join(args.query).strip()
-    if not query:
-        raise OcrwatchError("give one or more words to look for, e.g. `ocrwatch search invoice`")
+    filters = _filters(args)
+    if not query and not filters.name:
+        raise OcrwatchError("give one or more words to look for, e.g. `ocrwatch search invoice`"
+                            ", or a file name with --name")
+    if args.page < 1:
+        raise OcrwatchError("--page must be 1 or more")
     path, origin = _database(args)
     db = Database(path, readonly=True, origin=origin)
     try:
-        hits = search(db, query, limit=args.limit, time_limit=args.time_limit)
+        hits = search(db, query, limit=args.limit, offset=(args.page - 1) * args.limit,
+                      filters=filters, time_limit=args.time_limit)
     except SearchTimeout as exc:
         raise SearchTimeout(f"{exc}, or allow more time with --time-limit SECONDS") from None
     finally:
@@ -418,6 +442,52 @@ def cmd_search(args: argparse.Namespace) -> int:
             snippet = snippet.replace(safe(marker), shown)
         print(where)
         print("    " + snippet)
+    return 0
+
+
+def _filters(args: argparse.Namespace) -> Any:
+    from ocrwatch.index import Filters
+    from ocrwatch.web import parse_day
+
+    types = tuple("." + t.lower().lstrip(".") for t in (args.types or []))
+    return Filters(folder=args.folder.expanduser().absolute() if args.folder else None,
+                   name=args.name, after=parse_day(args.after or ""),
+                   before=parse_day(args.before or ""), types=types)
+
+
+def _search_web(args: argparse.Namespace) -> int:
+    """The page from the running daemon, or served by this process until Ctrl-C."""
+    import webbrowser
+
+    from ocrwatch.control import request
+
+    try:
+        url = str(request("web")["url"])
+    except DaemonNotRunning:
+        url = ""
+    if url:
+        echo(url)
+        if not args.no_open:
+            webbrowser.open(url)
+        return 0
+    from ocrwatch.thumbs import Thumbnails
+    from ocrwatch.web import SearchServer
+
+    config = config_mod.load(getattr(args, "config", None))
+    path, _origin = _database(args)
+    with SearchServer(path, Thumbnails(config.cache_dir / "thumbnails"),
+                      inbox=config.inbox) as server:
+        echo(server.url)
+        echo("no daemon runs: serving the search page from here; Ctrl-C stops it", err=True)
+        if not args.no_open:
+            webbrowser.open(server.url)
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        try:
+            while not stop.wait(0.5):
+                pass
+        except KeyboardInterrupt:
+            pass
     return 0
 
 

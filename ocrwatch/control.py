@@ -43,7 +43,7 @@ CLIENT_IDLE_SECONDS = 5.0  # a client must send a whole request line within this
 REPLY_SECONDS = 5.0  # ... and take its answer within this
 MAX_CLIENTS = 64  # connections held at once; the longest idle one makes room for a new one
 WORKERS = 4  # threads answering requests (status, pause...) side by side
-COMMANDS = ("ping", "status", "pause", "resume", "stop", "rescan", "retry")
+COMMANDS = ("ping", "status", "pause", "resume", "stop", "rescan", "retry", "web")
 
 
 @runtime_checkable
@@ -105,6 +105,7 @@ class ControlServer:
             "stop": self._stop,
             "rescan": self._rescan,
             "retry": self._retry,
+            "web": self._web,
         }
 
     # -- lifecycle
@@ -403,6 +404,12 @@ class ControlServer:
 
     def _rescan(self, _req: dict[str, Any]) -> None:
         self.target.rescan()
+
+    def _web(self, _req: dict[str, Any]) -> dict[str, str]:
+        web_url = getattr(self.target, "web_url", None)
+        if web_url is None:
+            raise OcrwatchError("this daemon has no search page")
+        return {"url": str(web_url())}
 
     def _retry(self, req: dict[str, Any]) -> int:
         raw = req.get("paths")

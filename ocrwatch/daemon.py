@@ -235,6 +235,10 @@ class Daemon:
             return
         self._closed = True
         self.request_stop()
+        with self._cond:
+            web, self._web = self._web, None
+        if web is not None:
+            web.close()
         if self._watcher is not None:
             self._watcher.stop()
         # A page in hand (a giant one can take Tesseract half a minute, and a decoder
@@ -285,6 +289,20 @@ class Daemon:
     @property
     def paused(self) -> bool:
         return self._paused
+
+    def web_url(self) -> str:
+        """The search page's address with its token; the server starts on first use."""
+        from ocrwatch.web import SearchServer
+
+        with self._cond:
+            if self._closed:
+                raise OcrwatchError("the daemon is stopping")
+            if self._web is None:
+                server = SearchServer(self.config.database, self.thumbs,
+                                      inbox=self.config.inbox)
+                server.start()
+                self._web = server
+            return str(self._web.url)
 
     def rescan(self) -> None:
         if self._watcher is not None:

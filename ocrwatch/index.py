@@ -68,10 +68,10 @@ class Filters:
             params.append(_fts_query(self.name.strip()))
         if self.after is not None:
             where.append("j.mtime_ns >= ?")
-            params.append(int(self.after * 1e9))
+            params.append(_ns(self.after))
         if self.before is not None:
             where.append("j.mtime_ns < ?")
-            params.append(int(self.before * 1e9))
+            params.append(_ns(self.before))
         if self.types:
             where.append("(" + " OR ".join("j.display LIKE ?" for _ in self.types) + ")")
             params += ["%" + t.lower().lstrip("*") for t in self.types]
@@ -263,6 +263,11 @@ def _search(db: Database, query: str, *, limit: int, offset: int,
             ) from None
         raise
     return [_hit(r, r["snippet"]) for r in rows]
+
+
+def _ns(seconds: float) -> int:
+    """Seconds as nanoseconds, kept inside SQLite's 64-bit integers."""
+    return max(-(2**63), min(2**63 - 1, int(seconds * 1e9)))
 
 
 def _hit(r: sqlite3.Row, snippet: str) -> Hit:

@@ -248,6 +248,12 @@ class TrayController:
         self.refresh()
         self.wake.set()
 
+    def open_search(self) -> None:
+        """The search page in the default browser (its server starts on first use)."""
+        web_url = getattr(self.target, "web_url", None)
+        if web_url is not None:
+            self.opener(str(web_url()))
+
     def open_inbox(self, index: int = 0) -> None:
         inbox = self._status.inbox or (str(paths.default_inbox()),)
         self.opener(inbox[min(index, len(inbox) - 1)])
@@ -654,6 +660,7 @@ def _menu(pystray: Any, c: TrayController, *, default_toggles: bool) -> Any:
                  checked=lambda _item: c.status.paused,
                  default=default_toggles),
             Menu.SEPARATOR,
+            Item("Search…", guard(c.open_search)),
             inbox_items(),
             Item("Open last result", guard(c.open_last_result),
                  enabled=bool(c.status.last_result)),

@@ -1,0 +1,118 @@
+// The search page: search as you type, filters, pages of hits, open a hit.
+"use strict";
+(function () {
+  const $ = (id) => document.getElementById(id);
+  const fields = ["q", "name", "folder", "type", "from", "to"];
+  let page = 1;
+  let seq = 0;
+  const per = new URLSearchParams(location.search).get("per"); // hits a page (default 20)
+  let inflight = null;
+
+  function params() {
+    const p = new URLSearchParams();
+    for (const f of fields) {
+      const v = $(f).value.trim();
+      if (v) p.set(f, v);
+    }
+    p.set("page", String(page));
+    if (per) p.set("per", per);
+    return p;
+  }
+
+  async function run() {
+    const mine = ++seq;
+    const p = params();
+    if (!p.get("q") && !p.get("name")) {
+      $("hits").replaceChildren();
+      $("summary").textContent = "";
+      $("pager").hidden = true;
+      return;
+    }
+    let reply;
+    if (inflight) inflight.abort(); // only the latest keystroke's answer matters
+    inflight = new AbortController();
+    try {
+      const r = await fetch("/api/search?" + p.toString(),
+                            { credentials: "same-origin", signal: inflight.signal });
+      reply = await r.json();
+      if (!r.ok) throw new Error(reply.error || r.statusText);
+    } catch (e) {
+      if (mine !== seq || e.name === "AbortError") return;
+      $("summary").textContent = String(e.message || e);
+      $("summary").className = "error";
+      return;
+    }
+    if (mine !== seq) return; // a later keystroke's answer wins
+    render(reply);
+    document.body.dataset.rendered = String(mine); // for tests and the benchmark
+  }
+
+  function render(reply) {
+    const list = $("hits");
+    const tpl = $("hit");
+    const items = reply.hits.map((h) => {
+      const li = tpl.content.firstElementChild.cloneNode(true);
+      li.dataset.job = h.job_id;
+      li.dataset.page = h.page;
+      const img = li.querySelector(".thumb");
+      if (h.thumb) img.src = h.thumb; else img.classList.add("none");
+      const name = li.querySelector(".name");
+      name.textContent = h.name;
+      name.title = h.path;
+      name.addEventListener("click", (ev) => { ev.preventDefault(); open(h, "original"); });
+      li.querySelector(".folder").textContent = h.folder;
+      li.querySelector(".where").textContent = h.pages > 1 ? `page ${h.page} of ${h.pages}` : "1 page";
+      li.querySelector(".date").textContent = h.date || "";
+      const side = li.querySelector(".sidecar");
+      if (h.sidecar) side.addEventListener("click", (ev) => { ev.preventDefault(); open(h, "md"); });
+      else side.remove();
+      li.querySelector(".snippet").innerHTML = h.snippet; // escaped by the server, <mark> only
+      return li;
+    });
+    list.replaceChildren(...items);
+    const first = (reply.page - 1) * reply.per + 1;
+    $("summary").className = "";
+    $("summary").textContent = items.length
+      ? `hits ${first}–${first + items.length - 1}${reply.more ? "" : " (all)"} · ${reply.ms} ms`
+      : "no matches";
+    $("pager").hidden = reply.page === 1 && !reply.more;
+    $("prev").disabled = reply.page === 1;
+    $("next").disabled = !reply.more;
+    $("pageno").textContent = `page ${reply.page}`;
+  }
+
+  async function open(hit, what) {
+    const r = await fetch("/api/open", {
+      method: "POST", credentials: "same-origin",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ job_id: hit.job_id, page: hit.page, what: what }),
+    });
+    if (!r.ok) {
+      const reply = await r.json().catch(() => ({}));
+      $("summary").textContent = reply.error || "could not open the file";
+      $("summary").className = "error";
+    }
+  }
+
+  function soon() {
+    page = 1;
+    run(); // search as you type: every keystroke asks, a newer question cancels an older
+  }
+
+  async function loadFilters() {
+    const r = await fetch("/api/folders", { credentials: "same-origin" });
+    if (!r.ok) return;
+    const reply = await r.json();
+    for (const f of reply.folders) $("folder").add(new Option(f.label, f.path));
+    for (const t of reply.types) $("type").add(new Option(t.toUpperCase(), t));
+  }
+
+  for (const f of fields) {
+    $(f).addEventListener("input", soon);
+    $(f).addEventListener("change", soon);
+  }
+  $("filters").addEventListener("submit", (ev) => ev.preventDefault());
+  $("prev").addEventListener("click", () => { page = Math.max(1, page - 1); run(); });
+  $("next").addEventListener("click", () => { page += 1; run(); });
+  loadFilters();
+})();

@@ -1,0 +1,115 @@
+"""The search page in a real browser: Debian's chromium driven by Playwright.
+
+Nothing is downloaded: Playwright starts /usr/bin/chromium (``.ci/apt-packages.txt``).
+``OCRWATCH_SCREENSHOTS=docs`` saves the page's screenshots for the docs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import wait_for
+from search_site import Site, site
+
+__all__ = ["site"]  # the fixture
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+SHOTS = os.environ.get("OCRWATCH_SCREENSHOTS")  # read now: the home fixture clears OCRWATCH_*
+sync_api = pytest.importorskip("playwright.sync_api", reason="pip install 'ocrwatch[dev]'")
+pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM),
+                                reason="chromium is not installed (apt-get install chromium)")
+
+
+@pytest.fixture
+def browser(site: Site) -> Iterator[Any]:
+    with sync_api.sync_playwright() as pw:
+        b = pw.chromium.launch(
+            executable_path=CHROMIUM, headless=True,
+            # --no-sandbox: CI runs as root, where chromium's sandbox cannot start.
+            # The resolver rule lets a test pose as a rebinding attacker's name.
+            args=["--no-sandbox", "--host-resolver-rules=MAP evil.example 127.0.0.1"])
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+def shoot(page: Any, name: str) -> None:
+    if SHOTS:
+        Path(SHOTS).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(SHOTS).absolute() / name), full_page=True)
+
+
+def rendered_names(page: Any) -> list[str]:
+    return list(page.locator("#hits .name").all_text_contents())
+
+
+def test_type_filter_and_open(site: Site, browser: Any) -> None:
+    page = browser.new_page(viewport={"width": 1100, "height": 760})
+    page.goto(site.server.url)
+    assert page.url == f"http://127.0.0.1:{site.server.port}/"  # the token left the address
+    page.locator("#q").press_sequentially("fake", delay=30)  # as typed, a key at a time
+    wait_for(lambda: len(rendered_names(page)) == 5, 15, "hits while typing")
+    assert sorted(rendered_names(page)) == ["harbour report.pdf"] * 3 + ["note.jpg",
+                                                                          "receipt 2024.png"]
+    first = page.locator("#hits .hit").first
+    assert "<mark>" in first.locator(".snippet").inner_html()
+    assert page.locator("#hits .thumb").first.evaluate("img => img.naturalWidth") > 0
+    assert "page" in first.locator(".meta").inner_text()
+    shoot(page, "search-page.png")
+
+    # Filter by folder: only the letters folder's files stay.
+    page.select_option("#folder", label="inbox/letters")
+    wait_for(lambda: sorted(rendered_names(page)) == ["harbour report.pdf"] * 3 + ["note.jpg"],
+             15, "hits in the chosen folder")
+    # And by name.
+    page.fill("#name", "harbour")
+    wait_for(lambda: rendered_names(page) == ["harbour report.pdf"] * 3, 15, "hits by name")
+    shoot(page, "search-page-filtered.png")
+
+    # A click opens the original at the page of the hit.
+    hit = page.locator("#hits .hit").nth(1)
+    at = int(hit.get_attribute("data-page"))
+    hit.locator(".name").click()
+    wait_for(lambda: site.opened, 15, "the opener to be called")
+    assert site.opened == [(site.files["report"], at)]
+
+
+def test_pagination(site: Site, browser: Any) -> None:
+    page = browser.new_page()
+    page.goto(site.server.url)
+    page.goto(f"http://127.0.0.1:{site.server.port}/?per=2")  # the cookie holds the token
+    page.fill("#q", "fake")
+    seen: list[str] = []
+    for number, count in ((1, 2), (2, 2), (3, 1)):
+        wait_for(lambda n=number: page.locator("#pageno").inner_text() == f"page {n}"
+                 and page.locator("#hits .hit").count() > 0, 15, f"page {number}")
+        assert page.locator("#hits .hit").count() == count
+        seen += [f"{h.get_attribute('data-job')}/{h.get_attribute('data-page')}"
+                 for h in page.locator("#hits .hit").all()]
+        if number < 3:
+            page.click("#next")
+    assert page.locator("#next").is_disabled()
+    assert len(seen) == len(set(seen)) == 5
+    page.click("#prev")
+    wait_for(lambda: page.locator("#pageno").inner_text() == "page 2", 15, "back to page 2")
+
+
+def test_no_token_and_foreign_host_are_refused(site: Site, browser: Any) -> None:
+    page = browser.new_page()
+    plain = f"http://127.0.0.1:{site.server.port}/"
+    response = page.goto(plain)
+    assert response is not None and response.status == 403
+    assert "token" in page.inner_text("body")
+    response = page.goto(plain + "api/search?q=fake")
+    assert response is not None and response.status == 403
+    # DNS rebinding: a name the attacker controls, pointed at 127.0.0.1, even with the token.
+    response = page.goto(f"http://evil.example:{site.server.port}/?token={site.server.token}")
+    assert response is not None and response.status == 403
+    assert "Host" in page.inner_text("body")
+    assert site.opened == []
