@@ -292,19 +292,29 @@ def test_a_slow_server_gets_fewer_pages() -> None:
     assert sum(fast.answered.values()) >= 3 * sum(slow.answered.values())
 
 
-def test_a_busy_server_is_backed_off_and_the_pages_go_elsewhere() -> None:
-    with FakeServer(mode="busy") as busy, FakeServer() as fine:
-        engine = engine_for(busy.url, fine.url, concurrency=3)
+def beside_a_fine_server(mode: str, n: int, **remote: Any) -> tuple[FakeServer, Any]:
+    """``n`` pages over a server in ``mode`` and a fine one: each page read exactly once.
+
+    Returns the faulty server and what the engine said about it at the end.
+    """
+    with FakeServer(mode=mode) as faulty, FakeServer() as fine:
+        engine = engine_for(faulty.url, fine.url, **remote)
         try:
-            results = read_concurrently(engine, [page(i) for i in range(12)])
+            results = read_concurrently(engine, [page(i) for i in range(n)])
             facts: Any = engine.describe()
         finally:
+            faulty.release()
             engine.close()
-    each_read_once(results, 12, busy, fine)
-    assert busy.chat_requests >= 1
+    each_read_once(results, n, faulty, fine)
+    assert faulty.chat_requests >= 1  # it was given pages, and lost none of them
+    return faulty, facts["servers"][0]
+
+
+def test_a_busy_server_is_backed_off_and_the_pages_go_elsewhere() -> None:
+    busy, facts = beside_a_fine_server("busy", 12, concurrency=3)
     assert busy.chat_requests < 12  # backed off, not asked for every page
-    assert facts["servers"][0]["state"] == "up"  # busy is not down
-    assert "HTTP 503" in facts["servers"][0]["last_error"]
+    assert facts["state"] == "up"  # busy is not down
+    assert "HTTP 503" in facts["last_error"]
 
 
 def test_a_lone_server_answering_503_is_waited_for() -> None:
@@ -319,31 +329,16 @@ def test_a_lone_server_answering_503_is_waited_for() -> None:
 
 
 def test_a_hanging_server_times_out_is_marked_down_and_the_pages_go_elsewhere() -> None:
-    with FakeServer(mode="hang") as hung, FakeServer() as fine:
-        engine = engine_for(hung.url, fine.url, concurrency=2, timeout_seconds=1.0)
-        try:
-            results = read_concurrently(engine, [page(i) for i in range(8)])
-            facts: Any = engine.describe()
-        finally:
-            hung.release()
-            engine.close()
-    each_read_once(results, 8, hung, fine)
-    assert 1 <= hung.chat_requests <= 2  # down after its first silence, not tried per page
-    assert facts["servers"][0]["state"] == "down"
-    assert "no answer in time" in facts["servers"][0]["last_error"]
+    hung, facts = beside_a_fine_server("hang", 8, concurrency=2, timeout_seconds=1.0)
+    assert hung.chat_requests <= 2  # down after its first silence, not tried per page
+    assert facts["state"] == "down"
+    assert "no answer in time" in facts["last_error"]
 
 
 def test_a_server_dropping_connections_mid_request_loses_no_page() -> None:
-    with FakeServer(mode="drop") as dropping, FakeServer() as fine:
-        engine = engine_for(dropping.url, fine.url, concurrency=3)
-        try:
-            results = read_concurrently(engine, [page(i) for i in range(9)])
-            facts: Any = engine.describe()
-        finally:
-            engine.close()
-    each_read_once(results, 9, dropping, fine)
-    assert dropping.chat_requests >= 1
-    assert facts["servers"][0]["state"] == "down"
+    _, facts = beside_a_fine_server("drop", 9, concurrency=3)
+    assert facts["state"] == "down"
+    assert "dropped the connection" in facts["last_error"]
 
 
 def test_a_down_server_is_probed_and_used_again_when_it_is_back() -> None:
