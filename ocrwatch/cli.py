@@ -215,6 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()  # here, so that a closed pipe is met while we can still say so
         return code
     except KeyboardInterrupt:
+        echo("ocrwatch: interrupted", err=True)
         return 130
     except BrokenPipeError:
         # `ocrwatch status | head -1`: the reader has gone; the rest is not wanted.
@@ -429,6 +430,8 @@ def cmd_search(args: argparse.Namespace) -> int:
         # JSON escapes C0 controls itself; C1 controls and bidi overrides get \u escapes.
         print(re.sub("[\x7f-\x9f\u202a-\u202e\u2066-\u2069]",
                      lambda m: f"\\u{ord(m.group()):04x}", text))
+        if not hits:
+            echo("no matches", err=True)
         return 0 if hits else 1
     if not hits:
         echo("no matches", err=True)
