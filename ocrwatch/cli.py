@@ -150,6 +150,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"stop a query that takes longer (default {QUERY_SECONDS:g})")
     p.add_argument("--json", action="store_true", help="print hits as JSON")
 
+    p = _sub(sub, "reindex", "rebuild the full-text index from the stored page text, or from "
+                             "the sidecars when the database is lost",
+             "ocrwatch reindex", "ocrwatch reindex --from-sidecars")
+    _common(p)
+    p.add_argument("--database", type=Path, metavar="FILE", help="index file")
+    p.add_argument("--from-sidecars", action="store_true",
+                   help="rebuild the index from the .md/.txt sidecars of the files in the "
+                        "watched folders (stop the daemon first)")
+
     p = _sub(sub, "status", "what the daemon is doing, counts by state, failures",
              "ocrwatch status", "ocrwatch status --json")
     _common(p)
@@ -491,6 +500,51 @@ def _search_web(args: argparse.Namespace) -> int:
                 pass
         except KeyboardInterrupt:
             pass
+    return 0
+
+
+def cmd_reindex(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from ocrwatch.control import DaemonLocks
+    from ocrwatch.db import Database
+    from ocrwatch.reindex import count_pages, from_sidecars, rebuild_fts
+    from ocrwatch.watch import walk
+
+    config = config_mod.load(getattr(args, "config", None))
+    path, origin = _database(args)
+    config = replace(config, database=path)
+    if not args.from_sidecars:
+        if not path.exists():
+            raise OcrwatchError(f"no index at {safe(path)}: to rebuild it from the sidecars, "
+                                "run `ocrwatch reindex --from-sidecars`")
+        db = Database(path, origin=origin)
+        try:
+            with tqdm(total=count_pages(db), unit="page", desc="reindexing",
+                      file=sys.stderr) as bar:
+                pages = rebuild_fts(db, bar.update)
+        finally:
+            db.close()
+        echo(f"{pages} pages indexed again from the stored text")
+        return 0
+    lock = DaemonLocks(path)
+    try:
+        lock.acquire()
+    except DaemonRunning:
+        raise OcrwatchError("a daemon is running on this index; stop it (`ocrwatch stop`), "
+                            "then run `ocrwatch reindex --from-sidecars` again") from None
+    try:
+        db = Database(path, origin=origin)
+        try:
+            with tqdm(total=sum(1 for _ in walk(config.inbox)), unit="file",
+                      desc="from sidecars", file=sys.stderr) as bar:
+                restored = from_sidecars(config, db, bar.update)
+        finally:
+            db.close()
+    finally:
+        lock.release()
+    echo(f"{restored.files} files ({restored.pages} pages) restored from their sidecars; "
+         f"{len(restored.without_sidecars)} without sidecars are read when the daemon runs")
     return 0
 
 

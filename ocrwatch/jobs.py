@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import sqlite3
 import time
 from dataclasses import dataclass
@@ -238,6 +239,20 @@ class JobQueue:
             if not os.path.lexists(os.fsdecode(row["path"])):
                 return _job(row)
         return None
+
+    def restore(self, path: Path, st: os.stat_result, sha256: str) -> int:
+        """A job for a file whose pages come back from its sidecars (``ocrwatch reindex
+        --from-sidecars``): recorded as being read, for ``store_result`` to finish."""
+        now = time.time()
+        with self.db.transaction() as conn:
+            job_id = _new_id(conn)
+            conn.execute(
+                "INSERT INTO jobs(id, path, display, sha256, size, mtime_ns, state, attempts, "
+                "not_before, created, updated, dev, inode) "
+                "VALUES (?, ?, ?, ?, ?, ?, 'running', 0, 0, ?, ?, ?, ?)",
+                (job_id, encode_path(path), display_path(path), sha256, st.st_size,
+                 st.st_mtime_ns, now, now, st.st_dev, st.st_ino))
+        return job_id
 
     def reject(self, path: Path, reason: str) -> None:
         """Record a file that cannot even be opened (a looping link...) as failed."""
