@@ -47,6 +47,9 @@ MAX_MESSAGE = 8192  # characters of one record's message; the rest is cut
 class RateLimit(logging.Filter):
     """Let through at most ``burst`` alike WARNING-or-worse records per ``window`` seconds.
 
+    A logging.Filter of our own: the standard library has none, and the PyPI packages
+    that do this are small and unmaintained.
+
     Records are alike when they come from the same logger and the first PREFIX
     characters of their messages are the same once numbers are blanked (ids, counts and
     line numbers vary between repeats): two different files failing are two kinds, a

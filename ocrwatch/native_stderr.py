@@ -6,6 +6,11 @@ never sees. In the daemon they would land on the user's console with no time or
 context. Here descriptor 2 becomes a pipe whose lines are logged (to the log file only:
 they mean nothing to the user and are kept for whoever reads the log), while Python's
 own ``sys.stderr``, and with it the log's console handler, keep the original stderr.
+
+Why not wurlitzer (which redirects descriptors into a logger): it leaves Python's own
+stderr on descriptor 2, so the console handler and tracebacks would be swallowed into
+the pipe too, and keeping them on the console needs the duplicated descriptor below
+anyway; what remains is a 20-line reading thread.
 """
 
 from __future__ import annotations

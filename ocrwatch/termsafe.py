@@ -4,6 +4,8 @@ A file name may hold ESC, BEL, CSI or other control characters; printed raw, it 
 the cursor, retitle the window or rewrite what the user already sees. Every control
 character (Unicode category Cc: C0, DEL and C1) is shown as a visible escape instead,
 as ``ls`` and ``git`` do, and bidirectional overrides, which reorder what is shown, too.
+(Two regular expressions; the terminal libraries, rich and prompt_toolkit among them,
+render text rather than neutralise it.)
 """
 
 from __future__ import annotations
