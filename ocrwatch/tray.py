@@ -197,8 +197,11 @@ def open_path(path: str | Path) -> None:
         subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL, start_new_session=True)
     except OSError as exc:
-        log.warning("cannot open %s with %s: %s; install xdg-utils or open it by hand",
-                    target, cmd[0], exc.strerror)
+        fix = ("install xdg-utils (Debian/Ubuntu: sudo apt install xdg-utils; Fedora: "
+               "sudo dnf install xdg-utils; Arch: sudo pacman -S xdg-utils)"
+               if cmd[0] == "xdg-open" else "open it by hand")
+        raise OcrwatchError(f"cannot open {target} with {cmd[0]} ({exc.strerror}): "
+                            f"{fix}") from None
 
 
 class TrayController:
@@ -221,6 +224,16 @@ class TrayController:
     @property
     def status(self) -> Status:
         return self._status
+
+    def open(self, target: str | Path) -> None:
+        """Open ``target`` for the user; when that cannot work, say why where it is seen:
+        a notification (a menu click has no other place to answer) and the log."""
+        try:
+            self.opener(target)
+        except OcrwatchError as exc:
+            log.warning("tray: %s", exc)
+            if self.notify is not None:
+                self.notify(str(exc), "ocrwatch cannot open it")
 
     def refresh(self) -> Status:
         """Poll the daemon; notify about failures that are new since the last poll."""
@@ -252,20 +265,20 @@ class TrayController:
         """The search page in the default browser (its server starts on first use)."""
         web_url = getattr(self.target, "web_url", None)
         if web_url is not None:
-            self.opener(str(web_url()))
+            self.open(str(web_url()))
 
     def open_inbox(self, index: int = 0) -> None:
         inbox = self._status.inbox or (str(paths.default_inbox()),)
-        self.opener(inbox[min(index, len(inbox) - 1)])
+        self.open(inbox[min(index, len(inbox) - 1)])
 
     def open_last_result(self) -> None:
         last = self._status.last_result
         if last:
-            self.opener(last)
+            self.open(last)
 
     def open_log(self) -> None:
         if self._status.log_file:
-            self.opener(self._status.log_file)
+            self.open(self._status.log_file)
 
     def failed_report(self) -> str:
         failures = self._status.recent_failures
@@ -281,7 +294,7 @@ class TrayController:
     def show_failed(self) -> None:
         report = paths.runtime_dir() / "failed-files.txt"
         report.write_text(self.failed_report(), encoding="utf-8")
-        self.opener(report)
+        self.open(report)
 
     def retry_failed(self) -> None:
         n = self.target.retry(None, True)

@@ -279,3 +279,30 @@ def test_native_stderr_goes_to_the_log_not_the_console(user: Path) -> None:
     shown = console.read_text(errors="replace")
     assert native not in shown and "Gdk-CRITICAL" not in shown, shown
     assert "watching" in shown and "stopped" in shown, shown  # the daemon's own lines stay
+
+
+def test_the_tray_says_why_it_cannot_open_a_file(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without xdg-open, "Show failed files" and friends answer with a notification
+    that names the package, not with silence."""
+    from ocrwatch.status import Status
+    from ocrwatch.tray import TrayController, open_path
+
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    monkeypatch.setattr(sys, "platform", "linux")
+
+    class Target:
+        def status(self) -> Status:
+            return Status(log_file=str(tmp_path / "ocrwatch.log"))
+
+    shown: list[tuple[str, str]] = []
+    controller = TrayController(Target(), opener=open_path,  # type: ignore[arg-type]
+                                notify=lambda message, title: shown.append((message, title)))
+    controller.refresh()
+    controller.open_log()
+    assert len(shown) == 1, shown
+    message, title = shown[0]
+    assert "xdg-open" in message and "sudo apt install xdg-utils" in message, message
+    assert title == "ocrwatch cannot open it"
