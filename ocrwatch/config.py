@@ -24,6 +24,7 @@ from ocrwatch.errors import ConfigError
 
 ENGINES = ("auto", "tesseract", "vllm", "remote", "fake")
 OBSERVERS = ("auto", "native", "polling")
+PDF_TEXT = ("auto", "ocr", "text")
 OUTPUTS = ("md", "txt", "pdf")
 PDFA = ("auto", "always", "never")
 ON_SUCCESS = ("keep", "archive", "delete")
@@ -83,6 +84,7 @@ class Config:
     observer: str = "auto"
     follow_symlinks: bool = False
     pdf_dpi: int = 200
+    pdf_text: str = "auto"  # a PDF page's own text: "auto" when real, "text" always, "ocr" never
     max_pages: int = 2000
     max_pixels: int = 200_000_000  # per page, after decoding
     max_file_mb: float = 2048.0
@@ -296,6 +298,9 @@ def validate(config: Config) -> None:
 
     if config.engine not in ENGINES:
         fail("engine", f"= {config.engine!r} is not one of {', '.join(ENGINES)}.")
+    if config.pdf_text not in PDF_TEXT:
+        fail("pdf_text", f"= {config.pdf_text!r} is not one of {', '.join(PDF_TEXT)} (auto: "
+                         "a PDF page's own text when it is real text, else OCR).")
     if config.observer not in OBSERVERS:
         fail("observer", f"= {config.observer!r} is not one of {', '.join(OBSERVERS)}.")
     if not config.inbox:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from ocrwatch import __version__
+from ocrwatch import __version__, memory
 from ocrwatch.batching import Batcher
 from ocrwatch.config import Config
 from ocrwatch.db import Database, is_disk_full
@@ -52,6 +52,7 @@ from ocrwatch.sidecar import (
     write_sidecars,
 )
 from ocrwatch.status import EngineStatus, PageRate, Reading, Status
+from ocrwatch.textutil import text_to_markdown
 from ocrwatch.thumbs import Thumbnails
 from ocrwatch.watch import Watcher
 
@@ -139,7 +140,8 @@ class Daemon:
             self.engine = engine
         policy = self.engine.policy
         self._batcher: Batcher[_Item] = Batcher(
-            policy, tokens=lambda item: policy.cost(*item.page.size)
+            policy, tokens=lambda item: 0 if item.page.text is not None  # read by no engine
+            else policy.cost(*item.page.size)
         )
         # Enough decoded pages to keep every batch slot busy, and no more: a 500-page
         # PDF must not sit in memory whole.
@@ -444,7 +446,8 @@ class Daemon:
         count = 0
         try:
             with self._open(job.path) as fh:
-                for page in iter_pages(job.path, self.config, self.engine.max_side, fh):
+                for page in iter_pages(job.path, self.config, self.engine.max_side, fh,
+                                       text_layer=True):
                     _still_there(fh, job.path)  # a deleted file is not read to its end
                     work.total = page.count
                     if job.sha256:
@@ -550,36 +553,58 @@ class Daemon:
                     wait = 1.0 if deadline is None else deadline - time.monotonic()
                     self._cond.wait(max(0.01, min(1.0, wait)))
                 self._batches_running += 1
-            items = [i for i in batch if not i.work.discarded]
-            results, unavailable = self._read(items) if items else ([], None)
-            self.rate.add(sum(1 for r in results if not r.error))
-            done: list[_Work] = []
-            with self._cond:
-                self._batches_running -= 1
-                self._waiting -= len(batch)
-                if unavailable is not None:
-                    # The engine cannot work at all: the files are not at fault, so they
-                    # go back to the queue with backoff instead of failing.
-                    for item in items:
-                        item.work.transient = unavailable
-                for item, result in zip(items, results, strict=True):
-                    item.work.results[item.page.index] = result
+            # In a call of its own, so that no page's pixels stay referenced from this
+            # frame while the thread waits for the next batch (a big page held its
+            # memory for as long as the daemon was idle).
+            big = any(memory.big(i.page.size) for i in batch)
+            self._run_batch(batch)
+            del batch
+            if big:
+                memory.give_back()
+
+    def _run_batch(self, batch: list[_Item]) -> None:
+        items = [i for i in batch if not i.work.discarded]
+        results, unavailable = self._read(items) if items else ([], None)
+        self.rate.add(sum(1 for r in results if not r.error))
+        done: list[_Work] = []
+        with self._cond:
+            self._batches_running -= 1
+            self._waiting -= len(batch)
+            if unavailable is not None:
+                # The engine cannot work at all: the files are not at fault, so they
+                # go back to the queue with backoff instead of failing.
+                for item in items:
+                    item.work.transient = unavailable
+            for item, result in zip(items, results, strict=True):
+                item.work.results[item.page.index] = result
+                item.work.in_flight -= 1
+                if item.work.complete() and item.work not in done:
+                    done.append(item.work)
+            for item in batch:
+                if item.work.discarded:
                     item.work.in_flight -= 1
-                    if item.work.complete() and item.work not in done:
-                        done.append(item.work)
-                for item in batch:
-                    if item.work.discarded:
-                        item.work.in_flight -= 1
-                self._cond.notify_all()
-            for work in done:
-                try:
-                    self._finish(work)
-                except Exception:
-                    # A reader thread must outlive any one file: if even recording the
-                    # failure failed, the job stays running until the next start.
-                    log.exception("could not record the outcome of %s", work.job.display)
+            self._cond.notify_all()
+        for work in done:
+            try:
+                self._finish(work)
+            except Exception:
+                # A reader thread must outlive any one file: if even recording the
+                # failure failed, the job stays running until the next start.
+                log.exception("could not record the outcome of %s", work.job.display)
 
     def _read(self, items: list[_Item]) -> tuple[list[PageText], str | None]:
+        """Every page's result; pages that need no engine (blank, or taken from a PDF's
+        own text layer) are answered here, the rest by the engine."""
+        given = {n: PageText(markdown=text_to_markdown(i.page.text) if i.page.text else "",
+                             text=i.page.text.strip() + "\n" if i.page.text else "")
+                 for n, i in enumerate(items) if i.page.text is not None}
+        rest = [i for n, i in enumerate(items) if n not in given]
+        read, unavailable = self._recognize(rest) if rest else ([], None)
+        answers = iter(read)
+        return [given[n] if n in given else next(answers) for n in range(len(items))], \
+            unavailable
+
+    def _recognize(self, items: list[_Item]) -> tuple[list[PageText], str | None]:
         """The engine's results, and the reason when the engine cannot work at all."""
         try:
             results = self.engine.recognize([i.page for i in items])

@@ -25,6 +25,8 @@ class Page:
     image: Image.Image
     dpi: int | None = None  # resolution of ``image`` when known (Tesseract uses it)
     count: int | None = None  # pages in the source file, when known (for progress)
+    # Set when the page needs no engine: "" for a blank page, a PDF's own text layer.
+    text: str | None = None
 
     @property
     def size(self) -> tuple[int, int]:

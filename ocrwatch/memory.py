@@ -12,6 +12,12 @@ import functools
 import gc
 from typing import Any
 
+BIG_PAGE_PIXELS = 20_000_000  # after a page this large, freed memory goes back
+
+
+def big(size: tuple[int, int]) -> bool:
+    return size[0] * size[1] > BIG_PAGE_PIXELS
+
 
 @functools.cache
 def _libc() -> Any:

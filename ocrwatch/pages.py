@@ -17,6 +17,7 @@ from typing import BinaryIO
 
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+from ocrwatch import memory
 from ocrwatch.config import Config
 from ocrwatch.domain import Page
 from ocrwatch.errors import InputError, TransientError
@@ -92,6 +93,17 @@ def _os_error(exc: OSError, verb: str) -> Exception:
     return InputError(f"could not {verb} the file: {exc.strerror or exc}")
 
 
+# What reading a page may cost, whatever the file claims. Tesseract and the model need
+# no more than about 600 dpi on A4 (35 megapixels); a larger page is shrunk to this
+# before it is converted or read, so a 14000x14000 image costs what an A3 scan costs.
+READ_PIXELS = 40_000_000
+MIN_SIDE = 16  # pixels: a line of text is taller than this
+MAX_ASPECT = 100  # a receipt roll is 30:1; a 100000x10 strip is not a page
+# A PDF page can be at most 200 inches a side (the format's own limit, 14400 units).
+MAX_PDF_INCHES = 200.0
+MIN_PDF_INCHES = 0.1
+
+
 @dataclass(frozen=True)
 class Limits:
     max_pages: int
@@ -124,12 +136,51 @@ def to_rgb(image: Image.Image) -> Image.Image:
 
 
 def scale_to(image: Image.Image, max_side: int | None) -> Image.Image:
-    """Shrink so the longest side is at most ``max_side``; never enlarge."""
-    if max_side is None or max(image.size) <= max_side:
+    """Scale so the longest side is exactly ``max_side``, up or down (None: as it is).
+
+    The vision model was made for pages whose longest side is ``MAX_SIDE``: a smaller
+    page is enlarged to it (its text would otherwise be a few pixels high for the
+    encoder), a larger one shrunk.
+    """
+    if max_side is None or max(image.size) == max_side:
         return image
     ratio = max_side / max(image.size)
     size = (max(1, round(image.width * ratio)), max(1, round(image.height * ratio)))
-    return image.resize(size, Image.Resampling.LANCZOS)
+    method = Image.Resampling.LANCZOS if ratio < 1 else Image.Resampling.BICUBIC
+    return image.resize(size, method)
+
+
+def within_budget(image: Image.Image, budget: int | None = None) -> tuple[Image.Image, float]:
+    """The image shrunk to at most ``budget`` pixels, and the factor applied (1: as is)."""
+    budget = budget or READ_PIXELS
+    pixels = image.width * image.height
+    if pixels <= budget:
+        return image, 1.0
+    factor = (budget / pixels) ** 0.5
+    target = (max(1, int(image.width * factor)), max(1, int(image.height * factor)))
+    if image.mode not in ("L", "RGB"):
+        image = to_rgb(image) if image.mode != "1" else image.convert("L")  # strokes in grey
+    whole = int(1 / factor)
+    if whole >= 2:
+        image = image.reduce(whole)  # a box filter by a whole factor first: fast and small
+    return image.resize(target, Image.Resampling.LANCZOS), factor
+
+
+def blank(image: Image.Image) -> bool:
+    """Whether every pixel of the page has (nearly) the same colour: nothing to read."""
+    extrema = image.getextrema()
+    bands = extrema if isinstance(extrema[0], tuple) else (extrema,)
+    return all(float(hi) - float(lo) <= 2 for lo, hi in bands)  # type: ignore[misc, arg-type]
+
+
+def _check_shape(width: int, height: int, where: str) -> None:
+    short, long = sorted((width, height))
+    if short < MIN_SIDE:
+        raise InputError(f"{where} is {width}x{height} pixels: too thin to hold a line of "
+                         f"text (a page needs at least {MIN_SIDE} pixels each way)")
+    if long > MAX_ASPECT * short:
+        raise InputError(f"{where} is {width}x{height} pixels, {long // short} times longer "
+                         f"than wide: not a page (at most {MAX_ASPECT} to 1)")
 
 
 def _dpi(image: Image.Image) -> int | None:
@@ -205,12 +256,18 @@ def _image_pages(path: Path, limits: Limits, max_side: int | None,
                 raise _damaged(where, exc) from exc
             frame = opened
             _check_pixels(frame.width, frame.height, limits, where)
+            _check_shape(frame.width, frame.height, where)
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", Image.DecompressionBombWarning)
                     frame.load()
                     dpi = _dpi(frame)
                     image = ImageOps.exif_transpose(frame) if index == 0 else frame.copy()
+                    if frames == 1:
+                        opened.close()  # the decoded original is not needed any more
+                    image, factor = within_budget(image)
+                    if factor < 1.0:
+                        dpi = round(dpi * factor) if dpi else None
                     image = to_rgb(image)
             except FileNotFoundError:
                 raise InputError("the file was deleted while it was being read") from None
@@ -223,11 +280,13 @@ def _image_pages(path: Path, limits: Limits, max_side: int | None,
                     raise InputError(f"{where} is damaged: a part of it claims more data "
                                      "than the file holds") from None
                 raise
-            if max_side is not None and max(image.size) > max_side:
-                shrink = max_side / max(image.size)
-                dpi = round(dpi * shrink) if dpi else None
+            if max_side is not None and max(image.size) != max_side:
+                dpi = round(dpi * max_side / max(image.size)) if dpi else None
                 image = scale_to(image, max_side)
-            yield Page(source=path, index=index, image=image, dpi=dpi, count=frames)
+            if memory.big(image.size) or factor < 1.0:
+                memory.give_back()
+            yield Page(source=path, index=index, image=image, dpi=dpi,
+                       count=frames, text="" if blank(image) else None)
 
 
 def _pdf_document(path: Path, fh: BinaryIO | None = None) -> object:
@@ -279,8 +338,10 @@ def _pdf_open_error(path: Path, exc: Exception, fh: BinaryIO | None = None) -> I
 
 
 def _pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int,
-               fh: BinaryIO | None = None) -> Iterator[Page]:
+               fh: BinaryIO | None = None, pdf_text: str = "ocr") -> Iterator[Page]:
     import pypdfium2 as pdfium
+
+    from ocrwatch import pdftext
 
     doc = _pdf_document(path, fh)
     assert isinstance(doc, pdfium.PdfDocument)
@@ -297,24 +358,55 @@ def _pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int,
             where = f"page {index + 1}"
             try:
                 page = doc[index]
-                width_pt, height_pt = page.get_size()
-                scale = dpi / 72.0
-                # A huge page size is a layout quirk, not an attack: render it smaller.
-                pixels = width_pt * height_pt * scale * scale
-                if pixels > limits.max_pixels:
-                    scale *= (limits.max_pixels / pixels) ** 0.5
-                bitmap = page.render(scale=scale, draw_annots=True)
-                image = to_rgb(bitmap.to_pil())
-                page.close()
+                try:
+                    width_pt, height_pt = page.get_size()
+                    _check_pdf_size(width_pt, height_pt, where)
+                    decision = pdftext.decide(page, pdf_text)
+                    if decision.text is not None:
+                        log.debug("%s %s: %s", path.name, where, decision.reason)
+                        # Nothing to draw: the text is the page's own.
+                        yield Page(source=path, index=index, image=Image.new("RGB", (1, 1),
+                                   "white"), dpi=None, count=count, text=decision.text)
+                        continue
+                    log.debug("%s %s read with OCR: %s", path.name, where, decision.reason)
+                    scale = render_scale(width_pt, height_pt, dpi, limits)
+                    bitmap = page.render(scale=scale, draw_annots=True)
+                    image = to_rgb(bitmap.to_pil())
+                    del bitmap
+                finally:
+                    page.close()
             except pdfium.PdfiumError as exc:
                 raise InputError(f"{where} of the PDF cannot be drawn ({exc})") from None
             render_dpi = round(scale * 72)
-            if max_side is not None and max(image.size) > max_side:
+            if max_side is not None and max(image.size) != max_side:
                 render_dpi = round(render_dpi * max_side / max(image.size))
                 image = scale_to(image, max_side)
-            yield Page(source=path, index=index, image=image, dpi=render_dpi, count=count)
+            if memory.big(image.size):
+                memory.give_back()
+            yield Page(source=path, index=index, image=image, dpi=render_dpi, count=count,
+                       text="" if blank(image) else None)
     finally:
         doc.close()
+
+
+def _check_pdf_size(width_pt: float, height_pt: float, where: str) -> None:
+    short, long = sorted((width_pt / 72, height_pt / 72))
+    if not (short >= MIN_PDF_INCHES and long <= MAX_PDF_INCHES):
+        raise InputError(f"{where} of the PDF is {width_pt / 72:.4g} x {height_pt / 72:.4g} "
+                         f"inches: not a page (a PDF page is {MIN_PDF_INCHES} to "
+                         f"{MAX_PDF_INCHES:.0f} inches a side)")
+
+
+def render_scale(width_pt: float, height_pt: float, dpi: int, limits: Limits) -> float:
+    """Points to pixels for drawing a page: ``dpi``, lowered for a page so large that
+    it would exceed what reading a page may cost (a 200-inch poster is drawn at
+    about 30 dpi, not at max_pixels)."""
+    scale = dpi / 72.0
+    pixels = width_pt * height_pt * scale * scale
+    budget = min(READ_PIXELS, limits.max_pixels)
+    if pixels > budget:
+        scale *= (budget / pixels) ** 0.5
+    return scale
 
 
 def count_pages(path: Path, config: Config) -> int:
@@ -344,8 +436,12 @@ def check_size(size: int, limits: Limits) -> None:
 
 
 def iter_pages(path: Path, config: Config, max_side: int | None,
-               fh: BinaryIO | None = None) -> Iterator[Page]:
+               fh: BinaryIO | None = None, *, text_layer: bool = False) -> Iterator[Page]:
     """Yield the file's pages one at a time (a 500-page PDF never sits in memory whole).
+
+    With ``text_layer``, a PDF page whose own text is taken (``pdf_text``, see
+    :mod:`ocrwatch.pdftext`) comes with that text and no picture. A page that needs no
+    reading (blank, or its text taken) has ``text`` set.
 
     Raises InputError with a plain reason for anything that cannot be read, and
     TransientError for conditions that may clear (disk or I/O errors). ``fh``: the file
@@ -360,6 +456,7 @@ def iter_pages(path: Path, config: Config, max_side: int | None,
         raise InputError("the file was deleted before it could be read") from None
     check_size(size, limits)
     if kind == "pdf":
-        yield from _pdf_pages(path, limits, max_side, config.pdf_dpi, fh)
+        yield from _pdf_pages(path, limits, max_side, config.pdf_dpi, fh,
+                              config.pdf_text if text_layer else "ocr")
     else:
         yield from _image_pages(path, limits, max_side, fh)

@@ -107,3 +107,17 @@ def repeats_itself(text: str, *, min_chars: int = 200, min_repeats: int = 5) -> 
         if count >= min_repeats and count * period >= min_chars:
             return True
     return False
+
+
+def text_to_markdown(text: str) -> str:
+    """Tesseract's text as Markdown: paragraphs kept, characters Markdown would eat escaped."""
+    lines = []
+    for line in text.strip().splitlines():
+        stripped = line.rstrip()
+        # A line starting with #, >, - or "1." would turn into a heading, quote or list.
+        if stripped[:1] and stripped[:1] in "#>+-*|":
+            stripped = "\\" + stripped
+        elif stripped[:1].isdigit():
+            stripped = re.sub(r"^(\d+)([.)]) ", r"\1\\\2 ", stripped)
+        lines.append(stripped + ("  " if stripped else ""))
+    return "\n".join(lines).replace("  \n\n", "\n\n").rstrip() + "\n"

@@ -14,7 +14,7 @@ A4 = image_tokens(2480, 3508)  # 300 dpi A4 scan
 LETTER = image_tokens(2550, 3300)
 SQUARE = image_tokens(3000, 3000)
 RECEIPT = image_tokens(600, 1800)
-CARD = image_tokens(800, 500)
+CARD = image_tokens(1600, 260)  # a label strip: few tokens even once fitted to 1540 px
 STAMP = image_tokens(200, 150)
 SIZES = [A4, LETTER, SQUARE, RECEIPT, CARD, STAMP]
 
@@ -25,9 +25,10 @@ POLICY_16GB = BatchPolicy(max_pages=8, max_tokens=2 * MAX_IMAGE_TOKENS, size_mat
 def test_image_tokens_follow_the_resize_and_the_cap() -> None:
     assert image_tokens(1088, 1540) == 39 * 55
     assert image_tokens(1088, 1540) == A4  # a 300 dpi A4 scan is scaled to 1540 first
-    assert image_tokens(800, 500) == 29 * 18
+    assert image_tokens(800, 500) == 55 * 35  # a small card is enlarged to 1540 x 963
     assert image_tokens(10000, 10000) == MAX_IMAGE_TOKENS == 3025
-    assert image_tokens(1, 1) == 1
+    assert image_tokens(1, 1) == MAX_IMAGE_TOKENS  # a tiny image is enlarged to 1540 x 1540
+    assert CARD == 55 * 9
 
 
 def test_a4_pages_run_in_pairs_and_cards_in_eights_on_a_16_gb_card() -> None:

@@ -90,9 +90,11 @@ def test_changed_file_is_read_again_and_deleted_file_leaves_index(
     path = config.inbox[0] / "doc.png"
     text_page(["one"], width=800).save(path)
     wait_for(lambda: finished(daemon, path), 30, "first version")
-    assert "(800x" in (config.inbox[0] / "doc.txt").read_text()
+    # The fake engine takes 1540 px pages, as the model does: 800x400 is read at 1540x770.
+    assert "(1540x770)" in (config.inbox[0] / "doc.txt").read_text()
     text_page(["two"], width=900).save(path)
-    wait_for(lambda: "(900x" in (config.inbox[0] / "doc.txt").read_text(), 30, "new version")
+    wait_for(lambda: "(1540x684)" in (config.inbox[0] / "doc.txt").read_text(), 30,
+             "new version")
     wait_for(lambda: state(daemon, path) == "done", 30, "done again")
     path.unlink()
     wait_for(lambda: state(daemon, path) is None, 30, "removal from the index")
@@ -197,9 +199,10 @@ def test_size_matched_batches_reach_the_engine(config: Config) -> None:
     inbox = config.inbox[0]
     inbox.mkdir(parents=True)
     names = []
-    for i, width in enumerate([1540, 300, 1540, 300]):
+    # Every page is fitted to 1540 px: pages and strips differ in shape, not in scale.
+    for i, height in enumerate([2171, 200, 2171, 200]):
         path = inbox / f"p{i}.png"
-        text_page([str(i)], width=width).resize((width, int(width * 1.41))).save(path)
+        text_page([str(i)], width=1540).resize((1540, height)).save(path)
         names.append(path)
     d.start()
     try:

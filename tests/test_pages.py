@@ -59,15 +59,29 @@ def test_pdf_pages_rendered_at_configured_dpi(tmp_path: Path, config: Config) ->
     assert count_pages(path, config) == 3
 
 
-def test_max_side_scales_down_and_never_up(tmp_path: Path, config: Config) -> None:
+def test_max_side_fits_the_longest_side_up_and_down(tmp_path: Path, config: Config) -> None:
+    """LightOnOCR's 1540 px: larger pages are shrunk, smaller ones enlarged to it."""
+    from ocrwatch.engines.lightonocr import MAX_SIDE, PATCH, image_tokens
+
     path = tmp_path / "big.png"
-    text_page(["x"], width=3000).save(path)
-    (page,) = iter_pages(path, config, 1540)
-    assert max(page.size) == 1540
+    text_page(["x"], width=3000).save(path, dpi=(300, 300))
+    (page,) = iter_pages(path, config, MAX_SIDE)
+    assert max(page.size) == 1540 and page.dpi == round(300 * 1540 / 3000)
     small = tmp_path / "small.png"
-    text_page(["x"], width=500).save(small)
-    (page,) = iter_pages(small, config, 1540)
-    assert page.size[0] == 500
+    text_page(["x"], width=500).resize((500, 700)).save(small, dpi=(100, 100))
+    (page,) = iter_pages(small, config, MAX_SIDE)
+    assert page.size == (1100, 1540) and page.dpi == 220
+    # Image tokens: 28-pixel patches of the page as the model gets it.
+    assert image_tokens(*page.size) == -(-1100 // PATCH) * (1540 // PATCH) == 40 * 55
+    assert image_tokens(500, 700) == image_tokens(*page.size)  # estimated before scaling
+    card = tmp_path / "card.png"
+    text_page(["x"], width=600).resize((600, 380)).save(card)
+    (page,) = iter_pages(card, config, MAX_SIDE)
+    assert page.size == (1540, 975)
+    assert image_tokens(600, 380) == 55 * 35
+    # Tesseract (no max_side) gets the page as it is.
+    (page,) = iter_pages(card, config, None)
+    assert page.size == (600, 380)
     assert scale_to(page.image, None) is page.image
 
 

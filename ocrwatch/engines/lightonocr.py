@@ -13,7 +13,10 @@ import math
 from ocrwatch.domain import PageText
 from ocrwatch.textutil import markdown_to_text, repeats_itself
 
-MAX_SIDE = 1540  # the model's processor scales pages to this longest side
+# The model was made for pages whose longest side is 1540 px: every page is fitted to it,
+# a smaller one enlarged and a larger one shrunk (pages.scale_to, with the engine's
+# max_side); its text would otherwise be a few pixels high for the encoder.
+MAX_SIDE = 1540
 PATCH = 28  # pixels per image token side (Pixtral encoder with a 2x2 merge)
 MAX_IMAGE_TOKENS = math.ceil(MAX_SIDE / PATCH) ** 2  # 3025
 # Prompt of the largest page: 55 rows of 55 image tokens, a break token per row, template.
@@ -25,8 +28,8 @@ RETRY_TEMPERATURE = 0.6  # a page that looped is tried once more, less greedily
 
 
 def image_tokens(width: int, height: int, max_side: int = MAX_SIDE) -> int:
-    """Image tokens of a page once scaled to ``max_side`` on its longest side."""
-    scale = min(1.0, max_side / max(width, height, 1))
+    """Image tokens of a page once fitted to ``max_side`` on its longest side."""
+    scale = max_side / max(width, height, 1)
     w = max(1, round(width * scale))
     h = max(1, round(height * scale))
     return min(MAX_IMAGE_TOKENS, math.ceil(w / PATCH) * math.ceil(h / PATCH))

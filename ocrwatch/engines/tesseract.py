@@ -13,7 +13,6 @@ import os
 os.environ.setdefault("OMP_THREAD_LIMIT", "1")
 
 import logging
-import re
 import sys
 import threading
 import time
@@ -29,6 +28,9 @@ from ocrwatch.domain import Page, PageText
 from ocrwatch.engines.base import BatchPolicy
 from ocrwatch.errors import EngineUnavailable
 from ocrwatch.layout import PageLayout, Word
+from ocrwatch.textutil import text_to_markdown
+
+__all__ = ["TesseractEngine", "text_to_markdown"]
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +45,6 @@ STAMPED_DPI = frozenset({72, 96})
 LINE_PX = 42
 SMALL_LINE_PX = 30
 MAX_UPSAMPLE = 4.0
-BIG_PAGE_PIXELS = 20_000_000  # after such a page, memory goes back to the system
 ESTIMATE_FLOOR_DPI = 70  # Tesseract's own floor for a credible resolution
 MAX_UPSAMPLED_PIXELS = 80_000_000
 
@@ -230,7 +231,7 @@ class TesseractEngine:
                     f"{page.size[1]} pixels): {exc}")))
             finally:
                 api.Clear()
-            if page.image.width * page.image.height > BIG_PAGE_PIXELS:
+            if memory.big(page.size):
                 memory.give_back()
             with self._lock:
                 self._pages += 1
@@ -325,17 +326,3 @@ class TesseractEngine:
 def _shrink(box: tuple[int, ...], factor: float) -> tuple[int, int, int, int]:
     left, top, right, bottom = (round(v / factor) for v in box)
     return left, top, right, bottom
-
-
-def text_to_markdown(text: str) -> str:
-    """Tesseract's text as Markdown: paragraphs kept, characters Markdown would eat escaped."""
-    lines = []
-    for line in text.strip().splitlines():
-        stripped = line.rstrip()
-        # A line starting with #, >, - or "1." would turn into a heading, quote or list.
-        if stripped[:1] and stripped[:1] in "#>+-*|":
-            stripped = "\\" + stripped
-        elif stripped[:1].isdigit():
-            stripped = re.sub(r"^(\d+)([.)]) ", r"\1\\\2 ", stripped)
-        lines.append(stripped + ("  " if stripped else ""))
-    return "\n".join(lines).replace("  \n\n", "\n\n").rstrip() + "\n"
