@@ -264,7 +264,9 @@ def _image_pages(path: Path, limits: Limits, max_side: int | None,
                     dpi = _dpi(frame)
                     image = ImageOps.exif_transpose(frame) if index == 0 else frame.copy()
                     if frames == 1:
-                        opened.close()  # the decoded original is not needed any more
+                        # The decoded original is not needed any more: free its pixels
+                        # (the base class's close leaves the caller's file open).
+                        Image.Image.close(opened)
                     image, factor = within_budget(image)
                     if factor < 1.0:
                         dpi = round(dpi * factor) if dpi else None
