@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,8 +22,9 @@ from helpers import text_page, wait_for
 from ocrwatch.config import Config
 from ocrwatch.daemon import Daemon
 from ocrwatch.db import Database
+from ocrwatch.domain import PageText
 from ocrwatch.engines.fake import FakeEngine
-from ocrwatch.index import search
+from ocrwatch.index import search, store_result
 from ocrwatch.jobs import JobQueue, file_sha256
 from ocrwatch.lifecycle import Lifecycle
 
@@ -200,6 +202,10 @@ def test_kill_9_between_copy_and_removal_loses_nothing_and_doubles_nothing(
     jobs.offer(original, st.st_size, st.st_mtime_ns, file_sha256(original))
     job = jobs.known(original)
     assert job is not None
+    # Read and done, as when on_success runs.
+    assert jobs.claim() is not None
+    assert store_result(db, job.id, [PageText("crash test", "crash test")], engine="fake",
+                        md_path=inbox / "crash.md", txt_path=None, sha256=job.sha256)
     marker = tmp_path / "copied"
     child = subprocess.Popen([sys.executable, "-c", CHILD, str(inbox), str(tmpfs_archive),
                               str(db_path), str(marker), str(job.id)])
@@ -214,14 +220,18 @@ def test_kill_9_between_copy_and_removal_loses_nothing_and_doubles_nothing(
     assert len(db.query("SELECT 1 FROM moves")) == 2
     config = Config(inbox=[inbox], database=db_path, on_success="archive",
                     archive_dir=tmpfs_archive)
-    assert Lifecycle(config, db).recover() == 1
+    # The next start finishes the move.
+    with Daemon(config, engine=FakeEngine(), watch=False):
+        pass
     assert not original.exists() and dest.read_bytes() == content
     assert (tmpfs_archive / "inbox" / "crash.md").read_text() == "sidecar\n"
     assert not (inbox / "crash.md").exists()
     assert sorted(p.name for p in dest.parent.iterdir()) == ["crash.md", "crash.png"]
     assert db.query("SELECT 1 FROM moves") == []
     moved = jobs.known(dest)
-    assert moved is not None and moved.id == job.id
+    assert moved is not None and moved.id == job.id and moved.state == "done"
+    assert [h.md_path for h in search(db, "crash")] == [
+        str(tmpfs_archive / "inbox" / "crash.md")]
     db.close()
 
 
@@ -266,3 +276,49 @@ def test_settings_are_checked(tmp_path: Path, toml: str, message: str | None) ->
         return
     with pytest.raises(ConfigError, match=message):
         cfg.load(path, environ={})
+
+
+@pytest.mark.skipif(shutil.which("pdftotext") is None,
+                    reason="poppler-utils is not installed (apt install poppler-utils)")
+def test_a_real_ocrwatch_run_archives_with_a_searchable_pdf_and_runs_the_hook(
+        tmp_path: Path) -> None:
+    """The whole chain through the command and a config file: Tesseract, the PDF, the
+    archive, the hook."""
+    import json as _json
+
+    from helpers import child_env, ocrwatch
+
+    home = tmp_path / "home"
+    inbox, archive = home / "OCR-Inbox", tmp_path / "archive"
+    inbox.mkdir(parents=True)
+    record = tmp_path / "hook.json"
+    hook = tmp_path / "hook.py"
+    part = tmp_path / "hook.part"
+    hook.write_text("import json, sys, pathlib\n"
+                    f"pathlib.Path({str(part)!r}).write_text(json.dumps(sys.argv[1:]))\n"
+                    f"pathlib.Path({str(part)!r}).rename({str(record)!r})\n")
+    config = tmp_path / "config.toml"
+    config.write_text(
+        f'inbox = ["{inbox}"]\nengine = "tesseract"\nsettle_seconds = 0.3\n'
+        'outputs = ["md", "txt", "pdf"]\npdfa = "never"\n'
+        f'on_success = "archive"\narchive_dir = "{archive}"\n'
+        f'on_done = ["{sys.executable}", "{hook}", "{{pdf}}"]\n')
+    env = child_env(home, {"OCRWATCH_CONFIG": str(config)})
+    proc = subprocess.Popen([sys.executable, "-m", "ocrwatch", "run", "--no-tray"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        text_page(["Ledger of the Vienna office"]).save(inbox / "ledger.png", dpi=(200, 200))
+        wait_for(record.exists, 120, "the hook after the archive")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    pdf = archive / "OCR-Inbox" / "ledger.ocr.pdf"
+    assert _json.loads(record.read_text()) == [str(pdf)]
+    assert sorted(p.name for p in pdf.parent.iterdir()) == [
+        "ledger.md", "ledger.ocr.pdf", "ledger.png", "ledger.txt"]
+    assert list(inbox.iterdir()) == []
+    text = subprocess.run(["pdftotext", str(pdf), "-"], capture_output=True, text=True,
+                          check=True).stdout
+    assert "Vienna office" in text
+    hits = _json.loads(ocrwatch(["search", "Vienna", "--json"], env, check=True).stdout)
+    assert [h["path"] for h in hits] == [str(archive / "OCR-Inbox" / "ledger.png")]
