@@ -632,6 +632,7 @@ class Daemon:
             if self._works.get(work.job.id) is work:
                 del self._works[work.job.id]
             followers = list(work.followers)
+            self._after.hold()  # no "batch done" while this outcome is being recorded
         jobs = [work.job, *followers]
         try:
             if work.transient:
@@ -667,6 +668,7 @@ class Daemon:
                 except OcrwatchError as again:
                     log.warning("could not put %s back in the queue: %s", job.display, again)
         finally:
+            self._after.release()
             self._wake()
 
     def _fail(self, job: Job, reason: str) -> None:

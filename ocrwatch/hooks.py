@@ -131,6 +131,8 @@ class AfterDone:
         self._queue: queue.Queue[tuple[str, object]] = queue.Queue()
         self._batch = _Batch()
         self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._held = 0  # outcomes being recorded: their files are not in the batch yet
 
     @property
     def needed(self) -> bool:
@@ -148,6 +150,17 @@ class AfterDone:
             self._queue.put(("stop", None))
             self._thread.join(timeout=self.config.on_done_timeout + 15)
             self._thread = None
+
+    def hold(self) -> None:
+        """An outcome is being recorded: the batch is not done before ``release``."""
+        with self._lock:
+            self._held += 1
+
+    def release(self) -> None:
+        with self._lock:
+            self._held -= 1
+        if self._thread is not None:
+            self._queue.put(("check", None))
 
     def done(self, item: Finished) -> None:
         if self._thread is not None:
@@ -184,6 +197,9 @@ class AfterDone:
         batch = self._batch
         if not self.config.notify_batch or not (batch.done or batch.failed):
             return
+        with self._lock:
+            if self._held:
+                return
         if not self.is_idle():
             return
         self._batch = _Batch()
