@@ -231,7 +231,8 @@ def _handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
                 text, finish = "row\n" * 200, "length"
             else:
                 text = page_text(image.width, image.height, mark, body["temperature"])
-                finish = "stop"
+                # As vLLM: with ignore_eos a page always runs out of tokens.
+                finish = "length" if body.get("ignore_eos") else "stop"
             with server.lock:
                 server.answered["".join(f"{c:02x}" for c in mark)] += 1
             self.reply(200, {"id": "x", "object": "chat.completion", "model": body["model"],

@@ -131,14 +131,15 @@ def test_sends_the_image_alone_with_the_model_settings(stub: FakeServer) -> None
     assert stub.probes == 1  # the health check at start
 
 
-def test_ignore_eos_is_passed_for_benchmarks(stub: FakeServer) -> None:
+def test_ignore_eos_is_passed_for_benchmarks_and_asks_no_retry(stub: FakeServer) -> None:
     engine = engine_for(stub.url, ignore_eos=True, max_tokens=500)
     try:
-        engine.recognize([page(0)])
+        (result,) = engine.recognize([page(0)])
     finally:
         engine.close()
-    assert stub.requests[0]["ignore_eos"] is True
-    assert stub.requests[0]["max_tokens"] == 500
+    (body,) = stub.requests  # ran out of tokens on purpose: not read again warmer
+    assert body["ignore_eos"] is True and body["max_tokens"] == 500
+    assert result.error is None and not result.warnings
 
 
 def test_keeps_concurrency_requests_in_flight_over_kept_alive_connections(
