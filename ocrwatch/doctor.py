@@ -340,9 +340,10 @@ def check_tray(environ: Mapping[str, str] | None = None,
     if plat in ("darwin", "win32"):
         return [Check("display and tray", True, f"pystray's {plat} backend")]
     forced = env.get("PYSTRAY_BACKEND")
-    apt = ("sudo apt install gir1.2-gtk-3.0 gir1.2-ayatanaappindicator3-0.1 "
-           "libgirepository1.0-dev libcairo2-dev pkg-config, then "
-           "pip install 'ocrwatch[tray]'")
+    apt = ("sudo apt install gcc pkg-config python3-dev libgirepository1.0-dev "
+           "libcairo2-dev gir1.2-gtk-3.0 gir1.2-ayatanaappindicator3-0.1 (Fedora and Arch: "
+           "see the README), then `make run` again in the ocrwatch checkout (it builds the "
+           "tray extra, PyGObject)")
     if importlib.util.find_spec("gi") is None:
         return [Check("display and tray", False,
                       "PyGObject is missing: the tray falls back to the X backend, which "

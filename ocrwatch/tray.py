@@ -385,8 +385,9 @@ def choose_backend(backend: str | None = None) -> tuple[str, ModuleType] | None:
         if name == "xorg" and len(names) > 1:
             log.warning(
                 "tray: using pystray's plain X backend, which has no menu (%s). Click the "
-                "icon to pause or resume. For the full menu install PyGObject "
-                "(pip install 'ocrwatch[tray]') and the system packages named in the README.",
+                "icon to pause or resume. For the full menu install the system packages named in "
+                "the README (or by `ocrwatch doctor`), then `make run` again, which builds "
+                "PyGObject.",
                 "; ".join(errors))
         return name, module
     log.warning("no tray backend could start (%s): running without a tray icon",

@@ -50,7 +50,7 @@ def _missing() -> str | None:
     if absent:
         return f"missing programs: {', '.join(absent)} (see .ci/apt-packages.txt)"
     if importlib.util.find_spec("gi") is None:
-        return "PyGObject is missing: pip install 'ocrwatch[tray]'"
+        return "PyGObject is missing: `make tray-extra` builds it (see the README)"
     probe = subprocess.run(
         [sys.executable, "-c", "import gi; gi.require_version('Gtk', '3.0')"],
         capture_output=True, text=True, timeout=30, check=False)

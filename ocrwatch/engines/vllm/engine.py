@@ -102,7 +102,7 @@ class VllmEngine:
         self._clock = clock
         if backend == "vllm" and importlib.util.find_spec("vllm") is None:
             raise EngineUnavailable(
-                "vLLM is not installed. Install the GPU extra (pip install 'ocrwatch[gpu]', "
+                "vLLM is not installed. Install the GPU extra (`make run GPU=1` in the checkout, "
                 "Linux with an NVIDIA driver for CUDA 13) or use engine = \"tesseract\"."
             )
         if card_mib is None:
