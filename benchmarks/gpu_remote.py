@@ -54,7 +54,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _common import header, save  # noqa: E402
 from _drop import make_drop, run_daemon_on_drop, toml_list  # noqa: E402
-from gpu_engine import Sampler, total_mib  # noqa: E402
+from gpu_engine import Sampler, total_mib, used_mib  # noqa: E402
 
 from ocrwatch.engines.lightonocr import MAX_SIDE  # noqa: E402
 
@@ -351,6 +351,7 @@ def main() -> None:
           f"{time.monotonic() - t:.1f} s", flush=True)
 
     card = total_mib()
+    baseline = used_mib()  # before any server: the peaks below include it
     settings = serve_settings(args.tokens, card)
     sampler = Sampler() if card is not None else None
     servers: Servers | None = None
@@ -392,7 +393,9 @@ def main() -> None:
             "drop": f"{a4} A4 JPEGs at 300 dpi, {cards} card photos, {pdfs} PDFs of 4 pages "
                     f"({sum(files.values())} pages)",
             "tokens": args.tokens, "embedded": args.embedded,
-            "card": f"{card / GIB:.1f} GiB" if card else "no GPU seen (nvidia-smi absent)"}
+            "card": (f"{card / GIB:.1f} GiB, {baseline} MiB in use before the servers started; "
+                     "peaks are GPU 0's, that included" if card
+                     else "no GPU seen (nvidia-smi absent)")}
     lines = report(runs, meta)
     target = save("remote.txt", lines, args.out)
     print("\n".join(lines))
