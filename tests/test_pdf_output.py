@@ -196,6 +196,10 @@ def test_pdfa_when_ghostscript_is_present(tmp_path: Path) -> None:
         assert meta.get("pdfaid:part") == "2"
         assert meta.get("pdfaid:conformance") == "B"
         assert "/OutputIntents" in pdf.Root
+    # pikepdf's PDF/A-2b validator (an allowlist: it passes only what it knows conforms).
+    pdfa = pytest.importorskip("pikepdf.pdfa", exc_type=ImportError)
+    report = pdfa.validate_written(out, "2b")
+    assert report.passed and report.findings == [], report.findings
     text = subprocess.run(["pdftotext", str(out), "-"], capture_output=True, text=True,
                           check=True).stdout
     assert lines[0] in text
