@@ -388,6 +388,26 @@ def test_a_worker_killed_with_eight_pages_in_flight_reads_each_again_once() -> N
         eng.close()
 
 
+def test_sleep_while_pages_go_round_again_loses_none() -> None:
+    # The pages loop, so each goes back in the queue warmer just as the sleep is due:
+    # the sleep comes first, then the pages wake the worker and are read.
+    eng = make_engine(delay=0.3)
+    try:
+        eng.start()
+        results: list[Any] = []
+        reader = threading.Thread(target=lambda: results.extend(
+            eng.recognize([page(i, LOOPS_WHEN_COLD) for i in range(4)])))
+        reader.start()
+        wait_for(lambda: eng.describe()["pages_in_flight"] == 4, 10, "four pages in flight")
+        eng.sleep()
+        reader.join(30)
+        assert not reader.is_alive()
+        assert len(results) == 4 and all("t=0.6" in r.markdown for r in results)
+        assert "wake" in eng.timings
+    finally:
+        eng.close()
+
+
 def test_sleep_and_release_wait_for_the_pages_in_flight() -> None:
     eng = make_engine(delay=0.5)
     try:

@@ -327,10 +327,14 @@ class VllmEngine:
                     commands = list(self._commands)
                     self._commands.clear()
                     break
-                command = None
-                if self._commands and not self._in_flight:
-                    command = self._commands.popleft()
-                admit = [] if self._commands else self._choose()
+                # Sleep, wake and stop wait for the pages in flight, and no page goes in
+                # while one of them waits.
+                command, admit = None, []
+                if self._commands:
+                    if not self._in_flight:
+                        command = self._commands.popleft()
+                else:
+                    admit = self._choose()
                 idle_action, idle_wait = self._idle_action() if not (
                     command or admit or self._in_flight or self._pending) else (None, None)
             if command is not None:
