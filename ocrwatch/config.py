@@ -431,40 +431,52 @@ def _inside(child: Path, parent: Path) -> bool:
     return True
 
 
+def _origins(config: Config, *keys: str) -> str:
+    """Where these keys' values came from, each place once: what the user must edit."""
+    places = dict.fromkeys(config.origin(key) for key in keys)
+    return " and ".join(places)
+
+
 def _check_loops(config: Config) -> None:
     """Refuse layouts where the daemon would read its own output back."""
     for inbox in config.inbox:
         if config.output_dir is not None and _inside(config.output_dir, inbox):
             raise ConfigError(
-                f"{config.source}: output_dir {config.output_dir} is inside the watched folder "
+                f"{_origins(config, 'output_dir', 'inbox')}: "
+                f"output_dir {config.output_dir} is inside the watched folder "
                 f"{inbox}; the sidecars would be read again. Choose a folder outside it, or "
                 "leave output_dir empty to write sidecars beside the originals."
             )
         if config.failed_dir is not None and _inside(config.failed_dir, inbox):
             raise ConfigError(
-                f"{config.source}: failed_dir {config.failed_dir} is inside the watched folder "
+                f"{_origins(config, 'failed_dir', 'inbox')}: "
+                f"failed_dir {config.failed_dir} is inside the watched folder "
                 f"{inbox}; failed files would be read again. Choose a folder outside it."
             )
         if config.archive_dir is not None and (_inside(config.archive_dir, inbox)
                                                or _inside(inbox, config.archive_dir)):
             raise ConfigError(
-                f"{config.source}: archive_dir {config.archive_dir} and the watched folder "
+                f"{_origins(config, 'archive_dir', 'inbox')}: "
+                f"archive_dir {config.archive_dir} and the watched folder "
                 f"{inbox} overlap; archived files would be read again. Choose a folder "
                 "outside the inbox."
             )
         if _inside(config.database.parent, inbox):
             raise ConfigError(
-                f"{config.source}: database {config.database} is inside the watched folder "
+                f"{_origins(config, 'database', 'inbox')}: "
+                f"database {config.database} is inside the watched folder "
                 f"{inbox}. Keep the index outside the inbox."
             )
         if _inside(config.cache_dir, inbox):
             raise ConfigError(
-                f"{config.source}: cache_dir {config.cache_dir} is inside the watched folder "
+                f"{_origins(config, 'cache_dir', 'inbox')}: "
+                f"cache_dir {config.cache_dir} is inside the watched folder "
                 f"{inbox}; its page thumbnails would be read. Choose a folder outside it."
             )
         if config.output_dir is not None and _inside(inbox, config.output_dir):
             raise ConfigError(
-                f"{config.source}: the watched folder {inbox} is inside output_dir "
+                f"{_origins(config, 'output_dir', 'inbox')}: "
+                f"the watched folder {inbox} is inside output_dir "
                 f"{config.output_dir}. Choose an output folder outside the inbox."
             )
 

@@ -91,6 +91,15 @@ def test_a_bad_environment_value_is_blamed_on_the_variable(home: Home) -> None:
     assert "OCRWATCH_WORKERS" in out and "defaults" not in out, out
 
 
+def test_a_layout_error_names_every_place_involved(home: Home) -> None:
+    """output_dir from the environment inside an inbox from a flag: both are named."""
+    done = ocrwatch_cli(home, "doctor", "--inbox", str(home.inbox),
+                        OCRWATCH_OUTPUT_DIR=str(home.inbox / "out"))
+    out = _clean(done)
+    assert done.returncode == 2, out
+    assert "OCRWATCH_OUTPUT_DIR" in out and "--inbox" in out and "defaults" not in out, out
+
+
 def test_a_config_file_that_is_not_utf8(home: Home) -> None:
     config = write(home.root / "config.toml", b'engine = "fake"\ninbox = ["\xff\xfe"]\n')
     done = ocrwatch_cli(home, "run", "--no-tray", "--config", str(config))
