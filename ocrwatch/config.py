@@ -413,6 +413,14 @@ def _validate_outputs(config: Config, fail: typing.Callable[[str, str], None]) -
         fail("on_success", "= \"archive\" needs archive_dir: the folder the originals go to.")
     if config.on_done and not config.on_done[0].strip():
         fail("on_done", "must start with the program to run, e.g. [\"/usr/bin/notify\", \"done\"].")
+    if config.on_done:
+        import shutil
+
+        config.on_done[0] = os.path.expanduser(config.on_done[0])
+        if shutil.which(config.on_done[0]) is None:
+            fail("on_done", f"= {config.on_done!r}: {config.on_done[0]!r} is not a program "
+                            "that can be run (give its full path, executable; the list is an "
+                            "argv, never a shell line: [\"/path/to/program\", \"arg\"]).")
     if config.on_done_timeout <= 0:
         fail("on_done_timeout", "must be greater than 0 (seconds).")
     if config.pdfa == "always" and "pdf" in config.outputs:

@@ -260,7 +260,10 @@ def test_recovery_keeps_both_when_the_copy_differs(tmp_path: Path) -> None:
     ('outputs = []\n', "must list some of md, txt, pdf"),
     ('archive_layout = "weekly"\n', "is not one of mirror, date"),
     ('on_done = ["", "x"]\n', "must start with the program"),
-    ('on_done = "rm -rf /"\n', None),  # a string is one program name, never a shell line
+    # A string is one program's name, never a shell line: no program has that name.
+    ('on_done = "rm -rf /"\n', "'rm -rf /' is not a program"),
+    ('on_done = ["/nonexistent/filer", "{file}"]\n', "is not a program that can be run"),
+    ('on_done = ["sh", "-c", "echo $OCRWATCH_FILE"]\n', None),
     ('on_done_timeout = 0\n', "greater than 0"),
 ])
 def test_settings_are_checked(tmp_path: Path, toml: str, message: str | None) -> None:
@@ -272,7 +275,7 @@ def test_settings_are_checked(tmp_path: Path, toml: str, message: str | None) ->
     path.write_text(f'inbox = ["{inbox}"]\ndatabase = "{tmp_path}/db.sqlite3"\n'
                     + toml.replace("{inbox}", str(inbox)))
     if message is None:
-        assert cfg.load(path, environ={}).on_done == ["rm -rf /"]
+        assert cfg.load(path, environ={}).on_done == ["sh", "-c", "echo $OCRWATCH_FILE"]
         return
     with pytest.raises(ConfigError, match=message):
         cfg.load(path, environ={})
