@@ -156,6 +156,7 @@ def decide(page: Any, mode: str = "auto") -> Decision:
 def _tidy(raw: str) -> str:
     """PDFium's text as plain text: its CR LF line ends as LF, no NUL or trailing space."""
     text = raw.replace("\r\n", "\n").replace("\r", "\n").replace("\x00", "")
-    # PDFium marks a hyphen it added at a line break with U+0002; the word is whole.
-    text = text.replace("\x02\n", "").replace("\x02", "-")
+    # PDFium reports a hyphen that ends a line as U+FFFE (U+0002 in older builds) and
+    # joins the next line to it: the page shows a hyphen and a line break there.
+    text = re.sub("[\ufffe\x02]\n?", "-\n", text)
     return "\n".join(line.rstrip() for line in text.split("\n")).strip() + "\n"

@@ -24,6 +24,7 @@ from benchmarks._common import (
     score,
     word_recall,
 )
+from benchmarks.cases import DEJAVU
 
 
 def test_levenshtein_known_values() -> None:
@@ -87,7 +88,7 @@ def test_accuracy_script_on_one_page(tmp_path: Path, home: Path,
     out = tmp_path / "accuracy.txt"
     try:
         code = accuracy.main(["--corpus", str(folder), "--languages", "eng",
-                              "--out", str(out)])
+                              "--cases", "corpus", "--out", str(out)])
     finally:
         os.chmod(folder, 0o755)
     assert sorted(p.name for p in folder.iterdir()) == before
@@ -105,3 +106,24 @@ def test_accuracy_script_on_one_page(tmp_path: Path, home: Path,
     assert re.search(r"^# plain: +tesseract \d", report, re.M)
     verdict = re.search(r"requirement, .*: (PASS|FAIL) \(", report)
     assert verdict is not None and code == (0 if verdict.group(1) == "PASS" else 1)
+
+
+@pytest.mark.skipif(shutil.which("tesseract") is None or not DEJAVU.is_file(),
+                    reason="needs the tesseract command and fonts-dejavu-core")
+def test_accuracy_script_builds_the_derived_cases(tmp_path: Path, home: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    lines = ["Invoice number 4711 for March", "The quick brown fox jumps over the lazy dog"]
+    text_page(lines, size=60).save(folder / "page.png", dpi=(300, 300))
+    (folder / "page.gt.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / "accuracy.txt"
+    accuracy.main(["--corpus", str(folder), "--languages", "eng", "--cases", "dpi100",
+                   "born-digital", "--out", str(out)])
+    report = out.read_text(encoding="utf-8")
+    assert "| page.dpi100.png | eng | 1 |" in report
+    row = next(line for line in report.splitlines()
+               if line.startswith("| page.born-digital.pdf |"))
+    assert float(row.split("|")[4]) == 0.0  # the text layer, exactly
+    summary = report.split("## summary")[1]
+    assert "| dpi100 | 1 | 1 |" in summary and "| born-digital | 1 | 1 |" in summary

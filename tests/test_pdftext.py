@@ -85,6 +85,11 @@ def test_a_born_digital_page_is_taken_from_its_text_exactly(tmp_path: Path,
     assert normalize(pages[0].text or "") == normalize(LETTER)
     assert (pages[1].text or "").split() == LETTER.upper().split()
     assert pages[0].image.size == (1, 1)  # nothing drawn for it
+    # A hyphen that ends a line stays a hyphen and a line break (PDFium says U+FFFE).
+    hyphens = "the delayed Zu-\nzuges of the consulates and their Wei-\nsungen were sent"
+    (page,) = iter_pages(_pdf(tmp_path / "h.pdf", [{"text": hyphens}]), config, None,
+                         text_layer=True)
+    assert page.text == hyphens + "\n"
     # Without text_layer (what the searchable PDF asks for), every page is drawn.
     drawn = list(iter_pages(path, config, None))
     assert all(p.text is None and p.image.width > 1000 for p in drawn)
