@@ -577,7 +577,8 @@ def _offline_status(args: argparse.Namespace) -> Status:
         origin = "the command-line flag --database"
     choice = choose(config)
     status = Status(state="stopped", engine=EngineStatus(choice.name, choice.why),
-                    database=str(config.database), log_file=str(default_log_file()))
+                    database=str(config.database), log_file=str(default_log_file()),
+                    languages=tuple(config.languages))
     if config.database.exists():
         db = Database(config.database, readonly=True, origin=origin)
         try:
