@@ -175,7 +175,7 @@ def test_status_says_which_file_and_page_are_being_read(user: Path) -> None:
 
     inbox = user / "inbox"
     inbox.mkdir()
-    env = child_env(user, {"OCRWATCH_FAKE_DELAY": "0.4", "OCRWATCH_SETTLE_SECONDS": "0.3"})
+    env = child_env(user, {"OCRWATCH_FAKE_DELAY": "0.8", "OCRWATCH_SETTLE_SECONDS": "0.3"})
     daemon = subprocess.Popen([sys.executable, "-m", "ocrwatch", "run", "--no-tray", "--engine",
                                "fake", "--inbox", str(inbox), "--languages", "eng,deu"],
                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -197,7 +197,7 @@ def test_status_says_which_file_and_page_are_being_read(user: Path) -> None:
         import json
         data = json.loads(run(user, "status", "--json", env=env).stdout)
         assert data["languages"] == ["eng", "deu"]
-        # 12 pages at 0.4 s each: still reading a moment after a later page was shown.
+        # 12 pages at 0.8 s each: still reading a moment after a later page was shown.
         assert data["reading"][0]["pages"] == 12, data
         assert data["reading"][0]["path"].endswith("report.pdf"), data
         stop = run(user, "stop", env=env)
