@@ -51,14 +51,16 @@ class FakeServer:
 
     def __init__(self, *, mode: str = "ok", delay: float = 0.0, busy_left: int = -1,
                  models: list[str] | None = None, api_key: str | None = None,
-                 ssl_context: Any = None, port: int = 0) -> None:
+                 ssl_context: Any = None, port: int = 0, retry_after: str = "0") -> None:
         self.mode = mode
+        self.retry_after = retry_after  # what a busy answer's Retry-After header says
         self.delay = delay
         self.busy_left = busy_left
         self.models = [MODEL] if models is None else models
         self.api_key = api_key
         self.lock = threading.Lock()
         self.requests: list[dict[str, Any]] = []
+        self.times: list[float] = []  # when each chat request arrived
         self.headers: list[dict[str, str]] = []
         self.answered: Counter[str] = Counter()  # page colour -> answers with text
         self.probes = 0
@@ -165,6 +167,7 @@ def _handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             with server.lock:
+                server.times.append(time.monotonic())
                 server.requests.append(body)
                 server.headers.append(dict(self.headers))
                 server.active += 1
@@ -191,7 +194,7 @@ def _handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
                     return
                 if mode == "busy":
                     self.reply(503, {"error": {"message": "the engine is overloaded"}},
-                               {"Retry-After": "0"})
+                               {"Retry-After": server.retry_after})
                     return
                 if server.delay:
                     time.sleep(server.delay)

@@ -329,6 +329,18 @@ def test_a_lone_server_answering_503_is_waited_for() -> None:
     assert server.chat_requests == 4 + 3
 
 
+def test_retry_after_is_honoured() -> None:
+    with FakeServer(mode="busy", busy_left=1, retry_after="1.5") as server:
+        engine = engine_for(server.url)
+        try:
+            (result,) = engine.recognize([page(0)])
+        finally:
+            engine.close()
+    assert result.error is None
+    first, second = server.times
+    assert second - first >= 1.5
+
+
 def test_a_hanging_server_times_out_is_marked_down_and_the_pages_go_elsewhere() -> None:
     hung, facts = beside_a_fine_server("hang", 8, concurrency=2, timeout_seconds=1.0)
     assert hung.chat_requests <= 2  # down after its first silence, not tried per page
