@@ -13,8 +13,8 @@ The drop is the GPU daemon benchmark's: 24 A4 pages scanned at 300 dpi (JPEG), 2
 photos (JPEG) and 4 PDFs of four A4 pages, 64 pages, every page writing exactly
 ``--tokens`` tokens (``ignore_eos``). On the same servers, one after another:
 
-- the seeds' client: plain HTTP, each page decoded, scaled to 1540 px and sent as a
-  base64 PNG, 2 requests in flight;
+- the seeds' client: plain HTTP, each page decoded, scaled to 1540 px (up or down, as the
+  daemon does, so both send the same pixels) and sent as a base64 PNG, 2 requests in flight;
 - the same plain client with as many requests in flight as the daemon (the strongest
   plain way to use the servers);
 - the real daemon: ``ocrwatch run`` with ``engine = "remote"``, a warm-up file first,
@@ -186,12 +186,14 @@ def _page_of(path: Path, index: int) -> Any:
 
 
 def _png_url(image: Any) -> str:
-    scale = min(1.0, MAX_SIDE / max(image.size))
-    if scale < 1.0:
+    """The page at 1540 px on its longest side, up or down, as the daemon sends it (so that
+    both sides send the same pixels), as a base64 PNG data URL."""
+    scale = MAX_SIDE / max(image.size)
+    if scale != 1.0:
         from PIL import Image
 
         image = image.resize((round(image.width * scale), round(image.height * scale)),
-                             Image.Resampling.LANCZOS)
+                             Image.Resampling.LANCZOS if scale < 1 else Image.Resampling.BICUBIC)
     buffer = io.BytesIO()
     image.save(buffer, format="PNG", compress_level=1)
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")

@@ -62,6 +62,14 @@ def hexa(c: tuple[int, int, int]) -> str:
     return "".join(f"{v:02x}" for v in c)
 
 
+def coloured_page(c: tuple[int, int, int]) -> Image.Image:
+    """A page of colour ``c`` (its corner names it to the fake server) with a dark block:
+    a page of one colour alone is blank, and the daemon reads no blank page."""
+    image = Image.new("RGB", (120, 160), c)
+    image.paste((0, 0, 0), (40, 60, 80, 100))
+    return image
+
+
 def drop(inbox: Path, n_png: int, n_tiff: int) -> dict[Path, list[tuple[int, int, int]]]:
     """PNG files of one page and TIFF files of three, every page its own colour."""
     inbox.mkdir(parents=True, exist_ok=True)
@@ -69,13 +77,13 @@ def drop(inbox: Path, n_png: int, n_tiff: int) -> dict[Path, list[tuple[int, int
     k = 0
     for i in range(n_png):
         path = inbox / f"page{i}.png"
-        Image.new("RGB", (120, 160), colour(k)).save(path)
+        coloured_page(colour(k)).save(path)
         files[path] = [colour(k)]
         k += 1
     for i in range(n_tiff):
         path = inbox / f"bundle{i}.tif"
         colours = [colour(k + j) for j in range(3)]
-        frames = [Image.new("RGB", (120, 160), c) for c in colours]
+        frames = [coloured_page(c) for c in colours]
         frames[0].save(path, save_all=True, append_images=frames[1:])
         files[path] = colours
         k += 3
@@ -110,8 +118,8 @@ def check_each_read_once(daemon: Daemon,
         for row, c in zip(rows, colours, strict=True):
             assert f"colour {hexa(c)}" in row["text"]
         md = path.with_suffix(".md").read_text()
-        assert [line for line in md.splitlines() if "colour" in line] == [
-            f"# Page 120x160 colour {hexa(c)}" for c in colours]
+        assert [line.split(" colour ")[1] for line in md.splitlines() if "colour" in line] == [
+            hexa(c) for c in colours]
 
 
 def test_killed_busy_and_hanging_servers_lose_no_page_and_read_none_twice(
