@@ -120,6 +120,15 @@ def build_parser() -> argparse.ArgumentParser:
     _overrides(p)
     p.add_argument("paths", nargs="+", type=Path, metavar="PATH")
 
+    p = _sub(sub, "reread", "read again, with a progress bar, the files read with other "
+                            "languages (or another engine) than now",
+             "ocrwatch reread", "ocrwatch reread --languages eng,deu",
+             "ocrwatch reread --all")
+    _common(p)
+    _overrides(p)
+    p.add_argument("--all", action="store_true",
+                   help="every file read so far, also those read as they would be now")
+
     p = _sub(sub, "search", "search the text of every page read so far",
              'ocrwatch search invoice "March 2024"',
              "ocrwatch search 'pay* OR remittance NOT draft' --limit 5",
@@ -361,6 +370,47 @@ def cmd_add(args: argparse.Namespace) -> int:
     if failed:
         echo(f"ocrwatch: {_plural(len(failed), 'file')} could not be read (reasons above); "
              "fix them and run `ocrwatch add` again", err=True)
+    return 1 if failed else 0
+
+
+def cmd_reread(args: argparse.Namespace) -> int:
+    """Read again what was read with other languages: after installing a language or
+    changing ``languages``. A file already read as it would be now is left alone."""
+    from ocrwatch.control import DaemonLocks
+    from ocrwatch.daemon import Daemon
+    from ocrwatch.logs import setup_logging
+
+    config = _load(args)
+    setup_logging(config.log_level if config.log_level != "INFO" else "WARNING")
+    lock = DaemonLocks(config.database)
+    try:
+        lock.acquire()
+    except DaemonRunning:
+        raise OcrwatchError("the daemon is running: stop it (`ocrwatch stop`), run "
+                            "`ocrwatch reread`, then start it again") from None
+    daemon = Daemon(config, watch=False)
+    try:
+        daemon.start()
+        stale = (daemon.jobs.read_otherwise("") if args.all
+                 else daemon.jobs.read_otherwise(daemon.read_with))
+        paths = [j.path for j in stale if j.path.exists()]
+        if not paths:
+            echo(f"nothing to read again: every file was read with {daemon.read_with}")
+            return 0
+        echo(f"reading {_plural(len(paths), 'file')} again with {daemon.read_with}",
+             err=True)
+        daemon.jobs.retry(paths)
+        added = daemon.add(paths)
+        _progress(daemon, added, config)
+        states = {p: daemon.jobs.known(p) for p in added}
+    finally:
+        daemon.close()
+        lock.release()
+    failed = [(p, j.reason) for p, j in states.items() if j is not None and j.state == "failed"]
+    done = sum(1 for j in states.values() if j is not None and j.state == "done")
+    echo(f"{done} read again, {len(failed)} failed")
+    for path, reason in failed:
+        echo(f"  failed: {safe(path)}: {safe(reason)}")
     return 1 if failed else 0
 
 

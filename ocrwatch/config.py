@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 from ocrwatch import paths
 from ocrwatch.errors import ConfigError
+from ocrwatch.languages import default_languages
 
 ENGINES = ("auto", "tesseract", "vllm", "remote", "fake")
 OBSERVERS = ("auto", "native", "polling")
@@ -76,7 +77,8 @@ class Config:
     output_dir: Path | None = None  # None: sidecars beside the originals
     database: Path = field(default_factory=paths.default_database)
     engine: str = "auto"
-    languages: list[str] = field(default_factory=lambda: ["eng"])
+    # English and the desktop's language when Tesseract has data for it.
+    languages: list[str] = field(default_factory=default_languages)
     tessdata: Path | None = None  # None: look in the usual places
     workers: int = 0  # pages read at once by the CPU engine; 0: one per core
     settle_seconds: float = 2.0

@@ -34,6 +34,7 @@ from ocrwatch.follow import Follower
 from ocrwatch.hooks import AfterDone, Finished
 from ocrwatch.index import cached_result, store_result
 from ocrwatch.jobs import JobQueue, Seen, file_sha256
+from ocrwatch.languages import locale_note
 from ocrwatch.lifecycle import Lifecycle, output_folder
 from ocrwatch.outputs import PdfMaker
 from ocrwatch.pages import Limits, check_size, iter_pages
@@ -138,6 +139,9 @@ class Daemon:
         else:
             self.choice = Choice(engine.name, "given by the caller")
             self.engine = engine
+        # What a page is read with: a language change makes earlier pages stale.
+        self.read_with = (f"{self.engine.name} {'+'.join(config.languages)}"
+                          if self.engine.name == "tesseract" else self.engine.name)
         policy = self.engine.policy
         self._batcher: Batcher[_Item] = Batcher(
             policy, tokens=lambda item: 0 if item.page.text is not None  # read by no engine
@@ -435,7 +439,7 @@ class Daemon:
                 return
             self._works[job.id] = work
         if job.sha256:
-            cached = cached_result(self.db, job.sha256, job.id)
+            cached = cached_result(self.db, job.sha256, job.id, self.read_with)
             if cached is not None:
                 pages, engine = cached
                 with self._cond:
@@ -702,7 +706,7 @@ class Daemon:
                                      root=self.config.output_dir or source,
                                      original_mode=original_mode(job.path, source))
             stored = store_result(self.db, job.id, pages, engine=engine, md_path=md,
-                                  txt_path=txt, sha256=job.sha256)
+                                  txt_path=txt, sha256=job.sha256, read_with=self.read_with)
             if not stored:
                 # The content changed (it is queued again) or the file is gone: then
                 # these sidecars belong to nothing.
@@ -823,6 +827,8 @@ class Daemon:
             log_file=str(self.log_file) if self.log_file else None,
             pid=os.getpid(), version=__version__,
             reading=self.reading(), languages=tuple(self.config.languages),
+            language_note=locale_note(self.config.languages)
+            if self.choice.name == "tesseract" else None,
             pages_per_second=self.rate.per_second(),
         )
 

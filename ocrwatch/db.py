@@ -133,12 +133,20 @@ def _m005_names(db: sqlite_utils.Database) -> None:
     )
 
 
+def _m006_read_with(db: sqlite_utils.Database) -> None:
+    # What a file was read with: the engine, and for Tesseract its languages
+    # ("tesseract eng+deu"), so that after a language change only the files read
+    # otherwise are read again (`ocrwatch reread`).
+    db.execute("ALTER TABLE jobs ADD COLUMN read_with TEXT")
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite_utils.Database], None]]] = [
     ("001_jobs", _m001_jobs),
     ("002_pages", _m002_pages),
     ("003_settings", _m003_settings),
     ("004_moves", _m004_moves),
     ("005_names", _m005_names),
+    ("006_read_with", _m006_read_with),
 ]
 
 

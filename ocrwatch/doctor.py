@@ -202,12 +202,20 @@ def check_tesseract(config: Config) -> list[Check]:
         return [Check("Tesseract", False, "tesserocr is not installed",
                       "pip install tesserocr (its wheels carry Tesseract itself)")]
     from ocrwatch.engines.tesseract import available_languages
+    from ocrwatch.languages import locale_language, locale_note
 
     have = available_languages(config.tessdata)
     missing = [lang for lang in config.languages if lang not in have]
     if not missing:
-        return [Check("Tesseract languages", True,
-                      ", ".join(f"{lang} ({have[lang].parent})" for lang in config.languages))]
+        checks = [Check("Tesseract languages", True,
+                        ", ".join(f"{lang} ({have[lang].parent})" for lang in config.languages))]
+        note = locale_note(config.languages, have=have)
+        if note is not None:
+            lang = locale_language() or ""
+            checks.append(Check("Desktop language", False, note,
+                                f"sudo apt install tesseract-ocr-{lang.replace('_', '-')}; "
+                                "then `ocrwatch reread` reads what was read before again"))
+        return checks
     pkgs = " ".join(f"tesseract-ocr-{lang}" for lang in missing)
     return [Check(
         "Tesseract languages", False,

@@ -92,6 +92,7 @@ def store_result(
     md_path: Path | None,
     txt_path: Path | None,
     sha256: str | None = None,
+    read_with: str | None = None,
 ) -> bool:
     """Replace the job's pages and mark it done, in one transaction.
 
@@ -114,23 +115,29 @@ def store_result(
         )
         conn.execute(
             "UPDATE jobs SET state = 'done', reason = NULL, pages = ?, engine = ?, warnings = ?, "
-            "md_path = ?, txt_path = ?, updated = ?, finished = ? WHERE id = ?",
+            "md_path = ?, txt_path = ?, updated = ?, finished = ?, "
+            "read_with = coalesce(?, read_with) WHERE id = ?",
             (
                 len(pages), engine, warnings_json(warnings),
                 encode_path(md_path) if md_path else None,
                 encode_path(txt_path) if txt_path else None,
-                now, now, job_id,
+                now, now, read_with, job_id,
             ),
         )
     return True
 
 
-def cached_result(db: Database, sha256: str, exclude_job: int) -> tuple[list[PageText], str] | None:
-    """Pages already read for identical content, so a copy needs no second OCR."""
+def cached_result(db: Database, sha256: str, exclude_job: int,
+                  read_with: str | None = None) -> tuple[list[PageText], str] | None:
+    """Pages already read for identical content, so a copy needs no second OCR.
+
+    With ``read_with``, only pages read the same way count (a copy read with other
+    languages is no answer after a language change).
+    """
     rows = db.query(
         "SELECT id, engine FROM jobs WHERE sha256 = ? AND state = 'done' AND id != ? "
-        "ORDER BY finished DESC LIMIT 1",
-        (sha256, exclude_job),
+        "AND (? IS NULL OR read_with = ?) ORDER BY finished DESC LIMIT 1",
+        (sha256, exclude_job, read_with, read_with),
     )
     if not rows:
         return None

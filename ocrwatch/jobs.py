@@ -417,6 +417,14 @@ class JobQueue:
                 count += cur.rowcount
             return count
 
+    def read_otherwise(self, read_with: str) -> list[Job]:
+        """Files read (done) with another engine or other languages than ``read_with``,
+        or before ocrwatch recorded how."""
+        rows = self.db.query(
+            "SELECT * FROM jobs WHERE state = 'done' AND (read_with IS NULL OR read_with != ?) "
+            "ORDER BY id", (read_with,))
+        return [_job(r) for r in rows]
+
     # -- reporting -----------------------------------------------------------------
     def counts(self) -> dict[str, int]:
         counts = {s.value: 0 for s in State}

@@ -144,6 +144,7 @@ class Status:
     version: str | None = None
     reading: tuple[Reading, ...] = ()  # files whose pages are being read now
     languages: tuple[str, ...] = ()
+    language_note: str | None = None  # the desktop's language left out for want of data
     pages_per_second: float | None = None  # pages read over the last minute
 
     @property
@@ -184,6 +185,7 @@ class Status:
             pid=int(pid) if pid is not None else None, version=text("version"),
             reading=tuple(Reading.from_dict(r) for r in data.get("reading") or ()),
             languages=tuple(str(x) for x in data.get("languages") or ()),
+            language_note=text("language_note"),
             pages_per_second=float(pps) if (pps := data.get("pages_per_second")) is not None
             else None,
         )
@@ -195,6 +197,8 @@ def format_status(status: Status) -> str:
     queue = (f"  queue:   {status.queued} waiting, {status.running} running, "
              f"{status.done} done, {status.failed} failed")
     languages = f"  languages: {', '.join(status.languages)}" if status.languages else None
+    if languages and status.language_note:
+        languages += f"\n  note:    {status.language_note}"
     if status.state == "stopped":
         lines = ["ocrwatch: no daemon is running (start one with `ocrwatch run`)", queue,
                  f"  engine:  {engine.name} ({engine.why})",

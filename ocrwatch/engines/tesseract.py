@@ -13,7 +13,6 @@ import os
 os.environ.setdefault("OMP_THREAD_LIMIT", "1")
 
 import logging
-import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -27,10 +26,11 @@ from ocrwatch.config import Config
 from ocrwatch.domain import Page, PageText
 from ocrwatch.engines.base import BatchPolicy
 from ocrwatch.errors import EngineUnavailable
+from ocrwatch.languages import available_languages, tessdata_dirs
 from ocrwatch.layout import PageLayout, Word
 from ocrwatch.textutil import text_to_markdown
 
-__all__ = ["TesseractEngine", "text_to_markdown"]
+__all__ = ["TesseractEngine", "available_languages", "tessdata_dirs", "text_to_markdown"]
 
 log = logging.getLogger(__name__)
 
@@ -47,33 +47,6 @@ SMALL_LINE_PX = 30
 MAX_UPSAMPLE = 4.0
 ESTIMATE_FLOOR_DPI = 70  # Tesseract's own floor for a credible resolution
 MAX_UPSAMPLED_PIXELS = 80_000_000
-
-
-def tessdata_dirs(explicit: Path | None = None) -> list[Path]:
-    """Folders that may hold ``*.traineddata``, most specific first."""
-    found: list[Path] = []
-    if explicit is not None:
-        found.append(explicit)
-    if os.environ.get("TESSDATA_PREFIX"):
-        found.append(Path(os.environ["TESSDATA_PREFIX"]))
-    found += [
-        Path(sys.prefix) / "share" / "tessdata",  # the tessdata.fast-* wheels
-        Path("/usr/share/tesseract-ocr/5/tessdata"),
-        Path("/usr/share/tesseract-ocr/4.00/tessdata"),
-        Path("/usr/share/tessdata"),
-        Path("/usr/local/share/tessdata"),
-        Path("/opt/homebrew/share/tessdata"),
-    ]
-    return [d for d in found if d.is_dir()]
-
-
-def available_languages(explicit: Path | None = None) -> dict[str, Path]:
-    """Every installed language and the file that holds it (first folder wins)."""
-    langs: dict[str, Path] = {}
-    for folder in tessdata_dirs(explicit):
-        for f in sorted(folder.glob("*.traineddata")):
-            langs.setdefault(f.name.removesuffix(".traineddata"), f)
-    return langs
 
 
 def prepare_tessdata(languages: list[str], explicit: Path | None = None) -> Path:

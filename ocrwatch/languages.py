@@ -1,0 +1,104 @@
+"""Which languages Tesseract reads: what is installed, and the default.
+
+The default is English plus the desktop's own language (from the locale: ``LC_ALL``,
+``LC_MESSAGES``, ``LANG``) when Tesseract has data for it; when it has none, ``status``
+and ``doctor`` say which package would add it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+# Locale language (ISO 639-1, or language_TERRITORY where the script differs) to
+# Tesseract's data name. Tesseract names its data after ISO 639-2/3 with its own
+# exceptions (chi_sim, chi_tra), so a table of its names is the reliable source.
+TESSERACT_NAMES = {
+    "af": "afr", "am": "amh", "ar": "ara", "az": "aze", "be": "bel", "bg": "bul",
+    "bn": "ben", "bs": "bos", "ca": "cat", "cs": "ces", "cy": "cym", "da": "dan",
+    "de": "deu", "el": "ell", "en": "eng", "eo": "epo", "es": "spa", "et": "est",
+    "eu": "eus", "fa": "fas", "fi": "fin", "fr": "fra", "ga": "gle", "gl": "glg",
+    "gu": "guj", "he": "heb", "hi": "hin", "hr": "hrv", "hu": "hun", "hy": "hye",
+    "id": "ind", "is": "isl", "it": "ita", "ja": "jpn", "ka": "kat", "kk": "kaz",
+    "km": "khm", "kn": "kan", "ko": "kor", "lo": "lao", "lt": "lit", "lv": "lav",
+    "mk": "mkd", "ml": "mal", "mn": "mon", "mr": "mar", "ms": "msa", "mt": "mlt",
+    "my": "mya", "nb": "nor", "ne": "nep", "nl": "nld", "nn": "nor", "no": "nor",
+    "pa": "pan", "pl": "pol", "pt": "por", "ro": "ron", "ru": "rus", "si": "sin",
+    "sk": "slk", "sl": "slv", "sq": "sqi", "sr": "srp", "sv": "swe", "sw": "swa",
+    "ta": "tam", "te": "tel", "th": "tha", "tl": "tgl", "tr": "tur", "uk": "ukr",
+    "ur": "urd", "uz": "uzb", "vi": "vie", "yi": "yid",
+    "zh": "chi_sim", "zh_CN": "chi_sim", "zh_SG": "chi_sim", "zh_TW": "chi_tra",
+    "zh_HK": "chi_tra", "zh_MO": "chi_tra",
+}
+
+
+def tessdata_dirs(explicit: Path | None = None) -> list[Path]:
+    """Folders that may hold ``*.traineddata``, most specific first."""
+    found: list[Path] = []
+    if explicit is not None:
+        found.append(explicit)
+    if os.environ.get("TESSDATA_PREFIX"):
+        found.append(Path(os.environ["TESSDATA_PREFIX"]))
+    found += [
+        Path(sys.prefix) / "share" / "tessdata",  # the tessdata.fast-* wheels
+        Path("/usr/share/tesseract-ocr/5/tessdata"),
+        Path("/usr/share/tesseract-ocr/4.00/tessdata"),
+        Path("/usr/share/tessdata"),
+        Path("/usr/local/share/tessdata"),
+        Path("/opt/homebrew/share/tessdata"),
+    ]
+    return [d for d in found if d.is_dir()]
+
+
+def available_languages(explicit: Path | None = None) -> dict[str, Path]:
+    """Every installed language and the file that holds it (first folder wins)."""
+    langs: dict[str, Path] = {}
+    for folder in tessdata_dirs(explicit):
+        for f in sorted(folder.glob("*.traineddata")):
+            langs.setdefault(f.name.removesuffix(".traineddata"), f)
+    return langs
+
+
+def desktop_locale(environ: Mapping[str, str] | None = None) -> str | None:
+    """The locale the desktop speaks, e.g. ``de_DE``; None for C/POSIX or none set."""
+    env = os.environ if environ is None else environ
+    for var in ("LC_ALL", "LC_MESSAGES", "LANG"):
+        value = env.get(var, "").split(".")[0].split("@")[0]
+        if value:
+            return None if value in ("C", "POSIX") else value
+    return None
+
+
+def locale_language(environ: Mapping[str, str] | None = None) -> str | None:
+    """Tesseract's name for the desktop's language (``deu`` for ``de_DE.UTF-8``)."""
+    loc = desktop_locale(environ)
+    if loc is None:
+        return None
+    return TESSERACT_NAMES.get(loc) or TESSERACT_NAMES.get(loc.split("_")[0])
+
+
+def default_languages(environ: Mapping[str, str] | None = None,
+                      have: Mapping[str, Path] | None = None) -> list[str]:
+    """English, and the desktop's language when Tesseract has data for it."""
+    lang = locale_language(environ)
+    if lang is None or lang == "eng":
+        return ["eng"]
+    installed = available_languages() if have is None else have
+    return ["eng", lang] if lang in installed else ["eng"]
+
+
+def locale_note(languages: list[str], environ: Mapping[str, str] | None = None,
+                have: Mapping[str, Path] | None = None) -> str | None:
+    """What to say when the desktop's language is left out for want of data."""
+    lang = locale_language(environ)
+    if lang is None or lang in languages:
+        return None
+    installed = available_languages() if have is None else have
+    if lang in installed:
+        return None  # left out on purpose: `languages` was set without it
+    package = "tesseract-ocr-" + lang.replace("_", "-").lower()
+    return (f"the desktop's language ({desktop_locale(environ)}) is not read: Tesseract "
+            f"has no data for {lang}; install it (Debian/Ubuntu: sudo apt install {package}; "
+            "macOS: brew install tesseract-lang) to read it too")
