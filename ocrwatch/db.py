@@ -140,6 +140,46 @@ def _m006_read_with(db: sqlite_utils.Database) -> None:
     db.execute("ALTER TABLE jobs ADD COLUMN read_with TEXT")
 
 
+# Pages with Chinese, Japanese or Korean characters (the same ranges as index._CJK), as a
+# GLOB pattern, for pages stored before ``pages.cjk`` existed.
+CJK_GLOB = "*[" + "".join(f"{chr(a)}-{chr(b)}" for a, b in (
+    (0x3000, 0x30FF), (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xAC00, 0xD7AF), (0xF900, 0xFAFF),
+    (0xFF00, 0xFFEF))) + "]*"
+
+
+def _m007_cjk_trigrams(db: sqlite_utils.Database) -> None:
+    # Trigrams are for text written without spaces; a page in a European language costs
+    # as many trigrams as characters for nothing. Only pages with CJK characters keep them:
+    # ``pages.cjk``, set by store_result (a regular expression in Python is much cheaper
+    # than a GLOB in a trigger), drives the triggers (the same WHEN on insert and delete,
+    # as external content needs) and a partial index for the scan of short CJK words.
+    glob = "'" + CJK_GLOB + "'"
+    db.executescript(
+        f"""
+        ALTER TABLE pages ADD COLUMN cjk INTEGER NOT NULL DEFAULT 0;
+        UPDATE pages SET cjk = 1 WHERE text GLOB {glob};
+        DROP TRIGGER pages_tri_ai;
+        DROP TRIGGER pages_tri_ad;
+        DROP TRIGGER pages_tri_au;
+        INSERT INTO pages_tri(pages_tri) VALUES ('delete-all');
+        INSERT INTO pages_tri(rowid, text) SELECT id, text FROM pages WHERE cjk;
+        CREATE TRIGGER pages_tri_ai AFTER INSERT ON pages WHEN new.cjk BEGIN
+          INSERT INTO pages_tri(rowid, text) VALUES (new.id, new.text);
+        END;
+        CREATE TRIGGER pages_tri_ad AFTER DELETE ON pages WHEN old.cjk BEGIN
+          INSERT INTO pages_tri(pages_tri, rowid, text) VALUES ('delete', old.id, old.text);
+        END;
+        CREATE TRIGGER pages_tri_aud AFTER UPDATE ON pages WHEN old.cjk BEGIN
+          INSERT INTO pages_tri(pages_tri, rowid, text) VALUES ('delete', old.id, old.text);
+        END;
+        CREATE TRIGGER pages_tri_aui AFTER UPDATE ON pages WHEN new.cjk BEGIN
+          INSERT INTO pages_tri(rowid, text) VALUES (new.id, new.text);
+        END;
+        CREATE INDEX pages_cjk ON pages(id) WHERE cjk;
+        """
+    )
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite_utils.Database], None]]] = [
     ("001_jobs", _m001_jobs),
     ("002_pages", _m002_pages),
@@ -147,6 +187,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite_utils.Database], None]]] = [
     ("004_moves", _m004_moves),
     ("005_names", _m005_names),
     ("006_read_with", _m006_read_with),
+    ("007_cjk_trigrams", _m007_cjk_trigrams),
 ]
 
 

@@ -107,9 +107,11 @@ def store_result(
             return False
         conn.execute("DELETE FROM pages WHERE job_id = ?", (job_id,))
         conn.executemany(
-            "INSERT INTO pages(job_id, page, text, markdown, warnings) VALUES (?, ?, ?, ?, ?)",
+            "INSERT INTO pages(job_id, page, text, markdown, warnings, cjk) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
             [
-                (job_id, i, p.text, p.markdown, warnings_json(p.warnings))
+                (job_id, i, p.text, p.markdown, warnings_json(p.warnings),
+                 1 if _CJK.search(p.text) else 0)
                 for i, p in enumerate(pages, 1)
             ],
         )
@@ -239,15 +241,16 @@ def _search(db: Database, query: str, *, limit: int, offset: int,
                 )
                 rows = db.query(sql, (*HIGHLIGHT, match, *fparams, limit, offset))
             else:
-                # Trigrams need three characters; shorter CJK words are found by scanning.
-                like = [f"%{t}%" for t in terms]
-                where = " AND ".join("p.text LIKE ?" for _ in terms)
+                # Trigrams need three characters; shorter CJK words are found by scanning
+                # the pages that have CJK characters (a partial index), newest first.
+                where = " AND ".join("instr(p.text, ?) > 0" for _ in terms)
                 sql = (
                     base + "substr(p.text, max(1, instr(p.text, ?) - 20), 60) AS snippet, "
-                    f"0.0 AS rank FROM pages p JOIN jobs j ON j.id = p.job_id WHERE {where} "
-                    f"{extra} ORDER BY j.finished DESC LIMIT ? OFFSET ?"
+                    f"0.0 AS rank FROM pages p JOIN jobs j ON j.id = p.job_id "
+                    f"WHERE p.cjk AND {where} "
+                    f"{extra} ORDER BY p.id DESC LIMIT ? OFFSET ?"
                 )
-                rows = db.query(sql, (terms[0], *like, *fparams, limit, offset))
+                rows = db.query(sql, (terms[0], *terms, *fparams, limit, offset))
                 return [
                     _hit(r, r["snippet"].replace(terms[0],
                                                  HIGHLIGHT[0] + terms[0] + HIGHLIGHT[1]))

@@ -51,9 +51,11 @@ def rebuild_fts(db: Database, progress: Progress | None = None) -> int:
         low = 0
         while low < top:
             high = low + CHUNK
-            for table in ("pages_fts", "pages_tri"):
-                conn.execute(f"INSERT INTO {table}(rowid, text) SELECT id, text FROM pages "
-                             "WHERE id > ? AND id <= ?", (low, high))
+            conn.execute("INSERT INTO pages_fts(rowid, text) SELECT id, text FROM pages "
+                         "WHERE id > ? AND id <= ?", (low, high))
+            # Trigrams only for pages with CJK text, as the index's triggers keep them.
+            conn.execute("INSERT INTO pages_tri(rowid, text) SELECT id, text FROM pages "
+                         "WHERE id > ? AND id <= ? AND cjk", (low, high))
             (n,) = conn.execute("SELECT COUNT(*) FROM pages WHERE id > ? AND id <= ?",
                                 (low, high)).fetchone()
             done += n

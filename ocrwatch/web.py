@@ -24,6 +24,7 @@ import html
 import json
 import logging
 import os
+import re
 import secrets
 import threading
 import time
@@ -39,7 +40,7 @@ from urllib.parse import parse_qs, urlsplit
 from ocrwatch import paths
 from ocrwatch.db import Database, decode_path
 from ocrwatch.errors import OcrwatchError, SearchError
-from ocrwatch.index import HIGHLIGHT, Filters, Hit, search
+from ocrwatch.index import _CJK, HIGHLIGHT, Filters, Hit, search
 from ocrwatch.opener import open_file
 from ocrwatch.thumbs import Thumbnails
 
@@ -74,6 +75,15 @@ def parse_day(text: str, *, end: bool = False) -> float | None:
     if end:
         day += _dt.timedelta(days=1)
     return _dt.datetime.combine(day, _dt.time()).timestamp()
+
+
+def as_typed(query: str) -> str:
+    """The query with its last word taken as a prefix while it is being typed ("harb"
+    finds "harbour"); from three letters on, as shorter prefixes match half the index."""
+    match = re.search(r"(?:^|\s)(\w{3,})$", query)
+    if match is None or _CJK.search(match.group(1)) or match.group(1) in ("AND", "OR", "NOT"):
+        return query
+    return query + "*"
 
 
 def snippet_html(snippet: str) -> str:
@@ -198,6 +208,8 @@ class SearchServer:
     def api_search(self, params: dict[str, str]) -> dict[str, Any]:
         started = time.perf_counter()
         query = params.get("q", "").strip()
+        if params.get("prefix") == "1":
+            query = as_typed(query)
         try:
             page = max(1, int(params.get("page", "1") or 1))
             per = min(MAX_PER_PAGE, max(1, int(params.get("per", str(PER_PAGE)) or PER_PAGE)))

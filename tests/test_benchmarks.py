@@ -127,3 +127,22 @@ def test_accuracy_script_builds_the_derived_cases(tmp_path: Path, home: Path,
     assert float(row.split("|")[4]) == 0.0  # the text layer, exactly
     summary = report.split("## summary")[1]
     assert "| dpi100 | 1 | 1 |" in summary and "| born-digital | 1 | 1 |" in summary
+
+
+def test_search_benchmark_end_to_end(tmp_path: Path) -> None:
+    """The search benchmark at a small size (CI's short version of the 100,000 pages)."""
+    from benchmarks import search as bench
+
+    out = tmp_path / "search.txt"
+    assert bench.main(["--pages", "1500", "--repeats", "2", "--browser-repeats", "1",
+                       "--out", str(out)]) == 0
+    report = out.read_text()
+    assert re.search(r"^# machine: .+ cores", report, re.M)
+    indexing = report.split("## Indexing")[1].split("##")[0]
+    rates = re.findall(r"\| ([\d.]+) \| (\d+) \|$", indexing, re.M)
+    assert len(rates) == 4 and all(float(r[1]) > 0 for r in rates)
+    pooled = re.search(r"p50 ([\d.]+) ms, p95 ([\d.]+) ms, p99 ([\d.]+) ms", report)
+    assert pooled is not None and 0 < float(pooled.group(1)) <= float(pooled.group(2))
+    assert report.count("| word, planted | `q=Zollverein` | 3 |") == 1  # planted: known hits
+    for goal in ("p95 of the query mix", "first results on the page", "indexing >="):
+        assert re.search(re.escape(goal) + r".*: (PASS|FAIL|not measured)", report), goal

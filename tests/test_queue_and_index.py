@@ -209,3 +209,58 @@ def test_page_numbers_and_warnings_are_stored(db: Database, tmp_path: Path) -> N
     assert (hit.page, hit.pages) == (2, 2)
     row = db.query("SELECT warnings FROM pages WHERE page = 2")[0]
     assert json.loads(row["warnings"]) == ["repeats itself"]
+
+
+def test_trigrams_only_for_cjk_pages_and_short_cjk_words(db: Database, tmp_path: Path) -> None:
+    from ocrwatch.domain import PageText
+    from ocrwatch.index import search, store_result
+
+    jobs = JobQueue(db)
+    texts = {"latin.png": "harbour office Rotterdam", "cjk.png": "東京都の会議 报告",
+             "mixed.png": "Tokyo 東京 office"}
+    for name, text in texts.items():
+        path = tmp_path / name
+        jobs.offer(path, 1, 1, name * 4)
+        job = jobs.claim()
+        assert job is not None
+        store_result(db, job.id, [PageText(text, text)], engine="t", md_path=None,
+                     txt_path=None)
+    tri = {r[0] for r in db.query("SELECT rowid FROM pages_tri WHERE pages_tri MATCH 'off'")}
+    assert tri == {3}  # the mixed page; the Latin-only page has no trigrams
+    assert sorted(Path(h.path).name for h in search(db, "東京")) == ["cjk.png", "mixed.png"]
+    assert [Path(h.path).name for h in search(db, "会議")] == ["cjk.png"]
+    assert [Path(h.path).name for h in search(db, "东京都 报告")] == []
+    assert [Path(h.path).name for h in search(db, "東京都")] == ["cjk.png"]
+    jobs.forget(tmp_path / "cjk.png")
+    db.conn.execute("INSERT INTO pages_tri(pages_tri) VALUES ('integrity-check')")
+    db.conn.execute("INSERT INTO pages_fts(pages_fts) VALUES ('integrity-check')")
+    assert [Path(h.path).name for h in search(db, "東京")] == ["mixed.png"]
+
+
+def test_other_tools_find_the_full_text_index(db: Database, tmp_path: Path) -> None:
+    """sqlite-utils (and Datasette, which detects full-text tables the same way) find
+    pages_fts for pages and jobs_fts for the file names, with no configuration."""
+    import subprocess
+    import sys
+
+    import sqlite_utils
+
+    from ocrwatch.domain import PageText
+    from ocrwatch.index import store_result
+
+    jobs = JobQueue(db)
+    jobs.offer(tmp_path / "Taxes" / "receipt.png", 1, 1, "a" * 64)
+    job = jobs.claim()
+    assert job is not None
+    store_result(db, job.id, [PageText("harbour", "harbour office")], engine="t", md_path=None,
+                 txt_path=None)
+    plain = sqlite_utils.Database(db.conn)
+    assert plain["pages"].detect_fts() == "pages_fts"  # type: ignore[union-attr]
+    assert plain["jobs"].detect_fts() == "jobs_fts"  # type: ignore[union-attr]
+    cli = Path(sys.executable).with_name("sqlite-utils")
+    found = subprocess.run([str(cli), "search", str(db.path), "pages", "harbour", "--csv"],
+                           capture_output=True, text=True, timeout=60, check=True)
+    assert "harbour office" in found.stdout
+    names = subprocess.run([str(cli), "search", str(db.path), "jobs", "taxes", "-c", "display"],
+                           capture_output=True, text=True, timeout=60, check=True)
+    assert "receipt.png" in names.stdout

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM),
 
 
 @pytest.fixture
-def browser(site: Site) -> Iterator[Any]:
+def browser() -> Iterator[Any]:
     with sync_api.sync_playwright() as pw:
         b = pw.chromium.launch(
             executable_path=CHROMIUM, headless=True,
@@ -61,7 +61,6 @@ def test_type_filter_and_open(site: Site, browser: Any) -> None:
     assert "<mark>" in first.locator(".snippet").inner_html()
     assert page.locator("#hits .thumb").first.evaluate("img => img.naturalWidth") > 0
     assert "page" in first.locator(".meta").inner_text()
-    shoot(page, "search-page.png")
 
     # Filter by folder: only the letters folder's files stay.
     page.select_option("#folder", label="inbox/letters")
@@ -70,7 +69,6 @@ def test_type_filter_and_open(site: Site, browser: Any) -> None:
     # And by name.
     page.fill("#name", "harbour")
     wait_for(lambda: rendered_names(page) == ["harbour report.pdf"] * 3, 15, "hits by name")
-    shoot(page, "search-page-filtered.png")
 
     # A click opens the original at the page of the hit.
     hit = page.locator("#hits .hit").nth(1)
@@ -113,3 +111,49 @@ def test_no_token_and_foreign_host_are_refused(site: Site, browser: Any) -> None
     assert response is not None and response.status == 403
     assert "Host" in page.inner_text("body")
     assert site.opened == []
+
+
+def test_real_pages_read_by_tesseract(tmp_path: Path, home: Path, browser: Any) -> None:
+    """Pages read by the real engine, found on the page (and the docs' screenshots)."""
+    from helpers import save_pdf, text_page
+
+    from ocrwatch.config import Config
+    from ocrwatch.daemon import Daemon
+    from ocrwatch.web import SearchServer
+
+    inbox = tmp_path / "OCR-Inbox"
+    for folder in ("Letters", "Taxes", "Bank"):
+        (inbox / folder).mkdir(parents=True)
+    files = [
+        inbox / "Letters" / "harbour office.png",
+        save_pdf(inbox / "Taxes" / "tax return 2024.pdf",
+                 [["Tax return 2024", "Income from the harbour office", "Total due: 1,250.00"],
+                  ["Page two", "Receipts for the harbour fees", "Signed in Rotterdam"]]),
+        inbox / "Bank" / "statement march.jpg",
+    ]
+    text_page(["Dear Madam Schneider,", "the harbour office in Rotterdam",
+               "confirms your booking for March."]).save(files[0])
+    text_page(["Bank statement, March", "Transfer to the harbour authority",
+               "Balance: 3,400.00"]).save(files[2], "JPEG")
+    config = Config(inbox=[inbox], database=tmp_path / "real.sqlite3", settle_seconds=0.2,
+                    engine="tesseract", workers=1, cache_dir=tmp_path / "cache")
+    with Daemon(config) as daemon:
+        wait_for(lambda: all((j := daemon.jobs.known(f)) is not None and j.state == "done"
+                             for f in files), 120, "three files read by Tesseract")
+        with SearchServer(config.database, daemon.thumbs, inbox=[inbox],
+                          opener=lambda path, page: None) as server:
+            page = browser.new_page(viewport={"width": 1000, "height": 640})
+            page.goto(server.url)
+            page.locator("#q").press_sequentially("harb", delay=40)  # a prefix, as typed
+            wait_for(lambda: len(rendered_names(page)) == 4, 30, "four pages with harbour*")
+            snippets = page.locator("#hits .snippet").all_inner_texts()
+            assert all("harbour" in s.lower() for s in snippets), snippets
+            assert "<mark>harbour</mark>" in page.locator("#hits .snippet").first.inner_html()
+            thumbs = page.locator("#hits .thumb")
+            assert all(t.evaluate("img => img.naturalWidth") > 0 for t in thumbs.all())
+            shoot(page, "search-page.png")
+            page.select_option("#folder", label="OCR-Inbox/Taxes")
+            page.fill("#q", "harbour")
+            wait_for(lambda: rendered_names(page) == ["tax return 2024.pdf"] * 2, 30,
+                     "the Taxes folder's hits")
+            shoot(page, "search-page-filtered.png")

@@ -15,6 +15,7 @@
       if (v) p.set(f, v);
     }
     p.set("page", String(page));
+    p.set("prefix", "1"); // the last word as typed so far is a prefix
     if (per) p.set("per", per);
     return p;
   }
