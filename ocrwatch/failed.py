@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from pathlib import Path
 
@@ -25,6 +26,8 @@ def move_failed(path: Path, reason: str, config: Config) -> Path | None:
         if path.is_relative_to(inbox):
             rel = path.relative_to(inbox)
             break
+    if not os.path.lexists(path):
+        return None  # deleted meanwhile: nothing to keep
     try:
         dest = move_unique(path, config.failed_dir / rel)
     except Exception as exc:

@@ -452,6 +452,26 @@ def walk(roots: list[Path]) -> Iterator[Path]:
                     yield path
 
 
+_INOTIFY_LOGGER = "watchdog.observers.inotify_c"
+
+
+class _OverflowRescan(logging.Handler):
+    """Rescan when the kernel's inotify queue overflowed.
+
+    Events are lost then (a burst of folders, a 60-deep tree made at once): files dropped
+    meanwhile would wait for the next periodic rescan, and deleted ones stay indexed.
+    watchdog reports the overflow only in its log, so its warning is the signal.
+    """
+
+    def __init__(self, settler: Settler) -> None:
+        super().__init__(logging.WARNING)
+        self.settler = settler
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "overflow" in str(record.msg):
+            self.settler.request_rescan()
+
+
 class Watcher:
     """The observer plus the settler, started and stopped together."""
 
@@ -478,6 +498,7 @@ class Watcher:
         self._handler = _Handler(self.settler.events, roots)
         # Each root's watch and the folder (device, inode) it watches; None: not armed.
         self._armed: dict[Path, tuple[ObservedWatch, tuple[int, int]] | None] = {}
+        self._overflow = _OverflowRescan(self.settler)
         for root in roots:
             self._armed[root] = None
             if not self._arm(root):
@@ -519,6 +540,7 @@ class Watcher:
                 self.settler.feed("scan", root)  # files that came with it
 
     def start(self) -> None:
+        logging.getLogger(_INOTIFY_LOGGER).addHandler(self._overflow)
         self.observer.start()
         self.settler.start()
 
@@ -526,6 +548,7 @@ class Watcher:
         self.settler.request_rescan()
 
     def stop(self) -> None:
+        logging.getLogger(_INOTIFY_LOGGER).removeHandler(self._overflow)
         self.observer.stop()
         self.settler.stop()
         if self.observer.is_alive():
