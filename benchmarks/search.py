@@ -175,8 +175,9 @@ def make_docs(root: Path, pages: int, seed: int) -> tuple[list[Doc], dict[str, Z
 
 
 # -- indexing ---------------------------------------------------------------------------
-def index_with_ocrwatch(db_path: Path, docs: list[Doc]) -> float:
-    """Seconds to index every page through the queue and the index, as the daemon does."""
+def index_with_ocrwatch(db_path: Path, docs: list[Doc]) -> tuple[float, float]:
+    """Seconds (wall, CPU) to index every page through the queue and the index, as the
+    daemon does."""
     from ocrwatch.db import Database
     from ocrwatch.domain import PageText
     from ocrwatch.index import store_result
@@ -185,7 +186,7 @@ def index_with_ocrwatch(db_path: Path, docs: list[Doc]) -> float:
     db = Database(db_path)
     jobs = JobQueue(db)
     try:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         for doc in docs:
             sha = hashlib.sha256(doc.path.name.encode()).hexdigest()
             jobs.offer(doc.path, len(doc.texts), doc.mtime_ns, sha)
@@ -195,7 +196,7 @@ def index_with_ocrwatch(db_path: Path, docs: list[Doc]) -> float:
             store_result(db, job.id, [PageText(markdown=t, text=t) for t in doc.texts],
                          engine="synthetic", md_path=md, txt_path=md.with_suffix(".txt"),
                          sha256=sha)
-        return time.perf_counter() - start
+        return time.perf_counter() - start, time.process_time() - cpu
     finally:
         db.close()
 
@@ -214,15 +215,17 @@ END;
 """
 
 
-def index_plain(db_path: Path, docs: list[Doc], *, bulk: bool, trigrams: bool = True) -> float:
-    """Seconds to index the same pages in bare FTS5 tables (no queue, no file rows)."""
+def index_plain(db_path: Path, docs: list[Doc], *, bulk: bool, trigrams: bool = True
+                ) -> tuple[float, float]:
+    """Seconds (wall, CPU) to index the same pages in bare FTS5 tables (no queue, no file
+    rows)."""
     conn = sqlite3.connect(db_path, isolation_level=None)
     schema = PLAIN_SCHEMA
     if not trigrams:
         schema = schema.replace("  INSERT INTO pages_tri(rowid, text) VALUES (new.id, new.text);\n",
                                 "")
     conn.executescript(schema)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     if bulk:
         conn.execute("BEGIN")
     for doc in docs:
@@ -234,7 +237,7 @@ def index_plain(db_path: Path, docs: list[Doc], *, bulk: bool, trigrams: bool = 
             conn.execute("COMMIT")
     if bulk:
         conn.execute("COMMIT")
-    took = time.perf_counter() - start
+    took = time.perf_counter() - start, time.process_time() - cpu
     conn.close()
     return took
 
@@ -399,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{time.perf_counter() - t0:.0f} s", file=sys.stderr)
         db_path = root / "index.sqlite3"
         ours_s = index_with_ocrwatch(db_path, docs)
-        print(f"ocrwatch indexed them in {ours_s:.1f} s", file=sys.stderr)
+        print(f"ocrwatch indexed them in {ours_s[0]:.1f} s", file=sys.stderr)
         plain_doc_s = index_plain(root / "plain.sqlite3", docs, bulk=False)
         plain_bulk_s = index_plain(root / "plain-bulk.sqlite3", docs, bulk=True)
         plain_words_s = index_plain(root / "plain-words.sqlite3", docs, bulk=False,
@@ -441,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
         for cached in _DBS.values():
             cached.close()
 
-    rate = args.pages / ours_s
+    rate, cpu_rate = args.pages / ours_s[0], args.pages / ours_s[1]
     load_after = os.getloadavg()[0]
     p50, p95, p99 = (percentile(pooled, p) for p in (50, 95, 99))
     lines = header(
@@ -463,19 +466,23 @@ def main(argv: list[str] | None = None) -> int:
             "to the hits painted (the next frame drawn after they are in the page)",
         ],
     )
-    lines += ["", "## Indexing", "", "| how | seconds | pages/s |", "|---|--:|--:|",
-              f"| ocrwatch (queue + index, a transaction per document) | {ours_s:.1f} | "
-              f"{rate:.0f} |",
-              f"| plain FTS5, same tokenizers, a transaction per document | {plain_doc_s:.1f} | "
-              f"{args.pages / plain_doc_s:.0f} |",
-              f"| plain FTS5, same tokenizers, one transaction for all | {plain_bulk_s:.1f} | "
-              f"{args.pages / plain_bulk_s:.0f} |",
-              f"| plain FTS5, words only (no trigrams: no Chinese or Japanese substrings), a "
-              f"transaction per document | {plain_words_s:.1f} | "
-              f"{args.pages / plain_words_s:.0f} |",
-              "", f"ocrwatch / plain per document: {plain_doc_s / ours_s:.2f}x the rate "
-              f"(ocrwatch keeps trigrams for the pages with CJK text only); ocrwatch / plain "
-              f"words only: {plain_words_s / ours_s:.2f}x",
+    def row(how: str, took: tuple[float, float]) -> str:
+        return (f"| {how} | {took[0]:.1f} | {args.pages / took[0]:.0f} | {took[1]:.1f} | "
+                f"{args.pages / took[1]:.0f} |")
+
+    lines += ["", "## Indexing", "",
+              "Wall time is what this run took on the shared machine; CPU time is this "
+              "process's own (SQLite runs in it), what the same work costs on a core of its "
+              "own.", "",
+              "| how | wall s | pages/s (wall) | CPU s | pages/s (CPU) |", "|---|--:|--:|--:|--:|",
+              row("ocrwatch (queue + index, a transaction per document)", ours_s),
+              row("plain FTS5, same tokenizers, a transaction per document", plain_doc_s),
+              row("plain FTS5, same tokenizers, one transaction for all", plain_bulk_s),
+              row("plain FTS5, words only (no trigrams: no Chinese or Japanese substrings), "
+                  "a transaction per document", plain_words_s),
+              "", f"ocrwatch / plain per document: {plain_doc_s[1] / ours_s[1]:.2f}x the "
+              "rate in CPU time (ocrwatch keeps trigrams for the pages with CJK text only); "
+              f"ocrwatch / plain words only: {plain_words_s[1] / ours_s[1]:.2f}x",
               "", "## The page's query mix (server side)", "",
               "| kind | request | hits (of 100) | more | median ms | p95 ms |",
               "|---|---|--:|---|--:|--:|"]
@@ -507,8 +514,10 @@ def main(argv: list[str] | None = None) -> int:
                   f"{percentile(e2e, 95):.1f} ms: "
                   f"{'PASS' if percentile(e2e, 95) <= GOAL_E2E_MS else 'FAIL'}"
                   if e2e else "not measured"),
-              f"- indexing >= {GOAL_RATE:.0f} pages/s: {rate:.0f} pages/s: "
-              f"{'PASS' if rate >= GOAL_RATE else 'FAIL'}"]
+              f"- indexing >= {GOAL_RATE:.0f} pages/s: {rate:.0f} pages/s in wall time on "
+              f"the shared machine: {'PASS' if rate >= GOAL_RATE else 'FAIL'}; "
+              f"{cpu_rate:.0f} pages/s of CPU time: "
+              f"{'PASS' if cpu_rate >= GOAL_RATE else 'FAIL'}"]
     print("\n".join(lines))
     target = save("search.txt", lines, args.out)
     print(f"saved to {target}", file=sys.stderr)

@@ -115,7 +115,10 @@ class Follower:
             else:
                 if os.path.lexists(md1) or os.path.lexists(txt1):
                     md0, txt0 = md1, txt1
-        folder = output_folder(self.config, moved.path)
+        if self.config.output_dir is not None and self.config.output_layout == "date":
+            folder = md0.parent  # filed by the month it was read: only the name follows
+        else:
+            folder = output_folder(self.config, moved.path)
         stem = choose_stem(moved.path, folder, self.jobs.sidecars_of_others(moved.id),
                            {md0, txt0})
         md, txt = sidecar_paths(stem)

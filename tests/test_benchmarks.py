@@ -139,7 +139,7 @@ def test_search_benchmark_end_to_end(tmp_path: Path) -> None:
     report = out.read_text()
     assert re.search(r"^# machine: .+ cores", report, re.M)
     indexing = report.split("## Indexing")[1].split("##")[0]
-    rates = re.findall(r"\| ([\d.]+) \| (\d+) \|$", indexing, re.M)
+    rates = re.findall(r"\| ([\d.]+) \| (\d+) \| ([\d.]+) \| (\d+) \|$", indexing, re.M)
     assert len(rates) == 4 and all(float(r[1]) > 0 for r in rates)
     pooled = re.search(r"p50 ([\d.]+) ms, p95 ([\d.]+) ms, p99 ([\d.]+) ms", report)
     assert pooled is not None and 0 < float(pooled.group(1)) <= float(pooled.group(2))

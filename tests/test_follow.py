@@ -204,3 +204,24 @@ def test_rescan_prunes_and_finds_moves_made_while_stopped(config: Config,
     assert not (inbox / "x" / "moved.md").exists()
     # The pruned file's sidecars held what ocrwatch wrote: they went with its row.
     assert not (inbox / "gone.md").exists()
+
+
+@pytest.mark.parametrize("observer", ["native"])
+@pytest.mark.parametrize("config", ["output_dir"], indirect=True)
+def test_sidecars_filed_by_date_stay_in_their_month(config: Config, engine: FakeEngine) -> None:
+    from dataclasses import replace
+
+    config = replace(config, output_layout="date")
+    inbox = config.inbox[0]
+    (inbox / "a").mkdir(parents=True)
+    (inbox / "b").mkdir()
+    original = inbox / "a" / "bill.png"
+    text_page(["bill"]).save(original)
+    with Daemon(config, engine=engine) as d:
+        wait_for(lambda: done(d, original), 30, "the bill read")
+        md = Path(rows(d)[str(original)][1] or "")
+        assert md.parent.parent.parent == config.output_dir
+        moved = inbox / "b" / "electricity bill.png"
+        os.rename(original, moved)
+        expected = {moved: md.with_name("electricity bill.md")}
+        wait_for(lambda: settled(d, expected), 30, "the sidecars renamed in their month")
