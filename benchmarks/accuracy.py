@@ -54,6 +54,7 @@ CASES = {
     "dpi100": "each image page at 100 dpi, no resolution in the file (PNG)",
     "dpi150": "each image page at 150 dpi, no resolution in the file (PNG)",
     "stamp72": "each image page's own pixels with a 72 dpi stamp (PNG)",
+    "dpi600": "each image page enlarged to 600 dpi (LANCZOS) with 600 dpi in the file (PNG)",
     "phone": "each image page as a phone photo: turned 0.5-2 degrees, light falling to 60% "
              "across the page, slight blur, JPEG quality 85, 72 dpi",
     "born-digital": "each ground truth drawn as a PDF with DejaVu Sans (fpdf2), the text "
@@ -177,6 +178,8 @@ def build_case(case: str, items: list[Item], folder: Path) -> list[Item]:
         elif case in ("dpi100", "dpi150"):
             path = cases.low_resolution(item.path, folder / f"{stem}.{case}.png",
                                         int(case[3:]))
+        elif case == "dpi600":
+            path = cases.enlarged(item.path, folder / f"{stem}.dpi600.png", 600)
         elif case == "stamp72":
             path = cases.stamped(item.path, folder / f"{stem}.stamp72.png")
         elif case == "phone":

@@ -46,6 +46,16 @@ def low_resolution(src: Path, out: Path, dpi: int) -> Path:
     return out
 
 
+def enlarged(src: Path, out: Path, dpi: int = 600) -> Path:
+    """The page enlarged to ``dpi`` (LANCZOS) and saying so: a stand-in for a scan at that
+    resolution (the corpus has one real 600 dpi page)."""
+    image, source_dpi = _open(src)
+    scale = dpi / source_dpi
+    size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
+    image.resize(size, Image.Resampling.LANCZOS).save(out, "PNG", dpi=(dpi, dpi))
+    return out
+
+
 def stamped(src: Path, out: Path, dpi: int = 72) -> Path:
     """The same pixels, with a wrong ``dpi`` stamped as a camera or an editor does."""
     image, _ = _open(src)
