@@ -438,3 +438,19 @@ def test_a_multipage_tiff_gives_a_multipage_pdf_with_its_pixels(tmp_path: Path) 
     pages = subprocess.run(["pdftotext", str(out), "-"], capture_output=True, text=True,
                            check=True).stdout.split("\f")
     assert page_lines(1, 3)[0] in pages[0] and page_lines(2, 3)[0] in pages[1]
+
+
+@pytest.mark.skipif(shutil.which("tesseract") is None,
+                    reason="the tesseract command is not installed (apt install tesseract-ocr)")
+def test_the_pdf_benchmark_runs_and_reports_both_paths(tmp_path: Path) -> None:
+    from benchmarks import pdf_output
+
+    report = "\n".join(pdf_output.run(1, tmp_path / "report.txt"))
+    assert (tmp_path / "report.txt").read_text().strip() == report.strip()
+    for heading in ("## clean pages", "## poor scans", "| ocrwatch, Tesseract engine |",
+                    "| ocrwatch, model text on Tesseract boxes |", "| `tesseract ... pdf` |"):
+        assert heading in report
+    words = sum(len(line.split()) for line in page_lines(0))
+    clean = report.split("## poor scans")[0]
+    # Every word of the clean page found, in each of the three layers.
+    assert clean.count(f"| 0 of {words} |") == 3, clean
