@@ -8,25 +8,40 @@
 #   REMOTE_ARGS="--embedded 2.9"   or give that figure by hand; "--gpus 2 [--dp]" for two GPUs
 # Results in $OUT: remote.txt (copied to benchmarks/results/remote.txt), logs.
 set -euo pipefail
+SITE=${SITE:-/tmp/site}  # where vLLM and the wheels are unpacked
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
-if [ ! -d /tmp/site/vllm ]; then
+if [ ! -d "$SITE/vllm" ]; then
     if ! ls /root/stage/*.part0 .gpu/*.part1 >/dev/null 2>&1; then
         echo "STAGE_LOST: stage vLLM's part0 first (../shared/gpu/README.md)"; exit 3
     fi
     cat /root/stage/*.part0 .gpu/*.part1 > /root/stage/s.tar.xz
-    mkdir -p /tmp/site
-    python3 -c "import tarfile; tarfile.open('/root/stage/s.tar.xz').extractall('/tmp/site')"
+    mkdir -p "$SITE"
+    python3 -c "import tarfile; tarfile.open('/root/stage/s.tar.xz').extractall('$SITE')"
 fi
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl
-export PYTHONPATH=/tmp/site:$PWD VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
-OUT=$OUT MAKE_MODEL=${MAKE_MODEL:-.gpu/make_model.py} STAGES=${STAGES:-remote} \
-    bash benchmarks/gpu_run.sh
-cp "$OUT/remote.txt" benchmarks/results/remote.txt
+    --target "$SITE" .whl/*.whl
+export PYTHONPATH=$SITE:$PWD VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
+# gpu_run.sh writes a dozen files; $OUT gets the reports and one archive of the logs
+# (the device tool brings back at most 8 files).
+RUN=/tmp/ocrwatch-gpu-out
+rm -rf "$RUN" && mkdir -p "$RUN"
+OUT=$RUN MAKE_MODEL=${MAKE_MODEL:-.gpu/make_model.py} STAGES=${STAGES:-remote} \
+    bash benchmarks/gpu_run.sh || true  # its stages say how they ended in summary.txt
 for log in /tmp/ocrwatch-remote-bench/vllm_serve_*.log; do
-    if [ -f "$log" ]; then tail -c 4000000 "$log" > "$OUT/$(basename "$log")"; fi
+    if [ -f "$log" ]; then cp "$log" "$RUN/"; fi
 done
 for d in /tmp/ocrwatch-remote-bench/daemon_*; do
-    if [ -f "$d/daemon.log" ]; then tail -c 4000000 "$d/daemon.log" > "$OUT/remote_$(basename "$d").log"; fi
+    if [ -f "$d/daemon.log" ]; then cp "$d/daemon.log" "$RUN/remote_$(basename "$d").log"; fi
 done
+status=0
+for report in remote.txt gpu_daemon.txt gpu_daemon.json summary.txt; do
+    if [ -f "$RUN/$report" ]; then cp "$RUN/$report" "$OUT/"; fi
+done
+tar -czf "$OUT/gpu-logs.tar.gz" -C "$RUN" .
+if [ -f "$RUN/remote.txt" ]; then
+    cp "$RUN/remote.txt" benchmarks/results/remote.txt
+else
+    echo "no report: see remote_bench.log in $OUT/gpu-logs.tar.gz"; status=1
+fi
+exit "$status"
