@@ -191,26 +191,70 @@ def test_a_read_only_index_is_still_searched(home: Home, command: str) -> None:
 
 def test_no_runtime_dir_and_the_fallback_belongs_to_someone_else(home: Home,
                                                                 tmp_path: Path) -> None:
-    """XDG_RUNTIME_DIR unset; /tmp/runtime-UID is another user's (or a symlink to one)."""
+    """XDG_RUNTIME_DIR unset; /tmp/runtime-UID is another user's (or a symlink to one).
+    Nobody else can keep ocrwatch from running: the daemon and the commands meet in a
+    private folder of the user's own, and the other user's folder is left alone."""
     uid = os.getuid()
     if Path(f"/run/user/{uid}").is_dir():
         pytest.skip(f"/run/user/{uid} exists: the /tmp fallback is never used here")
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    fallback = tmp / f"runtime-{uid}"
+    squatted = tmp / f"runtime-{uid}"
     if os.geteuid() == 0:
-        fallback.mkdir(mode=0o700)
-        os.chown(fallback, 65534, 65534)  # nobody's
+        squatted.mkdir(mode=0o755)
+        os.chown(squatted, 65534, 65534)  # nobody's
     else:
-        (tmp_path / "elsewhere").mkdir(mode=0o700)
-        fallback.symlink_to(tmp_path / "elsewhere")
+        (tmp_path / "elsewhere").mkdir(mode=0o755)
+        squatted.symlink_to(tmp_path / "elsewhere")
     env = {k: v for k, v in home.env(TMPDIR=str(tmp)).items() if k != "XDG_RUNTIME_DIR"}
-    for args in (["status"], ["pause"], ["run", "--no-tray", "--engine", "fake"]):
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "ocrwatch", *args], env=env,
+                              capture_output=True, text=True, timeout=60)
+
+    done = cli("pause")
+    assert done.returncode == 5 and "no ocrwatch daemon" in _clean(done), done.stderr
+    log = tmp_path / "daemon.log"
+    with log.open("wb") as out:
+        daemon = subprocess.Popen([sys.executable, "-m", "ocrwatch", "run", "--no-tray",
+                                   "--engine", "fake", "--inbox", str(home.inbox),
+                                   "--database", str(home.database)], env=env, stdout=out,
+                                  stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: "PID" in cli("status").stdout, 60, "the daemon to answer")
+        done = cli("stop")
+        assert done.returncode == 0, _clean(done)
+        assert daemon.wait(timeout=60) == 0
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.wait(timeout=30)
+    assert "Traceback" not in log.read_text(errors="replace")
+    private = home.root / "state" / "ocrwatch" / "run"
+    assert private.is_dir() and (private.stat().st_mode & 0o777) == 0o700
+    assert not any(squatted.iterdir())  # nothing of ours in the other user's folder
+
+
+def test_no_private_runtime_folder_at_all_is_a_message(home: Home, tmp_path: Path) -> None:
+    uid = os.getuid()
+    if Path(f"/run/user/{uid}").is_dir():
+        pytest.skip(f"/run/user/{uid} exists: the /tmp fallback is never used here")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp / f"runtime-{uid}").symlink_to(tmp_path / "elsewhere")
+    state = write(tmp_path / "state-is-a-file", b"")  # the second choice cannot be made
+    env = {k: v for k, v in home.env(TMPDIR=str(tmp), XDG_STATE_HOME=str(state)).items()
+           if k != "XDG_RUNTIME_DIR"}
+    for args in (["status"], ["pause"]):
         done = subprocess.run([sys.executable, "-m", "ocrwatch", *args], env=env,
                               capture_output=True, text=True, timeout=60)
         out = _clean(done)
         assert done.returncode == 1, (args, out)
-        assert "XDG_RUNTIME_DIR" in out and "runtime folder" in out, out
+        assert "no private runtime folder" in out and "XDG_RUNTIME_DIR" in out, out
+    done = subprocess.run([sys.executable, "-m", "ocrwatch", "run", "--no-tray", "--engine",
+                           "fake"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "ocrwatch: " in _clean(done), done.stderr  # the log
 
 
 # -- 10. a query's time is bounded --------------------------------------------------------
