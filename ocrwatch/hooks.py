@@ -4,7 +4,9 @@
 The paths of the finished file are passed in the environment (``OCRWATCH_FILE``...) and
 as arguments: ``{file}``, ``{source}``, ``{md}``, ``{txt}``, ``{pdf}`` in an argument are
 replaced; with none of them, the original's path is appended as the last argument. The
-program runs in its own session with a timeout (the whole group is ended then); its
+program runs in its own session with a timeout (the whole group is ended then); a
+program that exits counts as finished even when a child it started in the background
+still runs (that child is its own business, as after a shell's ``&``); its
 failure is logged and the file still counts as done. Hooks run one at a time on a thread
 of their own, so a slow hook never holds up reading.
 """
@@ -15,9 +17,12 @@ import contextlib
 import logging
 import os
 import queue
+import re
+import selectors
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +32,11 @@ from ocrwatch.config import Config
 log = logging.getLogger(__name__)
 
 PLACEHOLDERS = ("{file}", "{source}", "{md}", "{txt}", "{pdf}")
+# One pass over each argument: a value put in (a file named "{md}.png") is never searched
+# for placeholders again.
+_PLACEHOLDER = re.compile("|".join(re.escape(p) for p in PLACEHOLDERS))
 OUTPUT_LIMIT = 4000  # characters of the program's output kept for the log
+_DRAIN_LIMIT = 1 << 20  # bytes read after the program ended (a child may still write)
 
 
 @dataclass(frozen=True)
@@ -53,12 +62,11 @@ def hook_argv(argv: list[str], item: Finished) -> list[str]:
               "{txt}": item.txt, "{pdf}": item.pdf}
     if not any(p in arg for arg in argv for p in PLACEHOLDERS):
         return [*argv, str(item.original or item.source)]
-    out = []
-    for arg in argv:
-        for key, value in values.items():
-            arg = arg.replace(key, "" if value is None else str(value))
-        out.append(arg)
-    return out
+    def value(match: re.Match[str]) -> str:
+        found = values[match.group(0)]
+        return "" if found is None else str(found)
+
+    return [_PLACEHOLDER.sub(value, arg) for arg in argv]
 
 
 def hook_env(item: Finished) -> dict[str, str]:
@@ -86,9 +94,8 @@ def run_hook(argv: list[str], item: Finished, timeout: float) -> int | None:
         log.warning("on_done could not start %s: %s; fix on_done in the config", args[0],
                     exc.strerror or exc)
         return None
-    try:
-        output, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
+    output = _wait(proc, timeout)
+    if output is None:
         _end_group(proc)
         log.warning("on_done %s ran over %g s for %s and was stopped; raise on_done_timeout "
                     "if it needs longer", args[0], timeout, item.source.name)
@@ -104,13 +111,60 @@ def run_hook(argv: list[str], item: Finished, timeout: float) -> int | None:
     return proc.returncode
 
 
+def _wait(proc: subprocess.Popen[bytes], timeout: float) -> bytes | None:
+    """The end of the program's output once the program itself has exited, or None when
+    it runs past ``timeout``. Waits for the program, not for the end of its output: a
+    child it left running in the background keeps the pipe open. Only the last bytes
+    are kept, so a program that writes without end costs no memory."""
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout
+    fd = proc.stdout.fileno()
+    os.set_blocking(fd, False)
+    tail = bytearray()
+
+    def read(limit: int) -> bool:
+        """Read what is there now; False at the end of the output."""
+        got = 0
+        while got < limit:
+            try:
+                chunk = os.read(fd, 65536)
+            except BlockingIOError:
+                return True
+            if not chunk:
+                return False
+            got += len(chunk)
+            tail.extend(chunk)
+            del tail[:-OUTPUT_LIMIT * 4]
+        return True
+
+    try:
+        with selectors.DefaultSelector() as selector:
+            selector.register(fd, selectors.EVENT_READ)
+            open_pipe = True
+            while proc.poll() is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                if not open_pipe:
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        proc.wait(min(left, 0.2))
+                elif selector.select(min(left, 0.2)) and not read(_DRAIN_LIMIT):
+                    selector.unregister(fd)
+                    open_pipe = False
+            if open_pipe:
+                read(_DRAIN_LIMIT)
+        return bytes(tail)
+    finally:
+        proc.stdout.close()
+
+
 def _end_group(proc: subprocess.Popen[bytes]) -> None:
     """TERM the hook's whole session, then KILL what is left after 5 s."""
     for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, sig)
         try:
-            proc.communicate(timeout=wait)
+            proc.wait(timeout=wait)
             return
         except subprocess.TimeoutExpired:
             continue

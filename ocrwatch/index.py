@@ -214,6 +214,9 @@ def _search(db: Database, query: str, *, limit: int, offset: int,
                           "are searched at once, so keep the most telling ones")
     if offset < 0:
         raise SearchError("the offset must not be negative")
+    if "\x00" in query or "\x00" in (filters.name or ""):
+        # SQLite's FTS5 parses C strings: the rest would be cut off ("unterminated string").
+        raise SearchError("the query holds a NUL character; leave it out")
     extra, fparams = filters.sql()
     base = (
         "SELECT j.id AS job_id, j.display AS path, p.page AS page, j.pages AS pages, "

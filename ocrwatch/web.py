@@ -26,6 +26,7 @@ import logging
 import os
 import re
 import secrets
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -42,6 +43,7 @@ from ocrwatch.db import Database, decode_path
 from ocrwatch.errors import OcrwatchError, SearchError
 from ocrwatch.index import _CJK, HIGHLIGHT, Filters, Hit, search
 from ocrwatch.opener import open_file
+from ocrwatch.safeopen import LinkRefused, open_beneath, source_root
 from ocrwatch.thumbs import Thumbnails
 
 log = logging.getLogger(__name__)
@@ -49,6 +51,12 @@ log = logging.getLogger(__name__)
 PER_PAGE = 20
 MAX_PER_PAGE = 100
 TIME_LIMIT = 5.0  # seconds a page's query may take
+# An idle or trickling connection holds a thread: it is closed after this long without a
+# byte, so that no local user (no token needed to connect) can pile them up.
+IDLE_TIMEOUT = 5.0
+MAX_BODY = 4096  # bytes of a POST's body
+MAX_ID = 2**63 - 1  # SQLite's largest integer: ids and pages past it name nothing
+MAX_PAGE = 1_000_000  # pages of hits
 STATIC = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8",
           "style.css": "text/css; charset=utf-8", "favicon.svg": "image/svg+xml"}
 # File types offered by the page's filter, and the name endings each stands for.
@@ -62,6 +70,17 @@ Opener = Callable[[Path, "int | None"], None]
 
 def token_file() -> Path:
     return paths.runtime_dir() / "search-url"
+
+
+def whole(text: object, what: str, low: int = 0, high: int = MAX_ID) -> int:
+    """``text`` as a whole number in [low, high]; SearchError with a plain message else."""
+    try:
+        value = int(str(text))  # not int(): 1.5 and true are no ids
+    except (ValueError, TypeError):
+        raise SearchError(f"{what} must be a whole number") from None
+    if not low <= value <= high:
+        raise SearchError(f"{what} must be between {low} and {high}")
+    return value
 
 
 def parse_day(text: str, *, end: bool = False) -> float | None:
@@ -97,10 +116,11 @@ class SearchServer:
 
     def __init__(self, database: Path, thumbs: Thumbnails, *, inbox: list[Path] | None = None,
                  opener: Opener = open_file, port: int = 0,
-                 write_token_file: bool = True) -> None:
+                 write_token_file: bool = True, follow_symlinks: bool = False) -> None:
         self.database = database
         self.thumbs = thumbs
         self.inbox = [p.absolute() for p in (inbox or [])]
+        self.follow_symlinks = follow_symlinks
         self.opener = opener
         self.token = secrets.token_urlsafe(32)
         self._port = port
@@ -210,11 +230,8 @@ class SearchServer:
         query = params.get("q", "").strip()
         if params.get("prefix") == "1":
             query = as_typed(query)
-        try:
-            page = max(1, int(params.get("page", "1") or 1))
-            per = min(MAX_PER_PAGE, max(1, int(params.get("per", str(PER_PAGE)) or PER_PAGE)))
-        except ValueError:
-            raise SearchError("page and per must be whole numbers") from None
+        page = whole(params.get("page", "") or "1", "page", 1, MAX_PAGE)
+        per = whole(params.get("per", "") or str(PER_PAGE), "per", 1, MAX_PER_PAGE)
         kind = params.get("type", "")
         if kind and kind not in TYPES:
             raise SearchError(f"unknown file type {kind!r}; use one of {', '.join(TYPES)}")
@@ -247,6 +264,8 @@ class SearchServer:
         return [{"path": str(f), "label": self.relative(f)} for f in sorted(found)]
 
     def job_file(self, job_id: int, what: str) -> Path | None:
+        if not 0 <= job_id <= MAX_ID:
+            return None
         rows = self.db.query("SELECT path, md_path, txt_path FROM jobs WHERE id = ? "
                              "AND state = 'done'", (job_id,))
         if not rows:
@@ -256,7 +275,35 @@ class SearchServer:
             return None
         return decode_path(rows[0][column])
 
+    def openable(self, path: Path) -> str | None:
+        """Why ``path`` must not be opened now, or None. The file in the index may have
+        been replaced by a link since (to a script, to someone else's file), or a folder
+        above it: the opener would follow it. As when reading, no link below the inbox is
+        followed (unless follow_symlinks), and only a regular file is opened."""
+        root = source_root(path, self.inbox, self.follow_symlinks)
+        try:
+            if root is not None:
+                fd = open_beneath(root, path, os.O_PATH | os.O_NOFOLLOW)
+                try:
+                    mode = os.fstat(fd).st_mode
+                finally:
+                    os.close(fd)
+            else:
+                mode = (os.stat(path) if self.follow_symlinks else os.lstat(path)).st_mode
+        except LinkRefused as exc:
+            return str(exc)
+        except OSError:
+            return "that file is gone"
+        if stat.S_ISLNK(mode):
+            return (f"{path} is a symbolic link now, not the file that was indexed: not "
+                    "opened (set follow_symlinks = true to open links)")
+        if not stat.S_ISREG(mode):
+            return f"{path} is not a regular file now: not opened"
+        return None
+
     def thumbnail(self, job_id: int, page: int) -> bytes | None:
+        if not (0 <= job_id <= MAX_ID and 0 <= page <= MAX_ID):
+            return None
         rows = self.db.query("SELECT sha256 FROM jobs WHERE id = ? AND state = 'done'",
                              (job_id,))
         if not rows or not rows[0]["sha256"]:
@@ -272,6 +319,7 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "ocrwatch"
     sys_version = ""
     protocol_version = "HTTP/1.1"
+    timeout = IDLE_TIMEOUT  # per read and write on the connection (StreamRequestHandler)
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("search page: " + format, *args)
@@ -375,7 +423,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if path.startswith("/thumb/"):
             parts = path.split("/")
-            if len(parts) == 4 and parts[2].isdigit() and parts[3].isdigit():
+            if len(parts) == 4 and parts[2].isdecimal() and parts[3].isdecimal():
                 data = self.app.thumbnail(int(parts[2]), int(parts[3]))
                 if data is not None:
                     self._send(HTTPStatus.OK, data, "image/webp")
@@ -388,7 +436,15 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         if not self._allowed(parse_qs(url.query)):
             return
-        if url.path != "/api/open":
+        try:
+            self._post(url.path)
+        except Exception:
+            log.exception("search page: %s failed", url.path)
+            self._send_json({"error": "the action failed inside ocrwatch; see its log"},
+                            HTTPStatus.INTERNAL_SERVER_ERROR)
+
+    def _post(self, path: str) -> None:
+        if path != "/api/open":
             self._send_text(HTTPStatus.NOT_FOUND, "no such action")
             return
         # JSON only: a form on another site cannot send it without a CORS preflight,
@@ -397,17 +453,29 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json({"error": "send JSON"}, HTTPStatus.UNSUPPORTED_MEDIA_TYPE)
             return
         try:
-            length = min(int(self.headers.get("Content-Length", "0")), 4096)
+            length = whole(self.headers.get("Content-Length", "0"), "Content-Length", 0,
+                           MAX_BODY)
+        except SearchError as exc:
+            # The body is not read: the connection cannot be used again.
+            self.close_connection = True
+            self._send_json({"error": str(exc)}, HTTPStatus.BAD_REQUEST)
+            return
+        try:
             req = json.loads(self.rfile.read(length) or b"{}")
-            job_id, page = int(req["job_id"]), int(req.get("page") or 1)
+            job_id = whole(req["job_id"], "job_id")
+            page = whole(req.get("page") or 1, "page", 1)
             what = str(req.get("what", "original"))
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError,
+                SearchError):
             self._send_json({"error": "expected {job_id, page, what}"}, HTTPStatus.BAD_REQUEST)
             return
         target = self.app.job_file(job_id, what)
-        if target is None or not target.exists():
-            self._send_json({"error": "that file is not in the index (or is gone)"},
-                            HTTPStatus.NOT_FOUND)
+        if target is None:
+            self._send_json({"error": "that file is not in the index"}, HTTPStatus.NOT_FOUND)
+            return
+        refused = self.app.openable(target)
+        if refused is not None:
+            self._send_json({"error": refused}, HTTPStatus.NOT_FOUND)
             return
         self.app.opener(target, page if what == "original" else None)
         self._send_json({"opened": str(target)})

@@ -1,0 +1,215 @@
+"""Hostile world, third round: attacks on the search page, on_done hooks and the moves,
+each against the real server on 127.0.0.1, real files and real processes."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from helpers import wait_for
+from search_site import Site, build_inbox
+
+from ocrwatch.config import Config
+from ocrwatch.daemon import Daemon
+from ocrwatch.engines.fake import FakeEngine
+from ocrwatch.hooks import Finished, hook_argv, run_hook
+from ocrwatch.web import IDLE_TIMEOUT, SearchServer
+
+
+@pytest.fixture
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Site]:
+    home = tmp_path / "home"
+    (home / "run").mkdir(parents=True, mode=0o700)
+    for key in list(os.environ):
+        if key.startswith("OCRWATCH_"):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("HOME", str(home))
+    for key, sub in (("XDG_CONFIG_HOME", "config"), ("XDG_DATA_HOME", "data"),
+                     ("XDG_STATE_HOME", "state"), ("XDG_CACHE_HOME", "cache"),
+                     ("XDG_RUNTIME_DIR", "run")):
+        monkeypatch.setenv(key, str(home / sub))
+    config = Config(inbox=[tmp_path / "inbox"], database=tmp_path / "index.sqlite3",
+                    settle_seconds=0.2, engine="fake", cache_dir=tmp_path / "cache")
+    files = build_inbox(config.inbox[0])
+    with Daemon(config, engine=FakeEngine()) as d:
+        wait_for(lambda: all((j := d.jobs.known(p)) is not None and j.state == "done"
+                             for p in files.values()), 30, "files read")
+        thumbs = d.thumbs
+    # The daemon is stopped: the files changed below are left as the attacks make them.
+    opened: list[tuple[Path, int | None]] = []
+    server = SearchServer(config.database, thumbs, inbox=config.inbox,
+                          opener=lambda path, page: opened.append((path, page)))
+    with server:
+        yield Site(server, opened, config.inbox[0], files)
+
+
+def _job_id(site: Site, name: str) -> int:
+    hits = site.api("/api/search?q=fake&per=100")["hits"]
+    return int(next(h["job_id"] for h in hits if h["name"] == name))
+
+
+def _open(site: Site, body: bytes) -> tuple[int, bytes]:
+    status, _, reply = site.request("POST", "/api/open", body=body,
+                                    headers={"Content-Type": "application/json"})
+    return status, reply
+
+
+# -- the search page ---------------------------------------------------------------------
+
+def test_web_a_file_swapped_for_a_link_after_indexing_is_not_opened(site: Site,
+                                                                    tmp_path: Path) -> None:
+    """A file in the index replaced by a link (to a script, to another user's file...):
+    "open" would hand the link's target to xdg-open."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "note.jpg").write_bytes(b"#!/bin/sh\necho owned\n")
+    (outside / "harbour report.pdf").write_bytes(b"%PDF-1.4 not the indexed one")
+    note = site.files["note"]
+    job = _job_id(site, "note.jpg")
+    report_job = _job_id(site, "harbour report.pdf")
+    note.unlink()
+    note.symlink_to(outside / "note.jpg")
+    status, reply = _open(site, json.dumps({"job_id": job, "what": "original"}).encode())
+    assert status == 404 and b"link" in reply, reply
+    # A folder above the file swapped for a link to elsewhere: the same.
+    letters = site.inbox / "letters"
+    letters.rename(site.inbox / "moved-away")
+    letters.symlink_to(outside)
+    status, reply = _open(site, json.dumps({"job_id": report_job, "what": "original"}).encode())
+    assert status == 404 and b"link" in reply, reply
+    assert site.opened == []
+
+
+def test_web_numbers_out_of_range_get_a_plain_answer(site: Site,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    """Ids and pages past SQLite's integers made OverflowError: a dropped connection
+    (POST) or a 500 with a traceback in the log (GET)."""
+    huge = "9" * 30
+    status, reply = _open(site, f'{{"job_id": {huge}, "page": 1}}'.encode())
+    assert status in (400, 404) and json.loads(reply)["error"]
+    status, reply = _open(site, f'{{"job_id": 1, "page": {huge}}}'.encode())
+    assert status in (400, 404) and json.loads(reply)["error"]
+    assert site.request("GET", f"/thumb/{huge}/1")[0] == 404
+    assert site.request("GET", f"/thumb/1/{huge}")[0] == 404
+    status, _, body = site.request("GET", f"/api/search?q=fake&page={huge}")
+    assert status == 400 and json.loads(body)["error"]
+    assert "Traceback" not in caplog.text and not any(r.exc_info for r in caplog.records)
+    assert site.opened == []
+
+
+def test_web_a_deeply_nested_body_gets_a_plain_answer(site: Site) -> None:
+    status, reply = _open(site, b"[" * 4000 + b"]" * 4000)
+    assert status == 400 and json.loads(reply)["error"]
+    status, reply = _open(site, b'{"job_id": ' + b"[" * 2000 + b"]" * 2000 + b"}")
+    assert status == 400 and json.loads(reply)["error"]
+
+
+def test_web_a_false_length_does_not_hold_a_thread(site: Site) -> None:
+    """Content-Length -1 made the handler read until the client hung up."""
+    with socket.create_connection(("127.0.0.1", site.server.port), timeout=10) as sock:
+        sock.sendall(
+            f"POST /api/open HTTP/1.1\r\nHost: 127.0.0.1:{site.server.port}\r\n"
+            f"X-Ocrwatch-Token: {site.server.token}\r\nContent-Type: application/json\r\n"
+            "Content-Length: -1\r\n\r\n{}".encode())
+        reply = sock.recv(4096)
+    assert reply.startswith(b"HTTP/1.1 400"), reply
+
+
+def test_web_idle_connections_are_closed(site: Site) -> None:
+    """Connections that send nothing (or a byte now and then) each held a thread for ever:
+    any local user could pile them up without the token."""
+    started = time.monotonic()
+    socks = [socket.create_connection(("127.0.0.1", site.server.port), timeout=IDLE_TIMEOUT + 10)
+             for _ in range(20)]
+    try:
+        socks[0].sendall(b"GET / HTTP/1.1\r\n")  # a request begun, never finished
+        for sock in socks:
+            assert sock.recv(4096) in (b"", b"HTTP/1.1 408")  # closed by the server
+    finally:
+        for sock in socks:
+            sock.close()
+    assert time.monotonic() - started < IDLE_TIMEOUT + 5
+    # The page still answers.
+    assert site.api("/api/search?q=fake")["hits"]
+
+
+def test_web_hostile_queries_get_answers_in_bounded_time(site: Site) -> None:
+    for q in ('"', "a* " * 200, "NEAR(", "x" * 30000, "AND OR NOT", "^*", "fake:",
+              "\x00", "名" * 1000):
+        started = time.monotonic()
+        status, _, body = site.request("GET", "/api/search?q=" + quote(q))
+        assert status in (200, 400, 414), (q[:20], status, body[:200])
+        if status != 414:
+            assert "error" in json.loads(body) or "hits" in json.loads(body)
+        assert time.monotonic() - started < 15
+
+
+# -- on_done -----------------------------------------------------------------------------
+
+def test_hook_placeholders_in_file_names_are_not_replaced_again() -> None:
+    """A file named ``{md}.png`` (or ``{pdf}``...) changed the argument the program got:
+    each placeholder's value was searched for the next placeholder."""
+    inbox = Path("/inbox")
+    item = Finished(source=inbox / "{md} {txt}.png", original=inbox / "{md} {txt}.png",
+                    md=inbox / "{md} {txt}.md", txt=inbox / "{md} {txt}.txt")
+    assert hook_argv(["prog", "--in={file}", "{md}", "{pdf}"], item) == [
+        "prog", "--in=/inbox/{md} {txt}.png", "/inbox/{md} {txt}.md", ""]
+    assert hook_argv(["prog", "{{file}}"], item) == ["prog", "{/inbox/{md} {txt}.png}"]
+
+
+def test_hook_names_with_shell_metacharacters_are_one_argument(tmp_path: Path) -> None:
+    name = tmp_path / "a;$(touch pwned)`id`|&>x 'q\" *.png"
+    name.write_bytes(b"x")
+    out = tmp_path / "args.json"
+    argv = [sys.executable, "-c",
+            "import json, sys; open(sys.argv[1], 'w').write(json.dumps(sys.argv[2:]))",
+            str(out)]
+    assert run_hook(argv, Finished(source=name, original=name), timeout=30) == 0
+    assert json.loads(out.read_text()) == [str(name)]
+    assert not (tmp_path / "pwned").exists() and not (tmp_path / "x").exists()
+
+
+def test_hook_that_leaves_a_child_running_counts_when_it_exits(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A hook that starts a background child and exits: the child holds the output pipe,
+    so the hook was waited for until its timeout (every later file held up that long),
+    then logged as too slow and its child killed."""
+    pidfile = tmp_path / "child.pid"
+    argv = ["/bin/sh", "-c", f'sleep 300 & echo $! > "{pidfile}"; echo started; exit 0']
+    item = Finished(source=tmp_path / "x.png", original=tmp_path / "x.png")
+    started = time.monotonic()
+    caplog.set_level(logging.INFO, "ocrwatch.hooks")
+    try:
+        assert run_hook(argv, item, timeout=20) == 0
+        assert time.monotonic() - started < 10
+        assert "ok: started" in caplog.text
+        assert _alive(int(pidfile.read_text()))  # the hook's own background work
+    finally:
+        os.kill(int(pidfile.read_text()), signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(") ")[1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_hook_that_runs_forever_is_stopped_with_its_children(tmp_path: Path) -> None:
+    pidfile = tmp_path / "child.pid"
+    argv = ["/bin/sh", "-c", f'sleep 300 & echo $! > "{pidfile}"; sleep 300']
+    item = Finished(source=tmp_path / "x.png", original=tmp_path / "x.png")
+    started = time.monotonic()
+    assert run_hook(argv, item, timeout=1) is None
+    assert time.monotonic() - started < 10
+    wait_for(lambda: not _alive(int(pidfile.read_text())), 15, "the hook's child ended")
