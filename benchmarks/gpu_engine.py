@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import shutil
 import subprocess
 import sys
 import threading
@@ -45,19 +44,16 @@ GIB = 1024
 
 
 def used_mib() -> int | None:
-    if shutil.which("nvidia-smi") is None:
-        return None
-    out = subprocess.check_output(
-        ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"], text=True)
-    return int(out.split()[0])
+    """Memory in use on the card, by every process (nvidia-smi, through ocrwatch.gpu)."""
+    from ocrwatch import gpu
+
+    return gpu.used_mib()
 
 
 def total_mib() -> int | None:
-    if shutil.which("nvidia-smi") is None:
-        return None
-    out = subprocess.check_output(
-        ["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"], text=True)
-    return int(out.split()[0])
+    from ocrwatch import gpu
+
+    return gpu.card_memory_mib()
 
 
 class Sampler:

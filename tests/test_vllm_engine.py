@@ -24,7 +24,7 @@ from ocrwatch.config import Config
 from ocrwatch.domain import Page
 from ocrwatch.engines.lightonocr import image_tokens
 from ocrwatch.engines.vllm import VllmEngine, plan_memory
-from ocrwatch.engines.vllm.engine import pick_next
+from ocrwatch.engines.vllm.admission import pick_next
 from ocrwatch.engines.vllm.worker import main as worker_main
 from ocrwatch.errors import EngineError, EngineUnavailable
 from ocrwatch.textutil import markdown_to_text, repeats_itself

@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -27,9 +26,12 @@ def why_not() -> str | None:
 
 
 def used_mib() -> int:
-    out = subprocess.check_output(
-        ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"], text=True)
-    return int(out.split()[0])
+    from ocrwatch import gpu
+
+    value = gpu.used_mib()
+    if value is None:
+        raise RuntimeError("nvidia-smi did not answer")
+    return value
 
 
 class Sampler:

@@ -3,7 +3,8 @@
 - :mod:`.memory`: the memory plan (vLLM settings for a budget; doctor uses it too);
 - :mod:`.supervisor`: starting, talking to and ending the worker process;
 - :mod:`.worker`: the worker process itself, which keeps vLLM's engine fed;
-- :mod:`.engine`: the engine the daemon sees: admission, retries, idle sleep and stop.
+- :mod:`.admission`: which pages go in next, and what happens to a page whose try failed;
+- :mod:`.engine`: the engine the daemon sees: the feeder thread, idle sleep and stop.
 """
 
 from ocrwatch.engines.vllm.engine import VllmEngine

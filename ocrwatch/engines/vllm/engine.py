@@ -24,7 +24,6 @@ import atexit
 import collections
 import contextlib
 import importlib.util
-import itertools
 import logging
 import os
 import threading
@@ -38,6 +37,7 @@ from ocrwatch import gpu
 from ocrwatch.domain import Page, PageText
 from ocrwatch.engines import lightonocr
 from ocrwatch.engines.base import BatchPolicy
+from ocrwatch.engines.vllm.admission import Admission, Request
 from ocrwatch.engines.vllm.memory import default_budget, plan_memory
 from ocrwatch.engines.vllm.supervisor import Worker, WorkerGone
 from ocrwatch.errors import EngineError, EngineUnavailable
@@ -49,30 +49,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SMALLER = 0.7  # a page that kills the worker alone is tried once more at this scale
 STATES = ("stopped", "starting", "ready", "busy", "asleep", "closed")
-
-
-@dataclass(eq=False)
-class _Request:
-    """One page on its way through the engine; ``done`` is set exactly once."""
-
-    page: Page
-    image: Image.Image
-    tokens: int
-    arrived: float
-    temperature: float
-    done: threading.Event = field(default_factory=threading.Event)
-    output: dict[str, Any] | None = None
-    error: str | None = None
-    unavailable: EngineUnavailable | None = None
-    alone: bool = False  # admitted only with nothing else in flight
-    deaths: int = 0  # worker deaths while this page was in flight
-    alone_deaths: int = 0
-    shrunk: bool = False
-    retried_loop: bool = False
-    sent_alone: bool = False
-    sent: bool = False  # handed to the worker (in flight there)
 
 
 @dataclass(eq=False)
@@ -121,11 +98,8 @@ class VllmEngine:
                                    cost=lightonocr.image_tokens)
         self._cond = threading.Condition()  # guards every field below
         self._state = "stopped"
-        self._pending: list[_Request] = []
-        self._in_flight: dict[str, _Request] = {}
+        self._queue = Admission(self.plan.max_num_seqs, self._cfg.admit_wait_seconds)
         self._commands: collections.deque[_Command] = collections.deque()
-        self._ids = itertools.count(1)
-        self._last_tokens: int | None = None
         self._last_used = clock()
         self._closing = False
         self._feeder: threading.Thread | None = None
@@ -140,7 +114,6 @@ class VllmEngine:
         os.set_blocking(self._wake_w, False)
         self.timings: dict[str, float] = {}
         self.worker_info: dict[str, Any] = {}
-        self.most_in_flight = 0
         atexit.register(self.close)
 
     # -- the Engine interface ------------------------------------------------------------
@@ -159,12 +132,12 @@ class VllmEngine:
         if not pages:
             return []
         now = self._clock()
-        requests = [_Request(p, p.image, lightonocr.image_tokens(*p.size), now,
+        requests = [Request(p, p.image, lightonocr.image_tokens(*p.size), now,
                              self._cfg.temperature) for p in pages]
         with self._cond:
             if self._closing:
                 raise EngineError("the vLLM engine was closed; start the daemon again.")
-            self._pending.extend(requests)
+            self._queue.pending.extend(requests)
             self._start_feeder()
         self._poke()
         for request in requests:
@@ -193,10 +166,7 @@ class VllmEngine:
             feeder.join()
         self._end_worker("closed")
         with self._cond:
-            for request in self._pending:
-                request.error = "the vLLM engine was closed"
-                request.done.set()
-            self._pending.clear()
+            self._queue.close()
             self._set_state("closed")
         for fd in (self._wake_r, self._wake_w):
             with contextlib.suppress(OSError):
@@ -211,8 +181,8 @@ class VllmEngine:
                 "model": self._cfg.model,
                 "gpu_memory_budget_gb": self.plan.budget_gib,
                 "pages_per_second": self._rate(),
-                "pages_in_flight": sum(r.sent for r in self._in_flight.values()),
-                "pages_waiting": len(self._pending),
+                "pages_in_flight": self._queue.sent_count(),
+                "pages_waiting": len(self._queue.pending),
                 "restarts": self._restarts,
             }
             if self._detail:
@@ -232,6 +202,17 @@ class VllmEngine:
     def state(self) -> str:
         with self._cond:
             return self._state
+
+    @property
+    def most_in_flight(self) -> int:
+        """The most pages in flight at once since the last reset (benchmarks, tests)."""
+        with self._cond:
+            return self._queue.most_in_flight
+
+    @most_in_flight.setter
+    def most_in_flight(self, value: int) -> None:
+        with self._cond:
+            self._queue.most_in_flight = value
 
     @property
     def worker_pid(self) -> int | None:
@@ -297,7 +278,7 @@ class VllmEngine:
             self._state = state
             self._cond.notify_all()
 
-    def _to_text(self, request: _Request) -> PageText:
+    def _to_text(self, request: Request) -> PageText:
         if request.output is None:
             page = request.page
             log.warning("Page %d of %s could not be read: %s", page.index + 1, page.source.name,
@@ -321,9 +302,7 @@ class VllmEngine:
             self._drain_pokes()
             with self._cond:
                 if self._closing:
-                    failed = list(self._in_flight.values()) + list(self._pending)
-                    self._in_flight.clear()
-                    self._pending.clear()
+                    self._queue.close()
                     commands = list(self._commands)
                     self._commands.clear()
                     break
@@ -331,12 +310,13 @@ class VllmEngine:
                 # while one of them waits.
                 command, admit = None, []
                 if self._commands:
-                    if not self._in_flight:
+                    if not self._queue.in_flight:
                         command = self._commands.popleft()
                 else:
-                    admit = self._choose()
+                    admit = self._queue.choose(self._clock())
                 idle_action, idle_wait = self._idle_action() if not (
-                    command or admit or self._in_flight or self._pending) else (None, None)
+                    command or admit or self._queue.in_flight or self._queue.pending
+                ) else (None, None)
             if command is not None:
                 self._run_command(command)
                 continue
@@ -347,9 +327,6 @@ class VllmEngine:
                 self._admit(admit)
                 continue
             self._wait_and_collect(idle_wait)
-        for request in failed:
-            request.error = "the vLLM engine was closed"
-            request.done.set()
         for command in commands:
             command.done.set()
 
@@ -358,47 +335,19 @@ class VllmEngine:
             while os.read(self._wake_r, 4096):
                 pass
 
-    def _choose(self) -> list[_Request]:
-        """Pages to admit now, in order, taken off the queue. Caller holds ``_cond``."""
-        chosen: list[_Request] = []
-        room = self.plan.max_num_seqs - len(self._in_flight)
-        if any(r.alone for r in self._in_flight.values()):
-            return chosen
-        now = self._clock()
-        while room > 0 and self._pending:
-            oldest = self._pending[0]
-            pick = oldest if oldest.alone else self._pending[pick_next(
-                [(r.tokens, r.arrived) for r in self._pending], self._last_tokens, now,
-                self._cfg.admit_wait_seconds)]
-            if pick.alone and (self._in_flight or chosen):
-                break
-            self._pending.remove(pick)
-            chosen.append(pick)
-            self._last_tokens = pick.tokens
-            room -= 1
-            if pick.alone:
-                break
-        return chosen
-
-    def _admit(self, requests: list[_Request]) -> None:
+    def _admit(self, requests: list[Request]) -> None:
         try:
             worker = self._ready_worker()
         except EngineUnavailable as exc:
-            for request in requests:
-                request.unavailable = exc
-                request.done.set()
-            self._fail_pending(exc)
+            with self._cond:
+                for request in requests:
+                    request.finish(unavailable=exc)
+                self._queue.fail_pending(exc)
             return
         with self._cond:
-            alone = not self._in_flight and len(requests) == 1
-            for request in requests:
-                rid = f"p{next(self._ids)}"
-                request.sent_alone = alone
-                self._in_flight[rid] = request
-            self.most_in_flight = max(self.most_in_flight, len(self._in_flight))
+            sending = self._queue.admit(requests)
             self._last_used = self._clock()
             self._set_state("busy")
-            sending = [(rid, r) for rid, r in self._in_flight.items() if r in requests]
         for rid, request in sending:
             params = {"temperature": request.temperature, "top_p": self._cfg.top_p,
                       "max_tokens": self._cfg.max_tokens, "ignore_eos": self._cfg.ignore_eos}
@@ -410,19 +359,11 @@ class VllmEngine:
             with self._cond:
                 request.sent = True
 
-    def _fail_pending(self, exc: EngineUnavailable) -> None:
-        """The worker cannot start: every waiting page hears why (the files go back)."""
-        with self._cond:
-            pending, self._pending = self._pending, []
-        for request in pending:
-            request.unavailable = exc
-            request.done.set()
-
     def _wait_and_collect(self, idle_wait: float | None) -> None:
         worker = self._worker
         if worker is None:
             with self._cond:
-                if self._pending or self._commands:
+                if self._queue.pending or self._commands:
                     return
             wait_fds([self._wake_r], idle_wait)
             return
@@ -432,13 +373,10 @@ class VllmEngine:
                 return
             messages = worker.pending()
         except WorkerGone as exc:
-            if self._in_flight:
+            if self._queue.in_flight:
                 self._lost(str(exc))
             else:
-                self._end_worker(str(exc))
-                with self._cond:
-                    self._restarts += 1
-                    self._last_error = str(exc)
+                self._worker_failed(str(exc))
             return
         for message in messages:
             kind = message[0]
@@ -454,63 +392,38 @@ class VllmEngine:
 
     def _finished(self, rid: str, output: dict[str, Any]) -> None:
         with self._cond:
-            request = self._in_flight.pop(rid, None)
-            if request is None:
-                return
-            self._finished_at.append(self._clock())
-            self._last_used = self._clock()
-            if not self._in_flight:
-                self._set_state("ready")
-            if self._looped(output) and not request.retried_loop:
+            request = self._queue.in_flight.get(rid)
+            looped = self._looped(output)
+            if request is not None and looped and not request.retried_loop:
                 log.info("Page %d of %s did not finish cleanly; trying again at temperature "
                          "%.1f.", request.page.index + 1, request.page.source.name,
                          lightonocr.RETRY_TEMPERATURE)
-                request.retried_loop = True
-                request.temperature = lightonocr.RETRY_TEMPERATURE
-                self._pending.insert(0, request)
-                return
-        request.output = output
-        request.done.set()
+            if self._queue.finished(rid, output, looped) is not None:
+                self._finished_at.append(self._clock())
+            self._last_used = self._clock()
+            if not self._queue.in_flight:
+                self._set_state("ready")
 
     def _refused(self, rid: str, reason: str) -> None:
         with self._cond:
-            request = self._in_flight.pop(rid, None)
-            if request is None:
-                return
-            if not self._in_flight:
+            self._queue.refused(rid, reason)
+            if not self._queue.in_flight:
                 self._set_state("ready")
-            if not request.shrunk:
-                request.image, request.shrunk = _smaller(request.image), True
-                request.alone = True
-                self._pending.insert(0, request)
-                return
-        request.error = reason
-        request.done.set()
 
-    def _lost(self, why: str) -> None:
-        """The worker died with pages in flight: each goes back to the queue, or fails."""
-        log.warning("%s; the worker will be restarted and its pages read again.", why)
+    def _worker_failed(self, why: str) -> None:
+        """The worker died with no page in flight: clean up; the next page starts a fresh one."""
+        log.warning("%s; the worker will be restarted.", why)
         self._end_worker(why)
         with self._cond:
             self._restarts += 1
             self._last_error = why
-            lost = list(self._in_flight.values())
-            self._in_flight.clear()
-            again = []
-            for request in lost:
-                request.sent = False
-                request.deaths += 1
-                if request.sent_alone:
-                    request.alone_deaths += 1
-                if request.alone_deaths >= 2 or (request.alone_deaths and request.shrunk):
-                    request.error = why
-                    request.done.set()
-                    continue
-                if request.alone_deaths == 1:
-                    request.image, request.shrunk = _smaller(request.image), True
-                request.alone = request.deaths >= 2 or request.alone_deaths > 0
-                again.append(request)
-            self._pending[:0] = sorted(again, key=lambda r: r.arrived)
+
+    def _lost(self, why: str) -> None:
+        """The worker died with pages in flight: each goes back to the queue, or fails."""
+        self._worker_failed(f"{why}; its pages will be read again")
+        with self._cond:
+            self._last_error = why
+            self._queue.lost(why)
 
     # -- the worker's life -------------------------------------------------------------------
 
@@ -542,10 +455,7 @@ class VllmEngine:
             try:
                 self.timings["wake"] = float(worker.request(("wake",), None))
             except (WorkerGone, OSError) as exc:
-                self._end_worker(str(exc))
-                with self._cond:
-                    self._restarts += 1
-                    self._last_error = str(exc)
+                self._worker_failed(str(exc))
                 return self._ready_worker()
             with self._cond:
                 self._set_state("ready")
@@ -617,10 +527,7 @@ class VllmEngine:
         try:
             self.timings["sleep"] = float(worker.request(("sleep",), None))
         except (WorkerGone, OSError) as exc:
-            self._end_worker(str(exc))
-            with self._cond:
-                self._restarts += 1
-                self._last_error = str(exc)
+            self._worker_failed(str(exc))
             return
         with self._cond:
             self._set_state("asleep")
@@ -656,25 +563,6 @@ class VllmEngine:
             log.exception("The vLLM worker failed while going idle; it will restart.")
 
 
-def pick_next(waiting: Sequence[tuple[int, float]], last_tokens: int | None, now: float,
-              admit_wait: float) -> int:
-    """Which waiting page (image tokens, arrival time; oldest first) goes in next.
-
-    The one most like the page admitted last, so that like sizes decode together
-    (measured: 3.55 pages/s sorted by size against 3.27 interleaved); but the oldest
-    once it has waited ``admit_wait`` seconds, so no page waits longer than that.
-    """
-    if last_tokens is None or now - waiting[0][1] >= admit_wait:
-        return 0
-    return min(range(len(waiting)),
-               key=lambda i: (abs(waiting[i][0] - last_tokens), waiting[i][1]))
-
-
 def _image_data(image: Image.Image) -> tuple[int, int, bytes]:
     rgb = image if image.mode == "RGB" else image.convert("RGB")
     return rgb.width, rgb.height, rgb.tobytes()
-
-
-def _smaller(image: Image.Image) -> Image.Image:
-    w, h = image.size
-    return image.resize((max(1, round(w * SMALLER)), max(1, round(h * SMALLER))))
