@@ -408,6 +408,27 @@ def test_sleep_while_pages_go_round_again_loses_none() -> None:
         eng.close()
 
 
+def test_release_reads_every_page_handed_over_then_ends_the_worker() -> None:
+    # The daemon pauses: pages already handed over (eight in flight, four waiting) are
+    # read, then the worker ends and is not started again for them.
+    eng = make_engine(delay=0.5)
+    try:
+        eng.start()
+        results: list[Any] = []
+        reader = threading.Thread(
+            target=lambda: results.extend(eng.recognize([page(i) for i in range(12)])))
+        reader.start()
+        wait_for(lambda: eng.describe()["pages_in_flight"] == 8, 10, "eight pages in flight")
+        pid = eng.worker_pid
+        eng.release()
+        assert eng.state == "stopped" and eng.worker_pid is None
+        reader.join(10)
+        assert len(results) == 12 and all(r.error is None for r in results)
+        assert pid is not None and gone(pid)
+    finally:
+        eng.close()
+
+
 def test_sleep_and_release_wait_for_the_pages_in_flight() -> None:
     eng = make_engine(delay=0.5)
     try:

@@ -150,7 +150,7 @@ class VllmEngine:
     def release(self) -> None:
         """End the worker so the card gets every byte back; the next page restarts it.
 
-        Pages in flight are finished first."""
+        The pages already handed over (in flight or waiting) are read first."""
         self._command("stop")
 
     def close(self) -> None:
@@ -306,13 +306,16 @@ class VllmEngine:
                     commands = list(self._commands)
                     self._commands.clear()
                     break
-                # Sleep, wake and stop wait for the pages in flight, and no page goes in
-                # while one of them waits.
+                # Sleep and wake wait for the pages in flight, and no page goes in while
+                # one of them waits. Stop (the daemon pausing) first reads every page
+                # handed over, so that the worker it ends is not started again for them.
                 command, admit = None, []
-                if self._commands:
-                    if not self._queue.in_flight:
-                        command = self._commands.popleft()
-                else:
+                head = self._commands[0] if self._commands else None
+                idle_queue = not self._queue.in_flight and not self._queue.pending
+                if head is not None and (idle_queue or (head.op != "stop"
+                                                        and not self._queue.in_flight)):
+                    command = self._commands.popleft()
+                elif head is None or head.op == "stop":
                     admit = self._queue.choose(self._clock())
                 idle_action, idle_wait = self._idle_action() if not (
                     command or admit or self._queue.in_flight or self._queue.pending
