@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import wait_for
+from helpers import save_pdf, text_page, wait_for
 from PIL import Image
 
 from ocrwatch.config import Config
@@ -454,6 +454,40 @@ def test_sleep_and_release_wait_for_the_pages_in_flight() -> None:
         assert pid is not None and gone(pid)
     finally:
         eng.close()
+
+
+def test_the_daemon_streams_through_a_killed_worker_and_indexes_each_page_once(
+        tmp_path: Path) -> None:
+    from ocrwatch.daemon import Daemon
+
+    config = Config(inbox=[tmp_path / "inbox"], database=tmp_path / "index.sqlite3",
+                    settle_seconds=0.3, engine="vllm")
+    config.vllm.idle_sleep_seconds = config.vllm.idle_stop_seconds = 0
+    eng = VllmEngine(config, backend="fake", backend_options={"delay": 1.0}, card_mib=16 * 1024)
+    inbox = config.inbox[0]
+    inbox.mkdir(parents=True)
+    files = []
+    for i in range(8):
+        path = inbox / f"scan{i}.png"
+        text_page([f"page {i}"]).save(path)
+        files.append(path)
+    files.append(save_pdf(inbox / "report.pdf", [["a"], ["b"], ["c"]]))
+    with Daemon(config, engine=eng) as daemon:
+        wait_for(lambda: eng.describe()["pages_in_flight"] >= 6, 30, "pages in flight")
+        pid = eng.worker_pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        def done(path: Path) -> bool:
+            job = daemon.jobs.known(path)
+            return job is not None and job.state.value == "done"
+
+        wait_for(lambda: all(done(p) for p in files), 60, "every file done")
+        rows = daemon.db.conn.execute(
+            "SELECT job_id, page, COUNT(*) FROM pages GROUP BY job_id, page").fetchall()
+        assert len(rows) == 8 + 3 and all(count == 1 for _, _, count in rows)
+        assert eng.describe()["restarts"] == 1
+        assert eng.worker_pid not in (None, pid)
+    assert "<!-- page 3 -->" in (inbox / "report.md").read_text()
 
 
 # -- idle states -------------------------------------------------------------------------------
