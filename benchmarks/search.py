@@ -1,7 +1,7 @@
 """Search at scale: indexing rate, the search page's query mix, and the page end to end.
 
 Builds an index of N generated pages (default 100,000) through the project's own queue
-and index code (``JobQueue.offer``/``claim``, ``store_result``): documents of 1 to 8 pages
+and index code (``JobQueue.offer``/``claim``, ``JobQueue.complete``): documents of 1 to 8 pages
 in dated folders, with file names, types and dates, and page text drawn from Zipf-shaped
 word distributions (rank^-1.07, the shape of real running text) in six European
 languages with their accents, plus Chinese and Japanese. Then times:
@@ -180,7 +180,6 @@ def index_with_ocrwatch(db_path: Path, docs: list[Doc]) -> tuple[float, float]:
     daemon does."""
     from ocrwatch.db import Database
     from ocrwatch.domain import PageText
-    from ocrwatch.index import store_result
     from ocrwatch.jobs import JobQueue
 
     db = Database(db_path)
@@ -193,9 +192,9 @@ def index_with_ocrwatch(db_path: Path, docs: list[Doc]) -> tuple[float, float]:
             job = jobs.claim()
             assert job is not None and job.path == doc.path
             md = doc.path.with_name(doc.path.name + ".md")
-            store_result(db, job.id, [PageText(markdown=t, text=t) for t in doc.texts],
-                         engine="synthetic", md_path=md, txt_path=md.with_suffix(".txt"),
-                         sha256=sha)
+            jobs.complete(job.id, [PageText(markdown=t, text=t) for t in doc.texts],
+                          engine="synthetic", md_path=md, txt_path=md.with_suffix(".txt"),
+                          sha256=sha)
         return time.perf_counter() - start, time.process_time() - cpu
     finally:
         db.close()
@@ -455,7 +454,7 @@ def main(argv: list[str] | None = None) -> int:
             "drawn from Zipf(1.07) vocabularies of 6,000 words each in six European "
             "languages (9 pages in 10), Chinese or Japanese (1 in 10)",
             f"index on disk {size_mb:.0f} MB; {pages_in} pages in it",
-            "indexing: JobQueue.offer + claim + store_result per document, one transaction "
+            "indexing: JobQueue.offer + claim + complete per document, one transaction "
             "each, as the daemon does",
             f"latency: SearchServer.api_search (the page's handler: query, thumbnails, JSON) "
             f"on a warm cache, {args.repeats} runs of each of {len(mix)} queries",

@@ -150,7 +150,7 @@ CJK_GLOB = "*[" + "".join(f"{chr(a)}-{chr(b)}" for a, b in (
 def _m007_cjk_trigrams(db: sqlite_utils.Database) -> None:
     # Trigrams are for text written without spaces; a page in a European language costs
     # as many trigrams as characters for nothing. Only pages with CJK characters keep them:
-    # ``pages.cjk``, set by store_result (a regular expression in Python is much cheaper
+    # ``pages.cjk``, set by index.replace_pages (a regular expression in Python is much cheaper
     # than a GLOB in a trigger), drives the triggers (the same WHEN on insert and delete,
     # as external content needs) and a partial index for the scan of short CJK words.
     glob = "'" + CJK_GLOB + "'"

@@ -1,4 +1,4 @@
-"""Page text in the full-text index, and searching it.
+"""Page text in the full-text index (its rows, written for the queue), and searching it.
 
 Two FTS5 tables index the same page text: ``pages_fts`` (words, accents folded, ranked
 with bm25) for European languages, and ``pages_tri`` (trigrams) for Chinese and Japanese,
@@ -7,16 +7,16 @@ whose words are not separated by spaces and are found as substrings.
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import sqlite3
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ocrwatch.db import Database, encode_path
 from ocrwatch.domain import PageText
 from ocrwatch.errors import SearchError
-from ocrwatch.jobs import warnings_json
 
 # Han, Hiragana, Katakana, Hangul and CJK punctuation/fullwidth forms.
 _CJK = re.compile(
@@ -82,83 +82,31 @@ class Filters:
                     or self.before is not None or self.types)
 
 
-
-def store_result(
-    db: Database,
-    job_id: int,
-    pages: list[PageText],
-    *,
-    engine: str,
-    md_path: Path | None,
-    txt_path: Path | None,
-    sha256: str | None = None,
-    read_with: str | None = None,
-) -> bool:
-    """Replace the job's pages and mark it done, in one transaction.
-
-    With ``sha256``, nothing is stored when the file's content changed meanwhile (the
-    job was queued again for the new content): returns False then.
-    """
-    now = time.time()
-    warnings = [f"page {i}: {w}" for i, p in enumerate(pages, 1) for w in p.warnings]
-    with db.transaction() as conn:
-        row = conn.execute("SELECT sha256, state FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        if row is None or (sha256 is not None and (row[0] != sha256 or row[1] != "running")):
-            return False
-        conn.execute("DELETE FROM pages WHERE job_id = ?", (job_id,))
-        conn.executemany(
-            "INSERT INTO pages(job_id, page, text, markdown, warnings, cjk) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
-            [
-                (job_id, i, p.text, p.markdown, warnings_json(p.warnings),
-                 1 if _CJK.search(p.text) else 0)
-                for i, p in enumerate(pages, 1)
-            ],
-        )
-        conn.execute(
-            "UPDATE jobs SET state = 'done', reason = NULL, pages = ?, engine = ?, warnings = ?, "
-            "md_path = ?, txt_path = ?, updated = ?, finished = ?, "
-            "read_with = coalesce(?, read_with) WHERE id = ?",
-            (
-                len(pages), engine, warnings_json(warnings),
-                encode_path(md_path) if md_path else None,
-                encode_path(txt_path) if txt_path else None,
-                now, now, read_with, job_id,
-            ),
-        )
-    return True
+def warnings_json(warnings: list[str]) -> str | None:
+    return json.dumps(warnings, ensure_ascii=False) if warnings else None
 
 
-def cached_result(db: Database, sha256: str, exclude_job: int,
-                  read_with: str | None = None) -> tuple[list[PageText], str] | None:
-    """Pages already read for identical content, so a copy needs no second OCR.
+def replace_pages(conn: sqlite3.Connection, job_id: int, pages: list[PageText]) -> None:
+    """The job's page rows (and so its FTS rows, kept by triggers), inside the caller's
+    transaction: the queue completes a job and indexes its pages at once."""
+    conn.execute("DELETE FROM pages WHERE job_id = ?", (job_id,))
+    conn.executemany(
+        "INSERT INTO pages(job_id, page, text, markdown, warnings, cjk) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
+        [(job_id, i, p.text, p.markdown, warnings_json(p.warnings),
+          1 if _CJK.search(p.text) else 0)
+         for i, p in enumerate(pages, 1)],
+    )
 
-    With ``read_with``, only pages read the same way count (a copy read with other
-    languages is no answer after a language change).
-    """
+
+def pages_of(db: Database, job_id: int) -> list[PageText]:
+    """The pages stored for a job, in order."""
     rows = db.query(
-        "SELECT id, engine FROM jobs WHERE sha256 = ? AND state = 'done' AND id != ? "
-        "AND (? IS NULL OR read_with = ?) ORDER BY finished DESC LIMIT 1",
-        (sha256, exclude_job, read_with, read_with),
+        "SELECT text, markdown, warnings FROM pages WHERE job_id = ? ORDER BY page", (job_id,)
     )
-    if not rows:
-        return None
-    source, engine = rows[0]["id"], rows[0]["engine"]
-    pages = db.query(
-        "SELECT text, markdown, warnings FROM pages WHERE job_id = ? ORDER BY page", (source,)
-    )
-    if not pages:
-        return None
-    import json
-
-    return (
-        [
-            PageText(markdown=p["markdown"], text=p["text"],
-                     warnings=json.loads(p["warnings"]) if p["warnings"] else [])
-            for p in pages
-        ],
-        str(engine),
-    )
+    return [PageText(markdown=r["markdown"], text=r["text"],
+                     warnings=json.loads(r["warnings"]) if r["warnings"] else [])
+            for r in rows]
 
 
 def _fts_query(query: str) -> str:
@@ -290,8 +238,4 @@ def _hit(r: sqlite3.Row, snippet: str) -> Hit:
 
 
 def _md(raw: bytes | None) -> str | None:
-    if raw is None:
-        return None
-    import os
-
-    return os.fsdecode(raw)
+    return None if raw is None else os.fsdecode(raw)

@@ -1,13 +1,14 @@
 """The durable job queue: one row per file, moving queued -> running -> done | failed.
 
 Every transition is one transaction, so a crash at any moment loses nothing: at start,
-rows left ``running`` go back to ``queued``.
+rows left ``running`` go back to ``queued``. This module is the only writer of the
+``jobs`` table: it also completes a job (with its index rows, in the same transaction),
+finds a finished copy to reuse, and names and reserves sidecars.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import sqlite3
@@ -18,7 +19,9 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ocrwatch.db import Database, decode_path, display_path, encode_path
-from ocrwatch.domain import Job, State
+from ocrwatch.domain import Job, PageText, State
+from ocrwatch.index import pages_of, replace_pages, warnings_json
+from ocrwatch.sidecar import choose_stem, sidecar_paths
 from ocrwatch.status import Failure
 
 log = logging.getLogger(__name__)
@@ -242,7 +245,7 @@ class JobQueue:
 
     def restore(self, path: Path, st: os.stat_result, sha256: str) -> int:
         """A job for a file whose pages come back from its sidecars (``ocrwatch reindex
-        --from-sidecars``): recorded as being read, for ``store_result`` to finish."""
+        --from-sidecars``): recorded as being read, for :meth:`complete` to finish."""
         now = time.time()
         with self.db.transaction() as conn:
             job_id = _new_id(conn)
@@ -266,6 +269,9 @@ class JobQueue:
                 "finished = excluded.finished",
                 (_new_id(conn), encode_path(path), display_path(path), reason, now, now, now),
             )
+
+    def exists(self, job_id: int) -> bool:
+        return bool(self.db.query("SELECT 1 FROM jobs WHERE id = ?", (job_id,)))
 
     def sidecars_of_others(self, job_id: int) -> set[Path]:
         """Sidecar files that belong to other originals (never to be overwritten)."""
@@ -296,8 +302,16 @@ class JobQueue:
         rows = self.db.query("SELECT md_path, txt_path FROM jobs WHERE id = ?", (job_id,))
         return {decode_path(v) for r in rows for v in (r["md_path"], r["txt_path"]) if v}
 
-    def paths(self) -> list[Path]:
-        return [decode_path(r["path"]) for r in self.db.query("SELECT path FROM jobs")]
+    def name_sidecars(self, job: Job, folder: Path) -> Path:
+        """The stem for the job's sidecars in ``folder``, reserved for it before writing.
+
+        Never a name another original's sidecars hold; the job's own earlier names are
+        reused (a crash between writing and completing leaves them behind).
+        """
+        stem = choose_stem(job.path, folder, self.sidecars_of_others(job.id),
+                           self.own_sidecars(job.id))
+        self.reserve_sidecars(job.id, *sidecar_paths(stem))
+        return stem
 
     # -- processing ----------------------------------------------------------------
     def recover(self) -> int:
@@ -388,6 +402,53 @@ class JobQueue:
             )
             return True
 
+    def complete(self, job_id: int, pages: list[PageText], *, engine: str,
+                 md_path: Path | None, txt_path: Path | None,
+                 sha256: str | None = None, read_with: str | None = None) -> bool:
+        """Replace the job's index rows and mark it done, in one transaction.
+
+        With ``sha256``, nothing is stored when the file's content changed meanwhile (the
+        job was queued again for the new content): returns False then.
+        """
+        now = time.time()
+        warnings = [f"page {i}: {w}" for i, p in enumerate(pages, 1) for w in p.warnings]
+        with self.db.transaction() as conn:
+            row = conn.execute("SELECT sha256, state FROM jobs WHERE id = ?",
+                               (job_id,)).fetchone()
+            if row is None or (sha256 is not None and (row[0] != sha256 or row[1] != "running")):
+                return False
+            replace_pages(conn, job_id, pages)
+            conn.execute(
+                "UPDATE jobs SET state = 'done', reason = NULL, pages = ?, engine = ?, "
+                "warnings = ?, md_path = ?, txt_path = ?, updated = ?, finished = ?, "
+                "read_with = coalesce(?, read_with) WHERE id = ?",
+                (
+                    len(pages), engine, warnings_json(warnings),
+                    encode_path(md_path) if md_path else None,
+                    encode_path(txt_path) if txt_path else None,
+                    now, now, read_with, job_id,
+                ),
+            )
+        return True
+
+    def reuse(self, sha256: str, exclude_job: int,
+              read_with: str | None = None) -> tuple[list[PageText], str] | None:
+        """Pages already read for identical content, and the engine that read them, so a
+        copy needs no second OCR.
+
+        With ``read_with``, only pages read the same way count (a copy read with other
+        languages is no answer after a language change).
+        """
+        rows = self.db.query(
+            "SELECT id, engine FROM jobs WHERE sha256 = ? AND state = 'done' AND id != ? "
+            "AND (? IS NULL OR read_with = ?) ORDER BY finished DESC LIMIT 1",
+            (sha256, exclude_job, read_with, read_with),
+        )
+        if not rows:
+            return None
+        pages = pages_of(self.db, rows[0]["id"])
+        return (pages, str(rows[0]["engine"])) if pages else None
+
     def release(self, job_id: int) -> None:
         """Put a running job back (pause or shutdown before it was read)."""
         with self.db.transaction() as conn:
@@ -440,9 +501,6 @@ class JobQueue:
         )
         return [Failure(r["display"], r["reason"] or "", r["finished"]) for r in rows]
 
-    def state_of(self, path: Path) -> Job | None:
-        return self.known(path)
-
     def pages_since(self, since: float) -> int:
         rows = self.db.query(
             "SELECT COALESCE(SUM(pages), 0) AS n FROM jobs WHERE state = 'done' AND finished >= ?",
@@ -488,7 +546,3 @@ def _forget_where(conn: sqlite3.Connection, where: str,
         out.append(Forgotten(job_id, decode_path(key), sha, _opt_path(md), _opt_path(txt),
                              [(m, t) for m, t in pages], finished))
     return out
-
-
-def warnings_json(warnings: list[str]) -> str | None:
-    return json.dumps(warnings, ensure_ascii=False) if warnings else None

@@ -22,7 +22,6 @@ from ocrwatch.config import Config
 from ocrwatch.db import Database
 from ocrwatch.domain import PageText
 from ocrwatch.errors import OcrwatchError
-from ocrwatch.index import store_result
 from ocrwatch.jobs import JobQueue, file_sha256
 from ocrwatch.lifecycle import output_folder
 from ocrwatch.sidecar import sidecar_paths
@@ -138,9 +137,9 @@ def from_sidecars(config: Config, db: Database, progress: Progress | None = None
                 continue
             read = split_pages(text, markdown)
             job_id = jobs.restore(original, st, sha)
-            store_result(db, job_id, read, engine="sidecars",
-                         md_path=md if markdown is not None else None, txt_path=txt,
-                         sha256=sha)
+            jobs.complete(job_id, read, engine="sidecars",
+                          md_path=md if markdown is not None else None, txt_path=txt,
+                          sha256=sha)
             files += 1
             pages += len(read)
         if progress is not None:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import tempfile
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,6 +14,7 @@ import pytest
 from helpers import save_pdf, text_page, wait_for
 
 from ocrwatch.config import Config
+from ocrwatch.control import ControlServer, request
 from ocrwatch.daemon import Daemon
 from ocrwatch.engines.base import BatchPolicy
 from ocrwatch.engines.fake import FakeEngine
@@ -146,6 +151,53 @@ def test_output_dir_mirrors_inbox(tmp_path: Path, engine: FakeEngine) -> None:
         wait_for(lambda: finished(d, path), 30, "x.png")
     assert (tmp_path / "out" / "in" / "2024" / "x.md").exists()
     assert not (path.parent / "x.md").exists()
+
+
+class SlowRelease(FakeEngine):
+    """Its release holds until the test lets go, as vLLM's can for 30 s."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.in_release = threading.Event()
+        self.let_go = threading.Event()
+
+    def release(self) -> None:
+        self.in_release.set()
+        self.let_go.wait(60)
+        super().release()
+
+
+def test_status_answers_while_the_engine_releases(config: Config) -> None:
+    engine = SlowRelease()
+    d = Daemon(config, engine=engine)
+    rundir = Path(tempfile.mkdtemp(prefix="ow-"))  # AF_UNIX paths must stay short
+    os.chmod(rundir, 0o700)
+    server = ControlServer(rundir / "control.sock", d)
+    d.start()
+    server.start()
+    try:
+        path = config.inbox[0] / "first.png"
+        text_page(["x"]).save(path)
+        wait_for(lambda: finished(d, path), 30, "first.png")
+        d.pause()
+        wait_for(engine.in_release.is_set, 10, "the engine's release to begin")
+        took: list[float] = []
+        for _ in range(5):
+            start = time.perf_counter()
+            local = d.status()
+            took.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            remote = request("status", socket_path=rundir / "control.sock", timeout=5)
+            took.append(time.perf_counter() - start)
+            assert local.state == remote["state"] == "paused"
+        assert max(took) < 0.2, f"status took {max(took):.3f} s during a release"
+        assert engine.released == 0  # the release was still running all along
+    finally:
+        engine.let_go.set()
+        server.close()
+        d.close()
+        shutil.rmtree(rundir, ignore_errors=True)
+    assert engine.released == 1
 
 
 def test_pause_queues_without_reading_and_survives_restart(config: Config) -> None:

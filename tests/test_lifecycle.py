@@ -24,7 +24,7 @@ from ocrwatch.daemon import Daemon
 from ocrwatch.db import Database
 from ocrwatch.domain import PageText
 from ocrwatch.engines.fake import FakeEngine
-from ocrwatch.index import search, store_result
+from ocrwatch.index import search
 from ocrwatch.jobs import JobQueue, file_sha256
 from ocrwatch.lifecycle import Lifecycle
 
@@ -204,8 +204,8 @@ def test_kill_9_between_copy_and_removal_loses_nothing_and_doubles_nothing(
     assert job is not None
     # Read and done, as when on_success runs.
     assert jobs.claim() is not None
-    assert store_result(db, job.id, [PageText("crash test", "crash test")], engine="fake",
-                        md_path=inbox / "crash.md", txt_path=None, sha256=job.sha256)
+    assert jobs.complete(job.id, [PageText("crash test", "crash test")], engine="fake",
+                         md_path=inbox / "crash.md", txt_path=None, sha256=job.sha256)
     marker = tmp_path / "copied"
     child = subprocess.Popen([sys.executable, "-c", CHILD, str(inbox), str(tmpfs_archive),
                               str(db_path), str(marker), str(job.id)])

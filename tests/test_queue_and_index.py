@@ -10,7 +10,7 @@ import pytest
 from ocrwatch.db import MIGRATIONS, Database
 from ocrwatch.domain import PageText, State
 from ocrwatch.errors import SearchError
-from ocrwatch.index import cached_result, search, store_result
+from ocrwatch.index import search
 from ocrwatch.jobs import JobQueue, Seen
 
 
@@ -26,8 +26,8 @@ def add_done(db: Database, path: Path, texts: list[str], sha: str = "") -> int:
     q.offer(path, 1, 1, sha or f"sha-{path}")
     job = q.claim()
     assert job is not None and job.path == path
-    assert store_result(db, job.id, [PageText(t, t) for t in texts], engine="fake",
-                        md_path=path.with_suffix(".md"), txt_path=path.with_suffix(".txt"))
+    assert q.complete(job.id, [PageText(t, t) for t in texts], engine="fake",
+                      md_path=path.with_suffix(".md"), txt_path=path.with_suffix(".txt"))
     return job.id
 
 
@@ -114,32 +114,32 @@ def test_forget_removes_pages_from_index(db: Database, tmp_path: Path) -> None:
     assert not JobQueue(db).forget(path)
 
 
-def test_store_result_refuses_stale_content(db: Database, tmp_path: Path) -> None:
+def test_complete_refuses_stale_content(db: Database, tmp_path: Path) -> None:
     q = JobQueue(db)
     path = tmp_path / "a.png"
     q.offer(path, 1, 1, "one")
     job = q.claim()
     assert job is not None
     q.offer(path, 2, 2, "two")  # changed while it was being read
-    assert not store_result(db, job.id, [PageText("x", "x")], engine="fake", md_path=None,
-                            txt_path=None, sha256="one")
+    assert not q.complete(job.id, [PageText("x", "x")], engine="fake", md_path=None,
+                          txt_path=None, sha256="one")
     assert q.counts()["queued"] == 1
 
 
-def test_cached_result_for_identical_content(db: Database, tmp_path: Path) -> None:
+def test_reuse_for_identical_content(db: Database, tmp_path: Path) -> None:
     first = add_done(db, tmp_path / "a.png", ["page one", "page two"], sha="same")
     q = JobQueue(db)
     q.offer(tmp_path / "copy.png", 1, 1, "same")
     copy = q.claim()
     assert copy is not None
-    cached = cached_result(db, "same", copy.id)
+    cached = q.reuse("same", copy.id)
     assert cached is not None
     pages, engine = cached
     assert [p.text for p in pages] == ["page one", "page two"] and engine == "fake"
     # The only other done copy is the job itself: nothing to borrow from.
-    only_self = cached_result(db, "same", first)
+    only_self = q.reuse("same", first)
     assert only_self is None  # "copy" is not done, so "first" has no twin to borrow from
-    assert cached_result(db, "other", copy.id) is None
+    assert q.reuse("other", copy.id) is None
 
 
 def test_search_ranks_and_highlights(db: Database, tmp_path: Path) -> None:
@@ -202,9 +202,9 @@ def test_page_numbers_and_warnings_are_stored(db: Database, tmp_path: Path) -> N
     q.offer(tmp_path / "m.pdf", 1, 1, "m")
     job = q.claim()
     assert job is not None
-    store_result(db, job.id, [PageText("alpha", "alpha"),
-                              PageText("beta", "beta", warnings=["repeats itself"])],
-                 engine="fake", md_path=None, txt_path=None)
+    q.complete(job.id, [PageText("alpha", "alpha"),
+                        PageText("beta", "beta", warnings=["repeats itself"])],
+               engine="fake", md_path=None, txt_path=None)
     hit = search(db, "beta")[0]
     assert (hit.page, hit.pages) == (2, 2)
     row = db.query("SELECT warnings FROM pages WHERE page = 2")[0]
@@ -213,7 +213,7 @@ def test_page_numbers_and_warnings_are_stored(db: Database, tmp_path: Path) -> N
 
 def test_trigrams_only_for_cjk_pages_and_short_cjk_words(db: Database, tmp_path: Path) -> None:
     from ocrwatch.domain import PageText
-    from ocrwatch.index import search, store_result
+    from ocrwatch.index import search
 
     jobs = JobQueue(db)
     texts = {"latin.png": "harbour office Rotterdam", "cjk.png": "東京都の会議 报告",
@@ -223,8 +223,8 @@ def test_trigrams_only_for_cjk_pages_and_short_cjk_words(db: Database, tmp_path:
         jobs.offer(path, 1, 1, name * 4)
         job = jobs.claim()
         assert job is not None
-        store_result(db, job.id, [PageText(text, text)], engine="t", md_path=None,
-                     txt_path=None)
+        jobs.complete(job.id, [PageText(text, text)], engine="t", md_path=None,
+                      txt_path=None)
     tri = {r[0] for r in db.query("SELECT rowid FROM pages_tri WHERE pages_tri MATCH 'off'")}
     assert tri == {3}  # the mixed page; the Latin-only page has no trigrams
     assert sorted(Path(h.path).name for h in search(db, "東京")) == ["cjk.png", "mixed.png"]
@@ -246,14 +246,13 @@ def test_other_tools_find_the_full_text_index(db: Database, tmp_path: Path) -> N
     import sqlite_utils
 
     from ocrwatch.domain import PageText
-    from ocrwatch.index import store_result
 
     jobs = JobQueue(db)
     jobs.offer(tmp_path / "Taxes" / "receipt.png", 1, 1, "a" * 64)
     job = jobs.claim()
     assert job is not None
-    store_result(db, job.id, [PageText("harbour", "harbour office")], engine="t", md_path=None,
-                 txt_path=None)
+    jobs.complete(job.id, [PageText("harbour", "harbour office")], engine="t", md_path=None,
+                  txt_path=None)
     plain = sqlite_utils.Database(db.conn)
     assert plain["pages"].detect_fts() == "pages_fts"  # type: ignore[union-attr]
     assert plain["jobs"].detect_fts() == "jobs_fts"  # type: ignore[union-attr]

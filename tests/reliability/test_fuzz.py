@@ -30,7 +30,6 @@ from hypothesis.stateful import (
 
 from ocrwatch.db import Database
 from ocrwatch.domain import Job, PageText, State
-from ocrwatch.index import store_result
 from ocrwatch.jobs import JobQueue, Seen
 from ocrwatch.watch import INCOMPLETE_GRACE, Settler
 
@@ -82,7 +81,7 @@ class QueueMachine(RuleBasedStateMachine):
             assert seen is Seen.CHANGED
             if old == "running":
                 # Queued again for the new content: the running reader's result will be
-                # refused by store_result, and the job is no longer claimed.
+                # refused by JobQueue.complete, and the job is no longer claimed.
                 self.claimed.pop(self._id(path), None)
             self.model[path] = "queued"
             self.not_due.discard(path)
@@ -126,8 +125,8 @@ class QueueMachine(RuleBasedStateMachine):
             self.queue.release(job.id)
             self.model[job.path] = "queued"
         else:
-            stored = store_result(self.db, job.id, [PageText("m", "t")], engine="fake",
-                                  md_path=None, txt_path=None, sha256=job.sha256)
+            stored = self.queue.complete(job.id, [PageText("m", "t")], engine="fake",
+                                         md_path=None, txt_path=None, sha256=job.sha256)
             assert stored
             self.model[job.path] = "done"
 
@@ -142,8 +141,8 @@ class QueueMachine(RuleBasedStateMachine):
         elif outcome == "defer":
             assert not self.queue.defer(job.id, "stale", MAX_ATTEMPTS, job.sha256)
         elif outcome == "done":
-            assert not store_result(self.db, job.id, [PageText("m", "t")], engine="fake",
-                                    md_path=None, txt_path=None, sha256=job.sha256)
+            assert not self.queue.complete(job.id, [PageText("m", "t")], engine="fake",
+                                           md_path=None, txt_path=None, sha256=job.sha256)
         # release only touches running jobs; a stale release may give back a job another
         # reader holds, which recover() at start would do anyway: not checked here.
 

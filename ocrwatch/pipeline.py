@@ -1,0 +1,436 @@
+"""One file's way through, as plain functions: no threads, no locks.
+
+Read it top to bottom, the way one file goes:
+
+1. :func:`consider` - a settled file is hashed and recorded as a queued job
+   (:func:`identify` does the same for a retried job that was never hashed);
+2. :func:`open_pages` - its pages, decoded and scaled for the engine, through one
+   handle opened without following links below the inbox (:func:`open_source`);
+3. :func:`read` - one batch of pages through the engine;
+4. :func:`judge` - what the pages read come to: publish, fail or try again;
+5. :func:`finish` - carries the verdict out for the job and its identical copies:
+   :func:`publish` (sidecars, then index rows and ``done`` in one transaction),
+   :func:`fail` (recorded reason, optional move to ``failed/``) or :func:`defer`.
+
+The scheduler (ocrwatch/scheduler.py) decides when each stage runs and on which
+thread; every stage here works on its arguments and the queue alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Generator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import BinaryIO
+
+from ocrwatch.config import Config
+from ocrwatch.db import is_disk_full
+from ocrwatch.domain import Job, Page, PageText
+from ocrwatch.engines import Engine
+from ocrwatch.errors import EngineUnavailable, InputError, OcrwatchError, TransientError
+from ocrwatch.follow import Follower
+from ocrwatch.hooks import AfterDone, Finished
+from ocrwatch.jobs import JobQueue, Seen, file_sha256
+from ocrwatch.lifecycle import Lifecycle, output_folder
+from ocrwatch.outputs import PdfMaker
+from ocrwatch.pages import Limits, check_size, iter_pages
+from ocrwatch.safeopen import (
+    NotRegular,
+    open_failure,
+    open_file_beneath,
+    original_mode,
+    source_root,
+)
+from ocrwatch.sidecar import pdf_path, remove_stale_temps, write_sidecars
+from ocrwatch.textutil import text_to_markdown
+from ocrwatch.thumbs import Thumbnails
+
+log = logging.getLogger(__name__)
+
+@dataclass(frozen=True)
+class Context:
+    """What every stage needs: the settings, the queue, the engine's name, and what
+    happens around the sidecars (the searchable PDF, the original's fate, hooks)."""
+
+    config: Config
+    jobs: JobQueue
+    engine_name: str
+    read_with: str | None  # what a page is read with: a language change makes pages stale
+    lifecycle: Lifecycle
+    after: AfterDone
+    follower: Follower  # files and folders moved or renamed keep their rows
+    thumbs: Thumbnails  # page pictures for the search page
+    pdf: PdfMaker | None = None
+    # Originals moved or deleted on purpose after reading: their "gone" event must not
+    # drop them from the index. (set.add and set.discard are atomic: no lock needed.)
+    retired: set[Path] = field(default_factory=set)
+
+
+# -- 0. start-up --------------------------------------------------------------------
+def tidy(config: Config) -> None:
+    """Half-written sidecars of a process killed mid-write: never shown, now removed."""
+    folders = [*config.inbox, config.output_dir, config.failed_dir, config.archive_dir]
+    try:
+        removed = remove_stale_temps([f for f in folders if f is not None and f.is_dir()])
+    except OSError as exc:
+        log.warning("could not look for leftover temporary files: %s", exc)
+        return
+    if removed:
+        log.info("removed %d temporary files left by an earlier crash", removed)
+
+
+# -- 1. identify ----------------------------------------------------------------------
+def consider(ctx: Context, path: Path) -> Seen | None:
+    """A finished file: record it as a job unless its content is already known.
+
+    Raises TransientError when the queue cannot record it now (the watcher offers it
+    again later).
+    """
+    path = path.absolute()
+    if path.is_symlink() and not ctx.config.follow_symlinks:
+        _link(ctx, path)
+        return None
+    try:
+        # Opened once, no link followed below the inbox; stat, size check and hash all
+        # go through this one handle.
+        with open_source(ctx, path) as fh:
+            st = os.fstat(fh.fileno())
+            if ctx.jobs.is_current(path, st.st_size, st.st_mtime_ns):
+                return Seen.UNCHANGED
+            new = ctx.jobs.known(path) is None
+            if new and ctx.follower.relocated(path, st):
+                return Seen.UNCHANGED  # the same inode, moved while nothing watched
+            check_size(st.st_size, Limits.from_config(ctx.config))  # before hashing
+            sha = file_sha256(fh)
+            if new and ctx.follower.relocated(path, st, sha):
+                return Seen.UNCHANGED  # the same content, moved while nothing watched
+    except (FileNotFoundError, NotRegular):
+        return None  # gone again before we looked, or not a file: nothing to do
+    except OSError as exc:
+        ctx.jobs.reject(path, open_failure(exc))
+        return None
+    except InputError as exc:  # a link below the inbox, a file over max_file_mb
+        ctx.jobs.reject(path, str(exc))
+        return None
+    try:
+        seen = ctx.jobs.offer(path, st.st_size, st.st_mtime_ns, sha, dev=st.st_dev,
+                              inode=st.st_ino)
+    except TransientError as exc:
+        log.warning("could not record %s: %s; will try again", path, exc)
+        raise
+    if seen is not Seen.UNCHANGED:
+        log.info("queued %s (%s)", path, seen.value)
+    return seen
+
+
+def open_source(ctx: Context, path: Path) -> contextlib.AbstractContextManager[BinaryIO]:
+    """The original, opened for reading without following a link below its inbox."""
+    return open_file_beneath(
+        source_root(path, ctx.config.inbox, ctx.config.follow_symlinks), path)
+
+
+def _link(ctx: Context, path: Path) -> None:
+    try:
+        target = path.resolve(strict=True)
+    except (OSError, RuntimeError):
+        ctx.jobs.reject(path, "a symbolic link that loops or points to nothing; "
+                              "remove it or fix its target")
+        return
+    if any(target.is_relative_to(root.resolve()) for root in ctx.config.inbox):
+        return  # the target is watched itself and read on its own
+    ctx.jobs.reject(path, f"a symbolic link to {target}, outside the watched folders: "
+                          "not followed (set follow_symlinks = true to read such links)")
+
+
+def gone(ctx: Context, path: Path) -> None:
+    """A watched file was removed: its job and index rows go too (the follower tells
+    a move from a deletion)."""
+    if path.absolute() in ctx.retired:
+        ctx.retired.discard(path.absolute())
+        return  # archived or deleted after reading: its index entry stays
+    ctx.follower.gone(path)
+
+
+def identify(ctx: Context, job: Job) -> Job | None:
+    """A claimed job with its content known, or None when it was failed or deferred.
+
+    A retried job refused before it was ever hashed (unreadable then) is hashed now:
+    without its size and time on record, :func:`check_unchanged` would fail every time.
+    """
+    if job.sha256 is not None:
+        return job
+    try:
+        with open_source(ctx, job.path) as fh:
+            st = os.fstat(fh.fileno())
+            check_size(st.st_size, Limits.from_config(ctx.config))  # before hashing
+            sha = file_sha256(fh)
+        ctx.jobs.refresh(job.id, st.st_size, st.st_mtime_ns, sha)
+    except TransientError as exc:
+        ctx.jobs.defer(job.id, str(exc), ctx.config.max_attempts, job.sha256)
+        return None
+    except OSError as exc:
+        fail(ctx, job, open_failure(exc))
+        return None
+    except InputError as exc:
+        fail(ctx, job, str(exc))
+        return None
+    return replace(job, sha256=sha, size=st.st_size, mtime_ns=st.st_mtime_ns)
+
+
+def reuse(ctx: Context, job: Job) -> tuple[list[PageText], str] | None:
+    """Pages of an identical file read before, and the engine that read them."""
+    return ctx.jobs.reuse(job.sha256, job.id, ctx.read_with) if job.sha256 else None
+
+
+# -- 2. open pages ------------------------------------------------------------------
+def open_pages(ctx: Context, job: Job, max_side: int | None) -> Generator[Page, None, None]:
+    """The file's pages, one at a time (a 500-page PDF never sits in memory whole).
+
+    Read through one handle. After each page, and once more after the last, the file
+    must still be there; after the last, it must also be the one that was claimed.
+    Close the iterator (``contextlib.closing``) when leaving it early.
+    """
+    with open_source(ctx, job.path) as fh:
+        for page in iter_pages(job.path, ctx.config, max_side, fh, text_layer=True):
+            _still_there(fh, job.path)  # a deleted file is not read to its end
+            if job.sha256:
+                ctx.thumbs.save(job.sha256, page.index + 1, page.image)
+            yield page
+        st = _still_there(fh, job.path)
+        if (st.st_size, st.st_mtime_ns) != (job.size, job.mtime_ns):
+            raise TransientError("the file changed while it was being read")
+
+
+def _still_there(fh: BinaryIO, path: Path) -> os.stat_result:
+    """The open file's status; raises if its name no longer leads to it."""
+    st = os.fstat(fh.fileno())
+    if st.st_nlink == 0:
+        if os.path.lexists(path):  # replaced by another file: that one is read later
+            raise TransientError("the file was replaced while it was being read")
+        raise InputError("the file was deleted while it was being read")
+    return st
+
+
+def open_error(job: Job, exc: Exception) -> tuple[str | None, str | None]:
+    """Why opening a file's pages failed: ``(error, None)`` fails the file,
+    ``(None, reason)`` tries it again later."""
+    if isinstance(exc, InputError):
+        return str(exc), None
+    if isinstance(exc, TransientError):
+        return None, str(exc)
+    if isinstance(exc, MemoryError):
+        return "not enough memory to decode this file; lower max_pixels", None
+    if isinstance(exc, OSError):  # opening it: gone, unreadable
+        return open_failure(exc), None
+    log.error("cannot read %s", job.display, exc_info=exc)
+    return f"unexpected error while decoding: {exc.__class__.__name__}: {exc}", None
+
+
+# -- 3. read ------------------------------------------------------------------------
+def read(engine: Engine, name: str, pages: Sequence[Page]) -> tuple[list[PageText], str | None]:
+    """Every page's result, and the reason when the engine cannot work at all.
+
+    Pages that need no engine (blank, or taken from a PDF's own text layer) are
+    answered here, the rest by the engine (:func:`recognize`).
+    """
+    given = {n: PageText(markdown=text_to_markdown(p.text) if p.text else "",
+                         text=p.text.strip() + "\n" if p.text else "")
+             for n, p in enumerate(pages) if p.text is not None}
+    rest = [p for n, p in enumerate(pages) if n not in given]
+    answers, unavailable = recognize(engine, name, rest) if rest else ([], None)
+    got = iter(answers)
+    return [given[n] if n in given else next(got) for n in range(len(pages))], unavailable
+
+
+def recognize(engine: Engine, name: str,
+              pages: Sequence[Page]) -> tuple[list[PageText], str | None]:
+    """The engine's results for one batch, and the reason when it cannot work at all.
+
+    A batch the engine fails on gets one error result per page (the files fail); an
+    engine that is unavailable sends the files back to the queue instead.
+    """
+    try:
+        results = engine.recognize(pages)
+        if len(results) != len(pages):
+            raise OcrwatchError(f"the engine returned {len(results)} results for "
+                                f"{len(pages)} pages")
+        return results, None
+    except EngineUnavailable as exc:
+        log.error("the %s engine cannot read: %s", name, exc)
+        reason = f"the {name} engine is unavailable: {exc}"
+        return [PageText("", "", error=reason) for _ in pages], reason
+    except Exception as exc:
+        log.exception("the %s engine failed on a batch", name)
+        reason = str(exc) if isinstance(exc, OcrwatchError) else f"engine error: {exc}"
+        return [PageText("", "", error=reason) for _ in pages], None
+
+
+# -- 4. judge -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class Verdict:
+    """What to do with a file once its reading is over."""
+
+    pages: list[PageText] | None = None  # publish these
+    error: str | None = None  # fail with this reason
+    transient: str | None = None  # try again later, for this reason
+
+
+def judge(results: Mapping[int, PageText], expected: int | None, *,
+          error: str | None = None, transient: str | None = None) -> Verdict:
+    """The verdict on one file from its page results (keyed by 0-based page)."""
+    if transient:
+        return Verdict(transient=transient)
+    if error:
+        return Verdict(error=error)
+    if expected is None:
+        raise OcrwatchError("a file was judged before all its pages were opened")
+    pages = [results[i] for i in range(expected)]
+    bad = [(i, p.error) for i, p in enumerate(pages, 1) if p.error]
+    if bad:
+        i, reason = bad[0]
+        where = f"page {i} of {len(pages)}" if len(pages) > 1 else "the page"
+        return Verdict(error=f"{where} could not be read: {reason}")
+    return Verdict(pages=pages)
+
+
+# -- 5. finish ----------------------------------------------------------------------
+def finish(ctx: Context, jobs: Sequence[Job], verdict: Verdict,
+           engine: str | None = None) -> Path | None:
+    """Carry the verdict out for each job (the file and its identical copies).
+
+    Returns the Markdown sidecar of the file when published. Never raises for one
+    file's trouble: what cannot be recorded is retried with backoff.
+    """
+    published: Path | None = None
+    try:
+        for job in jobs:
+            if verdict.transient:
+                defer(ctx, job, verdict.transient)
+            elif verdict.error:
+                fail(ctx, job, verdict.error)
+            elif verdict.pages is not None:
+                md = publish(ctx, job, verdict.pages, engine or ctx.engine_name)
+                published = published or md
+    except Exception as exc:
+        log.exception("could not finish %s", jobs[0].display)
+        # Retried with backoff and given up after max_attempts: putting it straight
+        # back would read it again at once, forever, if the error is not passing.
+        reason = f"unexpected error while saving the result: {exc.__class__.__name__}: {exc}"
+        for job in jobs:
+            try:
+                ctx.jobs.defer(job.id, reason, ctx.config.max_attempts, job.sha256)
+            except OcrwatchError as again:
+                log.warning("could not put %s back in the queue: %s", job.display, again)
+    return published
+
+
+def publish(ctx: Context, job: Job, pages: list[PageText], engine: str) -> Path | None:
+    """Outputs first (searchable PDF, ``.md``, ``.txt``: all or none), then index rows
+    and ``done`` in one transaction, then what follows success (:func:`after_success`).
+
+    Returns the main output's path, or None when the result was not kept.
+    """
+    folder = output_folder(ctx.config, job.path)
+    pages = [_valid_text(p) for p in pages]
+    pdf: Path | None = None
+    try:
+        stem = ctx.jobs.name_sidecars(job, folder)
+        prepared = []
+        if ctx.pdf is not None:
+            pdf = pdf_path(stem)
+            pages, tmp = ctx.pdf.make(job.path, pages, pdf)
+            if tmp is None:
+                pdf = None  # could not be made: said in the page's warnings
+            else:
+                prepared.append((tmp, pdf))
+        source = source_root(job.path, ctx.config.inbox, ctx.config.follow_symlinks)
+        md, txt = write_sidecars(stem, pages, tuple(ctx.config.outputs), prepared,
+                                 root=ctx.config.output_dir or source,
+                                 original_mode=original_mode(job.path, source))
+        if not ctx.jobs.complete(job.id, pages, engine=engine, md_path=md, txt_path=txt,
+                                 sha256=job.sha256, read_with=ctx.read_with):
+            # The content changed (it is queued again) or the file is gone: then
+            # these outputs belong to nothing.
+            if not ctx.jobs.exists(job.id):
+                for path in (md, txt, pdf):
+                    if path is not None:
+                        path.unlink(missing_ok=True)
+            log.info("%s changed or went away while it was read: result dropped", job.display)
+            return None
+    except TransientError as exc:
+        defer(ctx, job, str(exc))
+        return None
+    except InputError as exc:
+        fail(ctx, job, str(exc))
+        return None
+    except OSError as exc:
+        if not is_disk_full(exc):
+            raise
+        ctx.jobs.defer(job.id, "the disk is full", ctx.config.max_attempts, job.sha256)
+        return None
+    result = md or txt or pdf
+    log.info("done: %s (%d page%s) -> %s", job.display, len(pages),
+             "" if len(pages) == 1 else "s", result.name if result else "")
+    return after_success(ctx, job, md, txt, pdf, len(pages)) or result
+
+
+def after_success(ctx: Context, job: Job, md: Path | None, txt: Path | None,
+                  pdf: Path | None, pages: int) -> Path | None:
+    """on_success (keep, archive, delete), then on_done and the batch count.
+
+    Returns the Markdown sidecar's new place when it moved with the original.
+    """
+    original: Path | None = job.path
+    moved: Path | None = None
+    if ctx.config.on_success != "keep":
+        ctx.retired.add(job.path)
+        try:
+            # The order tells "delete" which result stands for the file: PDF, .md, .txt.
+            outcome = ctx.lifecycle.finish(job.id, job.path,
+                                           [p for p in (txt, md, pdf) if p is not None])
+        except (OSError, OcrwatchError) as exc:
+            # The result is safe; the original stays where it is and is not read again.
+            log.warning("%s is done but could not be %s: %s", job.display,
+                        "archived" if ctx.config.on_success == "archive" else "deleted", exc)
+            outcome = None
+        if outcome is not None:
+            original = outcome.original
+            md, txt, pdf = (outcome.sidecars.get(p, p) if p else None for p in (md, txt, pdf))
+            moved = md
+    ctx.after.done(Finished(job.path, original, md, txt, pdf, pages))
+    return moved
+
+
+def fail(ctx: Context, job: Job, reason: str) -> None:
+    """Record the reason; move the file to ``failed/`` when the user asked for it."""
+    log.warning("failed: %s: %s", job.display, reason)
+    if not ctx.jobs.fail(job.id, reason, job.sha256):
+        return  # the file changed or went away meanwhile: this failure is moot
+    ctx.after.failed(job.path, reason)
+    if ctx.config.failed_dir is not None:
+        from ocrwatch.failed import move_failed
+
+        move_failed(job.path, reason, ctx.config)
+
+
+def defer(ctx: Context, job: Job, reason: str) -> None:
+    """A passing trouble: queued again with backoff, failed after ``max_attempts``."""
+    again = ctx.jobs.defer(job.id, reason, ctx.config.max_attempts, job.sha256)
+    log.warning("%s: %s (%s)", job.display, reason, "will retry" if again else "giving up")
+
+
+def _valid_text(page: PageText) -> PageText:
+    """The page with lone surrogates replaced: neither UTF-8 files nor SQLite take them.
+
+    (A JSON reply may carry them as escapes; so may a file name in the text.)
+    """
+
+    def fix(text: str) -> str:
+        return text.encode("utf-8", "replace").decode("utf-8")
+
+    if fix(page.markdown) == page.markdown and fix(page.text) == page.text:
+        return page
+    return replace(page, markdown=fix(page.markdown), text=fix(page.text))

@@ -1,0 +1,393 @@
+"""When each stage of the pipeline runs, and on which thread: the only code with locks.
+
+- One preparer thread claims queued jobs and opens their pages into a bounded buffer
+  (the batcher), so a 500-page PDF never sits in memory whole.
+- ``policy.concurrency`` reader threads take batches from the buffer, read them with
+  the engine, and finish a file once all its pages are read.
+- Identical content in flight is read once: later copies follow the first.
+- Pausing drains the buffer, puts unread jobs back in the queue and releases the
+  engine's memory. The release runs outside every lock (vLLM's can take 30 s), so
+  ``status`` and the control socket answer meanwhile.
+
+The stages themselves are plain functions in ocrwatch/pipeline.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ocrwatch import memory, pipeline
+from ocrwatch.batching import Batcher
+from ocrwatch.domain import Job, Page, PageText
+from ocrwatch.engines import Engine
+from ocrwatch.errors import OcrwatchError, TransientError
+from ocrwatch.pipeline import Context
+from ocrwatch.status import PageRate, Reading
+from ocrwatch.threads import Service
+
+log = logging.getLogger(__name__)
+
+STOP_GRACE_SECONDS = 3.0  # how long close() waits for the pages in hand
+
+
+@dataclass(eq=False)
+class _Work:
+    """A file whose pages are being read."""
+
+    job: Job
+    results: dict[int, PageText] = field(default_factory=dict)
+    expected: int | None = None  # known once every page was opened
+    total: int | None = None  # the file's page count, read first (for status and progress)
+    in_flight: int = 0  # pages handed to the batcher and not yet read
+    error: str | None = None
+    transient: str | None = None
+    discarded: bool = False
+    finished: bool = False
+    followers: list[Job] = field(default_factory=list)  # identical copies waiting on it
+
+    def complete(self) -> bool:
+        if self.discarded or self.finished:
+            return False
+        if self.error or self.transient:
+            return self.in_flight == 0
+        return self.expected is not None and len(self.results) >= self.expected
+
+
+@dataclass(eq=False)
+class _Item:
+    work: _Work
+    page: Page
+
+
+class Scheduler:
+    """Owns the page buffer and the threads that fill and empty it."""
+
+    def __init__(self, ctx: Context, engine: Engine, *, paused: bool = False) -> None:
+        self.ctx = ctx
+        self.engine = engine
+        policy = engine.policy
+        self._batcher: Batcher[_Item] = Batcher(
+            policy, tokens=lambda item: 0 if item.page.text is not None  # read by no engine
+            else policy.cost(*item.page.size)
+        )
+        # Enough opened pages to keep every batch slot busy, and no more.
+        self._max_waiting = max(2, 2 * policy.max_pages * policy.concurrency)
+        self._cond = threading.Condition()
+        self._works: dict[int, _Work] = {}
+        self._waiting = 0  # pages opened and not yet read
+        self._batches_running = 0
+        self._paused = paused
+        self._released = paused  # the engine's memory was given back for this pause
+        self._releasing = False  # a release runs (outside the lock): read nothing
+        self._only: set[int] | None = None
+        self._stopping = False
+        self.last_result: Path | None = None
+        self.rate = PageRate()
+        self.abandoned: list[str] = []  # threads close() left in a page, by name
+        self._threads: list[Service] = [
+            _Loop("ocrwatch-prepare", self, self._prepare_step),
+            *(_Loop(f"ocrwatch-read-{n}", self, self._read_step)
+              for n in range(policy.concurrency)),
+        ]
+
+    # -- lifecycle -------------------------------------------------------------------
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        """Ask every thread to end after the batch in hand."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        for thread in self._threads:
+            thread.stop()
+
+    def close(self) -> None:
+        """Stop, wait for the threads, and put unfinished jobs back in the queue.
+
+        A page in hand (a giant one can take Tesseract half a minute, and a decoder
+        cannot be interrupted) is abandoned after a short grace: its job goes back to
+        the queue and is read again at the next start.
+        """
+        self.stop()
+        deadline = time.monotonic() + STOP_GRACE_SECONDS
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        self.abandoned = [t.name for t in self._threads if t.alive]
+        if self.abandoned:
+            log.warning("stopping without waiting for the page in hand (%s); it is read "
+                        "again at the next start", ", ".join(self.abandoned))
+        with self._cond:
+            works = list(self._works.values())
+            self._works.clear()
+        for work in works:
+            self._put_back(work)
+
+    # -- control ---------------------------------------------------------------------
+    def pause(self) -> None:
+        with self._cond:
+            self._paused = True
+            self._cond.notify_all()
+
+    def resume(self) -> None:
+        with self._cond:
+            self._paused = False
+            self._released = False
+            self._cond.notify_all()
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    def wake(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    def restrict(self, ids: set[int]) -> None:
+        """Read only these jobs from now on (``ocrwatch add``)."""
+        with self._cond:
+            self._only = ids
+            self._cond.notify_all()
+
+    def busy(self) -> bool:
+        """Whether a file is in hand: being opened, buffered, read or finished."""
+        with self._cond:
+            return bool(self._works) or self._batches_running > 0 or len(self._batcher) > 0
+
+    def reading(self) -> tuple[Reading, ...]:
+        """The files whose pages are being read now, with pages read and in all."""
+        with self._cond:
+            return tuple(Reading(w.job.display, len(w.results), w.total)
+                         for w in self._works.values() if not w.discarded)
+
+    # -- the preparer ----------------------------------------------------------------
+    def _prepare_step(self) -> None:
+        release = False
+        with self._cond:
+            if self._stopping:
+                return
+            if self._paused:
+                release = self._drain_for_pause()
+                if not release:
+                    self._cond.wait(1.0)
+                    return
+            elif self._waiting >= self._max_waiting:
+                self._cond.wait(1.0)
+                return
+        if release:
+            self._release_engine()
+            return
+        job = self._claim()
+        if job is None:
+            due = self.ctx.jobs.next_due()
+            wait = 1.0 if due is None else max(0.05, min(1.0, due - time.time()))
+            with self._cond:
+                if not self._stopping:
+                    self._cond.wait(wait)
+            return
+        self._prepare(job)
+
+    def _claim(self) -> Job | None:
+        try:
+            if self._only is not None:
+                return self.ctx.jobs.claim_among(self._only)
+            return self.ctx.jobs.claim()
+        except TransientError as exc:
+            log.warning("cannot take a job: %s", exc)
+            return None
+
+    def _prepare(self, claimed: Job) -> None:
+        job = pipeline.identify(self.ctx, claimed)
+        if job is None:
+            return
+        work = _Work(job)
+        with self._cond:
+            leader = next((w for w in self._works.values()
+                           if job.sha256 and w.job.sha256 == job.sha256 and not w.discarded),
+                          None)
+            if leader is not None:
+                leader.followers.append(job)  # identical content: read once
+                return
+            self._works[job.id] = work
+        cached = pipeline.reuse(self.ctx, job)
+        if cached is not None:
+            pages, engine = cached
+            with self._cond:
+                work.expected = len(pages)
+                work.results = dict(enumerate(pages))
+            self._finish(work, engine=engine)
+            return
+        count = 0
+        try:
+            opened = pipeline.open_pages(self.ctx, job, self.engine.max_side)
+            with contextlib.closing(opened):  # the file is closed however the loop ends
+                for page in opened:
+                    work.total = page.count
+                    with self._cond:
+                        while (self._waiting >= self._max_waiting and not self._stopping
+                               and not self._paused):
+                            self._cond.wait(0.5)
+                        if self._stopping or self._paused or work.discarded:
+                            work.discarded = True
+                            return  # put back by the pause drain or by close
+                        if work.transient or work.error:
+                            break  # the engine gave up on an earlier page: open no more
+                        self._batcher.add(_Item(work, page), time.monotonic())
+                        work.in_flight += 1
+                        self._waiting += 1
+                        self._cond.notify_all()
+                    count += 1
+            with self._cond:
+                work.expected = count
+        except Exception as exc:
+            error, transient = pipeline.open_error(job, exc)
+            with self._cond:
+                work.error = work.error or error
+                work.transient = work.transient or transient
+        if work.complete():
+            self._finish(work)
+
+    def _drain_for_pause(self) -> bool:
+        """With the lock held while paused: drop unread pages and put their jobs back.
+
+        Returns True when the engine's memory is to be released now, by the caller and
+        outside the lock.
+        """
+        if self._batches_running:
+            return False
+        works = list(self._works.values())
+        self._works.clear()
+        for work in works:
+            work.discarded = True
+            self._put_back(work)
+        while (batch := self._batcher.take(time.monotonic(), flush=True)) is not None:
+            self._waiting -= len(batch)
+        if self._released:
+            return False
+        self._released = self._releasing = True
+        return True
+
+    def _release_engine(self) -> None:
+        try:
+            self.engine.release()
+        except Exception:
+            log.exception("the engine could not release its memory")
+        finally:
+            with self._cond:
+                self._releasing = False
+                self._cond.notify_all()
+
+    def _put_back(self, work: _Work) -> None:
+        for job in [work.job, *work.followers]:
+            try:
+                self.ctx.jobs.release(job.id)
+            except OcrwatchError as exc:
+                log.warning("could not put %s back in the queue: %s", job.display, exc)
+
+    # -- the readers -----------------------------------------------------------------
+    def _read_step(self) -> None:
+        with self._cond:
+            batch = None
+            while batch is None:
+                if self._stopping:
+                    return
+                if not self._paused and not self._releasing:
+                    batch = self._batcher.take(time.monotonic())
+                    if batch is not None:
+                        break
+                deadline = self._batcher.next_deadline()
+                wait = 1.0 if deadline is None else deadline - time.monotonic()
+                self._cond.wait(max(0.01, min(1.0, wait)))
+            self._batches_running += 1
+        # In a call of its own, so that no page's pixels stay referenced from this frame
+        # while the thread waits for the next batch (a big page held its memory for as
+        # long as the daemon was idle).
+        big = any(memory.big(i.page.size) for i in batch)
+        self._run_batch(batch)
+        del batch
+        if big:
+            memory.give_back()
+
+    def _run_batch(self, batch: list[_Item]) -> None:
+        items = [i for i in batch if not i.work.discarded]
+        results, unavailable = (pipeline.read(self.engine, self.ctx.engine_name,
+                                              [i.page for i in items])
+                                if items else ([], None))
+        self.rate.add(sum(1 for r in results if not r.error))
+        done: list[_Work] = []
+        with self._cond:
+            self._batches_running -= 1
+            self._waiting -= len(batch)
+            if unavailable is not None:
+                # The engine cannot work at all: the files are not at fault, so they go
+                # back to the queue with backoff instead of failing.
+                for item in items:
+                    item.work.transient = unavailable
+            for item, result in zip(items, results, strict=True):
+                item.work.results[item.page.index] = result
+                item.work.in_flight -= 1
+                if item.work.complete() and item.work not in done:
+                    done.append(item.work)
+            for item in batch:
+                if item.work.discarded:
+                    item.work.in_flight -= 1
+            self._cond.notify_all()
+        for work in done:
+            try:
+                self._finish(work)
+            except Exception:
+                # A reader must outlive any one file: if even recording the failure
+                # failed, the job stays running until the next start.
+                log.exception("could not record the outcome of %s", work.job.display)
+
+    # -- finishing -------------------------------------------------------------------
+    def _finish(self, work: _Work, *, engine: str | None = None) -> None:
+        with self._cond:
+            if work.finished:
+                return
+            work.finished = True
+            # Only if it is still this read: a file changed while it was read may be
+            # read again (a new work for the same job) before this one is finished.
+            if self._works.get(work.job.id) is work:
+                del self._works[work.job.id]
+            jobs = [work.job, *work.followers]
+            results, expected = dict(work.results), work.expected
+            self.ctx.after.hold()  # no "batch done" while this outcome is being recorded
+        try:
+            verdict = pipeline.judge(results, expected, error=work.error,
+                                     transient=work.transient)
+            md = pipeline.finish(self.ctx, jobs, verdict, engine)
+            if md is not None:
+                with self._cond:
+                    self.last_result = md
+        finally:
+            self.ctx.after.release()
+            self.wake()
+
+
+class _Loop(Service):
+    """A scheduler thread: runs one step after another until stopped."""
+
+    def __init__(self, name: str, scheduler: Scheduler, step: Callable[[], None]) -> None:
+        super().__init__(name)
+        self._scheduler = scheduler
+        self._step = step
+
+    def wake(self) -> None:
+        self._scheduler.wake()
+
+    def run(self) -> None:
+        while not self.stopping:
+            try:
+                self._step()
+            except Exception:
+                # The loop must survive anything; each file's trouble was handled inside.
+                log.exception("unexpected error in %s", self.name)
+                self.sleep(1.0)
