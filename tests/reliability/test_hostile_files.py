@@ -17,8 +17,8 @@ from pathlib import Path
 import pypdf
 import pytest
 
-from ocrwatch import daemon as daemon_mod
 from ocrwatch import pages as pages_mod
+from ocrwatch import pipeline
 from ocrwatch.daemon import Daemon
 
 from .conftest import RecordingEngine
@@ -145,7 +145,7 @@ def hooked_pages(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Callable
             if n == 0 and "after_first" in hooks and path.name.startswith("victim"):
                 hooks.pop("after_first")(path)
 
-    monkeypatch.setattr(daemon_mod, "iter_pages", wrapped)
+    monkeypatch.setattr(pipeline, "iter_pages", wrapped)
     yield hooks
 
 
