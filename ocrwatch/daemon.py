@@ -31,7 +31,7 @@ from ocrwatch.lifecycle import Lifecycle
 from ocrwatch.outputs import PdfMaker
 from ocrwatch.pipeline import Context
 from ocrwatch.scheduler import Scheduler
-from ocrwatch.status import EngineStatus, Status
+from ocrwatch.status import EngineStatus, Reading, Status
 from ocrwatch.thumbs import Thumbnails
 from ocrwatch.watch import Watcher
 
@@ -225,6 +225,10 @@ class Daemon:
         return added
 
     # -- reporting ---------------------------------------------------------------------
+    def reading(self) -> tuple[Reading, ...]:
+        """The files whose pages are being read now (``ocrwatch add`` shows progress)."""
+        return self.scheduler.reading()
+
     def is_idle(self) -> bool:
         """Nothing in hand and nothing queued (the batch notification waits for this)."""
         if self.scheduler.busy():
@@ -263,6 +267,6 @@ class Daemon:
             pid=os.getpid(), version=__version__,
             language_note=locale_note(self.config.languages)
             if self.choice.name == "tesseract" else None,
-            reading=self.scheduler.reading(), languages=tuple(self.config.languages),
+            reading=self.reading(), languages=tuple(self.config.languages),
             pages_per_second=self.scheduler.rate.per_second(),
         )
