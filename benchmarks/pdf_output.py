@@ -183,14 +183,17 @@ def _measure_page(n: int, tmp: Path, engine: Any, gs: str | None,
     rows["read"].append(time.perf_counter() - start)
     plain, pdfa, model = tmp / f"p{n}.pdf", tmp / f"a{n}.pdf", tmp / f"m{n}.pdf"
     rows["pdf"].append(_time(lambda: pdfout.write(
-        src, [read.layout], plain, is_pdf=False, pdfa=False, render=list)))
+        src, [read.layout], plain, is_pdf=False, pdfa=False, render=list,
+        open_source=lambda: src.open("rb"))))
     if gs:
         rows["pdfa"].append(_time(lambda: pdfout.write(
-            src, [read.layout], pdfa, is_pdf=False, pdfa=True, render=list)))
+            src, [read.layout], pdfa, is_pdf=False, pdfa=True, render=list,
+            open_source=lambda: src.open("rb"))))
 
     def model_path() -> None:
         placed, _ = place_text(truth_text, engine.layout(page))
-        pdfout.write(src, [placed], model, is_pdf=False, pdfa=False, render=list)
+        pdfout.write(src, [placed], model, is_pdf=False, pdfa=False, render=list,
+                     open_source=lambda: src.open("rb"))
 
     rows["model_pdf"].append(_time(model_path))
     rows["img2pdf"].append(_time(lambda: (tmp / f"i{n}.pdf").write_bytes(

@@ -124,6 +124,7 @@ _INTERNAL = {"source", "origins"}
 # Sane ranges (inclusive) for numbers: a value outside is a typo or a unit mix-up, and
 # some are harmful (100000 workers start 100000 threads; an infinite size limit fails
 # every file). Keys checked more closely below are left out.
+ON_DONE_TIMEOUT_MAX = 24 * 3600
 RANGES: dict[str, tuple[float, float]] = {
     "workers": (0, 256),
     "settle_seconds": (0.1, 3600),
@@ -425,6 +426,10 @@ def _validate_outputs(config: Config, fail: typing.Callable[[str, str], None]) -
                             "argv, never a shell line: [\"/path/to/program\", \"arg\"]).")
     if config.on_done_timeout <= 0:
         fail("on_done_timeout", "must be greater than 0 (seconds).")
+    if config.on_done_timeout > ON_DONE_TIMEOUT_MAX:
+        # Past the platform's wait limits the daemon could not even stop.
+        fail("on_done_timeout", f"= {config.on_done_timeout:g} is out of range: at most "
+                                f"{ON_DONE_TIMEOUT_MAX} seconds (a day).")
     if config.pdfa == "always" and "pdf" in config.outputs:
         import shutil
 

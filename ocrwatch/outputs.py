@@ -13,9 +13,10 @@ import contextlib
 import logging
 import os
 import threading
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from ocrwatch import pdfout
 from ocrwatch.align import place_text
@@ -24,6 +25,7 @@ from ocrwatch.domain import PageText
 from ocrwatch.errors import EngineUnavailable, TransientError
 from ocrwatch.layout import PageLayout
 from ocrwatch.pages import iter_pages, sniff
+from ocrwatch.safeopen import open_file_beneath, source_root
 from ocrwatch.sidecar import new_temp
 
 log = logging.getLogger(__name__)
@@ -48,6 +50,15 @@ class PdfMaker:
                 self._boxes = TesseractEngine(self.config)
             return self._boxes
 
+    @contextlib.contextmanager
+    def _open(self, source: Path) -> Iterator[BinaryIO]:
+        """The original opened again as the daemon reads it: no link followed below its
+        inbox. Between the read and the PDF a folder may have been swapped for a link to
+        elsewhere; opening by path would put that other file in the inbox's PDF."""
+        root = source_root(source, self.config.inbox, self.config.follow_symlinks)
+        with open_file_beneath(root, source) as fh:
+            yield fh
+
     def pdfa(self) -> bool:
         if self.config.pdfa == "never":
             return False
@@ -68,7 +79,16 @@ class PdfMaker:
         except EngineUnavailable as exc:
             reader, why = None, f"Tesseract cannot find word positions ({exc})"
         out = list(pages)
-        for page in iter_pages(source, self.config, None):
+        with self._open(source) as fh:
+            placed_pages = self._place_pages(source, fh, pages, missing, reader, why)
+        for index, page_text in placed_pages.items():
+            out[index] = page_text
+        return out
+
+    def _place_pages(self, source: Path, fh: BinaryIO, pages: list[PageText],
+                     missing: set[int], reader: Any, why: str) -> dict[int, PageText]:
+        out: dict[int, PageText] = {}
+        for page in iter_pages(source, self.config, None, fh):
             if page.index not in missing:
                 continue
             warnings: list[str] = []
@@ -91,12 +111,20 @@ class PdfMaker:
         pages = self._place(source, pages)
         tmp = new_temp(dest)
         try:
-            notes = pdfout.write(source, [p.layout for p in pages], tmp,
-                                 is_pdf=sniff(source) == "pdf", pdfa=self.pdfa(),
-                                 render=lambda: iter_pages(source, self.config, None))
+            with self._open(source) as fh:
+                is_pdf = sniff(source, fh) == "pdf"
+                mode = os.fstat(fh.fileno()).st_mode
+
+                def render() -> Iterator[Any]:
+                    with self._open(source) as again:
+                        yield from iter_pages(source, self.config, None, again)
+
+                notes = pdfout.write(source, [p.layout for p in pages], tmp, is_pdf=is_pdf,
+                                     pdfa=self.pdfa(), render=render,
+                                     open_source=lambda: self._open(source))
             # Never readable by more people than the original.
             with contextlib.suppress(OSError):
-                os.chmod(tmp, 0o644 & (os.stat(source).st_mode | 0o600))
+                os.chmod(tmp, 0o644 & (mode | 0o600))
         except TransientError:
             tmp.unlink(missing_ok=True)
             raise  # a full disk: the whole file is tried again later

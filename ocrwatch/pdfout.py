@@ -22,10 +22,11 @@ import statistics
 import subprocess
 import tempfile
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from decimal import Decimal
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from ocrwatch.domain import Page
 from ocrwatch.errors import InputError, TransientError
@@ -130,24 +131,32 @@ def _line_metrics(layout: PageLayout) -> dict[int, tuple[float, float]]:
     return out
 
 
-def _exif_mirrored(path: Path) -> bool:
+# Opens the original again, as the daemon reads it (no link followed below the inbox):
+# nothing here opens it by path.
+SourceOpener = Callable[[], AbstractContextManager[BinaryIO]]
+
+
+def _exif_mirrored(data: bytes) -> bool:
     from PIL import Image
 
     try:
-        with Image.open(path) as image:
+        with Image.open(io.BytesIO(data)) as image:
             return image.getexif().get(0x0112, 1) in (2, 4, 5, 7)
     except Exception:
         return False
 
 
-def _image_pdf(source: Path, render: Callable[[], Iterable[Page]]) -> tuple[bytes, str | None]:
+def _image_pdf(open_source: SourceOpener, render: Callable[[], Iterable[Page]]
+               ) -> tuple[bytes, str | None]:
     """The original image(s) as PDF pages: unchanged when img2pdf can take them as they
     are, else the RGB page ocrwatch read, losslessly (PNG); the second value says why."""
     import img2pdf
 
-    if not _exif_mirrored(source):
+    with open_source() as fh:
+        original = fh.read()
+    if not _exif_mirrored(original):
         try:
-            data: bytes = img2pdf.convert(str(source), rotation=img2pdf.Rotation.ifvalid)
+            data: bytes = img2pdf.convert(original, rotation=img2pdf.Rotation.ifvalid)
             return data, None
         except Exception as exc:  # alpha channel, WebP, odd TIFF compressions...
             why = f"{exc}"
@@ -161,12 +170,12 @@ def _image_pdf(source: Path, render: Callable[[], Iterable[Page]]) -> tuple[byte
     return img2pdf.convert(pngs), why
 
 
-def _pages_with_text(source: Path) -> set[int]:
-    """Pages of the PDF ``source`` that have text of their own (born digital, or OCRed)."""
+def _pages_with_text(fh: BinaryIO) -> set[int]:
+    """Pages of the PDF in ``fh`` that have text of their own (born digital, or OCRed)."""
     import pypdfium2 as pdfium
 
     found = set()
-    doc = pdfium.PdfDocument(str(source))
+    doc = pdfium.PdfDocument(fh)
     try:
         for index in range(len(doc)):
             page = doc[index]
@@ -183,27 +192,38 @@ def _pages_with_text(source: Path) -> set[int]:
 
 
 def build(source: Path, layouts: list[PageLayout | None], out: Path, *,
-          is_pdf: bool, render: Callable[[], Iterable[Page]]) -> list[str]:
+          is_pdf: bool, render: Callable[[], Iterable[Page]],
+          open_source: SourceOpener) -> list[str]:
     """Write the searchable PDF of ``source`` to ``out``; returns notes for the log.
 
     A page whose layout is None (or a PDF page that has text of its own) gets no layer.
     """
+    with contextlib.ExitStack() as stack:
+        notes: list[str] = []
+        if is_pdf:
+            fh = stack.enter_context(open_source())
+            # pdfium and qpdf each on a handle of their own: neither moves the other's place.
+            with open_source() as other:
+                has_text = _pages_with_text(other)
+        else:
+            data, why = _image_pdf(open_source, render)
+            if why:
+                notes.append(f"the image was embedded as read, not as stored ({why})")
+            fh, has_text = io.BytesIO(data), set()
+        _build(source, layouts, out, fh, has_text, notes)
+        return notes
+
+
+def _build(source: Path, layouts: list[PageLayout | None], out: Path, fh: BinaryIO,
+           has_text: set[int], notes: list[str]) -> None:
     import pikepdf
 
-    notes: list[str] = []
-    if is_pdf:
-        pdf = pikepdf.open(source)
-    else:
-        data, why = _image_pdf(source, render)
-        if why:
-            notes.append(f"the image was embedded as read, not as stored ({why})")
-        pdf = pikepdf.open(io.BytesIO(data))
+    pdf = pikepdf.open(fh)
     with pdf:
         if len(pdf.pages) != len(layouts):
             raise InputError(f"the PDF of {source.name} has {len(pdf.pages)} pages where "
                              f"{len(layouts)} were read; the PDF output was not written")
         font = _font(pdf)
-        has_text = _pages_with_text(source) if is_pdf else set()
         for index, (page, layout) in enumerate(zip(pdf.pages, layouts, strict=True)):
             if layout is None or not layout.words:
                 continue
@@ -222,7 +242,6 @@ def build(source: Path, layouts: list[PageLayout | None], out: Path, *,
                 text_layer(layout, str(name), (box[0], box[1], box[2], box[3]), rotate)))
         pdf.docinfo[pikepdf.Name.Producer] = pikepdf.String("ocrwatch (pikepdf, img2pdf)")
         pdf.save(out)
-    return notes
 
 
 _PDFA_DEF = """%!
@@ -272,7 +291,8 @@ def to_pdfa(src: Path, out: Path, gs: str) -> None:
 
 
 def write(source: Path, layouts: list[PageLayout | None], tmp: Path, *, is_pdf: bool,
-          pdfa: bool, render: Callable[[], Iterable[Page]]) -> list[str]:
+          pdfa: bool, render: Callable[[], Iterable[Page]],
+          open_source: SourceOpener) -> list[str]:
     """The searchable PDF at ``tmp`` (a temporary name, renamed into place by the caller)."""
     gs = ghostscript() if pdfa else None
     if pdfa and gs is None:
@@ -281,7 +301,8 @@ def write(source: Path, layouts: list[PageLayout | None], tmp: Path, *, is_pdf: 
     # The plain PDF before Ghostscript, named like every temporary file (cleaned at start).
     plain = tmp.with_name(tmp.name.removesuffix(".tmp") + "-plain.tmp") if gs else tmp
     try:
-        notes = build(source, layouts, plain, is_pdf=is_pdf, render=render)
+        notes = build(source, layouts, plain, is_pdf=is_pdf, render=render,
+                      open_source=open_source)
         if gs is not None:
             try:
                 to_pdfa(plain, tmp, gs)

@@ -213,3 +213,75 @@ def test_hook_that_runs_forever_is_stopped_with_its_children(tmp_path: Path) -> 
     assert run_hook(argv, item, timeout=1) is None
     assert time.monotonic() - started < 10
     wait_for(lambda: not _alive(int(pidfile.read_text())), 15, "the hook's child ended")
+
+
+def test_a_huge_hook_timeout_is_refused_with_its_origin(tmp_path: Path) -> None:
+    """on_done_timeout = 1e12 was accepted; the daemon then failed on stop with
+    "OverflowError: timestamp out of range for platform time_t"."""
+    from ocrwatch import config as config_mod
+    from ocrwatch.errors import OcrwatchError
+
+    path = tmp_path / "config.toml"
+    path.write_text(f'inbox = ["{tmp_path}/inbox"]\non_done = ["/bin/true"]\n'
+                    "on_done_timeout = 1e12\n")
+    with pytest.raises(OcrwatchError) as err:
+        config_mod.load(path)
+    assert "on_done_timeout" in str(err.value) and str(path) in str(err.value)
+
+
+# -- the searchable PDF ------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["png", "pdf"])
+def test_pdf_output_never_reads_through_a_link_swapped_in_after_the_read(
+        tmp_path: Path, kind: str) -> None:
+    """The PDF output opened the original again by path (page boxes, img2pdf, pikepdf,
+    pdfium, the mode): a subfolder swapped for a link after the read put a file from
+    outside the inbox into the inbox's searchable PDF."""
+    import pikepdf
+
+    from ocrwatch.domain import PageText
+    from ocrwatch.outputs import PdfMaker
+    from ocrwatch.safeopen import LinkRefused
+
+    from .helpers import image_bytes, pdf_bytes
+
+    inbox, outside = tmp_path / "inbox", tmp_path / "private"
+    (inbox / "sub").mkdir(parents=True)
+    outside.mkdir()
+    name = f"scan.{kind}"
+    if kind == "png":
+        (inbox / "sub" / name).write_bytes(image_bytes("inbox page", size=(600, 400)))
+        (outside / name).write_bytes(image_bytes("private page", size=(1234, 777)))
+    else:
+        (inbox / "sub" / name).write_bytes(pdf_bytes(["inbox page"], size=(300, 400)))
+        (outside / name).write_bytes(pdf_bytes(["private page"], size=(617, 389)))
+    config = Config(inbox=[inbox], database=tmp_path / "index.sqlite3", engine="fake",
+                    outputs=["md", "txt", "pdf"], pdfa="never")
+    (inbox / "sub").rename(inbox / "was-sub")
+    (inbox / "sub").symlink_to(outside)
+    maker = PdfMaker(config)
+    try:
+        with pytest.raises(LinkRefused):
+            maker.make(inbox / "sub" / name, [PageText("inbox page", "inbox page")],
+                       inbox / "sub" / "scan.ocr.pdf")
+    finally:
+        maker.close()
+    assert not any(p.suffix == ".pdf" and p.name != name for p in outside.iterdir())
+    # Not a special case: the same file reached without a link is made as before.
+    (inbox / "sub").unlink()
+    (inbox / "was-sub").rename(inbox / "sub")
+    maker = PdfMaker(config)
+    try:
+        _, tmp = maker.make(inbox / "sub" / name, [PageText("inbox page", "inbox page")],
+                            inbox / "sub" / "scan.ocr.pdf")
+    finally:
+        maker.close()
+    assert tmp is not None
+    with pikepdf.open(tmp) as pdf:
+        page = pdf.pages[0]
+        if kind == "pdf":
+            assert round(float(page.mediabox[2]) - float(page.mediabox[0])) == 300
+        else:
+            (image,) = page.get_images().values()
+            assert int(image.Width) == 600
+    tmp.unlink()
