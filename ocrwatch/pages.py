@@ -7,6 +7,7 @@ file called ``scan.png`` fails with a plain reason instead of a decoder tracebac
 from __future__ import annotations
 
 import logging
+import math
 import os
 import struct
 import warnings
@@ -93,10 +94,14 @@ def _os_error(exc: OSError, verb: str) -> Exception:
     return InputError(f"could not {verb} the file: {exc.strerror or exc}")
 
 
-# What reading a page may cost, whatever the file claims. Tesseract and the model need
-# no more than about 600 dpi on A4 (35 megapixels); a larger page is shrunk to this
-# before it is converted or read, so a 14000x14000 image costs what an A3 scan costs.
-READ_PIXELS = 40_000_000
+# What reading a page may cost, whatever the file claims. Real scans stay as they are
+# (A3 at 600 dpi is 70 megapixels): every shrink of a scan was measured to cost
+# Tesseract accuracy on some page. Only a larger image is reduced, by a whole factor
+# (a box filter, as a scanner at a lower resolution would give), so a 14000x14000
+# image costs what an A3 scan costs.
+READ_PIXELS = 100_000_000
+# A PDF page is drawn, not resampled: at most this many pixels, whatever its size.
+RENDER_PIXELS = 40_000_000
 MIN_SIDE = 16  # pixels: a line of text is taller than this
 MAX_ASPECT = 100  # a receipt roll is 30:1; a 100000x10 strip is not a page
 # A PDF page can be at most 200 inches a side (the format's own limit, 14400 units).
@@ -151,19 +156,16 @@ def scale_to(image: Image.Image, max_side: int | None) -> Image.Image:
 
 
 def within_budget(image: Image.Image, budget: int | None = None) -> tuple[Image.Image, float]:
-    """The image shrunk to at most ``budget`` pixels, and the factor applied (1: as is)."""
+    """The image reduced by a whole factor to at most ``budget`` pixels, and the factor
+    applied (1: as it is)."""
     budget = budget or READ_PIXELS
     pixels = image.width * image.height
     if pixels <= budget:
         return image, 1.0
-    factor = (budget / pixels) ** 0.5
-    target = (max(1, int(image.width * factor)), max(1, int(image.height * factor)))
+    whole = math.ceil((pixels / budget) ** 0.5)
     if image.mode not in ("L", "RGB"):
         image = to_rgb(image) if image.mode != "1" else image.convert("L")  # strokes in grey
-    whole = int(1 / factor)
-    if whole >= 2:
-        image = image.reduce(whole)  # a box filter by a whole factor first: fast and small
-    return image.resize(target, Image.Resampling.LANCZOS), factor
+    return image.reduce(whole), 1.0 / whole
 
 
 def blank(image: Image.Image) -> bool:
@@ -405,7 +407,7 @@ def render_scale(width_pt: float, height_pt: float, dpi: int, limits: Limits) ->
     about 30 dpi, not at max_pixels)."""
     scale = dpi / 72.0
     pixels = width_pt * height_pt * scale * scale
-    budget = min(READ_PIXELS, limits.max_pixels)
+    budget = min(RENDER_PIXELS, limits.max_pixels)
     if pixels > budget:
         scale *= (budget / pixels) ** 0.5
     return scale
