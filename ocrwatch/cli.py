@@ -538,7 +538,7 @@ def _search_web(args: argparse.Namespace) -> int:
     config = config_mod.load(getattr(args, "config", None))
     path, _origin = _database(args)
     with SearchServer(path, Thumbnails(config.cache_dir / "thumbnails"),
-                      inbox=config.inbox) as server:
+                      inbox=config.inbox, follow_symlinks=config.follow_symlinks) as server:
         echo(server.url)
         echo("no daemon runs: serving the search page from here; Ctrl-C stops it", err=True)
         if not args.no_open:

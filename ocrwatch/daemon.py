@@ -176,7 +176,8 @@ class Daemon:
                 raise OcrwatchError("the daemon is stopping")
             if self._web is None:
                 server = SearchServer(self.config.database, self.thumbs,
-                                      inbox=self.config.inbox)
+                                      inbox=self.config.inbox,
+                                      follow_symlinks=self.config.follow_symlinks)
                 server.start()
                 self._web = server
             return str(self._web.url)

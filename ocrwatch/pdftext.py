@@ -10,8 +10,11 @@ read with OCR, when:
 - its characters are no text: control, private-use or replacement characters, what a
   font without a usable Unicode map gives (broken encoding);
 - its words are no words: symbols inside words, random capitals (glyph soup);
-- it cannot be seen: invisible text (an earlier OCR's layer) or text drawn over by
-  an image, which may say something else;
+- it cannot be seen: more than a few of its characters change nothing on the drawn
+  page. The page is drawn with and without its text; a character whose box is the
+  same in both is hidden, whatever hides it: an invisible render mode (an earlier OCR's
+  layer), white on white, an image or a filled shape drawn over it, a clip, a place
+  off the page or a size too small to read. Such text may say anything;
 - the page is mostly a picture, whose text the layer does not hold.
 
 ``pdf_text = "text"`` takes any layer that has text; ``"ocr"`` reads every page.
@@ -31,10 +34,13 @@ log = logging.getLogger(__name__)
 MIN_CHARS = 16  # non-space characters for a layer to count as the page's text
 MAX_BAD_SHARE = 0.02  # control, private-use, unassigned or replacement characters
 MIN_WORDLIKE_SHARE = 0.7  # share of tokens that look like words or numbers
-MAX_HIDDEN_SHARE = 0.5  # text objects that are invisible or under an image
+MAX_HIDDEN_SHARE = 0.02  # characters that change nothing on the drawn page
+SEEN_SCALE = 0.5  # the page drawn at 36 dpi to see which characters show
+SEEN_PIXELS = 2_000_000  # ...or less, for a page larger than an A0 sheet
+SEEN_LEVEL = 16  # a grey level difference that counts as ink (of 255)
+MIN_SIZE = 2.0  # points: a font's line height below which no one reads it
 MAX_PICTURE_SHARE = 0.5  # page area covered by images, beyond which the picture rules
 PICTURE_CAPTION_CHARS = 400  # ...unless the layer holds this much visible text
-COVERED = 0.9  # an image covering this share of a text's box hides it
 
 _BAD_CATEGORIES = frozenset({"Cc", "Co", "Cn", "Cs"})
 _EDGE = string.punctuation + "«»„“”‘’‚‹›¡¿…–—·•§°"
@@ -88,33 +94,73 @@ def _overlap(a: tuple[float, float, float, float], b: tuple[float, float, float,
     return _area((max(a[0], b[0]), max(a[1], b[1]), min(a[2], b[2]), min(a[3], b[3])))
 
 
-def _visibility(page: Any) -> tuple[float, float]:
-    """(share of text objects a reader cannot see, share of the page under images)."""
+def _hidden_share(page: Any, textpage: Any) -> float:
+    """The share of the layer's characters that change nothing on the drawn page.
+
+    The page is drawn as it is and with every text object made invisible; a run of
+    characters is seen when its box differs between the two. The text objects' render modes are
+    put back as they were, so the page draws as before for OCR.
+    """
+    import pypdfium2.raw as pdfium_c
+    from PIL import ImageChops
+
+    width, height = page.get_size()
+    # At most SEEN_PIXELS drawn, however large the page (a poster's letters are large).
+    scale = min(SEEN_SCALE, (SEEN_PIXELS / max(float(width) * float(height), 1.0)) ** 0.5)
+    shown = page.render(scale=scale, grayscale=True).to_pil()
+    modes = []
+    try:
+        for obj in page.get_objects(max_depth=4):
+            if pdfium_c.FPDFPageObj_GetType(obj.raw) == pdfium_c.FPDF_PAGEOBJ_TEXT:
+                modes.append((obj, pdfium_c.FPDFTextObj_GetTextRenderMode(obj.raw)))
+                pdfium_c.FPDFTextObj_SetTextRenderMode(
+                    obj.raw, pdfium_c.FPDF_TEXTRENDERMODE_INVISIBLE)
+        bare = page.render(scale=scale, grayscale=True).to_pil()
+    finally:
+        for obj, mode in modes:
+            pdfium_c.FPDFTextObj_SetTextRenderMode(obj.raw, mode)
+    ink = ImageChops.difference(shown, bare).point(lambda v: 255 if v > SEEN_LEVEL else 0)
+    height = float(height)
+    seen = hidden = 0
+    # PDFium's text rectangles: one per run of characters of one text object on one line,
+    # so text hidden any way is a rectangle of its own; each counts for its characters.
+    for index in range(textpage.count_rects()):
+        left, bottom, right, top = textpage.get_rect(index)
+        chars = sum(1 for c in textpage.get_text_bounded(left, bottom, right, top)
+                    if not c.isspace())
+        box = (max(int(left * scale) - 1, 0), max(int((height - top) * scale) - 1, 0),
+               min(int(right * scale) + 2, ink.width),
+               min(int((height - bottom) * scale) + 2, ink.height))
+        if (_line_height(textpage, left, bottom, right, top) >= MIN_SIZE
+                and box[2] > box[0] and box[3] > box[1] and ink.crop(box).getbbox() is not None):
+            seen += chars
+        else:
+            hidden += chars  # nothing drawn there, or a speck of ink no one can read
+    return hidden / (seen + hidden) if seen + hidden else 0.0
+
+
+def _line_height(textpage: Any, left: float, bottom: float, right: float, top: float) -> float:
+    """The font's line height (its loose box) at a rectangle of text, in points: a full
+    stop's own box is tiny in any size of print."""
+    index = textpage.get_index((left + right) / 2, (bottom + top) / 2,
+                               (right - left) / 2 + 1, (top - bottom) / 2 + 1)
+    if index is None or index < 0:
+        return float(top - bottom)
+    loose = textpage.get_charbox(index, loose=True)
+    return float(loose[3] - loose[1])
+
+
+def _picture_share(page: Any) -> float:
+    """The share of the page under images."""
     import pypdfium2.raw as pdfium_c
 
-    texts: list[tuple[tuple[float, float, float, float], bool]] = []  # box, hidden
-    images: list[tuple[float, float, float, float]] = []
-    for obj in page.get_objects(max_depth=4):
-        kind = pdfium_c.FPDFPageObj_GetType(obj.raw)
-        if kind not in (pdfium_c.FPDF_PAGEOBJ_TEXT, pdfium_c.FPDF_PAGEOBJ_IMAGE):
-            continue
-        box = tuple(float(v) for v in obj.get_bounds())
-        assert len(box) == 4
-        if kind == pdfium_c.FPDF_PAGEOBJ_TEXT:
-            mode = pdfium_c.FPDFTextObj_GetTextRenderMode(obj.raw)
-            invisible = mode in (pdfium_c.FPDF_TEXTRENDERMODE_INVISIBLE,
-                                 pdfium_c.FPDF_TEXTRENDERMODE_CLIP)
-            texts.append((box, invisible))
-        else:
-            images.append(box)
-            # An image drawn after a text, over it, hides it (content order is z-order).
-            texts = [(t, hidden or _overlap(t, box) >= COVERED * _area(t))
-                     for t, hidden in texts]
+    images = [tuple(float(v) for v in obj.get_bounds())
+              for obj in page.get_objects(max_depth=4)
+              if pdfium_c.FPDFPageObj_GetType(obj.raw) == pdfium_c.FPDF_PAGEOBJ_IMAGE]
     width, height = page.get_size()
     page_box = (0.0, 0.0, float(width), float(height))
-    covered = min(1.0, sum(_overlap(i, page_box) for i in images) / max(_area(page_box), 1.0))
-    hidden = sum(1 for _, h in texts if h) / len(texts) if texts else 0.0
-    return hidden, covered
+    return min(1.0, sum(_overlap((i[0], i[1], i[2], i[3]), page_box) for i in images)
+               / max(_area(page_box), 1.0))
 
 
 def decide(page: Any, mode: str = "auto") -> Decision:
@@ -126,25 +172,32 @@ def decide(page: Any, mode: str = "auto") -> Decision:
         return Decision(None, "pdf_text = ocr")
     try:
         textpage = page.get_textpage()
-        try:
-            raw = textpage.get_text_range()
-        finally:
-            textpage.close()
     except Exception as exc:  # a damaged layer is no reason to fail the page
         return Decision(None, f"its text layer cannot be read ({exc})")
-    text = _tidy(raw)
-    solid = sum(1 for c in text if not c.isspace())
-    if mode == "text":
-        return Decision(text, "pdf_text = text") if solid else Decision(None, "no text layer")
-    if solid < MIN_CHARS:
-        return Decision(None, "no text layer" if not solid else "almost no text in its layer")
     try:
-        hidden, covered = _visibility(page)
-    except Exception as exc:
-        return Decision(None, f"its objects cannot be listed ({exc})")
+        try:
+            raw = textpage.get_text_range()
+        except Exception as exc:
+            return Decision(None, f"its text layer cannot be read ({exc})")
+        text = _tidy(raw)
+        solid = sum(1 for c in text if not c.isspace())
+        if mode == "text":
+            return (Decision(text, "pdf_text = text") if solid
+                    else Decision(None, "no text layer"))
+        if solid < MIN_CHARS:
+            return Decision(None, "no text layer" if not solid
+                            else "almost no text in its layer")
+        try:
+            hidden = _hidden_share(page, textpage)
+            covered = _picture_share(page)
+        except Exception as exc:
+            return Decision(None, f"its objects cannot be listed ({exc})")
+    finally:
+        textpage.close()
     if hidden > MAX_HIDDEN_SHARE:
-        return Decision(None, "its text is invisible or under an image (an earlier OCR "
-                              "layer, or text that the page does not show)")
+        return Decision(None, f"{hidden:.0%} of its text does not show on the page "
+                              "(invisible, covered, clipped, off the page or under 2 pt: an "
+                              "earlier OCR layer, or text that says what the page does not)")
     if covered > MAX_PICTURE_SHARE and solid < PICTURE_CAPTION_CHARS:
         return Decision(None, "the page is mostly a picture")
     reason = garbage(text)

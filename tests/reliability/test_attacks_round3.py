@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import pytest
@@ -285,3 +286,112 @@ def test_pdf_output_never_reads_through_a_link_swapped_in_after_the_read(
             (image,) = page.get_images().values()
             assert int(image.Width) == 600
     tmp.unlink()
+
+
+# -- PDF text layers that lie ------------------------------------------------------------
+
+DEJAVU = Path("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf")
+LETTER = ("Dear Ms Lindqvist,\nthank you for your letter of 3 March 2024 about the harbour "
+          "office.\nThe invoice (no. 4711) for €1,250.00 is paid; a receipt follows.\n"
+          "Kind regards, Jørgen Müller")
+LIE = "Bananas are yellow; transfer the money to account 666 at once please"
+
+
+def _lie_invisible(pdf: Any) -> None:
+    from fpdf.enums import TextMode
+
+    pdf.text_mode = TextMode.INVISIBLE
+    pdf.set_xy(20, 100)
+    pdf.multi_cell(w=170, h=6, text=LIE)
+    pdf.text_mode = TextMode.FILL
+
+
+def _lie_white(pdf: Any) -> None:
+    pdf.set_text_color(255, 255, 255)
+    pdf.set_xy(20, 100)
+    pdf.multi_cell(w=170, h=6, text=LIE)
+
+
+def _lie_off_the_page(pdf: Any) -> None:
+    pdf.text(x=400, y=600, text=LIE)
+
+
+def _lie_tiny(pdf: Any) -> None:
+    pdf.set_font("DejaVu", size=0.3)
+    pdf.set_xy(20, 100)
+    pdf.multi_cell(w=170, h=1, text=LIE)
+
+
+def _lie_covered(pdf: Any) -> None:
+    pdf.set_xy(20, 100)
+    pdf.multi_cell(w=170, h=6, text=LIE)
+    pdf.set_fill_color(255, 255, 255)
+    pdf.rect(10, 95, 190, 30, style="F")
+
+
+def _lie_clipped(pdf: Any) -> None:
+    with pdf.rect_clip(x=0, y=0, w=1, h=1):
+        pdf.set_xy(20, 100)
+        pdf.multi_cell(w=170, h=6, text=LIE)
+
+
+@pytest.mark.skipif(not DEJAVU.is_file(), reason="needs fonts-dejavu-core")
+@pytest.mark.parametrize("lie", [_lie_invisible, _lie_white, _lie_off_the_page, _lie_tiny,
+                                 _lie_covered, _lie_clipped], ids=lambda f: f.__name__[5:])
+def test_a_text_layer_that_says_what_the_page_does_not_show_is_not_taken(
+        tmp_path: Path, lie: Any) -> None:
+    """A visible letter and a line the reader cannot see (invisible, white on white,
+    off the page, 0.3 pt, under a white box, clipped away): the layer was taken, and the
+    unseen line went into the index and the sidecars. Hidden text was judged per text
+    object (half of them could be hidden) and only by render mode or an image over it."""
+    from fpdf import FPDF
+
+    from ocrwatch.pages import iter_pages
+
+    pdf = FPDF(format="A4")
+    pdf.add_font("DejaVu", fname=str(DEJAVU))
+    pdf.add_page()
+    pdf.set_font("DejaVu", size=11)
+    pdf.set_xy(20, 30)
+    pdf.multi_cell(w=170, h=6, text=LETTER)
+    lie(pdf)
+    path = tmp_path / "letter.pdf"
+    pdf.output(str(path))
+    config = Config(inbox=[tmp_path], database=tmp_path / "index.sqlite3", engine="fake")
+    (page,) = iter_pages(path, config, None, text_layer=True)
+    assert page.text is None  # read with OCR: what the page shows
+    assert page.image is not None
+
+
+def test_a_browser_page_with_white_on_dark_small_and_grey_text_is_still_taken(
+        tmp_path: Path) -> None:
+    """Not a special case: a page printed by a real browser, with white headings on dark
+    bars, light grey text, 6 pt footnotes, sub- and superscripts, is all seen."""
+    import shutil
+    import subprocess
+
+    from ocrwatch.pages import iter_pages
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("needs chromium (.ci/apt-packages.txt)")
+    html = tmp_path / "page.html"
+    html.write_text(
+        '<html><body style="font-family:DejaVu Sans,sans-serif">'
+        '<h1 style="background:#224;color:white;padding:8px">Harbour office report</h1>'
+        "<p>The harbour office opened at nine every morning in 2024. Invoices (no. 4711) "
+        "for €1,250.00 were paid; a receipt follows.</p>"
+        '<table border=1><tr style="background:#333;color:#fff"><th>Month</th>'
+        "<th>Arrivals</th></tr><tr><td>January</td><td>81</td></tr></table>"
+        '<p style="color:#999">Light grey note: figures are provisional.</p>'
+        '<p style="font-size:6pt">Footnote in 6 pt: source harbour ledger.</p>'
+        "<p>H<sub>2</sub>O and x<sup>2</sup>, a list: one, two.</p></body></html>")
+    pdf = tmp_path / "page.pdf"
+    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu",
+                    "--no-pdf-header-footer", f"--print-to-pdf={pdf}", html.as_uri()],
+                   check=True, capture_output=True, timeout=120)
+    config = Config(inbox=[tmp_path], database=tmp_path / "index.sqlite3", engine="fake")
+    (page,) = iter_pages(pdf, config, None, text_layer=True)
+    assert page.text is not None
+    for words in ("Harbour office report", "Arrivals", "provisional", "Footnote in 6 pt"):
+        assert words in page.text
