@@ -334,8 +334,11 @@ def cmd_add(args: argparse.Namespace) -> int:
         path = path.expanduser().absolute()
         if path.is_dir():
             files.extend(sorted(walk([path])))
-        elif path.exists():
+        elif path.is_file():
             files.append(path)
+        elif path.exists():
+            raise OcrwatchError(f"{safe(path)} is not a regular file (a pipe, a device or a "
+                                "socket); name scans, PDFs or folders")
         else:
             raise OcrwatchError(f"{safe(path)} does not exist")
     if not files:
@@ -356,6 +359,12 @@ def cmd_add(args: argparse.Namespace) -> int:
             echo("ocrwatch: the daemon is paused; reading these files all the same "
                  "(`ocrwatch resume` lets the daemon read again)", err=True)
         added = daemon.add(files)
+        left = len(files) - len(added)
+        if left:
+            echo(f"ocrwatch: {_plural(left, 'file')} left alone: sidecars, temporary and "
+                 "hidden files are not read", err=True)
+        if not added:
+            return 1
         _progress(daemon, added, config)
         states = {p: daemon.jobs.known(p) for p in added}
     finally:
@@ -698,6 +707,9 @@ def cmd_retry(args: argparse.Namespace) -> int:
         from ocrwatch.jobs import JobQueue
 
         path, origin = _database(args)
+        if not path.exists():
+            raise OcrwatchError(f"no index at {safe(path)} (set by {origin}): nothing has been "
+                                "read there, so there is nothing to retry") from None
         db = Database(path, origin=origin)
         try:
             count = JobQueue(db).retry(None if args.all_failed else given)
@@ -731,8 +743,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def cmd_autostart(args: argparse.Namespace) -> int:
     from ocrwatch import autostart
 
+    exe = args.executable
+    if exe is not None and not (exe.is_file() and os.access(exe, os.X_OK)):
+        raise OcrwatchError(f"{safe(exe)} is not a program that can be run; give the path of "
+                            "the installed `ocrwatch` with --exec, or leave --exec out")
     if args.action == "enable":
-        echo(str(autostart.enable(kind=args.kind, executable=args.executable, start=args.now)))
+        echo(str(autostart.enable(kind=args.kind, executable=exe, start=args.now)))
     else:
         echo(str(autostart.disable()))
     return 0

@@ -246,6 +246,10 @@ class Database:
                 )
             if self.path.is_dir():
                 raise OcrwatchError(f"the index {self.path}{named} is a folder; name a file")
+            if self.path.exists() and not self.path.is_file():
+                # A pipe would block the open for ever; a device is nobody's index.
+                raise ConfigError(f"the index {self.path}{named} is not a regular file (a "
+                                  "pipe, a device or a socket); name a file")
             if not readonly:
                 # The index holds every page's text: 0600 (its WAL and shared-memory files
                 # take the database file's mode), in a 0700 folder when ocrwatch makes it.
@@ -262,6 +266,11 @@ class Database:
                 conn = self._connect(path, readonly, immutable=True)
             conn.execute("PRAGMA foreign_keys = ON")
             conn.execute("PRAGMA busy_timeout = 30000")
+            if readonly and not conn.execute(
+                    "SELECT 1 FROM sqlite_master WHERE name = '_migrations'").fetchone():
+                conn.close()
+                raise ConfigError(f"{path}{named} is not an ocrwatch index (it holds no "
+                                  "ocrwatch tables); name the index file")
             if str(path) != ":memory:" and not readonly:
                 # A reader never changes the journal mode: the file may be read-only to it.
                 conn.execute("PRAGMA journal_mode = WAL")

@@ -303,3 +303,9 @@ def test_the_tray_says_why_it_cannot_open_a_file(tmp_path: Path,
     message, title = shown[0]
     assert "xdg-open" in message and "sudo apt install xdg-utils" in message, message
     assert title == "ocrwatch cannot open it"
+
+
+def test_autostart_with_a_program_that_does_not_exist(user: Path) -> None:
+    done = run(user, "autostart", "enable", "--kind", "xdg", "--exec", "/nonexistent/ocrwatch")
+    assert done.returncode == 1 and "not a program that can be run" in done.stderr
+    assert not (user / ".config" / "autostart").exists()

@@ -122,6 +122,45 @@ def test_a_database_that_is_not_sqlite(home: Home, command: str) -> None:
     assert bogus.read_bytes() == b"my shopping list, not an index\n" * 200  # left alone
 
 
+@pytest.mark.parametrize("kind", ["empty", "other-sqlite", "fifo", "device"])
+def test_an_index_that_is_no_index_is_refused_without_hanging(home: Home, kind: str) -> None:
+    target = home.root / "odd.db"
+    if kind == "empty":
+        target.write_bytes(b"")
+    elif kind == "other-sqlite":
+        conn = sqlite3.connect(target)
+        conn.execute("CREATE TABLE recipes (name TEXT)")
+        conn.close()
+    elif kind == "fifo":
+        os.mkfifo(target)  # opening it would wait for a writer for ever
+    else:
+        target = Path("/dev/null")
+    before = target.read_bytes() if kind in ("empty", "other-sqlite") else None
+    for args in (["search", "milk"], ["status"]):
+        done = ocrwatch_cli(home, *args, "--database", str(target), timeout=60)
+        out = _clean(done)
+        assert done.returncode == 2, (args, out)
+        assert str(target) in out and "--database" in out, out
+    if before is not None:
+        assert target.read_bytes() == before  # left as it was
+
+
+def test_retry_without_an_index_creates_none(home: Home) -> None:
+    missing = home.root / "nowhere" / "index.sqlite3"
+    done = ocrwatch_cli(home, "retry", "--all-failed", "--database", str(missing))
+    out = _clean(done)
+    assert done.returncode == 1 and "no index at" in out, out
+    assert not missing.parent.exists()
+
+
+def test_add_of_a_pipe_says_what_it_is(home: Home) -> None:
+    fifo = home.root / "scan.pdf"
+    os.mkfifo(fifo)
+    done = ocrwatch_cli(home, "add", "--engine", "fake", str(fifo), timeout=60)
+    out = _clean(done)
+    assert done.returncode == 1 and "not a regular file" in out, out
+
+
 # -- 9. messages, not tracebacks ----------------------------------------------------------
 def test_a_query_of_a_thousand_cjk_terms(home: Home) -> None:
     _index(home, {"memo.png": ["請求書 東京 会議"]})
