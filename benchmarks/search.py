@@ -261,7 +261,8 @@ def query_mix(vocab: dict[str, Zipf], root: Path) -> list[tuple[str, dict[str, s
         ("word, planted", {"q": "Zollverein"}),
         ("two words", {"q": f"meeting {mid}"}),
         ("phrase", {"q": '"café crème"'}),
-        ("as typed, 3 letters", {"q": "com", "prefix": "1"}),
+        ("as typed, 3 letters (a word: prefixes from 4)", {"q": "com", "prefix": "1"}),
+        ("as typed, 4 letters", {"q": "comm", "prefix": "1"}),
         ("as typed, 5 letters", {"q": "commi", "prefix": "1"}),
         ("as typed, German", {"q": "Grenz", "prefix": "1"}),
         ("accents folded", {"q": "facade"}),
@@ -292,13 +293,17 @@ def percentile(values: Sequence[float], p: float) -> float:
     return ordered[k]
 
 
+CPU_MS: list[float] = []  # CPU time of every timed run, in step with the wall times
+
+
 def timed(fn: Callable[[], Any], repeats: int) -> list[float]:
     fn()  # warm
     out = []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         fn()
         out.append((time.perf_counter() - start) * 1000)
+        CPU_MS.append((time.process_time() - cpu) * 1000)
     return out
 
 
@@ -416,10 +421,12 @@ def main(argv: list[str] | None = None) -> int:
         try:
             rows = []
             pooled: list[float] = []
+            CPU_MS.clear()
             for kind, params in mix:
                 found = server.api_search({**params, "per": "100"})
                 times = timed(lambda p=params: server.api_search(p), args.repeats)
                 pooled += times
+                pooled_cpu = list(CPU_MS)
                 shown = " ".join(f"{k}={v}" for k, v in params.items()
                                  if k not in ("folder",)) + (" folder=Taxes" if "folder"
                                                              in params else "")
@@ -488,8 +495,12 @@ def main(argv: list[str] | None = None) -> int:
     for kind, shown, hits, more, med, p95k in rows:
         lines.append(f"| {kind} | `{shown.replace('|', '/')}` | {hits} | {more} | {med:.2f} | "
                      f"{p95k:.2f} |")
+    c50, c95, c99 = (percentile(pooled_cpu, p) for p in (50, 95, 99))
     lines += ["", f"pooled over {len(pooled)} runs: p50 {p50:.2f} ms, p95 {p95:.2f} ms, "
-                  f"p99 {p99:.2f} ms, max {max(pooled):.2f} ms", ""]
+                  f"p99 {p99:.2f} ms, max {max(pooled):.2f} ms (wall time on the shared "
+                  "machine)",
+              "", f"the same runs in CPU time: p50 {c50:.2f} ms, p95 {c95:.2f} ms, "
+                  f"p99 {c99:.2f} ms, max {max(pooled_cpu):.2f} ms", ""]
     lines += ["## Beside the plain alternatives (median ms, one word, first 20 hits)", "",
               "| word | ocrwatch.index.search | bare FTS5 ranked query | grep -rilF over the "
               ".txt sidecars |", "|---|--:|--:|--:|"]
@@ -507,8 +518,9 @@ def main(argv: list[str] | None = None) -> int:
         lines += ["", f"pooled over {len(e2e)} runs: p50 {percentile(e2e, 50):.1f} ms, "
                       f"p95 {percentile(e2e, 95):.1f} ms, max {max(e2e):.1f} ms"]
     lines += ["", "## Goals on this machine", "",
-              f"- p95 of the query mix <= {GOAL_P95_MS:.0f} ms: {p95:.2f} ms: "
-              f"{'PASS' if p95 <= GOAL_P95_MS else 'FAIL'}",
+              f"- p95 of the query mix <= {GOAL_P95_MS:.0f} ms: {p95:.2f} ms in wall time on "
+              f"the shared machine: {'PASS' if p95 <= GOAL_P95_MS else 'FAIL'}; {c95:.2f} ms "
+              f"of CPU time: {'PASS' if c95 <= GOAL_P95_MS else 'FAIL'}",
               f"- first results on the page <= {GOAL_E2E_MS:.0f} ms end to end (p95): " + (
                   f"{percentile(e2e, 95):.1f} ms: "
                   f"{'PASS' if percentile(e2e, 95) <= GOAL_E2E_MS else 'FAIL'}"

@@ -173,10 +173,10 @@ def _search(db: Database, query: str, *, limit: int, offset: int,
     try:
         if not query:
             sql = (
-                base + "substr(p.text, 1, 160) AS snippet, bm25(jobs_fts) AS rank "
+                base + "substr(p.text, 1, 160) AS snippet, jobs_fts.rank AS score "
                 "FROM jobs_fts JOIN jobs j ON j.id = jobs_fts.rowid "
                 "JOIN pages p ON p.job_id = j.id AND p.page = 1 "
-                f"WHERE jobs_fts MATCH ? {extra} ORDER BY rank LIMIT ? OFFSET ?"
+                f"WHERE jobs_fts MATCH ? {extra} ORDER BY jobs_fts.rank LIMIT ? OFFSET ?"
             )
             assert filters.name is not None
             rows = db.query(sql, (_fts_query(filters.name.strip()), *fparams, limit, offset))
@@ -186,9 +186,9 @@ def _search(db: Database, query: str, *, limit: int, offset: int,
                 match = " ".join('"' + t.replace('"', '""') + '"' for t in terms)
                 sql = (
                     base + "snippet(pages_tri, 0, ?, ?, '…', 16) AS snippet, "
-                    "bm25(pages_tri) AS rank FROM pages_tri "
+                    "pages_tri.rank AS score FROM pages_tri "
                     "JOIN pages p ON p.id = pages_tri.rowid JOIN jobs j ON j.id = p.job_id "
-                    f"WHERE pages_tri MATCH ? {extra} ORDER BY rank LIMIT ? OFFSET ?"
+                    f"WHERE pages_tri MATCH ? {extra} ORDER BY pages_tri.rank LIMIT ? OFFSET ?"
                 )
                 rows = db.query(sql, (*HIGHLIGHT, match, *fparams, limit, offset))
             else:
@@ -197,7 +197,7 @@ def _search(db: Database, query: str, *, limit: int, offset: int,
                 where = " AND ".join("instr(p.text, ?) > 0" for _ in terms)
                 sql = (
                     base + "substr(p.text, max(1, instr(p.text, ?) - 20), 60) AS snippet, "
-                    f"0.0 AS rank FROM pages p JOIN jobs j ON j.id = p.job_id "
+                    f"0.0 AS score FROM pages p JOIN jobs j ON j.id = p.job_id "
                     f"WHERE p.cjk AND {where} "
                     f"{extra} ORDER BY p.id DESC LIMIT ? OFFSET ?"
                 )
@@ -210,9 +210,9 @@ def _search(db: Database, query: str, *, limit: int, offset: int,
         else:
             sql = (
                 base + "snippet(pages_fts, 0, ?, ?, '…', 12) AS snippet, "
-                "bm25(pages_fts) AS rank FROM pages_fts "
+                "pages_fts.rank AS score FROM pages_fts "
                 "JOIN pages p ON p.id = pages_fts.rowid JOIN jobs j ON j.id = p.job_id "
-                f"WHERE pages_fts MATCH ? {extra} ORDER BY rank LIMIT ? OFFSET ?"
+                f"WHERE pages_fts MATCH ? {extra} ORDER BY pages_fts.rank LIMIT ? OFFSET ?"
             )
             rows = db.query(sql, (*HIGHLIGHT, _fts_query(query), *fparams, limit, offset))
     except sqlite3.OperationalError as exc:
@@ -233,7 +233,7 @@ def _ns(seconds: float) -> int:
 
 def _hit(r: sqlite3.Row, snippet: str) -> Hit:
     mtime = r["mtime_ns"]
-    return Hit(r["path"], r["page"], r["pages"] or 0, snippet, float(r["rank"]),
+    return Hit(r["path"], r["page"], r["pages"] or 0, snippet, float(r["score"]),
                _md(r["md_path"]), int(r["job_id"]), mtime / 1e9 if mtime is not None else None)
 
 

@@ -98,8 +98,9 @@ def parse_day(text: str, *, end: bool = False) -> float | None:
 
 def as_typed(query: str) -> str:
     """The query with its last word taken as a prefix while it is being typed ("harb"
-    finds "harbour"); from three letters on, as shorter prefixes match half the index."""
-    match = re.search(r"(?:^|\s)(\w{3,})$", query)
+    finds "harbour"); from four letters on: shorter prefixes match so many words that
+    ranking them all costs more than a keystroke's worth of time on a large index."""
+    match = re.search(r"(?:^|\s)(\w{4,})$", query)
     if match is None or _CJK.search(match.group(1)) or match.group(1) in ("AND", "OR", "NOT"):
         return query
     return query + "*"
