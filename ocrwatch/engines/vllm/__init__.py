@@ -4,7 +4,8 @@
 - :mod:`.supervisor`: starting, talking to and ending the worker process;
 - :mod:`.worker`: the worker process itself, which keeps vLLM's engine fed;
 - :mod:`.admission`: which pages go in next, and what happens to a page whose try failed;
-- :mod:`.engine`: the engine the daemon sees: the feeder thread, idle sleep and stop.
+- :mod:`.feeder`: the one thread that talks to the worker: admitting, collecting, idle;
+- :mod:`.engine`: the engine the daemon sees.
 """
 
 from ocrwatch.engines.vllm.engine import VllmEngine

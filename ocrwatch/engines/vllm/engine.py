@@ -1,65 +1,39 @@
 """The ``vllm`` engine as the daemon sees it: pages in, one result per page out.
 
 Pages stream through one worker process (:mod:`.worker`). Any number of threads may
-call :meth:`VllmEngine.recognize` at once; their pages wait in one admission queue,
-and a feeder thread, the only one that talks to the worker, keeps up to
-``max_num_seqs`` of them in flight and hands each result back as soon as its page ends.
-
-- **Admission order, not a barrier.** Of the pages waiting, the one most like the last
-  page admitted goes next (like sizes decode well together); a page that has waited
-  ``vllm.admit_wait_seconds`` goes next whatever its size.
-- **Faults.** When the worker dies (a crash, out of memory, a kill) every page it had in
-  flight is read again by a fresh worker; a page in flight at two deaths then goes
-  alone, a page that dies alone goes once more at 0.7 of its size, then fails with the
-  reason. A page that ran out of tokens or repeated itself is read once more at a
-  warmer temperature. Each page's result is handed back exactly once.
-- **Idle.** After ``idle_sleep_seconds`` with nothing in flight the model sleeps (about
-  0.9 GiB left on the card); after ``idle_stop_seconds`` the worker ends (0 left). Sleep,
-  wake and stop wait for the pages in flight; the next page wakes or restarts the worker.
+call :meth:`VllmEngine.recognize` at once; their pages wait in one admission queue
+(:mod:`.admission`: like sizes go in together, none waits past a bound), and the feeder
+thread (:mod:`.feeder`) keeps up to ``max_num_seqs`` of them in flight and hands each
+result back as soon as its page ends. Each page gets exactly one result.
 """
 
 from __future__ import annotations
 
 import atexit
-import collections
 import contextlib
 import importlib.util
 import logging
 import os
-import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from multiprocessing.connection import wait as wait_fds
 from typing import TYPE_CHECKING, Any
 
 from ocrwatch import gpu
 from ocrwatch.domain import Page, PageText
 from ocrwatch.engines import lightonocr
 from ocrwatch.engines.base import BatchPolicy
-from ocrwatch.engines.vllm.admission import Admission, Request
+from ocrwatch.engines.vllm.admission import Request
+from ocrwatch.engines.vllm.feeder import Feeder
 from ocrwatch.engines.vllm.memory import default_budget, plan_memory
-from ocrwatch.engines.vllm.supervisor import Worker, WorkerGone
 from ocrwatch.errors import EngineError, EngineUnavailable
 
 if TYPE_CHECKING:
-    from PIL import Image
-
     from ocrwatch.config import Config
 
 log = logging.getLogger(__name__)
 
-STATES = ("stopped", "starting", "ready", "busy", "asleep", "closed")
 
-
-@dataclass(eq=False)
-class _Command:
-    op: str  # "start", "sleep" or "stop"
-    done: threading.Event = field(default_factory=threading.Event)
-    error: BaseException | None = None
-
-
-class VllmEngine:
+class VllmEngine(Feeder):
     """The ``vllm`` engine. Thread-safe; one worker process at most."""
 
     name = "vllm"
@@ -73,10 +47,7 @@ class VllmEngine:
         card_mib: int | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._cfg = config.vllm
-        self._backend = backend
-        self._backend_options = dict(backend_options or {})
-        self._clock = clock
+        cfg = config.vllm
         if backend == "vllm" and importlib.util.find_spec("vllm") is None:
             raise EngineUnavailable(
                 "vLLM is not installed. Install the GPU extra (`make run GPU=1` in the checkout, "
@@ -90,30 +61,12 @@ class VllmEngine:
                 "driver, or use engine = \"tesseract\" to read pages on the CPU."
             )
         card_gib = card_mib / 1024
-        self.plan = plan_memory(default_budget(card_gib, self._cfg.gpu_memory_gb), card_gib,
-                                self._cfg.max_tokens)
+        plan = plan_memory(default_budget(card_gib, cfg.gpu_memory_gb), card_gib, cfg.max_tokens)
         # One page per call: each page's result goes on to its file the moment it ends.
         # Twice max_num_seqs callers keep a choice of pages waiting for admission.
-        self._policy = BatchPolicy(max_pages=1, concurrency=2 * self.plan.max_num_seqs,
+        super().__init__(cfg, plan, backend, dict(backend_options or {}), clock)
+        self._policy = BatchPolicy(max_pages=1, concurrency=2 * plan.max_num_seqs,
                                    cost=lightonocr.image_tokens)
-        self._cond = threading.Condition()  # guards every field below
-        self._state = "stopped"
-        self._queue = Admission(self.plan.max_num_seqs, self._cfg.admit_wait_seconds)
-        self._commands: collections.deque[_Command] = collections.deque()
-        self._last_used = clock()
-        self._closing = False
-        self._feeder: threading.Thread | None = None
-        self._worker: Worker | None = None
-        self._model_path: str | None = None
-        self._detail = ""
-        self._finished_at: collections.deque[float] = collections.deque(maxlen=32)
-        self._restarts = 0
-        self._last_error: str | None = None
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
-        self.timings: dict[str, float] = {}
-        self.worker_info: dict[str, Any] = {}
         atexit.register(self.close)
 
     # -- the Engine interface ------------------------------------------------------------
@@ -236,48 +189,6 @@ class VllmEngine:
         with self._cond:
             return self._cond.wait_for(lambda: self._state in wanted, timeout)
 
-    # -- helpers for callers ----------------------------------------------------------------
-
-    def _command(self, op: str) -> None:
-        command = _Command(op)
-        with self._cond:
-            if self._closing:
-                if op == "start":
-                    raise EngineError("the vLLM engine was closed; start the daemon again.")
-                return
-            self._commands.append(command)
-            self._start_feeder()
-        self._poke()
-        command.done.wait()
-        if command.error is not None:
-            raise command.error
-
-    def _start_feeder(self) -> None:
-        """Caller holds ``_cond``."""
-        if self._feeder is None:
-            self._feeder = threading.Thread(target=self._feed_loop, name="ocrwatch-vllm-feed",
-                                            daemon=True)
-            self._feeder.start()
-
-    def _poke(self) -> None:
-        """Wake the feeder, which may be waiting on the worker's pipe."""
-        with contextlib.suppress(OSError):  # full (it wakes anyway) or closed
-            os.write(self._wake_w, b".")
-
-    def _rate(self) -> float | None:
-        """Pages per second over the last pages read. Caller holds ``_cond``."""
-        times = self._finished_at
-        if len(times) < 2 or times[-1] <= times[0]:
-            return None
-        return round((len(times) - 1) / (times[-1] - times[0]), 2)
-
-    def _set_state(self, state: str) -> None:
-        """Caller holds ``_cond``."""
-        if state != self._state:
-            log.debug("vLLM engine: %s -> %s", self._state, state)
-            self._state = state
-            self._cond.notify_all()
-
     def _to_text(self, request: Request) -> PageText:
         if request.output is None:
             page = request.page
@@ -289,283 +200,3 @@ class VllmEngine:
         if self._looped(out):
             warnings.append(lightonocr.loop_warning(out["finish"]))
         return lightonocr.page_text(out["text"], warnings)
-
-    def _looped(self, out: dict[str, Any]) -> bool:
-        if self._cfg.ignore_eos:  # benchmarks: every page runs to max_tokens on purpose
-            return False
-        return lightonocr.looped(out["text"], out["finish"])
-
-    # -- the feeder: the only thread that talks to the worker --------------------------------
-
-    def _feed_loop(self) -> None:
-        while True:
-            self._drain_pokes()
-            with self._cond:
-                if self._closing:
-                    self._queue.close()
-                    commands = list(self._commands)
-                    self._commands.clear()
-                    break
-                # Sleep and wake wait for the pages in flight, and no page goes in while
-                # one of them waits. Stop (the daemon pausing) first reads every page
-                # handed over, so that the worker it ends is not started again for them.
-                command, admit = None, []
-                head = self._commands[0] if self._commands else None
-                idle_queue = not self._queue.in_flight and not self._queue.pending
-                if head is not None and (idle_queue or (head.op != "stop"
-                                                        and not self._queue.in_flight)):
-                    command = self._commands.popleft()
-                elif head is None or head.op == "stop":
-                    admit = self._queue.choose(self._clock())
-                idle_action, idle_wait = self._idle_action() if not (
-                    command or admit or self._queue.in_flight or self._queue.pending
-                ) else (None, None)
-            if command is not None:
-                self._run_command(command)
-                continue
-            if idle_action is not None:
-                self._idle(idle_action)
-                continue
-            if admit:
-                self._admit(admit)
-                continue
-            self._wait_and_collect(idle_wait)
-        for command in commands:
-            command.done.set()
-
-    def _drain_pokes(self) -> None:
-        with contextlib.suppress(OSError):
-            while os.read(self._wake_r, 4096):
-                pass
-
-    def _admit(self, requests: list[Request]) -> None:
-        try:
-            worker = self._ready_worker()
-        except EngineUnavailable as exc:
-            with self._cond:
-                for request in requests:
-                    request.finish(unavailable=exc)
-                self._queue.fail_pending(exc)
-            return
-        with self._cond:
-            sending = self._queue.admit(requests)
-            self._last_used = self._clock()
-            self._set_state("busy")
-        for rid, request in sending:
-            params = {"temperature": request.temperature, "top_p": self._cfg.top_p,
-                      "max_tokens": self._cfg.max_tokens, "ignore_eos": self._cfg.ignore_eos}
-            try:
-                worker.send(("add", rid, _image_data(request.image), params))
-            except WorkerGone as exc:
-                self._lost(str(exc))
-                return
-            with self._cond:
-                request.sent = True
-
-    def _wait_and_collect(self, idle_wait: float | None) -> None:
-        worker = self._worker
-        if worker is None:
-            with self._cond:
-                if self._queue.pending or self._commands:
-                    return
-            wait_fds([self._wake_r], idle_wait)
-            return
-        timeout = 0.2 if idle_wait is None else min(0.2, max(0.0, idle_wait))
-        try:
-            if not worker.ready([self._wake_r], timeout) and worker.alive():
-                return
-            messages = worker.pending()
-        except WorkerGone as exc:
-            if self._queue.in_flight:
-                self._lost(str(exc))
-            else:
-                self._worker_failed(str(exc))
-            return
-        for message in messages:
-            kind = message[0]
-            if kind == "done":
-                self._finished(message[1], message[2])
-            elif kind == "refused":
-                self._refused(message[1], message[2])
-            elif kind == "error":
-                why = ("the GPU ran out of memory" if message[1] == "oom"
-                       else "the vLLM worker failed")
-                self._lost(f"{why}: {message[2]}")
-                return
-
-    def _finished(self, rid: str, output: dict[str, Any]) -> None:
-        with self._cond:
-            request = self._queue.in_flight.get(rid)
-            looped = self._looped(output)
-            if request is not None and looped and not request.retried_loop:
-                log.info("Page %d of %s did not finish cleanly; trying again at temperature "
-                         "%.1f.", request.page.index + 1, request.page.source.name,
-                         lightonocr.RETRY_TEMPERATURE)
-            if self._queue.finished(rid, output, looped) is not None:
-                self._finished_at.append(self._clock())
-            self._last_used = self._clock()
-            if not self._queue.in_flight:
-                self._set_state("ready")
-
-    def _refused(self, rid: str, reason: str) -> None:
-        with self._cond:
-            self._queue.refused(rid, reason)
-            if not self._queue.in_flight:
-                self._set_state("ready")
-
-    def _worker_failed(self, why: str) -> None:
-        """The worker died with no page in flight: clean up; the next page starts a fresh one."""
-        log.warning("%s; the worker will be restarted.", why)
-        self._end_worker(why)
-        with self._cond:
-            self._restarts += 1
-            self._last_error = why
-
-    def _lost(self, why: str) -> None:
-        """The worker died with pages in flight: each goes back to the queue, or fails."""
-        self._worker_failed(f"{why}; its pages will be read again")
-        with self._cond:
-            self._last_error = why
-            self._queue.lost(why)
-
-    # -- the worker's life -------------------------------------------------------------------
-
-    def _settings(self) -> dict[str, Any]:
-        plan = self.plan
-        return {
-            "backend": self._backend,
-            "fake": self._backend_options,
-            "model": self._model_path,
-            "load_format": self._cfg.load_format,
-            "enforce_eager": self._cfg.enforce_eager,
-            "gpu_memory_utilization": plan.gpu_memory_utilization,
-            "max_model_len": plan.max_model_len,
-            "max_num_seqs": plan.max_num_seqs,
-            "max_num_batched_tokens": plan.max_num_batched_tokens,
-            "cudagraph_sizes": plan.cudagraph_sizes,
-            "parent_pid": os.getpid(),
-        }
-
-    def _progress(self, message: str) -> None:
-        with self._cond:
-            self._detail = message
-
-    def _ready_worker(self) -> Worker:
-        """The worker, started or woken if need be."""
-        with self._cond:
-            state, worker = self._state, self._worker
-        if worker is not None and state == "asleep":
-            try:
-                self.timings["wake"] = float(worker.request(("wake",), None))
-            except (WorkerGone, OSError) as exc:
-                self._worker_failed(str(exc))
-                return self._ready_worker()
-            with self._cond:
-                self._set_state("ready")
-            return worker
-        if worker is not None:
-            return worker
-        return self._start_worker()
-
-    def _start_worker(self) -> Worker:
-        with self._cond:
-            self._set_state("starting")
-            self._detail = "loading the model"
-        try:
-            if self._model_path is None:
-                if self._backend == "vllm":
-                    from ocrwatch import model
-
-                    self._model_path = str(model.resolve(self._cfg.model, progress=self._progress))
-                else:
-                    self._model_path = self._cfg.model
-            log.info("Starting the vLLM worker (%s, budget %.1f GiB, utilization %.3f).",
-                     self._cfg.model, self.plan.budget_gib, self.plan.gpu_memory_utilization)
-            started = time.monotonic()
-            worker = Worker(self._settings(), self._cfg.start_timeout_seconds)
-        except BaseException as exc:
-            with self._cond:
-                self._last_error = str(exc)
-                self._detail = ""
-                self._set_state("stopped")
-            raise
-        self.worker_info = dict(worker.info)
-        self.timings["start"] = round(time.monotonic() - started, 2)
-        log.info("vLLM worker ready in %.1f s.", self.timings["start"])
-        with self._cond:
-            self._worker = worker
-            self._detail = ""
-            self._last_used = self._clock()
-            self._set_state("ready")
-        return worker
-
-    def _end_worker(self, why: str) -> None:
-        with self._cond:
-            worker, self._worker = self._worker, None
-        if worker is None:
-            return
-        worker.stop() if worker.alive() else worker.end()
-        log.info("vLLM worker ended (%s).", why)
-        with self._cond:
-            if self._state != "closed":
-                self._set_state("stopped")
-
-    def _run_command(self, command: _Command) -> None:
-        try:
-            if command.op == "start":
-                self._ready_worker()
-            elif command.op == "sleep":
-                self._sleep()
-            elif command.op == "stop":
-                self._end_worker("released")
-        except BaseException as exc:  # handed to the caller
-            command.error = exc
-        command.done.set()
-
-    def _sleep(self) -> None:
-        with self._cond:
-            worker, state = self._worker, self._state
-        if worker is None or state != "ready":
-            return
-        try:
-            self.timings["sleep"] = float(worker.request(("sleep",), None))
-        except (WorkerGone, OSError) as exc:
-            self._worker_failed(str(exc))
-            return
-        with self._cond:
-            self._set_state("asleep")
-
-    def _idle_action(self) -> tuple[str | None, float | None]:
-        """What to do with nothing to read, or how long until then. Caller holds ``_cond``."""
-        if self._state not in ("ready", "asleep"):
-            return None, None
-        idle = self._clock() - self._last_used
-        sleep_after, stop_after = self._cfg.idle_sleep_seconds, self._cfg.idle_stop_seconds
-        waits = []
-        if self._state == "ready" and sleep_after > 0:
-            if idle >= sleep_after:
-                return "sleep", None
-            waits.append(sleep_after - idle)
-        if stop_after > 0:
-            if idle >= stop_after:
-                return "stop", None
-            waits.append(stop_after - idle)
-        return None, (min(waits) if waits else None)
-
-    def _idle(self, action: str) -> None:
-        try:
-            if action == "sleep":
-                log.info("No pages for %g s: putting the vLLM engine to sleep.",
-                         self._cfg.idle_sleep_seconds)
-                self._sleep()
-            else:
-                log.info("No pages for %g s: ending the vLLM worker to free the GPU.",
-                         self._cfg.idle_stop_seconds)
-                self._end_worker("idle")
-        except Exception:  # the feeder must outlive a failed sleep; the worker is gone
-            log.exception("The vLLM worker failed while going idle; it will restart.")
-
-
-def _image_data(image: Image.Image) -> tuple[int, int, bytes]:
-    rgb = image if image.mode == "RGB" else image.convert("RGB")
-    return rgb.width, rgb.height, rgb.tobytes()
