@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ocrwatch.domain import PageText
 from ocrwatch.errors import InputError, TransientError
+from ocrwatch.fsmove import move_no_replace
 from ocrwatch.private import sidecar_mode
 from ocrwatch.safeopen import open_dir_beneath
 
@@ -282,23 +283,17 @@ def remove_if_ours(md: Path | None, txt: Path | None, pages: list[PageText]) -> 
 
 
 def move_without_overwriting(src: Path, dest: Path) -> bool:
-    """Rename ``src`` to ``dest`` unless ``dest`` exists; False when nothing was moved."""
+    """Rename ``src`` to ``dest`` unless ``dest`` exists; False when nothing was moved.
+
+    The kernel refuses to replace (:func:`ocrwatch.fsmove.move_no_replace`), so a file
+    appearing at ``dest`` meanwhile is never overwritten, on any file system.
+    """
     dest.parent.mkdir(parents=True, exist_ok=True)
     try:
-        os.link(src, dest)  # fails if dest exists: never replaces anyone's file
-    except FileExistsError:
+        move_no_replace(src, dest)
+    except OSError:  # taken (FileExistsError), gone, or not movable: left where it is
         return False
-    except FileNotFoundError:
-        return False
-    except OSError:
-        # File systems without hard links: check, then rename.
-        if os.path.lexists(dest):
-            return False
-        try:
-            os.rename(src, dest)
-        except OSError:
-            return False
-        return True
+    return True
     with contextlib.suppress(FileNotFoundError):
         os.unlink(src)
     return True
