@@ -22,6 +22,7 @@ from pathlib import Path
 from ocrwatch.config import Config
 from ocrwatch.db import Database, decode_path, display_path, encode_path
 from ocrwatch.fsmove import move_no_replace
+from ocrwatch.jobs import file_sha256
 
 log = logging.getLogger(__name__)
 
@@ -94,10 +95,20 @@ class Lifecycle:
             conn.execute("DELETE FROM moves WHERE job_id = ?", (job_id,))
 
     # -- after a good read ---------------------------------------------------------------
-    def finish(self, job_id: int, original: Path, sidecars: list[Path]) -> Outcome:
-        """Apply ``on_success`` to ``original`` (and the sidecars beside it in the inbox)."""
+    def finish(self, job_id: int, original: Path, sidecars: list[Path],
+               sha256: str | None = None) -> Outcome:
+        """Apply ``on_success`` to ``original`` (and the sidecars beside it in the inbox).
+
+        ``sha256``: the content that was read. A new version saved over the file since
+        (an editor's save, a scanner's second pass) was never read: it is left in place,
+        to be read in its turn, never deleted or archived unread.
+        """
         mode = self.config.on_success
         if mode == "keep":
+            return Outcome(original, {})
+        if sha256 is not None and not self._still_read(original, sha256):
+            log.warning("%s changed after it was read: left in place for its next reading "
+                        "(on_success = \"%s\" waits for that)", original, mode)
             return Outcome(original, {})
         if mode == "delete":
             # The index entry now names the result, so that it stays (the index follows
@@ -122,6 +133,17 @@ class Lifecycle:
         if original in moved:
             log.info("archived %s to %s", original, moved[original])
         return Outcome(moved.pop(original, original), moved)
+
+    @staticmethod
+    def _still_read(original: Path, sha256: str) -> bool:
+        """Whether ``original`` still holds the content that was read (gone counts: there
+        is nothing left to lose)."""
+        try:
+            return file_sha256(original) == sha256
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
 
     def _plan(self, original: Path, sidecars: list[Path], folder: Path
               ) -> list[tuple[Path, Path]]:

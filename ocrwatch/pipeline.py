@@ -390,12 +390,15 @@ def after_success(ctx: Context, job: Job, md: Path | None, txt: Path | None,
         try:
             # The order tells "delete" which result stands for the file: PDF, .md, .txt.
             outcome = ctx.lifecycle.finish(job.id, job.path,
-                                           [p for p in (txt, md, pdf) if p is not None])
+                                           [p for p in (txt, md, pdf) if p is not None],
+                                           job.sha256)
         except (OSError, OcrwatchError) as exc:
             # The result is safe; the original stays where it is and is not read again.
             log.warning("%s is done but could not be %s: %s", job.display,
                         "archived" if ctx.config.on_success == "archive" else "deleted", exc)
             outcome = None
+        if outcome is None or outcome.original == job.path:
+            ctx.retired.discard(job.path)  # still there: its removal is the user's
         if outcome is not None:
             original = outcome.original
             md, txt, pdf = (outcome.sidecars.get(p, p) if p else None for p in (md, txt, pdf))

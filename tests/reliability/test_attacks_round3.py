@@ -395,3 +395,52 @@ def test_a_browser_page_with_white_on_dark_small_and_grey_text_is_still_taken(
     assert page.text is not None
     for words in ("Harbour office report", "Arrivals", "provisional", "Footnote in 6 pt"):
         assert words in page.text
+
+
+# -- on_success ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("mode", ["delete", "archive"])
+def test_a_new_version_saved_just_after_the_read_is_neither_deleted_nor_archived_unread(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
+    """The user saves a new version over scan.png between the end of the read and
+    on_success: "delete" removed the new, never-read content (archive moved it away
+    unread). on_success now acts only on the file that was read."""
+    from helpers import text_page
+
+    from ocrwatch.lifecycle import Lifecycle
+
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    config = Config(inbox=[inbox], database=tmp_path / "index.sqlite3", settle_seconds=0.2,
+                    engine="fake", on_success=mode, archive_dir=tmp_path / "archive")
+    scan = inbox / "scan.png"
+    new_version = text_page(["the new version"] * 4)
+    real_finish = Lifecycle.finish
+    saved: list[bytes] = []
+    first: list[str] = []
+
+    def save_then_finish(self: Lifecycle, job_id: int, original: Path, *rest: Any) -> Any:
+        if not saved:  # the first time only: the user saves once
+            tmp = original.with_name(".scan.png.part")
+            new_version.save(tmp, "PNG")
+            os.replace(tmp, original)  # as an editor saves
+            saved.append(original.read_bytes())
+            first.extend(r["text"] for r in self.db.query("SELECT text FROM pages"))
+        return real_finish(self, job_id, original, *rest)
+
+    monkeypatch.setattr(Lifecycle, "finish", save_then_finish)
+    archive = tmp_path / "archive"
+
+    def versions() -> list[bytes]:
+        return [p.read_bytes() for p in [scan, *archive.rglob("scan*.png")] if p.exists()]
+
+    with Daemon(config, engine=FakeEngine()) as d:
+        text_page(["the first version"]).save(scan)
+        wait_for(lambda: bool(saved), 30, "the first version read")
+        assert saved[0] in versions(), "the new version was lost"
+        # The new version is read in its turn, then deleted or archived.
+        wait_for(lambda: not scan.exists(), 30, "the new version read and handled")
+        texts = [r["text"] for r in d.db.query("SELECT text FROM pages")]
+    assert texts and texts != first, (first, texts)  # the new version's own reading
+    if mode == "archive":
+        assert saved[0] in versions()
