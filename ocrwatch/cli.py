@@ -627,6 +627,7 @@ def _offline_status(args: argparse.Namespace) -> Status:
     from ocrwatch.db import Database
     from ocrwatch.engines import choose
     from ocrwatch.jobs import JobQueue
+    from ocrwatch.languages import locale_note
     from ocrwatch.logs import default_log_file
 
     config = config_mod.load(getattr(args, "config", None))
@@ -637,7 +638,9 @@ def _offline_status(args: argparse.Namespace) -> Status:
     choice = choose(config)
     status = Status(state="stopped", engine=EngineStatus(choice.name, choice.why),
                     database=str(config.database), log_file=str(default_log_file()),
-                    languages=tuple(config.languages))
+                    languages=tuple(config.languages),
+                    language_note=locale_note(config.languages)
+                    if choice.name == "tesseract" else None)
     if config.database.exists():
         db = Database(config.database, readonly=True, origin=origin)
         try:

@@ -69,6 +69,10 @@ def test_status_and_doctor_say_so(tmp_path: Path, home: Path,
     assert status.language_note and f"tesseract-ocr-{missing}" in status.language_note
     text = format_status(status)
     assert "languages: eng" in text and f"note:    the desktop's language ({loc})" in text
+    # Without a daemon, `ocrwatch status` says so too.
+    offline = ocrwatch(["status", "--database", str(tmp_path / "db.sqlite3")],
+                       child_env(home, {"LANG": f"{loc}.UTF-8", "OCRWATCH_ENGINE": "tesseract"}))
+    assert f"tesseract-ocr-{missing}" in offline.stdout, offline.stdout + offline.stderr
     checks = {c.name: c for c in doctor.check_tesseract(config)}
     assert checks["Tesseract languages"].ok
     desktop = checks["Desktop language"]
