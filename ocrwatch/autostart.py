@@ -10,8 +10,8 @@ Which one, by platform:
   every freedesktop session starts inside the session, with its display and D-Bus.
 * macOS: a launchd agent in ``~/Library/LaunchAgents``.
 
-The templates live in ``ocrwatch/data`` (and, identical, in ``packaging/`` for those who
-install by hand); ``@OCRWATCH@`` and friends are filled in here. Commands such as
+The templates live in ``ocrwatch/data`` (the README shows how to install them by hand);
+``@OCRWATCH@`` and friends are filled in here. Commands such as
 ``systemctl`` run through an injectable runner, so tests never touch the real session.
 """
 

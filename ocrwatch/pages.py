@@ -42,11 +42,6 @@ _MAGIC: list[tuple[bytes, str]] = [
 ]
 
 
-def is_candidate(path: Path) -> bool:
-    """Whether the watcher should consider ``path`` at all (by name)."""
-    return path.suffix.lower() in SUFFIXES
-
-
 def sniff(path: Path, fh: BinaryIO | None = None) -> str:
     """The file's real type from its first bytes: pdf, png, jpeg, tiff, bmp or webp.
 
