@@ -32,12 +32,15 @@ from typing import Any
 
 from PIL import Image
 
+from ocrwatch.engines.faults import Fault
+
 MODEL = "lightonai/LightOnOCR-2-1B"
-LOOPS_WHEN_COLD = (0, 255, 1)  # loops at the usual temperature, not warmer
-LOOPS_ALWAYS = (0, 255, 2)
-FAILS_ONCE = (255, 0, 1)  # HTTP 503 once per server, then fine
-FAILS_ALWAYS = (255, 0, 2)  # HTTP 500 every time
-BAD_REQUEST = (255, 0, 3)  # HTTP 400
+# The fault colours, one table for every stand-in.
+LOOPS_WHEN_COLD = Fault.LOOPS_WHEN_COLD
+LOOPS_ALWAYS = Fault.LOOPS_ALWAYS
+FAILS_ONCE = Fault.FAILS_ONCE
+FAILS_ALWAYS = Fault.FAILS_ALWAYS
+BAD_REQUEST = Fault.BAD_REQUEST
 
 
 def page_text(width: int, height: int, colour: tuple[int, ...], temperature: float) -> str:

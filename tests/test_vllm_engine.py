@@ -22,6 +22,7 @@ from PIL import Image
 
 from ocrwatch.config import Config
 from ocrwatch.domain import Page
+from ocrwatch.engines.faults import Fault
 from ocrwatch.engines.lightonocr import image_tokens
 from ocrwatch.engines.vllm import VllmEngine, plan_memory
 from ocrwatch.engines.vllm.admission import pick_next
@@ -30,13 +31,13 @@ from ocrwatch.errors import EngineError, EngineUnavailable
 from ocrwatch.textutil import markdown_to_text, repeats_itself
 
 OK = (255, 255, 255)
-CRASH_IN_BATCH = (255, 0, 1)
-CRASH_AT_FULL_SIZE = (255, 0, 2)
-CRASH_ALWAYS = (255, 0, 3)
-OOM_IN_BATCH = (255, 0, 4)
-REFUSED = (255, 0, 5)
-LOOPS_WHEN_COLD = (0, 255, 1)
-LOOPS_ALWAYS = (0, 255, 2)
+CRASH_IN_BATCH = Fault.CRASH_IN_BATCH
+CRASH_AT_FULL_SIZE = Fault.CRASH_AT_FULL_SIZE
+CRASH_ALWAYS = Fault.CRASH_ALWAYS
+OOM_IN_BATCH = Fault.OOM_IN_BATCH
+REFUSED = Fault.REFUSED
+LOOPS_WHEN_COLD = Fault.LOOPS_WHEN_COLD
+LOOPS_ALWAYS = Fault.LOOPS_ALWAYS
 
 
 def page(i: int, mark: tuple[int, int, int] = OK, size: tuple[int, int] = (120, 160)) -> Page:

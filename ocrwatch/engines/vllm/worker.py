@@ -44,6 +44,8 @@ import time
 import traceback
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ocrwatch.engines.faults import Fault
+
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
 
@@ -187,11 +189,7 @@ class FakeBackend:
 
     Pages are in flight together and each one takes ``delay`` seconds, whatever else is
     in flight, as on a GPU with room to spare. The colour of a page's top-left pixel
-    tells it how to misbehave (the tests paint it): (255, 0, 1) kills the process while
-    another page is in flight with it; (255, 0, 2) kills it while the page is 100 px
-    wide or more; (255, 0, 3) always kills it; (255, 0, 4) runs out of memory while
-    another page is in flight with it; (255, 0, 5) is refused as input; (0, 255, 1)
-    loops at temperature 0.2 or below; (0, 255, 2) always loops.
+    tells it how to misbehave (the tests paint it): see :class:`ocrwatch.engines.faults.Fault`.
     """
 
     def __init__(self, settings: dict[str, Any]) -> None:
@@ -217,7 +215,7 @@ class FakeBackend:
     def add(self, request_id: str, image: Image.Image, params: Params) -> None:
         if self.asleep:
             raise RuntimeError("a page was added while asleep")
-        if image.getpixel((0, 0)) == (255, 0, 5):
+        if image.getpixel((0, 0)) == Fault.REFUSED:
             raise InputRefused("prompt is longer than the maximum model length")
         self._open[request_id] = (image, params, time.monotonic() + self._delay, 0)
         n = len(self._open)
@@ -228,11 +226,12 @@ class FakeBackend:
         many = len(self._open) > 1
         for image, _, _, _ in self._open.values():
             mark = image.getpixel((0, 0))
-            if mark == (255, 0, 1) and many:
+            if mark == Fault.CRASH_IN_BATCH and many:
                 os._exit(70)
-            if (mark == (255, 0, 2) and image.width >= 100) or mark == (255, 0, 3):
+            if ((mark == Fault.CRASH_AT_FULL_SIZE and image.width >= 100)
+                    or mark == Fault.CRASH_ALWAYS):
                 os._exit(71)
-            if mark == (255, 0, 4) and many:
+            if mark == Fault.OOM_IN_BATCH and many:
                 raise MemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         now = time.monotonic()
         ended = [rid for rid, (_, _, end, _) in self._open.items() if end <= now]
@@ -243,7 +242,8 @@ class FakeBackend:
         for rid in ended:
             image, p, _, peers = self._open.pop(rid)
             mark = image.getpixel((0, 0))
-            if mark == (0, 255, 2) or (mark == (0, 255, 1) and p["temperature"] <= 0.2):
+            if mark == Fault.LOOPS_ALWAYS or (mark == Fault.LOOPS_WHEN_COLD
+                                              and p["temperature"] <= 0.2):
                 text = "# Page\n\n" + "the same line again\n" * (p["max_tokens"] // 4)
                 done.append((rid, {"text": text, "tokens": p["max_tokens"], "finish": "length",
                                    "peers": peers}))
