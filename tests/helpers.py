@@ -16,15 +16,25 @@ T = TypeVar("T")
 
 
 def wait_for(condition: Callable[[], T], timeout: float = 60.0, what: str = "condition",
-             interval: float = 0.05) -> T:
-    """Poll ``condition`` until it returns something truthy; fail after ``timeout``."""
+             interval: float = 0.05, *,
+             ignore: tuple[type[Exception], ...] = ()) -> T:
+    """Poll ``condition`` until it returns something truthy; fail after ``timeout``.
+
+    Exceptions of the ``ignore`` types count as "not yet" (a window or a socket that is
+    not up); the last one is named when the wait fails.
+    """
     deadline = time.monotonic() + timeout
+    last: Exception | None = None
     while True:
-        value = condition()
+        try:
+            value = condition()
+        except ignore as exc:
+            last, value = exc, None  # type: ignore[assignment]
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}"
+                                 + (f" (last error: {last!r})" if last else ""))
         time.sleep(interval)
 
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import wait_for
 from PIL import Image, ImageDraw
 
 from ocrwatch import tray
@@ -57,24 +58,6 @@ def _missing() -> str | None:
     if probe.returncode != 0:
         return "GTK 3 introspection data is missing: apt install gir1.2-gtk-3.0"
     return None
-
-
-def wait_for(what: str, cond: Callable[[], Any], timeout: float = 20.0,
-              every: float = 0.1) -> Any:
-    """Poll ``cond`` until it returns something truthy; fail naming ``what``."""
-    deadline = time.monotonic() + timeout
-    last_exc: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            value = cond()
-        except Exception as exc:  # the thing may not be up yet
-            last_exc = exc
-            value = None
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}"
-                         + (f" (last error: {last_exc!r})" if last_exc else ""))
 
 
 @dataclass
@@ -144,8 +127,8 @@ class X:
             return f"Xvfb did not report a display number ({xlog.read_text()[-500:]})"
         self.display = f":{number}"
         try:
-            wait_for(f"display {self.display}",
-                     lambda: self.xdotool("getdisplaygeometry"), timeout=10)
+            wait_for(lambda: self.xdotool("getdisplaygeometry"),
+                     10, f"display {self.display}", ignore=(Exception,))
         except AssertionError as exc:
             return f"{exc}; Xvfb exit status {xvfb.poll()}"
         backdrop = self.workdir / "backdrop.png"
@@ -167,8 +150,9 @@ class X:
                  "--height", "36", "--SetDockType", "true", "--transparent", "true",
                  "--alpha", "0", "--tint", "0xf0f0f0"], stdout=err, stderr=err)
         try:
-            wait_for("the tray host", lambda: trayer.poll() is not None
-                     or self.xdotool("search", "--name", "^panel$"), timeout=20)
+            wait_for(lambda: trayer.poll() is not None
+                     or self.xdotool("search", "--name", "^panel$"),
+                     20, "the tray host", ignore=(Exception,))
         except AssertionError as exc:
             return str(exc)
         if trayer.poll() is not None:
@@ -178,7 +162,8 @@ class X:
     def stop_tray_host(self) -> None:
         self.trayer.terminate()
         self.trayer.wait(10)
-        wait_for("the tray host to go", lambda: not self.xdotool("search", "--name", "^panel$"))
+        wait_for(lambda: not self.xdotool("search", "--name", "^panel$"),
+                 20, "the tray host to go", ignore=(Exception,))
 
     def spawn(self, cmd: list[str], **kw: Any) -> subprocess.Popen[bytes]:
         proc = subprocess.Popen(cmd, env=kw.pop("env", self.env), start_new_session=True,
@@ -210,8 +195,9 @@ class X:
 
     def tray_icon(self) -> Geometry:
         """The icon's window: its name is the tooltip, which starts with "ocrwatch:"."""
-        win = wait_for("the tray icon", lambda: self.xdotool(
-            "search", "--onlyvisible", "--name", "^ocrwatch: ").split()[:1])
+        win = wait_for(lambda: self.xdotool(
+            "search", "--onlyvisible", "--name", "^ocrwatch: ").split()[:1],
+            20, "the tray icon", ignore=(Exception,))
         return self.geometry(win[0])
 
     def visible(self) -> set[str]:
@@ -238,14 +224,15 @@ class X:
                     return g
             return None
 
-        found: Geometry = wait_for("the tray menu", menu)
+        found: Geometry = wait_for(menu, 20, "the tray menu", ignore=(Exception,))
         return found
 
     def close_menu(self, menu: Geometry) -> None:
         if any(self.geometry(w) == menu for w in self.visible()):
             self.xdotool("key", "Escape")
-        wait_for("the menu to close", lambda: all(
-            self.geometry(w) != menu for w in self.visible()))
+        wait_for(lambda: all(
+            self.geometry(w) != menu for w in self.visible()),
+            20, "the menu to close", ignore=(Exception,))
 
 
 @pytest.fixture
@@ -288,8 +275,9 @@ def wait_icon(x: X, look: str, shot_name: str) -> tuple[Image.Image, Geometry]:
         shot = x.screenshot(shot_name)
         return (shot, icon) if close_to(icon_colour(shot, icon), want) else None
 
-    result: tuple[Image.Image, Geometry] = wait_for(f"the {look} icon", shown, timeout=20,
-                                                    every=0.3)
+    result: tuple[Image.Image, Geometry] = wait_for(shown,
+                                                    20, f"the {look} icon",
+                                                    ignore=(Exception,), interval=0.3)
     return result
 
 
@@ -359,7 +347,7 @@ def start_daemon(x: X) -> Daemon:
         proc = x.spawn(["dbus-run-session", "--", *OCRWATCH, "run", "--engine", "fake",
                         "--inbox", str(inbox)], env=env, stdout=out, stderr=subprocess.STDOUT)
     d = Daemon(proc, env, inbox, run / "ocrwatch" / "control.sock", log)
-    wait_for("the daemon's control socket", d.status, timeout=60)
+    wait_for(d.status, 60, "the daemon's control socket", ignore=(Exception,))
     return d
 
 
@@ -373,15 +361,16 @@ def test_tray_pauses_the_real_daemon(xsession: X) -> None:
 
         # Working: files in the queue, the count on the icon.
         make_scans(inbox, [f"page-{i}.png" for i in range(5)])
-        wait_for("the daemon to work", lambda: status()["state"] == "working"
-                 and status()["queued"] + status()["running"] >= 3)
+        wait_for(lambda: status()["state"] == "working"
+                 and status()["queued"] + status()["running"] >= 3,
+                 20, "the daemon to work", ignore=(Exception,))
         shot, icon = wait_icon(x, "working", "working")
         save_doc(shot, icon, "working")
 
         # Pause through the menu: right click on the icon, click "Pause".
         menu = x.open_menu(icon)
         x.click((menu.x + 40, menu.y + 16))
-        wait_for("the daemon to pause", lambda: status()["paused"] is True)
+        wait_for(lambda: status()["paused"] is True, 20, "the daemon to pause", ignore=(Exception,))
         shot, icon = wait_icon(x, "paused", "paused")
         save_doc(shot, icon, "paused")
         cli = subprocess.run([*ocrwatch, "status", "--json"], env=env, capture_output=True,
@@ -391,13 +380,15 @@ def test_tray_pauses_the_real_daemon(xsession: X) -> None:
         # Resume through the menu (a left click opens it too), and let the queue drain.
         menu = x.open_menu(icon)
         x.click((menu.x + 40, menu.y + 16))
-        wait_for("the daemon to resume", lambda: status()["paused"] is False)
-        wait_for("the queue to drain", lambda: status()["done"] >= 5, timeout=60)
+        wait_for(lambda: status()["paused"] is False,
+                 20, "the daemon to resume", ignore=(Exception,))
+        wait_for(lambda: status()["done"] >= 5, 60, "the queue to drain", ignore=(Exception,))
 
         # A file that fails: the red badge, and "Show failed files (1)" in the menu.
         make_scans(inbox, ["receipt-fake-engine-fail.png"])
-        wait_for("the failure", lambda: status()["failed"] >= 1, timeout=30)
-        wait_for("the daemon to go idle", lambda: status()["state"] == "idle")
+        wait_for(lambda: status()["failed"] >= 1, 30, "the failure", ignore=(Exception,))
+        wait_for(lambda: status()["state"] == "idle",
+                 20, "the daemon to go idle", ignore=(Exception,))
         shot, icon = wait_icon(x, "idle", "failed")
         assert close_to(_badge_colour(shot, icon), tray.FAILED, 60)
         save_doc(shot, icon, "failed")
@@ -406,8 +397,9 @@ def test_tray_pauses_the_real_daemon(xsession: X) -> None:
         menu = x.open_menu(icon)
         before = x.visible()
         x.xdotool("key", "Up", "Up", "Right")
-        sub = wait_for("the Status submenu", lambda: next(
-            (g for g in map(x.geometry, x.visible() - before) if g.w > 80 and g.h > 40), None))
+        sub = wait_for(lambda: next(
+            (g for g in map(x.geometry, x.visible() - before) if g.w > 80 and g.h > 40), None),
+            20, "the Status submenu", ignore=(Exception,))
         time.sleep(0.3)  # let the menu finish drawing: only the picture needs it
         shot = x.screenshot("menu")
         save_doc(shot, icon, "menu", menu=menu.union(sub))
@@ -417,7 +409,7 @@ def test_tray_pauses_the_real_daemon(xsession: X) -> None:
         # Quit from the menu ends the daemon.
         menu = x.open_menu(icon)
         x.click((menu.x + 40, menu.y + menu.h - 14))
-        wait_for("the daemon to exit", lambda: daemon.poll() is not None, timeout=60)
+        wait_for(lambda: daemon.poll() is not None, 60, "the daemon to exit", ignore=(Exception,))
         assert daemon.returncode == 0, d.log.read_text()
         with pytest.raises(OcrwatchError):
             status()
@@ -433,7 +425,7 @@ def test_signal_stops_the_daemon_and_its_tray(xsession: X, sig: signal.Signals) 
     d = start_daemon(x)
     x.tray_icon()
     os.kill(int(d.status()["pid"]), sig)
-    wait_for("the daemon to exit", lambda: d.proc.poll() is not None, timeout=30)
+    wait_for(lambda: d.proc.poll() is not None, 30, "the daemon to exit", ignore=(Exception,))
     assert d.proc.returncode == 0, d.log.read_text()[-4000:]
     assert not d.sock.exists()
     assert "stopping" in d.log.read_text()
@@ -501,11 +493,12 @@ def test_every_state_shows_in_the_tray(xsession: X) -> None:
             if name == "asleep":
                 save_doc(shot, icon, "asleep")
             if name == "failed":
-                wait_for("the failed badge", lambda: close_to(_badge_colour(
-                    x.screenshot("standin-failed"), x.tray_icon()), tray.FAILED, 60))
+                wait_for(lambda: close_to(_badge_colour(
+                    x.screenshot("standin-failed"), x.tray_icon()), tray.FAILED, 60),
+                    20, "the failed badge", ignore=(Exception,))
         assert x.xdotool("search", "--name", "^ocrwatch: watching the inbox \\(GPU asleep\\)")
         proc.stdin.close()  # the script sets stop: the tray must end on its own
-        wait_for("the tray to end", lambda: proc.poll() is not None, timeout=30)
+        wait_for(lambda: proc.poll() is not None, 30, "the tray to end", ignore=(Exception,))
         assert proc.returncode == 0
         assert "tray shown: True" in (x.workdir / "standin.log").read_text()
     finally:
@@ -518,7 +511,7 @@ def click_until(x: X, done: Callable[[], Any], what: str, tries: int = 4) -> Non
     for _ in range(tries):
         x.click(x.tray_icon().centre)
         try:
-            wait_for(what, done, timeout=5)
+            wait_for(done, 5, what, ignore=(Exception,))
             return
         except AssertionError:
             continue
@@ -550,7 +543,8 @@ def test_x_fallback_without_menu_click_toggles_pause(xsession: X) -> None:
     proc, sock, log = start_x_fallback(x)
     assert proc.stdin is not None
     try:
-        wait_for("the stand-in's socket", lambda: request("status", socket_path=sock))
+        wait_for(lambda: request("status", socket_path=sock),
+                 20, "the stand-in's socket", ignore=(Exception,))
         click_until(x, lambda: request("status", socket_path=sock)["paused"], "pause by a click")
         wait_icon(x, "paused", "xorg-paused")
         click_until(x, lambda: not request("status", socket_path=sock)["paused"],
@@ -560,7 +554,7 @@ def test_x_fallback_without_menu_click_toggles_pause(xsession: X) -> None:
         assert "Click the icon to pause or resume" in text
     finally:
         proc.stdin.close()
-        wait_for("the tray to end", lambda: proc.poll() is not None, timeout=30)
+        wait_for(lambda: proc.poll() is not None, 30, "the tray to end", ignore=(Exception,))
 
 
 def test_x_fallback_icon_appears_when_the_tray_host_starts_later(xsession: X) -> None:
@@ -570,7 +564,8 @@ def test_x_fallback_icon_appears_when_the_tray_host_starts_later(xsession: X) ->
     proc, sock, _log = start_x_fallback(x)
     assert proc.stdin is not None
     try:
-        wait_for("the stand-in's socket", lambda: request("status", socket_path=sock))
+        wait_for(lambda: request("status", socket_path=sock),
+                 20, "the stand-in's socket", ignore=(Exception,))
         assert not x.xdotool("search", "--onlyvisible", "--name", "^ocrwatch: ")
         assert x.start_tray_host() is None
         icon = x.tray_icon()  # docked on a later try, not at start
@@ -578,7 +573,7 @@ def test_x_fallback_icon_appears_when_the_tray_host_starts_later(xsession: X) ->
         click_until(x, lambda: request("status", socket_path=sock)["paused"], "pause by a click")
     finally:
         proc.stdin.close()
-        wait_for("the tray to end", lambda: proc.poll() is not None, timeout=30)
+        wait_for(lambda: proc.poll() is not None, 30, "the tray to end", ignore=(Exception,))
 
 
 def _read_screen(image: Image.Image) -> str:
@@ -610,7 +605,7 @@ def test_status_submenu_while_a_pdf_is_read(xsession: X) -> None:
             reading = d.status().get("reading") or []
             return bool(reading) and reading[0]["done"] >= 2 and \
                 d.status().get("pages_per_second") is not None
-        wait_for("a later page of minutes.pdf", later_page, timeout=60)
+        wait_for(later_page, 60, "a later page of minutes.pdf", ignore=(Exception,))
         _shot, icon = wait_icon(x, "working", "working-pdf")
 
         def submenu_shows_progress() -> tuple[Image.Image, Geometry, str] | None:
@@ -619,9 +614,9 @@ def test_status_submenu_while_a_pdf_is_read(xsession: X) -> None:
             menu = x.open_menu(icon)
             before = x.visible()
             x.xdotool("key", "Up", "Up", "Right")
-            sub = wait_for("the Status submenu", lambda: next(
+            sub = wait_for(lambda: next(
                 (g for g in map(x.geometry, x.visible() - before)
-                 if g.w > 80 and g.h > 40), None))
+                 if g.w > 80 and g.h > 40), None), 20, "the Status submenu", ignore=(Exception,))
             time.sleep(0.3)  # let the menu finish drawing: only the picture needs it
             shot = x.screenshot("status")
             words = _read_screen(shot.crop((sub.x, sub.y, sub.x + sub.w, sub.y + sub.h)))
@@ -630,8 +625,9 @@ def test_status_submenu_while_a_pdf_is_read(xsession: X) -> None:
             later = re.search(r"minutes\.pdf, page ([2-9]|1[0-6]) of 16", words)
             return (shot, menu.union(sub), words) if later and "pages/s" in words else None
 
-        shot, area, words = wait_for("the submenu to show the PDF's progress",
-                                     submenu_shows_progress, timeout=60, every=1.0)
+        shot, area, words = wait_for(submenu_shows_progress,
+                                     60, "the submenu to show the PDF's progress",
+                                     ignore=(Exception,), interval=1.0)
         save_doc(shot, icon, "status", menu=area)
         assert "Languages: eng" in words and "Engine: fake (ready)" in words, words
         assert "State: working" in words, words
