@@ -63,21 +63,29 @@ def write_image(path: Path, lines: list[str], **save: object) -> Path:
     return path
 
 
-def child_env(home: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Environment for a child ocrwatch process living entirely under ``home``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OCRWATCH_", "XDG_"))}
-    env.update({
+def home_env(home: Path, run: Path | None = None) -> dict[str, str]:
+    """The one HOME builder: the variables that keep a user's files under ``home``
+    (HOME and the XDG folders; the runtime folder, 0700, is ``run`` or ``home/run``)."""
+    run = run if run is not None else home / "run"
+    run.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return {
         "HOME": str(home),
         "XDG_CONFIG_HOME": str(home / ".config"),
         "XDG_DATA_HOME": str(home / ".local" / "share"),
         "XDG_STATE_HOME": str(home / ".local" / "state"),
         "XDG_CACHE_HOME": str(home / ".cache"),
-        "XDG_RUNTIME_DIR": str(home / "run"),
-        "PYTHONUNBUFFERED": "1",
-    })
-    env.pop("DISPLAY", None)
-    env.pop("WAYLAND_DISPLAY", None)
-    (home / "run").mkdir(parents=True, exist_ok=True, mode=0o700)
+        "XDG_RUNTIME_DIR": str(run),
+    }
+
+
+def child_env(home: Path, extra: Mapping[str, str] | None = None, *,
+              run: Path | None = None) -> dict[str, str]:
+    """Environment for a child ocrwatch process living entirely under ``home``: no
+    OCRWATCH_ or XDG_ variable and no display of the caller's."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("OCRWATCH_", "XDG_")) and k not in ("DISPLAY", "WAYLAND_DISPLAY")}
+    env.update(home_env(home, run))
+    env["PYTHONUNBUFFERED"] = "1"
     if extra:
         env.update(extra)
     return env

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from helpers import wait_for  # one polling helper for the whole suite
+from helpers import child_env, wait_for  # one HOME builder, one polling helper
 from PIL import Image, ImageDraw, ImageFont
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -136,27 +136,17 @@ class Home:
         os.chmod(run, 0o700)
         home = cls(root, run, root / "inbox", root / "data" / "index.sqlite3")
         home.inbox.mkdir(parents=True, exist_ok=True)
-        for sub in ("home", "config", "data", "state", "cache"):
-            (root / sub).mkdir(exist_ok=True)
+        home.database.parent.mkdir(exist_ok=True)
         return home
 
+    @property
+    def state(self) -> Path:
+        """The XDG state folder (logs, the private runtime fallback)."""
+        return self.root / "home" / ".local" / "state"
+
     def env(self, **extra: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("OCRWATCH_", "XDG_")) and k not in ("DISPLAY",
-                                                                        "WAYLAND_DISPLAY")}
-        env.update({
-            "HOME": str(self.root / "home"),
-            "XDG_RUNTIME_DIR": str(self.run),
-            "XDG_CONFIG_HOME": str(self.root / "config"),
-            "XDG_DATA_HOME": str(self.root / "data"),
-            "XDG_STATE_HOME": str(self.root / "state"),
-            "XDG_CACHE_HOME": str(self.root / "cache"),
-            "OCRWATCH_SETTLE_SECONDS": "0.3",
-            "PYTHONUNBUFFERED": "1",
-        })
-        env.update(self.extra_env)
-        env.update(extra)
-        return env
+        return child_env(self.root / "home", {"OCRWATCH_SETTLE_SECONDS": "0.3",
+                                              **self.extra_env, **extra}, run=self.run)
 
     def cleanup(self) -> None:
         shutil.rmtree(self.run, ignore_errors=True)

@@ -269,7 +269,7 @@ def test_no_runtime_dir_and_the_fallback_belongs_to_someone_else(home: Home,
             daemon.kill()
             daemon.wait(timeout=30)
     assert "Traceback" not in log.read_text(errors="replace")
-    private = home.root / "state" / "ocrwatch" / "run"
+    private = home.state / "ocrwatch" / "run"
     assert private.is_dir() and (private.stat().st_mode & 0o777) == 0o700
     assert not any(squatted.iterdir())  # nothing of ours in the other user's folder
 
@@ -373,7 +373,7 @@ def test_a_deep_folder_tree_does_not_flood_the_log(
     write(deepest / "bottom.png", image_bytes("at the bottom"))
     wait_for(lambda: "bottom.png" in daemon.output(), 120, "the deepest file to be seen")
     daemon.stop()
-    logs = list((home.root / "state").rglob("*.log*"))
+    logs = list((home.state).rglob("*.log*"))
     size = sum(p.stat().st_size for p in logs) + len(daemon.output())
     assert size < 1_000_000, f"{size} bytes of log for one folder tree"
     warnings = [line for line in daemon.output().splitlines() if "py.warnings" in line]

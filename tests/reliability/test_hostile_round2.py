@@ -251,9 +251,9 @@ def test_modes_follow_the_original_and_private_files_stay_private(
     for sidecar in sidecars(private) + sidecars(shared):
         assert _mode(sidecar) == 0o600, (sidecar, oct(_mode(sidecar)))  # 0644 & ~077
     for made in (home.database, *home.database.parent.glob("*-wal"),
-                 *(home.root / "state").rglob("*.log")):
+                 *(home.state).rglob("*.log")):
         assert _mode(made) == 0o600, (made, oct(_mode(made)))
-    logs = list((home.root / "state").rglob("*.log"))
+    logs = list((home.state).rglob("*.log"))
     assert logs, "no log file written"
     for folder in (logs[0].parent, logs[0].parent.parent):  # made by ocrwatch: 0700
         assert _mode(folder) == 0o700, (folder, oct(_mode(folder)))

@@ -44,7 +44,7 @@ def read_once(home: Home, path: Path, timeout: float = 300) -> dict[str, Any]:
         state, reason = conn.execute("SELECT state, reason FROM jobs").fetchone()
     finally:
         conn.close()
-    logs = "".join(p.read_text(errors="replace") for p in (home.root / "state").rglob("*.log"))
+    logs = "".join(p.read_text(errors="replace") for p in (home.state).rglob("*.log"))
     return {**figures, "state": state, "reason": reason or "", "stderr": proc.stderr,
             "log": logs}
 
