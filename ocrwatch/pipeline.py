@@ -169,7 +169,7 @@ def identify(ctx: Context, job: Job) -> Job | None:
             sha = file_sha256(fh)
         ctx.jobs.refresh(job.id, st.st_size, st.st_mtime_ns, sha)
     except TransientError as exc:
-        ctx.jobs.defer(job.id, str(exc), ctx.config.max_attempts, job.sha256)
+        defer(ctx, job, str(exc))
         return None
     except OSError as exc:
         fail(ctx, job, open_failure(exc))

@@ -34,19 +34,6 @@ def render_text(pages: list[PageText]) -> str:
     return "\f".join(p.text.strip() + "\n" for p in pages)
 
 
-def target_dir(source: Path, inboxes: list[Path], output_dir: Path | None) -> Path:
-    """Beside the original, or the same relative place under ``output_dir``."""
-    if output_dir is None:
-        return source.parent
-    for inbox in inboxes:
-        try:
-            rel = source.parent.relative_to(inbox)
-        except ValueError:
-            continue
-        return output_dir / inbox.name / rel
-    return output_dir / "other"
-
-
 def choose_stem(source: Path, folder: Path, others: set[Path], own: set[Path]) -> Path:
     """``folder/STEM`` for the sidecars, unless that name belongs to someone else.
 

@@ -7,9 +7,11 @@ from pathlib import Path
 import pytest
 
 from ocrwatch import sidecar
+from ocrwatch.config import Config
 from ocrwatch.domain import PageText
 from ocrwatch.errors import TransientError
-from ocrwatch.sidecar import choose_stem, render_markdown, render_text, target_dir, write_atomic
+from ocrwatch.lifecycle import output_folder
+from ocrwatch.sidecar import choose_stem, render_markdown, render_text, write_atomic
 
 
 def test_single_page_markdown_and_text() -> None:
@@ -71,8 +73,10 @@ def test_output_dir_mirrors_the_tree(tmp_path: Path) -> None:
     inbox = tmp_path / "In"
     out = tmp_path / "Out"
     src = inbox / "2024" / "bills" / "a.pdf"
-    assert target_dir(src, [inbox], None) == src.parent
-    assert target_dir(src, [inbox], out) == out / "In" / "2024" / "bills"
+    beside = Config(inbox=[inbox], database=tmp_path / "i.sqlite3")
+    assert output_folder(beside, src) == src.parent
+    under = Config(inbox=[inbox], database=tmp_path / "i.sqlite3", output_dir=out)
+    assert output_folder(under, src) == out / "In" / "2024" / "bills"
 
 
 def test_sidecar_mode_follows_the_original(tmp_path: Path) -> None:
