@@ -14,13 +14,13 @@ from collections.abc import Sequence
 
 from ocrwatch.domain import Page, PageText
 from ocrwatch.engines.base import BatchPolicy
-from ocrwatch.engines.lightonocr import image_tokens
+from ocrwatch.engines.lightonocr import MAX_SIDE, image_tokens
 
 
 class FakeEngine:
     name = "fake"
 
-    def __init__(self, *, max_side: int | None = 1540, policy: BatchPolicy | None = None,
+    def __init__(self, *, max_side: int | None = MAX_SIDE, policy: BatchPolicy | None = None,
                  delay: float | None = None) -> None:
         self._max_side = max_side
         self._policy = policy or BatchPolicy(max_pages=4, max_tokens=8192, size_matched=True,
