@@ -1,6 +1,6 @@
 """One way to run the daemon's long-lived threads: start once, stop, join.
 
-Every long-lived thread of the scheduler (the page preparer, the readers) is a
+Every long-lived thread of the daemon (the page preparer, the readers, the settler) is a
 :class:`Service`: ``start()`` once, ``stop()`` asks it to end and wakes it,
 ``join(timeout)`` waits and says whether it ended; ``close(timeout)`` does both. Its loop
 checks :attr:`Service.stopping`; a service that sleeps on something other than

@@ -13,7 +13,6 @@ import contextlib
 import logging
 import os
 import queue
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from watchdog.observers.polling import PollingObserver
 
 from ocrwatch.errors import TransientError
 from ocrwatch.pages import SUFFIXES
+from ocrwatch.threads import Service
 
 log = logging.getLogger(__name__)
 
@@ -224,7 +224,7 @@ class _Pending:
     closed: bool = False
 
 
-class Settler:
+class Settler(Service):
     """Turns raw events into "this file is finished" and "this file is gone" calls.
 
     Runs on its own thread; ``ready(path)`` and ``gone(path)`` are called from it.
@@ -248,6 +248,7 @@ class Settler:
         prune: Callable[[], Iterable[Path]] | None = None,
         tick: Callable[[set[Path]], None] | None = None,
     ) -> None:
+        super().__init__("ocrwatch-settle")
         self.roots = roots
         # Called about once a second with the roots whose deletion was seen since.
         self.tick = tick
@@ -267,20 +268,11 @@ class Settler:
         self.pending: dict[Path, _Pending] = {}
         self.vanished: dict[Path, tuple[float, bool]] = {}  # path -> (due, is a folder)
         self._prune_due: float | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._next_rescan: float | None = None
 
-    # -- thread lifecycle ----------------------------------------------------------
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="ocrwatch-settle", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
+    # -- thread: start, stop, join as every long-lived thread (ocrwatch/threads.py) --
+    def wake(self) -> None:
         self.events.put(("stop", Path(), None))
-        if self._thread is not None:
-            self._thread.join(timeout=10)
 
     def request_rescan(self) -> None:
         self.events.put(("rescan", Path(), None))
@@ -405,11 +397,11 @@ class Settler:
         # settled: a file moved meanwhile is recognised by its inode first.
         self._prune_due = self.clock() + self._grace()
 
-    def _run(self) -> None:
+    def run(self) -> None:
         self._scan()
         if self.rescan_seconds:
             self._next_rescan = self.clock() + self.rescan_seconds
-        while not self._stop.is_set():
+        while not self.stopping:
             try:
                 kind, path, dest = self.events.get(timeout=self.TICK)
                 if kind == "stop":
@@ -550,6 +542,6 @@ class Watcher:
     def stop(self) -> None:
         logging.getLogger(_INOTIFY_LOGGER).removeHandler(self._overflow)
         self.observer.stop()
-        self.settler.stop()
+        self.settler.close(timeout=10)
         if self.observer.is_alive():
             self.observer.join(timeout=10)

@@ -187,7 +187,7 @@ def test_rescan_finds_files_without_events(tmp_path: Path) -> None:
         s.request_rescan()
         assert ready.get(timeout=15) == path
     finally:
-        s.stop()
+        s.close(timeout=10)
 
 
 def test_periodic_rescan(tmp_path: Path) -> None:
@@ -200,4 +200,4 @@ def test_periodic_rescan(tmp_path: Path) -> None:
         text_page(["x"], width=100).save(path)
         assert ready.get(timeout=15) == path
     finally:
-        s.stop()
+        s.close(timeout=10)
