@@ -60,6 +60,10 @@ def _missing() -> str | None:
     return None
 
 
+# Each poll of the X server runs xdotool, a process: poll gently on a shared machine.
+POLL = 0.1
+
+
 @dataclass
 class Geometry:
     x: int
@@ -128,7 +132,7 @@ class X:
         self.display = f":{number}"
         try:
             wait_for(lambda: self.xdotool("getdisplaygeometry"),
-                     10, f"display {self.display}", ignore=(Exception,))
+                     10, f"display {self.display}", ignore=(Exception,), interval=POLL)
         except AssertionError as exc:
             return f"{exc}; Xvfb exit status {xvfb.poll()}"
         backdrop = self.workdir / "backdrop.png"
@@ -152,7 +156,7 @@ class X:
         try:
             wait_for(lambda: trayer.poll() is not None
                      or self.xdotool("search", "--name", "^panel$"),
-                     20, "the tray host", ignore=(Exception,))
+                     20, "the tray host", ignore=(Exception,), interval=POLL)
         except AssertionError as exc:
             return str(exc)
         if trayer.poll() is not None:
@@ -163,7 +167,7 @@ class X:
         self.trayer.terminate()
         self.trayer.wait(10)
         wait_for(lambda: not self.xdotool("search", "--name", "^panel$"),
-                 20, "the tray host to go", ignore=(Exception,))
+                 20, "the tray host to go", ignore=(Exception,), interval=POLL)
 
     def spawn(self, cmd: list[str], **kw: Any) -> subprocess.Popen[bytes]:
         proc = subprocess.Popen(cmd, env=kw.pop("env", self.env), start_new_session=True,
@@ -197,7 +201,7 @@ class X:
         """The icon's window: its name is the tooltip, which starts with "ocrwatch:"."""
         win = wait_for(lambda: self.xdotool(
             "search", "--onlyvisible", "--name", "^ocrwatch: ").split()[:1],
-            20, "the tray icon", ignore=(Exception,))
+            20, "the tray icon", ignore=(Exception,), interval=POLL)
         return self.geometry(win[0])
 
     def visible(self) -> set[str]:
@@ -224,7 +228,7 @@ class X:
                     return g
             return None
 
-        found: Geometry = wait_for(menu, 20, "the tray menu", ignore=(Exception,))
+        found: Geometry = wait_for(menu, 20, "the tray menu", ignore=(Exception,), interval=POLL)
         return found
 
     def close_menu(self, menu: Geometry) -> None:
@@ -232,7 +236,7 @@ class X:
             self.xdotool("key", "Escape")
         wait_for(lambda: all(
             self.geometry(w) != menu for w in self.visible()),
-            20, "the menu to close", ignore=(Exception,))
+            20, "the menu to close", ignore=(Exception,), interval=POLL)
 
 
 @pytest.fixture
@@ -347,7 +351,7 @@ def start_daemon(x: X) -> Daemon:
         proc = x.spawn(["dbus-run-session", "--", *OCRWATCH, "run", "--engine", "fake",
                         "--inbox", str(inbox)], env=env, stdout=out, stderr=subprocess.STDOUT)
     d = Daemon(proc, env, inbox, run / "ocrwatch" / "control.sock", log)
-    wait_for(d.status, 60, "the daemon's control socket", ignore=(Exception,))
+    wait_for(d.status, 60, "the daemon's control socket", ignore=(Exception,), interval=POLL)
     return d
 
 
@@ -363,14 +367,15 @@ def test_tray_pauses_the_real_daemon(xsession: X) -> None:
         make_scans(inbox, [f"page-{i}.png" for i in range(5)])
         wait_for(lambda: status()["state"] == "working"
                  and status()["queued"] + status()["running"] >= 3,
-                 20, "the daemon to work", ignore=(Exception,))
+                 20, "the daemon to work", ignore=(Exception,), interval=POLL)
         shot, icon = wait_icon(x, "working", "working")
         save_doc(shot, icon, "working")
 
         # Pause through the menu: right click on the icon, click "Pause".
         menu = x.open_menu(icon)
         x.click((menu.x + 40, menu.y + 16))
-        wait_for(lambda: status()["paused"] is True, 20, "the daemon to pause", ignore=(Exception,))
+        wait_for(lambda: status()["paused"] is True, 20, "the daemon to pause",
+                 ignore=(Exception,), interval=POLL)
         shot, icon = wait_icon(x, "paused", "paused")
         save_doc(shot, icon, "paused")
         cli = subprocess.run([*ocrwatch, "status", "--json"], env=env, capture_output=True,
@@ -381,14 +386,16 @@ def test_tray_pauses_the_real_daemon(xsession: X) -> None:
         menu = x.open_menu(icon)
         x.click((menu.x + 40, menu.y + 16))
         wait_for(lambda: status()["paused"] is False,
-                 20, "the daemon to resume", ignore=(Exception,))
-        wait_for(lambda: status()["done"] >= 5, 60, "the queue to drain", ignore=(Exception,))
+                 20, "the daemon to resume", ignore=(Exception,), interval=POLL)
+        wait_for(lambda: status()["done"] >= 5, 60, "the queue to drain",
+                 ignore=(Exception,), interval=POLL)
 
         # A file that fails: the red badge, and "Show failed files (1)" in the menu.
         make_scans(inbox, ["receipt-fake-engine-fail.png"])
-        wait_for(lambda: status()["failed"] >= 1, 30, "the failure", ignore=(Exception,))
+        wait_for(lambda: status()["failed"] >= 1, 30, "the failure",
+                 ignore=(Exception,), interval=POLL)
         wait_for(lambda: status()["state"] == "idle",
-                 20, "the daemon to go idle", ignore=(Exception,))
+                 20, "the daemon to go idle", ignore=(Exception,), interval=POLL)
         shot, icon = wait_icon(x, "idle", "failed")
         assert close_to(_badge_colour(shot, icon), tray.FAILED, 60)
         save_doc(shot, icon, "failed")
@@ -399,7 +406,7 @@ def test_tray_pauses_the_real_daemon(xsession: X) -> None:
         x.xdotool("key", "Up", "Up", "Right")
         sub = wait_for(lambda: next(
             (g for g in map(x.geometry, x.visible() - before) if g.w > 80 and g.h > 40), None),
-            20, "the Status submenu", ignore=(Exception,))
+            20, "the Status submenu", ignore=(Exception,), interval=POLL)
         time.sleep(0.3)  # let the menu finish drawing: only the picture needs it
         shot = x.screenshot("menu")
         save_doc(shot, icon, "menu", menu=menu.union(sub))
@@ -409,7 +416,8 @@ def test_tray_pauses_the_real_daemon(xsession: X) -> None:
         # Quit from the menu ends the daemon.
         menu = x.open_menu(icon)
         x.click((menu.x + 40, menu.y + menu.h - 14))
-        wait_for(lambda: daemon.poll() is not None, 60, "the daemon to exit", ignore=(Exception,))
+        wait_for(lambda: daemon.poll() is not None, 60, "the daemon to exit",
+                 ignore=(Exception,), interval=POLL)
         assert daemon.returncode == 0, d.log.read_text()
         with pytest.raises(OcrwatchError):
             status()
@@ -425,7 +433,8 @@ def test_signal_stops_the_daemon_and_its_tray(xsession: X, sig: signal.Signals) 
     d = start_daemon(x)
     x.tray_icon()
     os.kill(int(d.status()["pid"]), sig)
-    wait_for(lambda: d.proc.poll() is not None, 30, "the daemon to exit", ignore=(Exception,))
+    wait_for(lambda: d.proc.poll() is not None, 30, "the daemon to exit",
+             ignore=(Exception,), interval=POLL)
     assert d.proc.returncode == 0, d.log.read_text()[-4000:]
     assert not d.sock.exists()
     assert "stopping" in d.log.read_text()
@@ -495,10 +504,11 @@ def test_every_state_shows_in_the_tray(xsession: X) -> None:
             if name == "failed":
                 wait_for(lambda: close_to(_badge_colour(
                     x.screenshot("standin-failed"), x.tray_icon()), tray.FAILED, 60),
-                    20, "the failed badge", ignore=(Exception,))
+                    20, "the failed badge", ignore=(Exception,), interval=POLL)
         assert x.xdotool("search", "--name", "^ocrwatch: watching the inbox \\(GPU asleep\\)")
         proc.stdin.close()  # the script sets stop: the tray must end on its own
-        wait_for(lambda: proc.poll() is not None, 30, "the tray to end", ignore=(Exception,))
+        wait_for(lambda: proc.poll() is not None, 30, "the tray to end",
+                 ignore=(Exception,), interval=POLL)
         assert proc.returncode == 0
         assert "tray shown: True" in (x.workdir / "standin.log").read_text()
     finally:
@@ -511,7 +521,7 @@ def click_until(x: X, done: Callable[[], Any], what: str, tries: int = 4) -> Non
     for _ in range(tries):
         x.click(x.tray_icon().centre)
         try:
-            wait_for(done, 5, what, ignore=(Exception,))
+            wait_for(done, 5, what, ignore=(Exception,), interval=POLL)
             return
         except AssertionError:
             continue
@@ -544,7 +554,7 @@ def test_x_fallback_without_menu_click_toggles_pause(xsession: X) -> None:
     assert proc.stdin is not None
     try:
         wait_for(lambda: request("status", socket_path=sock),
-                 20, "the stand-in's socket", ignore=(Exception,))
+                 20, "the stand-in's socket", ignore=(Exception,), interval=POLL)
         click_until(x, lambda: request("status", socket_path=sock)["paused"], "pause by a click")
         wait_icon(x, "paused", "xorg-paused")
         click_until(x, lambda: not request("status", socket_path=sock)["paused"],
@@ -554,7 +564,8 @@ def test_x_fallback_without_menu_click_toggles_pause(xsession: X) -> None:
         assert "Click the icon to pause or resume" in text
     finally:
         proc.stdin.close()
-        wait_for(lambda: proc.poll() is not None, 30, "the tray to end", ignore=(Exception,))
+        wait_for(lambda: proc.poll() is not None, 30, "the tray to end",
+                 ignore=(Exception,), interval=POLL)
 
 
 def test_x_fallback_icon_appears_when_the_tray_host_starts_later(xsession: X) -> None:
@@ -565,7 +576,7 @@ def test_x_fallback_icon_appears_when_the_tray_host_starts_later(xsession: X) ->
     assert proc.stdin is not None
     try:
         wait_for(lambda: request("status", socket_path=sock),
-                 20, "the stand-in's socket", ignore=(Exception,))
+                 20, "the stand-in's socket", ignore=(Exception,), interval=POLL)
         assert not x.xdotool("search", "--onlyvisible", "--name", "^ocrwatch: ")
         assert x.start_tray_host() is None
         icon = x.tray_icon()  # docked on a later try, not at start
@@ -573,7 +584,8 @@ def test_x_fallback_icon_appears_when_the_tray_host_starts_later(xsession: X) ->
         click_until(x, lambda: request("status", socket_path=sock)["paused"], "pause by a click")
     finally:
         proc.stdin.close()
-        wait_for(lambda: proc.poll() is not None, 30, "the tray to end", ignore=(Exception,))
+        wait_for(lambda: proc.poll() is not None, 30, "the tray to end",
+                 ignore=(Exception,), interval=POLL)
 
 
 def _read_screen(image: Image.Image) -> str:
@@ -605,7 +617,7 @@ def test_status_submenu_while_a_pdf_is_read(xsession: X) -> None:
             reading = d.status().get("reading") or []
             return bool(reading) and reading[0]["done"] >= 2 and \
                 d.status().get("pages_per_second") is not None
-        wait_for(later_page, 60, "a later page of minutes.pdf", ignore=(Exception,))
+        wait_for(later_page, 60, "a later page of minutes.pdf", ignore=(Exception,), interval=POLL)
         _shot, icon = wait_icon(x, "working", "working-pdf")
 
         def submenu_shows_progress() -> tuple[Image.Image, Geometry, str] | None:
@@ -616,7 +628,8 @@ def test_status_submenu_while_a_pdf_is_read(xsession: X) -> None:
             x.xdotool("key", "Up", "Up", "Right")
             sub = wait_for(lambda: next(
                 (g for g in map(x.geometry, x.visible() - before)
-                 if g.w > 80 and g.h > 40), None), 20, "the Status submenu", ignore=(Exception,))
+                 if g.w > 80 and g.h > 40), None), 20, "the Status submenu",
+                 ignore=(Exception,), interval=POLL)
             time.sleep(0.3)  # let the menu finish drawing: only the picture needs it
             shot = x.screenshot("status")
             words = _read_screen(shot.crop((sub.x, sub.y, sub.x + sub.w, sub.y + sub.h)))
