@@ -59,7 +59,8 @@ def test_type_filter_and_open(site: Site, browser: Any) -> None:
                                                                           "receipt 2024.png"]
     first = page.locator("#hits .hit").first
     assert "<mark>" in first.locator(".snippet").inner_html()
-    assert page.locator("#hits .thumb").first.evaluate("img => img.naturalWidth") > 0
+    wait_for(lambda: page.locator("#hits .thumb").first.evaluate(
+        "img => img.complete && img.naturalWidth"), 15, "the first thumbnail to load")
     assert "page" in first.locator(".meta").inner_text()
 
     # Filter by folder: only the letters folder's files stay.
@@ -149,8 +150,11 @@ def test_real_pages_read_by_tesseract(tmp_path: Path, home: Path, browser: Any) 
             snippets = page.locator("#hits .snippet").all_inner_texts()
             assert all("harbour" in s.lower() for s in snippets), snippets
             assert "<mark>harbour</mark>" in page.locator("#hits .snippet").first.inner_html()
-            thumbs = page.locator("#hits .thumb")
-            assert all(t.evaluate("img => img.naturalWidth") > 0 for t in thumbs.all())
+            for thumb in page.locator("#hits .thumb").all():
+                thumb.scroll_into_view_if_needed()  # thumbnails load lazily, when seen
+                wait_for(lambda t=thumb: t.evaluate("img => img.complete && img.naturalWidth"),
+                         15, "a thumbnail to load")
+            page.evaluate("() => window.scrollTo(0, 0)")
             shoot(page, "search-page.png")
             page.select_option("#folder", label="OCR-Inbox/Taxes")
             page.fill("#q", "harbour")
