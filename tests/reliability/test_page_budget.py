@@ -89,7 +89,9 @@ def test_an_absurd_pdf_page_size_fails_with_a_reason(home: Home) -> None:
     no_traceback(result)
     assert result["state"] == "failed"
     assert "inches" in result["reason"] and "not a page" in result["reason"], result
-    assert result["peak_mb"] < 500, {k: v for k, v in result.items() if k != "log"}
+    # Refused before it is drawn: the process's own baseline (about 500 MB with every
+    # library loaded), far from the gigabytes of drawing it.
+    assert result["peak_mb"] < 700, {k: v for k, v in result.items() if k != "log"}
 
 
 def test_a_white_14000_pixel_square_png_stays_small(home: Home) -> None:
