@@ -3,7 +3,7 @@
 The daemon builds a :class:`Status`; the control socket sends it as JSON
 (:meth:`Status.to_dict`) and clients read it back with :meth:`Status.from_dict`, which
 takes any subset of the keys, so an older or newer daemon still answers. The tray draws
-it (ocrwatch/tray.py); :func:`format_status` writes it for the terminal.
+it (ocrwatch/tray/); :func:`format_status` writes it for the terminal.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ import pytest
 from daemon_standin import StandInDaemon
 
 from ocrwatch import paths, tray
+from ocrwatch.tray import app as tray_app
 from ocrwatch.status import Status
 
 S = Status.from_dict
@@ -173,7 +174,7 @@ def test_headless_returns_at_once_and_says_so_once(
     monkeypatch.setattr(sys, "platform", "linux")
     monkeypatch.delenv("DISPLAY", raising=False)
     monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
-    monkeypatch.setattr(tray, "_said_headless", False)
+    monkeypatch.setattr(tray_app, "_said_headless", False)
     daemon = StandInDaemon()
     with caplog.at_level(logging.INFO, logger="ocrwatch.tray"):
         assert tray.run_tray(daemon, threading.Event()) is False
