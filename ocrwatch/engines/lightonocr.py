@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 from ocrwatch.domain import PageText
+from ocrwatch.engines.base import BatchPolicy
 from ocrwatch.textutil import markdown_to_text, repeats_itself
 
 # The model was made for pages whose longest side is 1540 px: every page is fitted to it,
@@ -57,3 +58,18 @@ def page_text(markdown: str, warnings: list[str] | None = None) -> PageText:
 def failed_page(reason: str) -> PageText:
     """A page that could not be read; its file fails with ``reason``."""
     return PageText(markdown="", text="", error=f"the page could not be read: {reason}")
+
+
+class LightOnOCREngine:
+    """What the engines that run this model (vllm, remote) say about pages: the model's
+    largest side, and the batch policy each engine sets in ``_policy``."""
+
+    _policy: BatchPolicy
+
+    @property
+    def max_side(self) -> int | None:
+        return MAX_SIDE
+
+    @property
+    def policy(self) -> BatchPolicy:
+        return self._policy

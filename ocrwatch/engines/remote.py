@@ -24,55 +24,45 @@ httpx gives keep-alive connections, separate connect and read timeouts and verif
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import io
-import ipaddress
 import logging
 import random
-import ssl
 import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING
 
 import httpx
 
 from ocrwatch.domain import Page, PageText
 from ocrwatch.engines import lightonocr
 from ocrwatch.engines.base import BatchPolicy
+from ocrwatch.engines.openai_http import (
+    CONNECT_TIMEOUT,
+    PROBE_TIMEOUT,
+    PageFailed,
+    Retry,
+    ServerError,
+    chat_body,
+    data_url,
+    make_client,
+    post_chat,
+    probe,
+)
 from ocrwatch.errors import EngineError, EngineUnavailable
 
 if TYPE_CHECKING:
-    from PIL import Image
 
     from ocrwatch.config import Config
 
 log = logging.getLogger(__name__)
 
-CONNECT_TIMEOUT = 10.0  # a server that takes longer to accept a connection is down
-PROBE_TIMEOUT = 10.0
 BACKOFF_BASE = 0.5  # seconds; doubled for each failure in a row, then jittered
 BACKOFF_CAP = 30.0
 DOWN_BASE = 2.0  # a server marked down is probed again after this, doubling...
 DOWN_CAP = 120.0  # ...up to this
-BUSY = (429, 502, 503, 504)  # overloaded, or a router in front with nothing behind it
-
-
-class _PageFailed(Exception):
-    """The server answered, but not with a usable reading of this page."""
-
-
-class _Retry(Exception):
-    """This request failed in a way another try may not: backpressure or a lost server."""
-
-    def __init__(self, reason: str, *, down: bool, after: float = 0.0) -> None:
-        super().__init__(reason)
-        self.down = down  # the server itself is unfit: probe it before sending more
-        self.after = after  # the server's Retry-After, in seconds
 
 
 @dataclass(eq=False)
@@ -104,7 +94,7 @@ def backoff(failures: int, base: float, cap: float) -> float:
     return random.uniform(0.0, min(cap, base * 2.0 ** max(0, failures)))
 
 
-class RemoteEngine:
+class RemoteEngine(lightonocr.LightOnOCREngine):
     """The ``remote`` engine: ``concurrency`` pages in flight across ``urls``."""
 
     name = "remote"
@@ -124,15 +114,6 @@ class RemoteEngine:
         self._closed = False
         self._pages = 0
         self._last_error: str | None = None
-        self._warned_plain_key = False
-
-    @property
-    def max_side(self) -> int | None:
-        return lightonocr.MAX_SIDE
-
-    @property
-    def policy(self) -> BatchPolicy:
-        return self._policy
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -141,7 +122,7 @@ class RemoteEngine:
             if self._closed:
                 raise EngineError("the remote engine was closed; start the daemon again.")
             if self._client is None:
-                self._client = self._make_client()
+                self._client = make_client(self._cfg, [s.url for s in self._servers])
             return self._client
 
     def _ensure_started(self) -> httpx.Client:
@@ -166,42 +147,6 @@ class RemoteEngine:
         self._probe_all(self._get_client())
         with self._cond:
             return [{**s.facts(), "fatal": s.fatal} for s in self._servers]
-
-    def _make_client(self) -> httpx.Client:
-        cfg = self._cfg
-        headers = {"User-Agent": "ocrwatch"}
-        if cfg.api_key:
-            headers["Authorization"] = f"Bearer {cfg.api_key}"
-            plain = [s.url for s in self._servers if _sends_in_clear(s.url)]
-            if plain and not self._warned_plain_key:
-                self._warned_plain_key = True
-                log.warning("remote.api_key goes in clear text over http:// to %s; use "
-                            "https:// for servers on other machines.", ", ".join(plain))
-        if cfg.ca_file is not None:
-            try:
-                verify = ssl.create_default_context(cafile=str(cfg.ca_file))
-            except (OSError, ssl.SSLError) as exc:
-                raise EngineUnavailable(
-                    f"remote.ca_file {cfg.ca_file} cannot be used: {exc}. Point it to the "
-                    "PEM file of the authority that signed the servers' certificates.") from exc
-        else:
-            # The system's authorities, where a company's own is installed; httpx alone
-            # would trust only certifi's bundle, which is the fallback where the system
-            # has none (Python from python.org on macOS).
-            verify = ssl.create_default_context()
-            if not verify.cert_store_stats().get("x509_ca"):
-                import certifi
-
-                verify.load_verify_locations(cafile=certifi.where())
-        connections = cfg.concurrency + len(self._servers)  # pages, plus one probe each
-        return httpx.Client(
-            headers=headers,
-            verify=verify,
-            timeout=httpx.Timeout(cfg.timeout_seconds, connect=CONNECT_TIMEOUT),
-            limits=httpx.Limits(max_connections=connections,
-                                max_keepalive_connections=connections),
-            follow_redirects=False,
-        )
 
     def recognize(self, pages: Sequence[Page]) -> list[PageText]:
         """Read pages, each as soon as a request slot is free; a failed page has ``error``."""
@@ -280,26 +225,7 @@ class RemoteEngine:
 
     def _probe(self, client: httpx.Client, server: _Server) -> None:
         """``GET /models``: the server answers and serves our model, or it is down."""
-        problem: str | None = None
-        fatal: EngineUnavailable | None = None
-        try:
-            response = client.get(f"{server.url}/models", timeout=PROBE_TIMEOUT)
-        except httpx.HTTPError as exc:
-            problem = _transport_reason(server.url, exc)
-            if isinstance(exc, httpx.ConnectError) and _certificate_problem(exc):
-                fatal = EngineUnavailable(_certificate_message(server.url, exc))
-        else:
-            if response.status_code in (401, 403):
-                problem = f"it refused the key (HTTP {response.status_code})"
-                fatal = EngineUnavailable(_key_message(server.url, response.status_code))
-            elif response.status_code != 200:
-                problem = f"GET /models answered HTTP {response.status_code}: " \
-                          f"{_error_detail(response)}"
-            else:
-                served = _served_models(response)
-                if served is not None and self._cfg.model not in served:
-                    problem = (f"it serves {', '.join(served) or 'no model'}, not "
-                               f"{self._cfg.model!r}")
+        problem, fatal = probe(client, server.url, self._cfg.model)
         with self._cond:
             server.checked = True
             if problem is None:
@@ -363,7 +289,7 @@ class RemoteEngine:
         return "; ".join(f"{s.url}: {'busy' if s.up else 'down'}"
                          f"{', ' + s.last_error if s.last_error else ''}" for s in self._servers)
 
-    def _settle(self, server: _Server, failure: _Retry | None) -> None:
+    def _settle(self, server: _Server, failure: Retry | None) -> None:
         with self._cond:
             server.outstanding -= 1
             if failure is None:
@@ -390,7 +316,7 @@ class RemoteEngine:
 
     def _read(self, client: httpx.Client, page: Page) -> PageText:
         with self._slots:
-            url = _data_url(page.image)
+            url = data_url(page.image)
             try:
                 text, finish = self._ask(client, url, self._cfg.temperature)
                 warnings: list[str] = []
@@ -398,11 +324,11 @@ class RemoteEngine:
                     log.info("Page %d of %s did not finish cleanly; trying again at "
                              "temperature %.1f.", page.index + 1, page.source.name,
                              lightonocr.RETRY_TEMPERATURE)
-                    with contextlib.suppress(_PageFailed):  # else the first reading stands
+                    with contextlib.suppress(PageFailed):  # else the first reading stands
                         text, finish = self._ask(client, url, lightonocr.RETRY_TEMPERATURE)
                     if self._looped(text, finish):
                         warnings.append(lightonocr.loop_warning(finish))
-            except _PageFailed as exc:
+            except PageFailed as exc:
                 with self._cond:
                     self._last_error = str(exc)
                 return lightonocr.failed_page(str(exc))
@@ -415,37 +341,24 @@ class RemoteEngine:
             return False
         return lightonocr.looped(text, finish)
 
-    def _body(self, image_url: str, temperature: float) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "model": self._cfg.model,
-            "messages": [{"role": "user", "content": [
-                {"type": "image_url", "image_url": {"url": image_url}}]}],
-            "max_tokens": self._cfg.max_tokens,
-            "temperature": temperature,
-            "top_p": self._cfg.top_p,
-        }
-        if self._cfg.ignore_eos:
-            body["ignore_eos"] = True  # vLLM's extension: benchmarks write max_tokens a page
-        return body
-
     def _ask(self, client: httpx.Client, image_url: str, temperature: float) -> tuple[str, str]:
         """One reading of a page: retried across servers until one answers or time is up."""
-        body = self._body(image_url, temperature)
+        body = chat_body(self._cfg, image_url, temperature)
         deadline = time.monotonic() + self._cfg.retry_seconds
         server_errors = 0
         tries = 0
         while True:
             server = self._acquire(deadline)
-            failure: _Retry | None = None
+            failure: Retry | None = None
             try:
-                return self._post(client, server, body)
-            except _Retry as exc:
+                return post_chat(client, server.url, body)
+            except Retry as exc:
                 failure = exc
-            except _ServerError as exc:
+            except ServerError as exc:
                 # An answer, but a failed one (HTTP 500): tried once more, then the page fails.
                 server_errors += 1
                 if server_errors >= 2:
-                    raise _PageFailed(str(exc)) from exc
+                    raise PageFailed(str(exc)) from exc
             finally:
                 self._settle(server, failure)
             tries += 1
@@ -455,124 +368,3 @@ class RemoteEngine:
             if self._stop.wait(backoff(tries - 1, BACKOFF_BASE, BACKOFF_CAP)):
                 raise EngineError("the remote engine was closed; start the daemon again.")
 
-    def _post(self, client: httpx.Client, server: _Server, body: dict[str, Any]) -> tuple[str, str]:
-        url = f"{server.url}/chat/completions"
-        try:
-            response = client.post(url, json=body)
-        except httpx.TimeoutException as exc:
-            raise _Retry(f"{server.url} gave no answer in time ({_kind(exc)})",
-                         down=True) from exc
-        except httpx.HTTPError as exc:
-            if isinstance(exc, httpx.ConnectError) and _certificate_problem(exc):
-                raise EngineUnavailable(_certificate_message(server.url, exc)) from exc
-            raise _Retry(_transport_reason(server.url, exc), down=True) from exc
-        status = response.status_code
-        if status == 200:
-            try:
-                choice = response.json()["choices"][0]
-                return str(choice["message"]["content"] or ""), str(
-                    choice.get("finish_reason") or "stop")
-            except (ValueError, KeyError, IndexError, TypeError) as exc:
-                raise _PageFailed(f"the server's answer has no text ({exc!r})") from exc
-        detail = _error_detail(response)
-        if status in (401, 403):
-            raise EngineUnavailable(_key_message(server.url, status))
-        if status == 404:
-            raise EngineUnavailable(
-                f"the OCR server at {server.url} has no chat completions endpoint or no model "
-                f"{self._cfg.model!r} ({detail}). Check remote.url or remote.urls (each ends "
-                "in /v1) and remote.model.")
-        if status in BUSY:
-            raise _Retry(f"{server.url} is busy (HTTP {status}: {detail})", down=False,
-                         after=_retry_after(response))
-        if status >= 500:
-            raise _ServerError(f"the server answered HTTP {status}: {detail}")
-        raise _PageFailed(f"the server answered HTTP {status}: {detail}")
-
-
-class _ServerError(Exception):
-    """HTTP 500 and the like: the server failed on this request."""
-
-
-def _kind(exc: httpx.HTTPError) -> str:
-    names: dict[type[Exception], str] = {
-        httpx.ConnectTimeout: "connect timeout", httpx.ReadTimeout: "read timeout",
-        httpx.WriteTimeout: "write timeout", httpx.PoolTimeout: "pool timeout"}
-    return names.get(type(exc), type(exc).__name__)
-
-
-def _transport_reason(url: str, exc: httpx.HTTPError) -> str:
-    if isinstance(exc, httpx.TimeoutException):
-        return f"{url} gave no answer in time ({_kind(exc)})"
-    if isinstance(exc, httpx.ConnectError):
-        return f"nothing answers at {url} ({exc})"
-    if isinstance(exc, httpx.RemoteProtocolError):
-        return f"{url} dropped the connection ({exc})"
-    return f"{url} failed: {type(exc).__name__}: {exc}"
-
-
-def _certificate_problem(exc: BaseException) -> bool:
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, ssl.SSLCertVerificationError):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return "CERTIFICATE_VERIFY_FAILED" in str(exc)
-
-
-def _certificate_message(url: str, exc: BaseException) -> str:
-    return (f"the certificate of {url} is not trusted ({exc}). Give the server a certificate "
-            "from a known authority, or set remote.ca_file to the PEM file of the authority "
-            "that signed it.")
-
-
-def _key_message(url: str, status: int) -> str:
-    return (f"the OCR server at {url} refused the key (HTTP {status}). Set remote.api_key "
-            "(or OCRWATCH_REMOTE_API_KEY) to the server's key.")
-
-
-def _sends_in_clear(url: str) -> bool:
-    parts = urlsplit(url)
-    if parts.scheme != "http":
-        return False
-    host = parts.hostname or ""
-    if host == "localhost":
-        return False
-    try:
-        return not ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return True
-
-
-def _served_models(response: httpx.Response) -> list[str] | None:
-    """The model ids in a ``/models`` answer, or ``None`` when it does not list any."""
-    try:
-        data = response.json()["data"]
-        return [str(m["id"]) for m in data]
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
-def _retry_after(response: httpx.Response) -> float:
-    try:
-        return min(BACKOFF_CAP, max(0.0, float(response.headers.get("Retry-After", 0))))
-    except ValueError:
-        return 0.0  # an HTTP date: rare from model servers; the backoff applies
-
-
-def _error_detail(response: httpx.Response) -> str:
-    raw = response.text
-    try:
-        data: Any = response.json()
-        message = (data.get("error", {}).get("message") if isinstance(data.get("error"), dict)
-                   else data.get("error")) or data.get("message") or data.get("detail") or raw
-        return str(message)[:300]
-    except (ValueError, AttributeError):
-        return raw[:300]
-
-
-def _data_url(image: Image.Image) -> str:
-    buffer = io.BytesIO()
-    rgb = image if image.mode in ("RGB", "L") else image.convert("RGB")
-    rgb.save(buffer, format="PNG", compress_level=1)  # speed over size on a local link
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")

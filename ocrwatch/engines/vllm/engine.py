@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class VllmEngine(Feeder):
+class VllmEngine(lightonocr.LightOnOCREngine, Feeder):
     """The ``vllm`` engine. Thread-safe; one worker process at most."""
 
     name = "vllm"
@@ -70,14 +70,6 @@ class VllmEngine(Feeder):
         atexit.register(self.close)
 
     # -- the Engine interface ------------------------------------------------------------
-
-    @property
-    def max_side(self) -> int | None:
-        return lightonocr.MAX_SIDE
-
-    @property
-    def policy(self) -> BatchPolicy:
-        return self._policy
 
     def recognize(self, pages: Sequence[Page]) -> list[PageText]:
         """Read pages; each streams through on its own, and a page that cannot be read

@@ -1,0 +1,249 @@
+"""What the remote engine says to one OpenAI-compatible server, and what each answer means.
+
+:func:`post_chat` and :func:`probe` turn HTTP outcomes into the engine's decisions: an
+answer, :class:`Retry` (backpressure or a lost server), :class:`ServerError` (tried once
+more), :class:`PageFailed` (this page only) or :class:`EngineUnavailable` (waiting will
+not cure it: the key, the certificate, a wrong URL). They hold no state; the choice of
+server and the backoff stay with :mod:`ocrwatch.engines.remote`.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import ipaddress
+import logging
+import ssl
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from ocrwatch.errors import EngineUnavailable
+
+if TYPE_CHECKING:
+    from PIL import Image
+
+    from ocrwatch.config import RemoteConfig
+
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT = 10.0  # a server that takes longer to accept a connection is down
+PROBE_TIMEOUT = 10.0
+RETRY_AFTER_CAP = 30.0  # the longest Retry-After honoured, in seconds
+BUSY = (429, 502, 503, 504)  # overloaded, or a router in front with nothing behind it
+
+
+class PageFailed(Exception):
+    """The server answered, but not with a usable reading of this page."""
+
+
+class Retry(Exception):
+    """This request failed in a way another try may not: backpressure or a lost server."""
+
+    def __init__(self, reason: str, *, down: bool, after: float = 0.0) -> None:
+        super().__init__(reason)
+        self.down = down  # the server itself is unfit: probe it before sending more
+        self.after = after  # the server's Retry-After, in seconds
+
+
+class ServerError(Exception):
+    """HTTP 500 and the like: the server failed on this request."""
+
+
+def make_client(cfg: RemoteConfig, urls: list[str]) -> httpx.Client:
+    """One client for every server: the key, the trusted authorities, the timeouts, and a
+    connection for each page in flight plus one probe per server."""
+    headers = {"User-Agent": "ocrwatch"}
+    if cfg.api_key:
+        headers["Authorization"] = f"Bearer {cfg.api_key}"
+        plain = [u for u in urls if _sends_in_clear(u)]
+        if plain:
+            log.warning("remote.api_key goes in clear text over http:// to %s; use "
+                    "https:// for servers on other machines.", ", ".join(plain))
+    if cfg.ca_file is not None:
+        try:
+            verify = ssl.create_default_context(cafile=str(cfg.ca_file))
+        except (OSError, ssl.SSLError) as exc:
+            raise EngineUnavailable(
+                f"remote.ca_file {cfg.ca_file} cannot be used: {exc}. Point it to the "
+                "PEM file of the authority that signed the servers' certificates.") from exc
+    else:
+        # The system's authorities, where a company's own is installed; httpx alone
+        # would trust only certifi's bundle, which is the fallback where the system
+        # has none (Python from python.org on macOS).
+        verify = ssl.create_default_context()
+        if not verify.cert_store_stats().get("x509_ca"):
+            import certifi
+
+            verify.load_verify_locations(cafile=certifi.where())
+    connections = cfg.concurrency + len(urls)  # pages, plus one probe each
+    return httpx.Client(
+        headers=headers,
+        verify=verify,
+        timeout=httpx.Timeout(cfg.timeout_seconds, connect=CONNECT_TIMEOUT),
+        limits=httpx.Limits(max_connections=connections,
+                            max_keepalive_connections=connections),
+        follow_redirects=False,
+    )
+
+
+def chat_body(cfg: RemoteConfig, image_url: str, temperature: float) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": cfg.model,
+        "messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": image_url}}]}],
+        "max_tokens": cfg.max_tokens,
+        "temperature": temperature,
+        "top_p": cfg.top_p,
+    }
+    if cfg.ignore_eos:
+        body["ignore_eos"] = True  # vLLM's extension: benchmarks write max_tokens a page
+    return body
+
+
+def post_chat(client: httpx.Client, base: str, body: dict[str, Any]) -> tuple[str, str]:
+    """One chat completion: its text and finish reason, or the exception that says what next."""
+    url = f"{base}/chat/completions"
+    try:
+        response = client.post(url, json=body)
+    except httpx.TimeoutException as exc:
+        raise Retry(f"{base} gave no answer in time ({_kind(exc)})",
+                     down=True) from exc
+    except httpx.HTTPError as exc:
+        if isinstance(exc, httpx.ConnectError) and _certificate_problem(exc):
+            raise EngineUnavailable(_certificate_message(base, exc)) from exc
+        raise Retry(_transport_reason(base, exc), down=True) from exc
+    status = response.status_code
+    if status == 200:
+        try:
+            choice = response.json()["choices"][0]
+            return str(choice["message"]["content"] or ""), str(
+                choice.get("finish_reason") or "stop")
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise PageFailed(f"the server's answer has no text ({exc!r})") from exc
+    detail = _error_detail(response)
+    if status in (401, 403):
+        raise EngineUnavailable(_key_message(base, status))
+    if status == 404:
+        raise EngineUnavailable(
+            f"the OCR server at {base} has no chat completions endpoint or no model "
+            f"{body['model']!r} ({detail}). Check remote.url or remote.urls (each ends "
+            "in /v1) and remote.model.")
+    if status in BUSY:
+        raise Retry(f"{base} is busy (HTTP {status}: {detail})", down=False,
+                     after=_retry_after(response))
+    if status >= 500:
+        raise ServerError(f"the server answered HTTP {status}: {detail}")
+    raise PageFailed(f"the server answered HTTP {status}: {detail}")
+
+
+def probe(client: httpx.Client, base: str,
+          model: str) -> tuple[str | None, EngineUnavailable | None]:
+    """``GET /models``: None when the server answers and serves ``model``, else the
+    problem, and the error to raise when waiting will not cure it (key, certificate)."""
+    problem: str | None = None
+    fatal: EngineUnavailable | None = None
+    try:
+        response = client.get(f"{base}/models", timeout=PROBE_TIMEOUT)
+    except httpx.HTTPError as exc:
+        problem = _transport_reason(base, exc)
+        if isinstance(exc, httpx.ConnectError) and _certificate_problem(exc):
+            fatal = EngineUnavailable(_certificate_message(base, exc))
+    else:
+        if response.status_code in (401, 403):
+            problem = f"it refused the key (HTTP {response.status_code})"
+            fatal = EngineUnavailable(_key_message(base, response.status_code))
+        elif response.status_code != 200:
+            problem = f"GET /models answered HTTP {response.status_code}: " \
+                      f"{_error_detail(response)}"
+        else:
+            served = _served_models(response)
+            if served is not None and model not in served:
+                problem = (f"it serves {', '.join(served) or 'no model'}, not "
+                           f"{model!r}")
+    return problem, fatal
+
+
+def _kind(exc: httpx.HTTPError) -> str:
+    names: dict[type[Exception], str] = {
+        httpx.ConnectTimeout: "connect timeout", httpx.ReadTimeout: "read timeout",
+        httpx.WriteTimeout: "write timeout", httpx.PoolTimeout: "pool timeout"}
+    return names.get(type(exc), type(exc).__name__)
+
+
+def _transport_reason(url: str, exc: httpx.HTTPError) -> str:
+    if isinstance(exc, httpx.TimeoutException):
+        return f"{url} gave no answer in time ({_kind(exc)})"
+    if isinstance(exc, httpx.ConnectError):
+        return f"nothing answers at {url} ({exc})"
+    if isinstance(exc, httpx.RemoteProtocolError):
+        return f"{url} dropped the connection ({exc})"
+    return f"{url} failed: {type(exc).__name__}: {exc}"
+
+
+def _certificate_problem(exc: BaseException) -> bool:
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return "CERTIFICATE_VERIFY_FAILED" in str(exc)
+
+
+def _certificate_message(url: str, exc: BaseException) -> str:
+    return (f"the certificate of {url} is not trusted ({exc}). Give the server a certificate "
+            "from a known authority, or set remote.ca_file to the PEM file of the authority "
+            "that signed it.")
+
+
+def _key_message(url: str, status: int) -> str:
+    return (f"the OCR server at {url} refused the key (HTTP {status}). Set remote.api_key "
+            "(or OCRWATCH_REMOTE_API_KEY) to the server's key.")
+
+
+def _sends_in_clear(url: str) -> bool:
+    parts = urlsplit(url)
+    if parts.scheme != "http":
+        return False
+    host = parts.hostname or ""
+    if host == "localhost":
+        return False
+    try:
+        return not ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return True
+
+
+def _served_models(response: httpx.Response) -> list[str] | None:
+    """The model ids in a ``/models`` answer, or ``None`` when it does not list any."""
+    try:
+        data = response.json()["data"]
+        return [str(m["id"]) for m in data]
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _retry_after(response: httpx.Response) -> float:
+    try:
+        return min(RETRY_AFTER_CAP, max(0.0, float(response.headers.get("Retry-After", 0))))
+    except ValueError:
+        return 0.0  # an HTTP date: rare from model servers; the backoff applies
+
+
+def _error_detail(response: httpx.Response) -> str:
+    raw = response.text
+    try:
+        data: Any = response.json()
+        message = (data.get("error", {}).get("message") if isinstance(data.get("error"), dict)
+                   else data.get("error")) or data.get("message") or data.get("detail") or raw
+        return str(message)[:300]
+    except (ValueError, AttributeError):
+        return raw[:300]
+
+
+def data_url(image: Image.Image) -> str:
+    buffer = io.BytesIO()
+    rgb = image if image.mode in ("RGB", "L") else image.convert("RGB")
+    rgb.save(buffer, format="PNG", compress_level=1)  # speed over size on a local link
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
