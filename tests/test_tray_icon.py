@@ -12,8 +12,8 @@ import pytest
 from daemon_standin import StandInDaemon
 
 from ocrwatch import paths, tray
-from ocrwatch.tray import app as tray_app
 from ocrwatch.status import Status
+from ocrwatch.tray import app as tray_app
 
 S = Status.from_dict
 
