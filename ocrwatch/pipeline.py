@@ -168,14 +168,11 @@ def identify(ctx: Context, job: Job) -> Job | None:
             check_size(st.st_size, Limits.from_config(ctx.config))  # before hashing
             sha = file_sha256(fh)
         ctx.jobs.refresh(job.id, st.st_size, st.st_mtime_ns, sha)
-    except TransientError as exc:
-        defer(ctx, job, str(exc))
+    except (TransientError, InputError) as exc:
+        refuse(ctx, job, exc)
         return None
     except OSError as exc:
         fail(ctx, job, open_failure(exc))
-        return None
-    except InputError as exc:
-        fail(ctx, job, str(exc))
         return None
     return replace(job, sha256=sha, size=st.st_size, mtime_ns=st.st_mtime_ns)
 
@@ -360,11 +357,8 @@ def publish(ctx: Context, job: Job, pages: list[PageText], engine: str) -> Path 
                         path.unlink(missing_ok=True)
             log.info("%s changed or went away while it was read: result dropped", job.display)
             return None
-    except TransientError as exc:
-        defer(ctx, job, str(exc))
-        return None
-    except InputError as exc:
-        fail(ctx, job, str(exc))
+    except (TransientError, InputError) as exc:
+        refuse(ctx, job, exc)
         return None
     except OSError as exc:
         if not is_disk_full(exc):
@@ -423,6 +417,14 @@ def defer(ctx: Context, job: Job, reason: str) -> None:
     """A passing trouble: queued again with backoff, failed after ``max_attempts``."""
     again = ctx.jobs.defer(job.id, reason, ctx.config.max_attempts, job.sha256)
     log.warning("%s: %s (%s)", job.display, reason, "will retry" if again else "giving up")
+
+
+def refuse(ctx: Context, job: Job, exc: TransientError | InputError) -> None:
+    """A stage's refusal: passing trouble is deferred, a bad input is failed."""
+    if isinstance(exc, TransientError):
+        defer(ctx, job, str(exc))
+    else:
+        fail(ctx, job, str(exc))
 
 
 def _valid_text(page: PageText) -> PageText:

@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from ocrwatch.db import MIGRATIONS, Database
+from ocrwatch.db import Database
 from ocrwatch.domain import PageText, State
 from ocrwatch.errors import SearchError
 from ocrwatch.index import search
 from ocrwatch.jobs import JobQueue, Seen
+from ocrwatch.migrations import MIGRATIONS
 
 
 @pytest.fixture
