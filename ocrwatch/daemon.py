@@ -25,7 +25,8 @@ from ocrwatch.engines import Choice, Engine, choose, create
 from ocrwatch.errors import OcrwatchError
 from ocrwatch.follow import Follower
 from ocrwatch.hooks import AfterDone
-from ocrwatch.jobs import JobQueue, Seen
+from ocrwatch.jobfiles import Seen
+from ocrwatch.jobs import JobQueue
 from ocrwatch.languages import locale_note
 from ocrwatch.lifecycle import Lifecycle
 from ocrwatch.outputs import PdfMaker

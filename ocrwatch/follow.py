@@ -16,7 +16,8 @@ from pathlib import Path
 
 from ocrwatch.config import Config
 from ocrwatch.domain import Job, PageText
-from ocrwatch.jobs import Forgotten, JobQueue, Moved
+from ocrwatch.jobfiles import Forgotten, Moved
+from ocrwatch.jobs import JobQueue
 from ocrwatch.lifecycle import output_folder
 from ocrwatch.sidecar import (
     choose_stem,

@@ -33,7 +33,8 @@ from ocrwatch.engines import Engine
 from ocrwatch.errors import EngineUnavailable, InputError, OcrwatchError, TransientError
 from ocrwatch.follow import Follower
 from ocrwatch.hooks import AfterDone, Finished
-from ocrwatch.jobs import JobQueue, Seen, file_sha256
+from ocrwatch.jobfiles import Seen
+from ocrwatch.jobs import JobQueue, file_sha256
 from ocrwatch.lifecycle import Lifecycle, output_folder
 from ocrwatch.outputs import PdfMaker
 from ocrwatch.pages import Limits, check_size, iter_pages

@@ -11,7 +11,8 @@ from ocrwatch.db import Database
 from ocrwatch.domain import PageText, State
 from ocrwatch.errors import SearchError
 from ocrwatch.index import search
-from ocrwatch.jobs import JobQueue, Seen
+from ocrwatch.jobfiles import Seen
+from ocrwatch.jobs import JobQueue
 from ocrwatch.migrations import MIGRATIONS
 
 

@@ -30,7 +30,8 @@ from hypothesis.stateful import (
 
 from ocrwatch.db import Database
 from ocrwatch.domain import Job, PageText, State
-from ocrwatch.jobs import JobQueue, Seen
+from ocrwatch.jobfiles import Seen
+from ocrwatch.jobs import JobQueue
 from ocrwatch.watch import INCOMPLETE_GRACE, Settler
 
 EXAMPLES = int(os.environ.get("OCRWATCH_FUZZ_EXAMPLES", "60"))
