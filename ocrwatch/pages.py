@@ -64,7 +64,7 @@ def sniff(path: Path, fh: BinaryIO | None = None) -> str:
     except IsADirectoryError:
         raise InputError("this is a folder, not a file") from None
     except OSError as exc:
-        raise _os_error(exc, "read") from exc
+        raise os_error(exc, "read") from exc
     if not head:
         raise InputError("the file is empty (0 bytes)")
     for magic, kind in _MAGIC:
@@ -81,7 +81,7 @@ def sniff(path: Path, fh: BinaryIO | None = None) -> str:
     )
 
 
-def _os_error(exc: OSError, verb: str) -> Exception:
+def os_error(exc: OSError, verb: str) -> Exception:
     import errno
 
     if exc.errno in (errno.ENOSPC, errno.EAGAIN, errno.EBUSY, errno.EIO, errno.ENOMEM):
@@ -95,13 +95,8 @@ def _os_error(exc: OSError, verb: str) -> Exception:
 # (a box filter, as a scanner at a lower resolution would give), so a 14000x14000
 # image costs what an A3 scan costs.
 READ_PIXELS = 100_000_000
-# A PDF page is drawn, not resampled: at most this many pixels, whatever its size.
-RENDER_PIXELS = 40_000_000
 MIN_SIDE = 16  # pixels: a line of text is taller than this
 MAX_ASPECT = 100  # a receipt roll is 30:1; a 100000x10 strip is not a page
-# A PDF page can be at most 200 inches a side (the format's own limit, 14400 units).
-MAX_PDF_INCHES = 200.0
-MIN_PDF_INCHES = 0.1
 
 
 @dataclass(frozen=True)
@@ -232,7 +227,7 @@ def _image_pages(path: Path, limits: Limits, max_side: int | None,
     except UnidentifiedImageError:
         raise InputError("the image is damaged: no decoder recognises its content") from None
     except OSError as exc:
-        raise _os_error(exc, "open") from exc
+        raise os_error(exc, "open") from exc
     except _DECODE_ERRORS as exc:  # e.g. a PNG header chunk cut short
         raise _damaged("the image", exc) from exc
     with opened:
@@ -288,131 +283,13 @@ def _image_pages(path: Path, limits: Limits, max_side: int | None,
                        count=frames, text="" if blank(image) else None)
 
 
-def _pdf_document(path: Path, fh: BinaryIO | None = None) -> object:
-    import pypdfium2 as pdfium
-
-    try:
-        if fh is not None:
-            fh.seek(0)
-        return pdfium.PdfDocument(fh if fh is not None else str(path))
-    except FileNotFoundError:
-        raise InputError("the file was deleted before it could be read") from None
-    except pdfium.PdfiumError as exc:
-        raise _pdf_open_error(path, exc, fh) from None
-    except OSError as exc:
-        raise _os_error(exc, "open") from exc
-
-
-def _pdf_markers(path: Path, limit: int = 64 << 20,
-                 fh: BinaryIO | None = None) -> tuple[bool, bool, bool]:
-    """Whether the file mentions /Encrypt, an empty page tree, a non-empty one.
-
-    PDFium leaves its last error unset on some failures, so the error it reports can be
-    the previous file's; the file's own bytes decide what to tell the user.
-    """
-    import re
-
-    try:
-        if fh is not None:
-            fh.seek(0)
-            data = fh.read(limit)
-        else:
-            with path.open("rb") as opened:
-                data = opened.read(limit)
-    except OSError:
-        return False, False, False
-    return (b"/Encrypt" in data, re.search(rb"/Count\s+0\b", data) is not None,
-            re.search(rb"/Count\s+[1-9]", data) is not None)
-
-
-def _pdf_open_error(path: Path, exc: Exception, fh: BinaryIO | None = None) -> InputError:
-    encrypted, empty_tree, pages = _pdf_markers(path, fh=fh)
-    code = getattr(exc, "err_code", None)
-    if encrypted and code in (4, 5):  # FPDF_ERR_PASSWORD, FPDF_ERR_SECURITY
-        return InputError("the PDF is password-protected; save an unprotected copy into the inbox")
-    if empty_tree and not pages:
-        return InputError("the PDF has no pages")
-    return InputError("the PDF is damaged and cannot be opened; if a program is still "
-                      "writing it, it is read again once it changes")
-
-
-def _pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int,
-               fh: BinaryIO | None = None, pdf_text: str = "ocr") -> Iterator[Page]:
-    import pypdfium2 as pdfium
-
-    from ocrwatch import pdftext
-
-    doc = _pdf_document(path, fh)
-    assert isinstance(doc, pdfium.PdfDocument)
-    try:
-        count = len(doc)
-        if count == 0:
-            raise InputError("the PDF has no pages")
-        if count > limits.max_pages:
-            raise InputError(
-                f"the PDF has {count} pages, over the limit of {limits.max_pages}; raise "
-                "max_pages in the config if this file is genuine"
-            )
-        for index in range(count):
-            where = f"page {index + 1}"
-            try:
-                page = doc[index]
-                try:
-                    width_pt, height_pt = page.get_size()
-                    _check_pdf_size(width_pt, height_pt, where)
-                    decision = pdftext.decide(page, pdf_text)
-                    if decision.text is not None:
-                        log.debug("%s %s: %s", path.name, where, decision.reason)
-                        # Nothing to draw: the text is the page's own.
-                        yield Page(source=path, index=index, image=Image.new("RGB", (1, 1),
-                                   "white"), dpi=None, count=count, text=decision.text)
-                        continue
-                    log.debug("%s %s read with OCR: %s", path.name, where, decision.reason)
-                    scale = render_scale(width_pt, height_pt, dpi, limits)
-                    bitmap = page.render(scale=scale, draw_annots=True)
-                    image = to_rgb(bitmap.to_pil())
-                    del bitmap
-                finally:
-                    page.close()
-            except pdfium.PdfiumError as exc:
-                raise InputError(f"{where} of the PDF cannot be drawn ({exc})") from None
-            render_dpi = round(scale * 72)
-            if max_side is not None and max(image.size) != max_side:
-                render_dpi = round(render_dpi * max_side / max(image.size))
-                image = scale_to(image, max_side)
-            if memory.big(image.size):
-                memory.give_back()
-            yield Page(source=path, index=index, image=image, dpi=render_dpi, count=count,
-                       text="" if blank(image) else None)
-    finally:
-        doc.close()
-
-
-def _check_pdf_size(width_pt: float, height_pt: float, where: str) -> None:
-    short, long = sorted((width_pt / 72, height_pt / 72))
-    if not (short >= MIN_PDF_INCHES and long <= MAX_PDF_INCHES):
-        raise InputError(f"{where} of the PDF is {width_pt / 72:.4g} x {height_pt / 72:.4g} "
-                         f"inches: not a page (a PDF page is {MIN_PDF_INCHES} to "
-                         f"{MAX_PDF_INCHES:.0f} inches a side)")
-
-
-def render_scale(width_pt: float, height_pt: float, dpi: int, limits: Limits) -> float:
-    """Points to pixels for drawing a page: ``dpi``, lowered for a page so large that
-    it would exceed what reading a page may cost (a 200-inch poster is drawn at
-    about 30 dpi, not at max_pixels)."""
-    scale = dpi / 72.0
-    pixels = width_pt * height_pt * scale * scale
-    budget = min(RENDER_PIXELS, limits.max_pixels)
-    if pixels > budget:
-        scale *= (budget / pixels) ** 0.5
-    return scale
-
-
 def count_pages(path: Path, config: Config) -> int:
     """Number of pages without decoding them (for progress and the page limit)."""
     kind = sniff(path)
     if kind == "pdf":
-        doc = _pdf_document(path)
+        from ocrwatch.pdfpages import pdf_document  # pypdfium2 loads when a PDF comes
+
+        doc = pdf_document(path)
         try:
             return len(doc)  # type: ignore[arg-type]
         finally:
@@ -455,7 +332,9 @@ def iter_pages(path: Path, config: Config, max_side: int | None,
         raise InputError("the file was deleted before it could be read") from None
     check_size(size, limits)
     if kind == "pdf":
-        yield from _pdf_pages(path, limits, max_side, config.pdf_dpi, fh,
-                              config.pdf_text if text_layer else "ocr")
+        from ocrwatch.pdfpages import pdf_pages
+
+        yield from pdf_pages(path, limits, max_side, config.pdf_dpi, fh,
+                             config.pdf_text if text_layer else "ocr")
     else:
         yield from _image_pages(path, limits, max_side, fh)

@@ -1,0 +1,147 @@
+"""A PDF's pages: opened with PDFium, each page's own text taken or the page drawn.
+
+Imported only when a PDF comes, so that pypdfium2 loads then. The checks shared with
+images (limits, scaling, blank pages) are in :mod:`ocrwatch.pages`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from PIL import Image
+
+from ocrwatch import memory
+from ocrwatch.domain import Page
+from ocrwatch.errors import InputError
+from ocrwatch.pages import Limits, blank, os_error, scale_to, to_rgb
+
+log = logging.getLogger(__name__)
+
+# A PDF page is drawn, not resampled: at most this many pixels, whatever its size.
+RENDER_PIXELS = 40_000_000
+# A PDF page can be at most 200 inches a side (the format's own limit, 14400 units).
+MAX_PDF_INCHES = 200.0
+MIN_PDF_INCHES = 0.1
+
+
+def pdf_document(path: Path, fh: BinaryIO | None = None) -> object:
+    import pypdfium2 as pdfium
+
+    try:
+        if fh is not None:
+            fh.seek(0)
+        return pdfium.PdfDocument(fh if fh is not None else str(path))
+    except FileNotFoundError:
+        raise InputError("the file was deleted before it could be read") from None
+    except pdfium.PdfiumError as exc:
+        raise _pdf_open_error(path, exc, fh) from None
+    except OSError as exc:
+        raise os_error(exc, "open") from exc
+
+
+def _pdf_markers(path: Path, limit: int = 64 << 20,
+                 fh: BinaryIO | None = None) -> tuple[bool, bool, bool]:
+    """Whether the file mentions /Encrypt, an empty page tree, a non-empty one.
+
+    PDFium leaves its last error unset on some failures, so the error it reports can be
+    the previous file's; the file's own bytes decide what to tell the user.
+    """
+    import re
+
+    try:
+        if fh is not None:
+            fh.seek(0)
+            data = fh.read(limit)
+        else:
+            with path.open("rb") as opened:
+                data = opened.read(limit)
+    except OSError:
+        return False, False, False
+    return (b"/Encrypt" in data, re.search(rb"/Count\s+0\b", data) is not None,
+            re.search(rb"/Count\s+[1-9]", data) is not None)
+
+
+def _pdf_open_error(path: Path, exc: Exception, fh: BinaryIO | None = None) -> InputError:
+    encrypted, empty_tree, pages = _pdf_markers(path, fh=fh)
+    code = getattr(exc, "err_code", None)
+    if encrypted and code in (4, 5):  # FPDF_ERR_PASSWORD, FPDF_ERR_SECURITY
+        return InputError("the PDF is password-protected; save an unprotected copy into the inbox")
+    if empty_tree and not pages:
+        return InputError("the PDF has no pages")
+    return InputError("the PDF is damaged and cannot be opened; if a program is still "
+                      "writing it, it is read again once it changes")
+
+
+def pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int,
+              fh: BinaryIO | None = None, pdf_text: str = "ocr") -> Iterator[Page]:
+    import pypdfium2 as pdfium
+
+    from ocrwatch import pdftext
+
+    doc = pdf_document(path, fh)
+    assert isinstance(doc, pdfium.PdfDocument)
+    try:
+        count = len(doc)
+        if count == 0:
+            raise InputError("the PDF has no pages")
+        if count > limits.max_pages:
+            raise InputError(
+                f"the PDF has {count} pages, over the limit of {limits.max_pages}; raise "
+                "max_pages in the config if this file is genuine"
+            )
+        for index in range(count):
+            where = f"page {index + 1}"
+            try:
+                page = doc[index]
+                try:
+                    width_pt, height_pt = page.get_size()
+                    _check_pdf_size(width_pt, height_pt, where)
+                    decision = pdftext.decide(page, pdf_text)
+                    if decision.text is not None:
+                        log.debug("%s %s: %s", path.name, where, decision.reason)
+                        # Nothing to draw: the text is the page's own.
+                        yield Page(source=path, index=index, image=Image.new("RGB", (1, 1),
+                                   "white"), dpi=None, count=count, text=decision.text)
+                        continue
+                    log.debug("%s %s read with OCR: %s", path.name, where, decision.reason)
+                    scale = render_scale(width_pt, height_pt, dpi, limits)
+                    bitmap = page.render(scale=scale, draw_annots=True)
+                    image = to_rgb(bitmap.to_pil())
+                    del bitmap
+                finally:
+                    page.close()
+            except pdfium.PdfiumError as exc:
+                raise InputError(f"{where} of the PDF cannot be drawn ({exc})") from None
+            render_dpi = round(scale * 72)
+            if max_side is not None and max(image.size) != max_side:
+                render_dpi = round(render_dpi * max_side / max(image.size))
+                image = scale_to(image, max_side)
+            if memory.big(image.size):
+                memory.give_back()
+            yield Page(source=path, index=index, image=image, dpi=render_dpi, count=count,
+                       text="" if blank(image) else None)
+    finally:
+        doc.close()
+
+
+def _check_pdf_size(width_pt: float, height_pt: float, where: str) -> None:
+    short, long = sorted((width_pt / 72, height_pt / 72))
+    if not (short >= MIN_PDF_INCHES and long <= MAX_PDF_INCHES):
+        raise InputError(f"{where} of the PDF is {width_pt / 72:.4g} x {height_pt / 72:.4g} "
+                         f"inches: not a page (a PDF page is {MIN_PDF_INCHES} to "
+                         f"{MAX_PDF_INCHES:.0f} inches a side)")
+
+
+def render_scale(width_pt: float, height_pt: float, dpi: int, limits: Limits) -> float:
+    """Points to pixels for drawing a page: ``dpi``, lowered for a page so large that
+    it would exceed what reading a page may cost (a 200-inch poster is drawn at
+    about 30 dpi, not at max_pixels)."""
+    scale = dpi / 72.0
+    pixels = width_pt * height_pt * scale * scale
+    budget = min(RENDER_PIXELS, limits.max_pixels)
+    if pixels > budget:
+        scale *= (budget / pixels) ** 0.5
+    return scale
