@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ocrwatch import memory, pipeline
+from ocrwatch import memory, outcome, pipeline
 from ocrwatch.batching import Batcher
 from ocrwatch.domain import Job, Page, PageText
 from ocrwatch.engines import Engine
@@ -363,7 +363,7 @@ class Scheduler:
         try:
             verdict = pipeline.judge(results, expected, error=work.error,
                                      transient=work.transient)
-            md = pipeline.finish(self.ctx, jobs, verdict, engine)
+            md = outcome.finish(self.ctx, jobs, verdict, engine)
             if md is not None:
                 with self._cond:
                     self.last_result = md

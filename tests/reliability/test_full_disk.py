@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from ocrwatch import pipeline
+from ocrwatch import outcome
 from ocrwatch.daemon import Daemon
 
 from .conftest import RecordingEngine
@@ -157,7 +157,7 @@ def test_reader_outlives_an_error_while_recording(home: Home, run_daemon: StartD
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """Even when recording a file's outcome fails twice over, the next file is read."""
     daemon, _engine = run_daemon(watch=False)
-    real_publish, real_defer = pipeline.publish, daemon.jobs.defer
+    real_publish, real_defer = outcome.publish, daemon.jobs.defer
 
     def publish(ctx: Any, job: Any, *args: Any) -> Any:
         if job.path.name == "first.png":
@@ -170,7 +170,7 @@ def test_reader_outlives_an_error_while_recording(home: Home, run_daemon: StartD
             raise RuntimeError("simulated failure while deferring")
         return real_defer(job_id, *args)
 
-    monkeypatch.setattr(pipeline, "publish", publish)
+    monkeypatch.setattr(outcome, "publish", publish)
     monkeypatch.setattr(daemon.jobs, "defer", defer)
     first = drop(home.inbox / "first.png", image_bytes("first"))
     daemon.consider(first)

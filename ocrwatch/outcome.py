@@ -1,0 +1,176 @@
+"""A file's outcome, the pipeline's last stage: published, failed or deferred.
+
+:func:`finish` carries a :class:`~ocrwatch.pipeline.Verdict` out for a job and its
+identical copies: :func:`publish` writes the outputs (PDF, .md, .txt, all or none) and
+then the index rows and ``done`` in one transaction; :func:`after_success` archives or
+deletes the original and runs the hooks; :func:`fail` records the reason (and moves
+the file to ``failed/`` when asked); :func:`defer` queues it again with backoff.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ocrwatch.db import is_disk_full
+from ocrwatch.domain import Job, PageText
+from ocrwatch.errors import InputError, OcrwatchError, TransientError
+from ocrwatch.hooks import Finished
+from ocrwatch.lifecycle import output_folder
+from ocrwatch.safeopen import original_mode, source_root
+from ocrwatch.sidecar import pdf_path, write_sidecars
+
+if TYPE_CHECKING:
+    from ocrwatch.pipeline import Context, Verdict
+
+log = logging.getLogger(__name__)
+
+
+def finish(ctx: Context, jobs: Sequence[Job], verdict: Verdict,
+           engine: str | None = None) -> Path | None:
+    """Carry the verdict out for each job (the file and its identical copies).
+
+    Returns the Markdown sidecar of the file when published. Never raises for one
+    file's trouble: what cannot be recorded is retried with backoff.
+    """
+    published: Path | None = None
+    try:
+        for job in jobs:
+            if verdict.transient:
+                defer(ctx, job, verdict.transient)
+            elif verdict.error:
+                fail(ctx, job, verdict.error)
+            elif verdict.pages is not None:
+                md = publish(ctx, job, verdict.pages, engine or ctx.engine_name)
+                published = published or md
+    except Exception as exc:
+        log.exception("could not finish %s", jobs[0].display)
+        # Retried with backoff and given up after max_attempts: putting it straight
+        # back would read it again at once, forever, if the error is not passing.
+        reason = f"unexpected error while saving the result: {exc.__class__.__name__}: {exc}"
+        for job in jobs:
+            try:
+                ctx.jobs.defer(job.id, reason, ctx.config.max_attempts, job.sha256)
+            except OcrwatchError as again:
+                log.warning("could not put %s back in the queue: %s", job.display, again)
+    return published
+
+
+def publish(ctx: Context, job: Job, pages: list[PageText], engine: str) -> Path | None:
+    """Outputs first (searchable PDF, ``.md``, ``.txt``: all or none), then index rows
+    and ``done`` in one transaction, then what follows success (:func:`after_success`).
+
+    Returns the main output's path, or None when the result was not kept.
+    """
+    folder = output_folder(ctx.config, job.path)
+    pages = [_valid_text(p) for p in pages]
+    pdf: Path | None = None
+    try:
+        stem = ctx.jobs.name_sidecars(job, folder)
+        prepared = []
+        if ctx.pdf is not None:
+            pdf = pdf_path(stem)
+            pages, tmp = ctx.pdf.make(job.path, pages, pdf)
+            if tmp is None:
+                pdf = None  # could not be made: said in the page's warnings
+            else:
+                prepared.append((tmp, pdf))
+        source = source_root(job.path, ctx.config.inbox, ctx.config.follow_symlinks)
+        md, txt = write_sidecars(stem, pages, tuple(ctx.config.outputs), prepared,
+                                 root=ctx.config.output_dir or source,
+                                 original_mode=original_mode(job.path, source))
+        if not ctx.jobs.complete(job.id, pages, engine=engine, md_path=md, txt_path=txt,
+                                 sha256=job.sha256, read_with=ctx.read_with):
+            # The content changed (it is queued again) or the file is gone: then
+            # these outputs belong to nothing.
+            if not ctx.jobs.exists(job.id):
+                for path in (md, txt, pdf):
+                    if path is not None:
+                        path.unlink(missing_ok=True)
+            log.info("%s changed or went away while it was read: result dropped", job.display)
+            return None
+    except (TransientError, InputError) as exc:
+        refuse(ctx, job, exc)
+        return None
+    except OSError as exc:
+        if not is_disk_full(exc):
+            raise
+        ctx.jobs.defer(job.id, "the disk is full", ctx.config.max_attempts, job.sha256)
+        return None
+    result = md or txt or pdf
+    log.info("done: %s (%d page%s) -> %s", job.display, len(pages),
+             "" if len(pages) == 1 else "s", result.name if result else "")
+    return after_success(ctx, job, md, txt, pdf, len(pages)) or result
+
+
+def after_success(ctx: Context, job: Job, md: Path | None, txt: Path | None,
+                  pdf: Path | None, pages: int) -> Path | None:
+    """on_success (keep, archive, delete), then on_done and the batch count.
+
+    Returns the Markdown sidecar's new place when it moved with the original.
+    """
+    original: Path | None = job.path
+    moved: Path | None = None
+    if ctx.config.on_success != "keep":
+        ctx.retired.add(job.path)
+        try:
+            # The order tells "delete" which result stands for the file: PDF, .md, .txt.
+            outcome = ctx.lifecycle.finish(job.id, job.path,
+                                           [p for p in (txt, md, pdf) if p is not None],
+                                           job.sha256)
+        except (OSError, OcrwatchError) as exc:
+            # The result is safe; the original stays where it is and is not read again.
+            log.warning("%s is done but could not be %s: %s", job.display,
+                        "archived" if ctx.config.on_success == "archive" else "deleted", exc)
+            outcome = None
+        if outcome is None or outcome.original == job.path:
+            ctx.retired.discard(job.path)  # still there: its removal is the user's
+        if outcome is not None:
+            original = outcome.original
+            md, txt, pdf = (outcome.sidecars.get(p, p) if p else None for p in (md, txt, pdf))
+            moved = md
+    ctx.after.done(Finished(job.path, original, md, txt, pdf, pages))
+    return moved
+
+
+def fail(ctx: Context, job: Job, reason: str) -> None:
+    """Record the reason; move the file to ``failed/`` when the user asked for it."""
+    log.warning("failed: %s: %s", job.display, reason)
+    if not ctx.jobs.fail(job.id, reason, job.sha256):
+        return  # the file changed or went away meanwhile: this failure is moot
+    ctx.after.failed(job.path, reason)
+    if ctx.config.failed_dir is not None:
+        from ocrwatch.failed import move_failed
+
+        move_failed(job.path, reason, ctx.config)
+
+
+def defer(ctx: Context, job: Job, reason: str) -> None:
+    """A passing trouble: queued again with backoff, failed after ``max_attempts``."""
+    again = ctx.jobs.defer(job.id, reason, ctx.config.max_attempts, job.sha256)
+    log.warning("%s: %s (%s)", job.display, reason, "will retry" if again else "giving up")
+
+
+def refuse(ctx: Context, job: Job, exc: TransientError | InputError) -> None:
+    """A stage's refusal: passing trouble is deferred, a bad input is failed."""
+    if isinstance(exc, TransientError):
+        defer(ctx, job, str(exc))
+    else:
+        fail(ctx, job, str(exc))
+
+
+def _valid_text(page: PageText) -> PageText:
+    """The page with lone surrogates replaced: neither UTF-8 files nor SQLite take them.
+
+    (A JSON reply may carry them as escapes; so may a file name in the text.)
+    """
+
+    def fix(text: str) -> str:
+        return text.encode("utf-8", "replace").decode("utf-8")
+
+    if fix(page.markdown) == page.markdown and fix(page.text) == page.text:
+        return page
+    return replace(page, markdown=fix(page.markdown), text=fix(page.text))
