@@ -12,6 +12,8 @@ from typing import TypeVar
 
 from PIL import Image, ImageDraw, ImageFont
 
+from ocrwatch.config import Config
+
 T = TypeVar("T")
 
 
@@ -36,6 +38,16 @@ def wait_for(condition: Callable[[], T], timeout: float = 60.0, what: str = "con
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}"
                                  + (f" (last error: {last!r})" if last else ""))
         time.sleep(interval)
+
+
+def make_config(tmp_path: Path, **kw: object) -> Config:
+    """A config for a daemon in ``tmp_path``: the fake engine and a short settle time,
+    with ``kw`` for the rest."""
+    values: dict[str, object] = dict(
+        inbox=[tmp_path / "inbox"], database=tmp_path / "index.sqlite3", settle_seconds=0.2,
+        engine="fake")
+    values.update(kw)
+    return Config(**values)  # type: ignore[arg-type]
 
 
 def text_page(lines: list[str], *, width: int = 1700, size: int = 44,

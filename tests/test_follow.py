@@ -39,10 +39,8 @@ def engine() -> FakeEngine:
 
 @pytest.fixture
 def daemon(config: Config, engine: FakeEngine) -> Iterator[Daemon]:
-    d = Daemon(config, engine=engine)
-    d.start()
-    yield d
-    d.close()
+    with Daemon(config, engine=engine) as d:
+        yield d
 
 
 def sidecar_dir(config: Config, original: Path) -> Path:

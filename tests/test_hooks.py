@@ -14,9 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import text_page, wait_for
+from helpers import make_config, text_page, wait_for
 
-from ocrwatch.config import Config
 from ocrwatch.daemon import Daemon
 from ocrwatch.engines.fake import FakeEngine
 from ocrwatch.hooks import Finished, run_hook
@@ -30,14 +29,6 @@ tmp = out.with_name(".part")
 tmp.write_text(json.dumps({"argv": sys.argv[1:], "env": env}))
 tmp.rename(out)
 """
-
-
-def make_config(tmp_path: Path, **kw: object) -> Config:
-    values: dict[str, object] = dict(
-        inbox=[tmp_path / "inbox"], database=tmp_path / "index.sqlite3", settle_seconds=0.2,
-        engine="fake")
-    values.update(kw)
-    return Config(**values)  # type: ignore[arg-type]
 
 
 def state(d: Daemon, path: Path) -> str | None:

@@ -17,7 +17,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from helpers import text_page, wait_for
+from helpers import make_config, text_page, wait_for
 
 from ocrwatch.config import Config
 from ocrwatch.daemon import Daemon
@@ -27,14 +27,6 @@ from ocrwatch.engines.fake import FakeEngine
 from ocrwatch.index import search
 from ocrwatch.jobs import JobQueue, file_sha256
 from ocrwatch.lifecycle import Lifecycle
-
-
-def make_config(tmp_path: Path, **kw: object) -> Config:
-    values: dict[str, object] = dict(
-        inbox=[tmp_path / "inbox"], database=tmp_path / "index.sqlite3", settle_seconds=0.2,
-        engine="fake")
-    values.update(kw)
-    return Config(**values)  # type: ignore[arg-type]
 
 
 def done(d: Daemon, path: Path) -> bool:

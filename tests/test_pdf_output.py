@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import helpers
 import pikepdf
 import pytest
 from helpers import wait_for
@@ -59,11 +60,23 @@ class KnownTextEngine(FakeEngine):
 
 
 def make_config(tmp_path: Path, **kw: object) -> Config:
-    values: dict[str, object] = dict(
-        inbox=[tmp_path / "inbox"], database=tmp_path / "index.sqlite3", settle_seconds=0.2,
-        engine="tesseract", workers=1, outputs=["md", "txt", "pdf"], pdfa="never")
+    values: dict[str, object] = dict(engine="tesseract", workers=1,
+                                     outputs=["md", "txt", "pdf"], pdfa="never")
     values.update(kw)
-    return Config(**values)  # type: ignore[arg-type]
+    return helpers.make_config(tmp_path, **values)
+
+
+def make_inbox(tmp_path: Path, **kw: object) -> tuple[Config, Path]:
+    """The config and its inbox, made."""
+    config = make_config(tmp_path, **kw)
+    config.inbox[0].mkdir()
+    return config, config.inbox[0]
+
+
+def pdf_text(pdf: Path) -> str:
+    """The PDF's text as poppler's pdftotext reads it (pages split by form feeds)."""
+    return subprocess.run(["pdftotext", str(pdf), "-"], capture_output=True, text=True,
+                          check=True).stdout
 
 
 def read_all(daemon: Daemon, *paths: Path) -> None:
@@ -98,16 +111,13 @@ def write_page(path: Path, seed: int) -> tuple[list[str], list[object]]:
 
 def test_tesseract_engine_pdf_holds_text_on_true_positions_over_unchanged_image(
         tmp_path: Path) -> None:
-    config = make_config(tmp_path)
-    inbox = config.inbox[0]
-    inbox.mkdir()
+    config, inbox = make_inbox(tmp_path)
     src = inbox / "letter.png"
     lines, truth = write_page(src, 1)
     with Daemon(config) as daemon:
         read_all(daemon, src)
     out = inbox / "letter.ocr.pdf"
-    text = subprocess.run(["pdftotext", str(out), "-"], capture_output=True, text=True,
-                          check=True).stdout
+    text = pdf_text(out)
     for line in lines:
         assert line in text
     offsets = word_offsets(bbox_words(out)[0], truth)  # type: ignore[arg-type]
@@ -122,9 +132,7 @@ def test_tesseract_engine_pdf_holds_text_on_true_positions_over_unchanged_image(
 
 
 def test_model_text_is_placed_on_tesseract_boxes(tmp_path: Path) -> None:
-    config = make_config(tmp_path, engine="fake")
-    inbox = config.inbox[0]
-    inbox.mkdir()
+    config, inbox = make_inbox(tmp_path, engine="fake")
     src = inbox / "memo.png"
     lines, truth = write_page(src, 4)
     engine = KnownTextEngine({"memo.png": ["\n".join(lines)]})
@@ -142,9 +150,7 @@ def test_model_text_is_placed_on_tesseract_boxes(tmp_path: Path) -> None:
 
 
 def test_unalignable_model_text_gets_a_line_layer_and_a_warning(tmp_path: Path) -> None:
-    config = make_config(tmp_path, engine="fake")
-    inbox = config.inbox[0]
-    inbox.mkdir()
+    config, inbox = make_inbox(tmp_path, engine="fake")
     src = inbox / "other.png"
     write_page(src, 2)
     model = "Zwölf Boxkämpfer jagen Viktor quer\nüber den großen Sylter Deich"
@@ -153,16 +159,13 @@ def test_unalignable_model_text_gets_a_line_layer_and_a_warning(tmp_path: Path) 
         read_all(daemon, src)
         rows = daemon.db.query("SELECT warnings FROM pages")
     assert "placed by line" in rows[0]["warnings"]
-    text = subprocess.run(["pdftotext", str(inbox / "other.ocr.pdf"), "-"],
-                          capture_output=True, text=True, check=True).stdout
+    text = pdf_text(inbox / "other.ocr.pdf")
     assert "Zwölf Boxkämpfer jagen Viktor quer" in text
     assert "über den großen Sylter Deich" in text
 
 
 def test_multipage_pdf_in_multipage_pdf_out(tmp_path: Path) -> None:
-    config = make_config(tmp_path)
-    inbox = config.inbox[0]
-    inbox.mkdir()
+    config, inbox = make_inbox(tmp_path)
     pages = [synthetic_page(page_lines(seed, 3))[0] for seed in (5, 6, 7)]
     src = inbox / "report.pdf"
     pages[0].save(src, "PDF", resolution=DPI, save_all=True, append_images=pages[1:])
@@ -171,8 +174,7 @@ def test_multipage_pdf_in_multipage_pdf_out(tmp_path: Path) -> None:
     out = inbox / "report.ocr.pdf"
     with pikepdf.open(src) as a, pikepdf.open(out) as b:
         assert len(a.pages) == len(b.pages) == 3
-    texts = subprocess.run(["pdftotext", str(out), "-"], capture_output=True, text=True,
-                           check=True).stdout.split("\f")
+    texts = pdf_text(out).split("\f")
     for seed, text in zip((5, 6, 7), texts, strict=False):
         assert page_lines(seed, 3)[0] in text
     before = pdf_images(src, tmp_path / "in")
@@ -183,9 +185,7 @@ def test_multipage_pdf_in_multipage_pdf_out(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(shutil.which("gs") is None, reason="Ghostscript is not installed")
 def test_pdfa_when_ghostscript_is_present(tmp_path: Path) -> None:
-    config = make_config(tmp_path, pdfa="auto")
-    inbox = config.inbox[0]
-    inbox.mkdir()
+    config, inbox = make_inbox(tmp_path, pdfa="auto")
     src = inbox / "a.png"
     lines, _ = write_page(src, 3)
     with Daemon(config) as daemon:
@@ -200,17 +200,14 @@ def test_pdfa_when_ghostscript_is_present(tmp_path: Path) -> None:
     pdfa = pytest.importorskip("pikepdf.pdfa", exc_type=ImportError)
     report = pdfa.validate_written(out, "2b")
     assert report.passed and report.findings == [], report.findings
-    text = subprocess.run(["pdftotext", str(out), "-"], capture_output=True, text=True,
-                          check=True).stdout
+    text = pdf_text(out)
     assert lines[0] in text
     (image,) = pdf_images(out, tmp_path / "images")
     assert same_pixels(image, Image.open(src))
 
 
 def test_jpeg_bytes_go_into_the_pdf_unchanged(tmp_path: Path) -> None:
-    config = make_config(tmp_path)
-    inbox = config.inbox[0]
-    inbox.mkdir()
+    config, inbox = make_inbox(tmp_path)
     src = inbox / "photo.jpg"
     image, _ = synthetic_page(page_lines(8))
     image.save(src, quality=80, dpi=(DPI, DPI))
@@ -222,9 +219,7 @@ def test_jpeg_bytes_go_into_the_pdf_unchanged(tmp_path: Path) -> None:
 
 
 def test_same_stem_originals_get_their_own_pdfs(tmp_path: Path) -> None:
-    config = make_config(tmp_path, engine="fake")
-    inbox = config.inbox[0]
-    inbox.mkdir()
+    config, inbox = make_inbox(tmp_path, engine="fake")
     png, jpg = inbox / "scan.png", inbox / "scan.jpg"
     write_page(png, 1)
     write_page(jpg, 2)
@@ -297,9 +292,7 @@ def test_no_tesseract_words_gives_a_line_layer() -> None:
 
 
 def test_a_pdf_with_text_of_its_own_does_not_get_it_twice(tmp_path: Path) -> None:
-    config = make_config(tmp_path)
-    inbox = config.inbox[0]
-    inbox.mkdir()
+    config, inbox = make_inbox(tmp_path)
     first = inbox / "first.png"
     lines, _ = write_page(first, 9)
     with Daemon(config) as daemon:
@@ -307,8 +300,7 @@ def test_a_pdf_with_text_of_its_own_does_not_get_it_twice(tmp_path: Path) -> Non
         again = inbox / "again.pdf"
         shutil.copy(inbox / "first.ocr.pdf", again)  # already searchable
         read_all(daemon, again)
-    text = subprocess.run(["pdftotext", str(inbox / "again.ocr.pdf"), "-"],
-                          capture_output=True, text=True, check=True).stdout
+    text = pdf_text(inbox / "again.ocr.pdf")
     assert text.count(lines[0]) == 1
 
 
@@ -340,9 +332,7 @@ def test_a_pdf_that_cannot_be_written_costs_only_the_pdf(
         raise pikepdf.PdfError("unreadable cross-reference table")
 
     monkeypatch.setattr(pdfout, "build", broken)
-    config = make_config(tmp_path, engine="fake")
-    inbox = config.inbox[0]
-    inbox.mkdir()
+    config, inbox = make_inbox(tmp_path, engine="fake")
     src = inbox / "odd.png"
     write_page(src, 1)
     with Daemon(config, engine=KnownTextEngine({"odd.png": ["some text"]})) as daemon:
@@ -353,9 +343,7 @@ def test_a_pdf_that_cannot_be_written_costs_only_the_pdf(
 
 
 def test_without_tesseract_data_the_model_text_gets_a_line_layer(tmp_path: Path) -> None:
-    config = make_config(tmp_path, engine="fake", languages=["qqq"])  # no such data
-    inbox = config.inbox[0]
-    inbox.mkdir()
+    config, inbox = make_inbox(tmp_path, engine="fake", languages=["qqq"])  # no such data
     src = inbox / "memo.png"
     lines, _ = write_page(src, 2)
     engine = KnownTextEngine({"memo.png": ["\n".join(lines)]})
@@ -364,8 +352,7 @@ def test_without_tesseract_data_the_model_text_gets_a_line_layer(tmp_path: Path)
         warnings = page_warnings(daemon)
     assert "Tesseract cannot find word positions" in warnings
     assert "placed by line" in warnings
-    text = subprocess.run(["pdftotext", str(inbox / "memo.ocr.pdf"), "-"],
-                          capture_output=True, text=True, check=True).stdout
+    text = pdf_text(inbox / "memo.ocr.pdf")
     for line in lines:
         assert line in text
 
@@ -377,9 +364,7 @@ def test_a_failing_ghostscript_leaves_the_plain_pdf(
     false = shutil.which("false")
     assert false is not None
     monkeypatch.setattr(pdfout, "ghostscript", lambda: false)
-    config = make_config(tmp_path, pdfa="auto")
-    inbox = config.inbox[0]
-    inbox.mkdir()
+    config, inbox = make_inbox(tmp_path, pdfa="auto")
     src = inbox / "a.png"
     lines, _ = write_page(src, 3)
     with Daemon(config) as daemon:
@@ -389,8 +374,7 @@ def test_a_failing_ghostscript_leaves_the_plain_pdf(
     out = inbox / "a.ocr.pdf"
     with pikepdf.open(out) as pdf:
         assert pdf.open_metadata().get("pdfaid:part") is None
-    text = subprocess.run(["pdftotext", str(out), "-"], capture_output=True, text=True,
-                          check=True).stdout
+    text = pdf_text(out)
     assert lines[0] in text
     assert not [p for p in inbox.iterdir() if p.name.startswith(".")]
 
@@ -398,9 +382,7 @@ def test_a_failing_ghostscript_leaves_the_plain_pdf(
 @pytest.mark.parametrize(("orientation", "turn"), [(6, 90), (3, 180), (8, 270)])
 def test_a_jpeg_turned_by_its_exif_tag_gets_words_where_they_are_shown(
         tmp_path: Path, orientation: int, turn: int) -> None:
-    config = make_config(tmp_path)
-    inbox = config.inbox[0]
-    inbox.mkdir()
+    config, inbox = make_inbox(tmp_path)
     lines = page_lines(orientation, 4)
     upright, truth = synthetic_page(lines)
     # Stored turned, with the tag that tells viewers how to turn it back.
@@ -419,9 +401,7 @@ def test_a_jpeg_turned_by_its_exif_tag_gets_words_where_they_are_shown(
 
 
 def test_a_multipage_tiff_gives_a_multipage_pdf_with_its_pixels(tmp_path: Path) -> None:
-    config = make_config(tmp_path, engine="fake")
-    inbox = config.inbox[0]
-    inbox.mkdir()
+    config, inbox = make_inbox(tmp_path, engine="fake")
     frames = [synthetic_page(page_lines(seed, 3))[0] for seed in (1, 2)]
     src = inbox / "fax.tif"
     frames[0].save(src, save_all=True, append_images=frames[1:], compression="tiff_lzw",
@@ -435,8 +415,7 @@ def test_a_multipage_tiff_gives_a_multipage_pdf_with_its_pixels(tmp_path: Path) 
     images = pdf_images(out, tmp_path / "images")
     assert len(images) == 2
     assert all(same_pixels(a, b) for a, b in zip(images, frames, strict=True))
-    pages = subprocess.run(["pdftotext", str(out), "-"], capture_output=True, text=True,
-                           check=True).stdout.split("\f")
+    pages = pdf_text(out).split("\f")
     assert page_lines(1, 3)[0] in pages[0] and page_lines(2, 3)[0] in pages[1]
 
 
