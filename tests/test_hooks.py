@@ -36,12 +36,19 @@ def state(d: Daemon, path: Path) -> str | None:
     return job.state.value if job else None
 
 
-def test_hook_gets_the_final_paths_as_arguments_and_environment(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def hook(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """A hook script that records its arguments and environment, and that record's path."""
     script = tmp_path / "hook.py"
     script.write_text(RECORD)
     record = tmp_path / "record.json"
     monkeypatch.setenv("HOOK_RECORD", str(record))
+    return script, record
+
+
+def test_hook_gets_the_final_paths_as_arguments_and_environment(
+        tmp_path: Path, hook: tuple[Path, Path]) -> None:
+    script, record = hook
     archive = tmp_path / "archive"
     config = make_config(tmp_path, on_success="archive", archive_dir=archive,
                          on_done=[sys.executable, str(script), "{file}", "--text={txt}"])
@@ -68,11 +75,8 @@ def test_hook_gets_the_final_paths_as_arguments_and_environment(
 
 
 def test_without_placeholders_the_path_is_the_last_argument(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    script = tmp_path / "hook.py"
-    script.write_text(RECORD)
-    record = tmp_path / "record.json"
-    monkeypatch.setenv("HOOK_RECORD", str(record))
+        tmp_path: Path, hook: tuple[Path, Path]) -> None:
+    script, record = hook
     item = Finished(source=tmp_path / "in.png", original=None, md=tmp_path / "in.md", pages=3)
     assert run_hook([sys.executable, str(script), "--flag"], item, 30) == 0
     data = json.loads(record.read_text())

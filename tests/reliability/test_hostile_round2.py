@@ -232,6 +232,19 @@ def _mode(path: Path) -> int:
     return stat.S_IMODE(os.lstat(path).st_mode)
 
 
+def _read_under_umask(home: Home, daemon: DaemonProcess, umask: int, *files: Path) -> None:
+    """Start the daemon under ``umask``, wait for ``files`` to be read, stop it."""
+    old = os.umask(umask)
+    try:
+        daemon.start()
+    finally:
+        os.umask(old)
+    for path in files:
+        row = wait_for(lambda p=path: ended(home.database, p), 30, f"{path.name} to be read")
+        assert row["state"] == "done", row["reason"]
+    assert daemon.stop() == 0
+
+
 def test_modes_follow_the_original_and_private_files_stay_private(
         home: Home, daemon_process: Callable[..., DaemonProcess]) -> None:
     private = drop(home.inbox / "private.png", image_bytes("medical letter"))
@@ -239,15 +252,8 @@ def test_modes_follow_the_original_and_private_files_stay_private(
     shared = drop(home.inbox / "shared.png", image_bytes("shop flyer"))
     shared.chmod(0o644)
     daemon = daemon_process()
-    old = os.umask(0o077)
-    try:
-        daemon.start()  # the child inherits umask 077, as from a careful user's shell
-    finally:
-        os.umask(old)
-    for path in (private, shared):
-        row = wait_for(lambda p=path: ended(home.database, p), 30, f"{path.name} to be read")
-        assert row["state"] == "done", row["reason"]
-    assert daemon.stop() == 0
+    # The child inherits umask 077, as from a careful user's shell.
+    _read_under_umask(home, daemon, 0o077, private, shared)
     for sidecar in sidecars(private) + sidecars(shared):
         assert _mode(sidecar) == 0o600, (sidecar, oct(_mode(sidecar)))  # 0644 & ~077
     for made in (home.database, *home.database.parent.glob("*-wal"),
@@ -262,15 +268,7 @@ def test_modes_follow_the_original_and_private_files_stay_private(
     again.chmod(0o644)
     secret = drop(home.inbox / "secret2.png", image_bytes("second secret"))
     secret.chmod(0o640)
-    old = os.umask(0o022)
-    try:
-        daemon.start()
-    finally:
-        os.umask(old)
-    for path in (again, secret):
-        row = wait_for(lambda p=path: ended(home.database, p), 30, f"{path.name} to be read")
-        assert row["state"] == "done", row["reason"]
-    assert daemon.stop() == 0
+    _read_under_umask(home, daemon, 0o022, again, secret)
     assert {_mode(s) for s in sidecars(again)} == {0o644}
     assert {_mode(s) for s in sidecars(secret)} == {0o640}
     assert _mode(home.database) == 0o600
