@@ -21,7 +21,7 @@ from helpers import save_pdf, text_page, wait_for
 from PIL import Image
 
 from ocrwatch.config import Config
-from ocrwatch.domain import Page
+from ocrwatch.domain import Page, PageText
 from ocrwatch.engines.faults import Fault
 from ocrwatch.engines.lightonocr import image_tokens
 from ocrwatch.engines.vllm import VllmEngine, plan_memory
@@ -367,17 +367,25 @@ def test_like_sizes_are_admitted_together_and_none_waits_past_the_bound() -> Non
         eng.close()
 
 
+def read_behind(eng: VllmEngine, pages: list[Page],
+                in_flight: int) -> tuple[threading.Thread, list[PageText]]:
+    """Pages read on another thread, as the daemon's readers do; returns once
+    ``in_flight`` of them are in the worker. The results fill in when they end."""
+    results: list[PageText] = []
+    reader = threading.Thread(target=lambda: results.extend(eng.recognize(pages)))
+    reader.start()
+    wait_for(lambda: eng.describe()["pages_in_flight"] == in_flight, 10,
+             f"{in_flight} pages in flight")
+    return reader, results
+
+
 def test_a_worker_killed_with_eight_pages_in_flight_reads_each_again_once() -> None:
     eng = make_engine(delay=2.0)
     try:
         eng.start()
         pid = eng.worker_pid
         assert pid is not None
-        results: list[Any] = []
-        pages = [page(i, size=(100 + i, 150)) for i in range(8)]
-        reader = threading.Thread(target=lambda: results.extend(eng.recognize(pages)))
-        reader.start()
-        wait_for(lambda: eng.describe()["pages_in_flight"] == 8, 10, "eight pages in flight")
+        reader, results = read_behind(eng, [page(i, size=(100 + i, 150)) for i in range(8)], 8)
         os.kill(pid, signal.SIGKILL)
         reader.join(30)
         assert not reader.is_alive()
@@ -395,11 +403,7 @@ def test_sleep_while_pages_go_round_again_loses_none() -> None:
     eng = make_engine(delay=0.3)
     try:
         eng.start()
-        results: list[Any] = []
-        reader = threading.Thread(target=lambda: results.extend(
-            eng.recognize([page(i, LOOPS_WHEN_COLD) for i in range(4)])))
-        reader.start()
-        wait_for(lambda: eng.describe()["pages_in_flight"] == 4, 10, "four pages in flight")
+        reader, results = read_behind(eng, [page(i, LOOPS_WHEN_COLD) for i in range(4)], 4)
         eng.sleep()
         reader.join(30)
         assert not reader.is_alive()
@@ -415,11 +419,7 @@ def test_release_reads_every_page_handed_over_then_ends_the_worker() -> None:
     eng = make_engine(delay=0.5)
     try:
         eng.start()
-        results: list[Any] = []
-        reader = threading.Thread(
-            target=lambda: results.extend(eng.recognize([page(i) for i in range(12)])))
-        reader.start()
-        wait_for(lambda: eng.describe()["pages_in_flight"] == 8, 10, "eight pages in flight")
+        reader, results = read_behind(eng, [page(i) for i in range(12)], 8)
         pid = eng.worker_pid
         eng.release()
         assert eng.state == "stopped" and eng.worker_pid is None
@@ -434,11 +434,7 @@ def test_sleep_and_release_wait_for_the_pages_in_flight() -> None:
     eng = make_engine(delay=0.5)
     try:
         eng.start()
-        results: list[Any] = []
-        reader = threading.Thread(
-            target=lambda: results.extend(eng.recognize([page(i) for i in range(4)])))
-        reader.start()
-        wait_for(lambda: eng.describe()["pages_in_flight"] == 4, 10, "four pages in flight")
+        reader, results = read_behind(eng, [page(i) for i in range(4)], 4)
         eng.sleep()
         assert eng.state == "asleep"
         reader.join(10)
