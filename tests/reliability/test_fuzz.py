@@ -147,23 +147,25 @@ class QueueMachine(RuleBasedStateMachine):
         # release only touches running jobs; a stale release may give back a job another
         # reader holds, which recover() at start would do anyway: not checked here.
 
+    def _queued_again(self, state: str) -> list[Path]:
+        """The model's side: every job in ``state`` goes back to the queue."""
+        paths = [path for path, s in self.model.items() if s == state]
+        for path in paths:
+            self.model[path] = "queued"
+        return paths
+
     @rule()
     def recover(self) -> None:
         count = self.queue.recover()
-        assert count == sum(1 for s in self.model.values() if s == "running")
-        for path, state in self.model.items():
-            if state == "running":
-                self.model[path] = "queued"
+        assert count == len(self._queued_again("running"))
         self.claimed.clear()
 
     @rule()
     def retry_all(self) -> None:
         count = self.queue.retry()
-        assert count == sum(1 for s in self.model.values() if s == "failed")
-        for path, state in self.model.items():
-            if state == "failed":
-                self.model[path] = "queued"
-                self.not_due.discard(path)
+        again = self._queued_again("failed")
+        assert count == len(again)
+        self.not_due.difference_update(again)
 
     @rule(path=st.sampled_from(PATHS))
     def forget(self, path: Path) -> None:
