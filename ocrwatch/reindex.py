@@ -22,10 +22,10 @@ from ocrwatch.config import Config
 from ocrwatch.db import Database
 from ocrwatch.domain import PageText
 from ocrwatch.errors import OcrwatchError
+from ocrwatch.inbox_files import walk
 from ocrwatch.jobs import JobQueue, file_sha256
 from ocrwatch.lifecycle import output_folder
 from ocrwatch.sidecar import sidecar_paths
-from ocrwatch.watch import walk
 
 log = logging.getLogger(__name__)
 

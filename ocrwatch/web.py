@@ -19,97 +19,41 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import hmac
-import html
-import json
 import logging
 import os
-import re
 import secrets
 import stat
 import threading
 import time
 from collections.abc import Callable
-from http import HTTPStatus
-from http.cookies import SimpleCookie
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from importlib import resources
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
-from ocrwatch import paths
 from ocrwatch.db import Database, decode_path
 from ocrwatch.errors import OcrwatchError, SearchError
-from ocrwatch.index import _CJK, HIGHLIGHT, Filters, Hit, search
+from ocrwatch.index import Filters, Hit, search
 from ocrwatch.opener import open_file
 from ocrwatch.safeopen import LinkRefused, open_beneath, source_root
 from ocrwatch.thumbs import Thumbnails
+from ocrwatch.web_handler import _Handler
+from ocrwatch.web_params import (
+    MAX_ID,
+    MAX_PAGE,
+    TYPES,
+    as_typed,
+    parse_day,
+    snippet_html,
+    token_file,
+    whole,
+)
 
 log = logging.getLogger(__name__)
 
 PER_PAGE = 20
 MAX_PER_PAGE = 100
 TIME_LIMIT = 5.0  # seconds a page's query may take
-# An idle or trickling connection holds a thread: it is closed after this long without a
-# byte, so that no local user (no token needed to connect) can pile them up.
-IDLE_TIMEOUT = 5.0
-MAX_BODY = 4096  # bytes of a POST's body
-MAX_ID = 2**63 - 1  # SQLite's largest integer: ids and pages past it name nothing
-MAX_PAGE = 1_000_000  # pages of hits
-STATIC = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8",
-          "style.css": "text/css; charset=utf-8", "favicon.svg": "image/svg+xml"}
-# File types offered by the page's filter, and the name endings each stands for.
-TYPES: dict[str, tuple[str, ...]] = {
-    "pdf": (".pdf",), "jpeg": (".jpg", ".jpeg"), "png": (".png",), "tiff": (".tif", ".tiff"),
-    "webp": (".webp",), "bmp": (".bmp",),
-}
-
 Opener = Callable[[Path, "int | None"], None]
-
-
-def token_file() -> Path:
-    return paths.runtime_dir() / "search-url"
-
-
-def whole(text: object, what: str, low: int = 0, high: int = MAX_ID) -> int:
-    """``text`` as a whole number in [low, high]; SearchError with a plain message else."""
-    try:
-        value = int(str(text))  # not int(): 1.5 and true are no ids
-    except (ValueError, TypeError):
-        raise SearchError(f"{what} must be a whole number") from None
-    if not low <= value <= high:
-        raise SearchError(f"{what} must be between {low} and {high}")
-    return value
-
-
-def parse_day(text: str, *, end: bool = False) -> float | None:
-    """``YYYY-MM-DD`` as local midnight (the next one with ``end``), or None."""
-    if not text:
-        return None
-    try:
-        day = _dt.date.fromisoformat(text)
-    except ValueError:
-        raise SearchError(f"{text!r} is not a date; use YYYY-MM-DD") from None
-    if end:
-        day += _dt.timedelta(days=1)
-    return _dt.datetime.combine(day, _dt.time()).timestamp()
-
-
-def as_typed(query: str) -> str:
-    """The query with its last word taken as a prefix while it is being typed ("harb"
-    finds "harbour"); from four letters on: shorter prefixes match so many words that
-    ranking them all costs more than a keystroke's worth of time on a large index."""
-    match = re.search(r"(?:^|\s)(\w{4,})$", query)
-    if match is None or _CJK.search(match.group(1)) or match.group(1) in ("AND", "OR", "NOT"):
-        return query
-    return query + "*"
-
-
-def snippet_html(snippet: str) -> str:
-    """The snippet escaped for HTML, its matches in <mark>."""
-    out = html.escape(" ".join(snippet.split()))
-    return out.replace(HIGHLIGHT[0], "<mark>").replace(HIGHLIGHT[1], "</mark>")
 
 
 class SearchServer:
@@ -315,176 +259,3 @@ class SearchServer:
             return None
 
 
-class _Handler(BaseHTTPRequestHandler):
-    app: SearchServer
-    server_version = "ocrwatch"
-    sys_version = ""
-    protocol_version = "HTTP/1.1"
-    timeout = IDLE_TIMEOUT  # per read and write on the connection (StreamRequestHandler)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("search page: " + format, *args)
-
-    # -- checks --------------------------------------------------------------------------
-    def _host_ok(self) -> bool:
-        port = self.app.port
-        return self.headers.get("Host", "") in (f"127.0.0.1:{port}", f"localhost:{port}")
-
-    def _cookie_name(self) -> str:
-        return f"ocrwatch_token_{self.app.port}"
-
-    def _token(self, query: dict[str, list[str]]) -> str | None:
-        given = query.get("token", [None])[0] or self.headers.get("X-Ocrwatch-Token")
-        if given:
-            return given
-        cookies = SimpleCookie()
-        with contextlib.suppress(Exception):
-            cookies.load(self.headers.get("Cookie", ""))
-        morsel = cookies.get(self._cookie_name())
-        return morsel.value if morsel is not None else None
-
-    def _allowed(self, query: dict[str, list[str]]) -> bool:
-        if not self._host_ok():
-            self._send_text(HTTPStatus.FORBIDDEN, "refused: this page answers only to "
-                            "127.0.0.1 and localhost (the Host header named another name)")
-            return False
-        token = self._token(query)
-        if not token or not hmac.compare_digest(token.encode(), self.app.token.encode()):
-            self._send_text(HTTPStatus.FORBIDDEN, "refused: the address needs ocrwatch's "
-                            "token; open the page from the tray's Search… or with "
-                            "`ocrwatch search --web`")
-            return False
-        return True
-
-    # -- replies -------------------------------------------------------------------------
-    def _send(self, status: HTTPStatus, body: bytes, ctype: str,
-              extra: dict[str, str] | None = None) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Cache-Control", "no-store")
-        self.send_header("X-Content-Type-Options", "nosniff")
-        self.send_header("Referrer-Policy", "no-referrer")
-        self.send_header("Content-Security-Policy",
-                         "default-src 'self'; img-src 'self'; frame-ancestors 'none'")
-        for key, value in (extra or {}).items():
-            self.send_header(key, value)
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
-
-    def _send_text(self, status: HTTPStatus, text: str) -> None:
-        self._send(status, (text + "\n").encode(), "text/plain; charset=utf-8")
-
-    def _send_json(self, obj: Any, status: HTTPStatus = HTTPStatus.OK) -> None:
-        self._send(status, json.dumps(obj, ensure_ascii=False).encode(),
-                   "application/json; charset=utf-8")
-
-    # -- routes --------------------------------------------------------------------------
-    def do_GET(self) -> None:
-        url = urlsplit(self.path)
-        query = parse_qs(url.query)
-        if not self._allowed(query):
-            return
-        try:
-            self._get(url.path, query)
-        except SearchError as exc:
-            self._send_json({"error": str(exc)}, HTTPStatus.BAD_REQUEST)
-        except OcrwatchError as exc:
-            self._send_json({"error": str(exc)}, HTTPStatus.SERVICE_UNAVAILABLE)
-        except Exception:
-            log.exception("search page: %s failed", url.path)
-            self._send_json({"error": "the search failed inside ocrwatch; see its log"},
-                            HTTPStatus.INTERNAL_SERVER_ERROR)
-
-    def _get(self, path: str, query: dict[str, list[str]]) -> None:
-        if path == "/" and "token" in query:
-            # Keep the token in a cookie and out of the address bar and history.
-            cookie = (f"{self._cookie_name()}={self.app.token}; HttpOnly; SameSite=Strict; "
-                      "Path=/")
-            self._send(HTTPStatus.SEE_OTHER, b"", "text/plain",
-                       {"Location": "/", "Set-Cookie": cookie})
-            return
-        if path in ("/", "/index.html"):
-            path = "/static/index.html"
-        if path.startswith("/static/"):
-            name = path[len("/static/"):]
-            if name not in STATIC:
-                self._send_text(HTTPStatus.NOT_FOUND, "no such file")
-                return
-            body = resources.files("ocrwatch").joinpath("data", "search", name).read_bytes()
-            self._send(HTTPStatus.OK, body, STATIC[name])
-            return
-        if path == "/api/search":
-            params = {k: v[0] for k, v in query.items() if k != "token"}
-            self._send_json(self.app.api_search(params))
-            return
-        if path == "/api/folders":
-            self._send_json({"folders": self.app.api_folders(), "types": list(TYPES)})
-            return
-        if path.startswith("/thumb/"):
-            parts = path.split("/")
-            if len(parts) == 4 and parts[2].isdecimal() and parts[3].isdecimal():
-                data = self.app.thumbnail(int(parts[2]), int(parts[3]))
-                if data is not None:
-                    self._send(HTTPStatus.OK, data, "image/webp")
-                    return
-            self._send_text(HTTPStatus.NOT_FOUND, "no thumbnail for that page")
-            return
-        self._send_text(HTTPStatus.NOT_FOUND, "no such page")
-
-    def do_POST(self) -> None:
-        url = urlsplit(self.path)
-        if not self._allowed(parse_qs(url.query)):
-            return
-        try:
-            self._post(url.path)
-        except Exception:
-            log.exception("search page: %s failed", url.path)
-            self._send_json({"error": "the action failed inside ocrwatch; see its log"},
-                            HTTPStatus.INTERNAL_SERVER_ERROR)
-
-    def _post(self, path: str) -> None:
-        if path != "/api/open":
-            self._send_text(HTTPStatus.NOT_FOUND, "no such action")
-            return
-        # JSON only: a form on another site cannot send it without a CORS preflight,
-        # which this server never grants.
-        if self.headers.get("Content-Type", "").split(";")[0] != "application/json":
-            self._send_json({"error": "send JSON"}, HTTPStatus.UNSUPPORTED_MEDIA_TYPE)
-            return
-        try:
-            length = whole(self.headers.get("Content-Length", "0"), "Content-Length", 0,
-                           MAX_BODY)
-        except SearchError as exc:
-            # The body is not read: the connection cannot be used again.
-            self.close_connection = True
-            self._send_json({"error": str(exc)}, HTTPStatus.BAD_REQUEST)
-            return
-        try:
-            req = json.loads(self.rfile.read(length) or b"{}")
-            job_id = whole(req["job_id"], "job_id")
-            page = whole(req.get("page") or 1, "page", 1)
-            what = str(req.get("what", "original"))
-        except (ValueError, KeyError, TypeError, AttributeError, RecursionError,
-                SearchError):
-            self._send_json({"error": "expected {job_id, page, what}"}, HTTPStatus.BAD_REQUEST)
-            return
-        target = self.app.job_file(job_id, what)
-        if target is None:
-            self._send_json({"error": "that file is not in the index"}, HTTPStatus.NOT_FOUND)
-            return
-        refused = self.app.openable(target)
-        if refused is not None:
-            self._send_json({"error": refused}, HTTPStatus.NOT_FOUND)
-            return
-        self.app.opener(target, page if what == "original" else None)
-        self._send_json({"opened": str(target)})
-
-    def do_HEAD(self) -> None:
-        self.do_GET()
-
-    def _refuse_method(self) -> None:
-        self._send_text(HTTPStatus.METHOD_NOT_ALLOWED, "only GET and POST /api/open")
-
-    do_PUT = do_DELETE = do_PATCH = _refuse_method

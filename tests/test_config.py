@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from ocrwatch import config as cfg
+from ocrwatch.config import schema
 from ocrwatch.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,7 +41,7 @@ def test_default_file_in_config_dir_is_read(home: Path) -> None:
 def test_example_file_documents_every_key_with_its_default(home: Path) -> None:
     example = ROOT / "config.example.toml"
     data = tomllib.loads(example.read_text())
-    fields = {f.name for f in dataclasses.fields(cfg.Config)} - cfg._INTERNAL
+    fields = {f.name for f in dataclasses.fields(cfg.Config)} - schema._INTERNAL
     assert set(data) == fields
     loaded = cfg.load(example, environ={})
     for section, cls in (("vllm", cfg.VllmConfig), ("remote", cfg.RemoteConfig)):

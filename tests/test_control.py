@@ -19,8 +19,13 @@ from typing import Any
 import pytest
 from daemon_standin import StandInDaemon
 
-from ocrwatch import control
-from ocrwatch.control import Controllable, ControlServer, InstanceLock, request
+from ocrwatch.control import client as control_client
+from ocrwatch.control import lock as control_lock
+from ocrwatch.control import server as control_server
+from ocrwatch.control.client import request
+from ocrwatch.control.lock import InstanceLock
+from ocrwatch.control.protocol import Controllable
+from ocrwatch.control.server import ControlServer
 from ocrwatch.errors import DaemonNotRunning, DaemonRunning, OcrwatchError
 from ocrwatch.status import format_status
 
@@ -120,7 +125,7 @@ def test_daemon_errors_reach_the_client(rundir: Path) -> None:
 def test_no_daemon_no_socket(rundir: Path) -> None:
     with pytest.raises(DaemonNotRunning, match="start one with `ocrwatch run`"):
         request("status", socket_path=rundir / "absent.sock")
-    assert not control.is_running(socket_path=rundir / "absent.sock")
+    assert not control_client.is_running(socket_path=rundir / "absent.sock")
 
 
 def test_stale_socket_file_reads_as_not_running(rundir: Path) -> None:
@@ -131,7 +136,7 @@ def test_stale_socket_file_reads_as_not_running(rundir: Path) -> None:
     assert sock.exists()
     with pytest.raises(DaemonNotRunning) as info:
         request("status", socket_path=sock)
-    assert str(info.value) == control.NOT_RUNNING
+    assert str(info.value) == control_client.NOT_RUNNING
     # A new server replaces the stale file.
     with ControlServer(sock, StandInDaemon()):
         assert request("status", socket_path=sock)["state"] == "idle"
@@ -190,7 +195,7 @@ def test_silent_client_does_not_block_others(
     served: tuple[StandInDaemon, Path, ControlServer], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     _, sock, _ = served
-    monkeypatch.setattr(control, "CLIENT_IDLE_SECONDS", 0.5)
+    monkeypatch.setattr(control_server, "CLIENT_IDLE_SECONDS", 0.5)
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as idle:
         idle.connect(str(sock))  # connects, says nothing
         assert request("status", socket_path=sock, timeout=15)["queued"] == 3
@@ -208,11 +213,11 @@ def test_stop_daemon_waits_until_gone(rundir: Path) -> None:
 
     t = threading.Thread(target=daemon_main)
     t.start()
-    assert control.stop_daemon(socket_path=sock, timeout=10) == os.getpid()
+    assert control_client.stop_daemon(socket_path=sock, timeout=10) == os.getpid()
     t.join(10)
     assert not t.is_alive()
     with pytest.raises(DaemonNotRunning):
-        control.stop_daemon(socket_path=sock)
+        control_client.stop_daemon(socket_path=sock)
 
 
 def test_format_status_mentions_log_and_engine() -> None:
@@ -246,7 +251,7 @@ def test_lock_writes_pid_and_blocks_a_second_holder(rundir: Path) -> None:
     path = rundir / "daemon.lock"
     first = InstanceLock(path)
     first.acquire()
-    assert control.read_pid(path) == os.getpid()
+    assert control_lock.read_pid(path) == os.getpid()
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     # flock is per open file, so a second lock in this process conflicts too.
     with pytest.raises(DaemonRunning) as info:
@@ -263,7 +268,7 @@ def test_lock_writes_pid_and_blocks_a_second_holder(rundir: Path) -> None:
 LOCK_HOLDER = textwrap.dedent(
     """
     import sys, time
-    from ocrwatch.control import InstanceLock
+    from ocrwatch.control.lock import InstanceLock
     lock = InstanceLock(sys.argv[1])
     lock.acquire()
     print("locked", flush=True)
@@ -300,7 +305,7 @@ def test_lock_across_processes_and_freed_when_the_holder_dies(rundir: Path) -> N
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.05)
-    assert control.read_pid(path) == os.getpid()
+    assert control_lock.read_pid(path) == os.getpid()
     lock.release()
 
 

@@ -14,7 +14,8 @@ import pytest
 from helpers import save_pdf, text_page, wait_for
 
 from ocrwatch.config import Config
-from ocrwatch.control import ControlServer, request
+from ocrwatch.control.client import request
+from ocrwatch.control.server import ControlServer
 from ocrwatch.daemon import Daemon
 from ocrwatch.engines.base import BatchPolicy
 from ocrwatch.engines.fake import FakeEngine

@@ -26,9 +26,9 @@ from ocrwatch.daemon import Daemon
 from ocrwatch.domain import Page, PageText
 from ocrwatch.engines.base import BatchPolicy
 from ocrwatch.engines.fake import FakeEngine
+from ocrwatch.inbox_files import wanted
 from ocrwatch.layout import PageLayout, Word
 from ocrwatch.sidecar import choose_stem
-from ocrwatch.watch import wanted
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.pdf_output import DPI, bbox_words, page_lines, synthetic_page, word_offsets

@@ -35,7 +35,7 @@ from helpers import wait_for
 from PIL import Image, ImageDraw
 
 from ocrwatch import tray
-from ocrwatch.control import request
+from ocrwatch.control.client import request
 from ocrwatch.errors import OcrwatchError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -462,7 +462,7 @@ daemon = StandInDaemon()
 stop = threading.Event()
 signal.signal(signal.SIGTERM, lambda *_: stop.set())
 if len(sys.argv) > 1:  # a control socket, for tests that check the stand-in's state
-    from ocrwatch.control import ControlServer
+    from ocrwatch.control.server import ControlServer
     ControlServer(sys.argv[1], daemon).start()
 
 def feed():

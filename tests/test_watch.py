@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 from helpers import text_page
 
-from ocrwatch.watch import Settler, Watcher, is_ignored_name, looks_complete, walk, wanted
+from ocrwatch.inbox_files import is_ignored_name, looks_complete, walk, wanted
+from ocrwatch.settle import Settler
+from ocrwatch.watch import Watcher
 
 
 class Clock:

@@ -14,7 +14,7 @@ import pytest
 from search_site import Site, site
 
 from ocrwatch.thumbs import MAX_BYTES
-from ocrwatch.web import token_file
+from ocrwatch.web_params import token_file
 
 __all__ = ["site"]  # the fixture
 

@@ -13,7 +13,7 @@ import time
 import types
 from typing import Any
 
-from ocrwatch.control import Controllable
+from ocrwatch.control.protocol import Controllable
 from ocrwatch.errors import OcrwatchError
 from ocrwatch.tray.backends import choose_backend, has_display
 from ocrwatch.tray.icon import draw_icon, icon_key

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ocrwatch import paths
-from ocrwatch.control import Controllable
+from ocrwatch.control.protocol import Controllable
 from ocrwatch.errors import OcrwatchError
 from ocrwatch.status import Status
 from ocrwatch.tray.icon import look

@@ -23,7 +23,8 @@ from ocrwatch.config import Config
 from ocrwatch.daemon import Daemon
 from ocrwatch.engines.fake import FakeEngine
 from ocrwatch.hooks import Finished, hook_argv, run_hook
-from ocrwatch.web import IDLE_TIMEOUT, SearchServer
+from ocrwatch.web import SearchServer
+from ocrwatch.web_handler import IDLE_TIMEOUT
 
 
 @pytest.fixture

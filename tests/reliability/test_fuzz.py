@@ -32,7 +32,7 @@ from ocrwatch.db import Database
 from ocrwatch.domain import Job, PageText, State
 from ocrwatch.jobfiles import Seen
 from ocrwatch.jobs import JobQueue
-from ocrwatch.watch import INCOMPLETE_GRACE, Settler
+from ocrwatch.settle import INCOMPLETE_GRACE, Settler
 
 EXAMPLES = int(os.environ.get("OCRWATCH_FUZZ_EXAMPLES", "60"))
 QUEUE_EXAMPLES = int(os.environ.get("OCRWATCH_FUZZ_EXAMPLES", "500"))  # cheap: in memory

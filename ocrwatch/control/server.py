@@ -1,22 +1,8 @@
-"""Control of a running daemon: a local socket, the per-user lock, and their clients.
-
-The daemon listens on a Unix socket inside the per-user runtime folder (0700), the socket
-itself 0600, so only its user can talk to it. The protocol is one JSON object per line:
-a request ``{"cmd": "pause"}`` (or ``{"cmd": "retry", "paths": [...], "all_failed": false}``)
-is answered by ``{"ok": true, "result": ...}`` or ``{"ok": false, "error": "..."}``.
-``ocrwatch status | pause | resume | stop | rescan | retry`` are thin clients of it.
-
-One daemon per user: :class:`InstanceLock` holds an ``flock`` on a file in the same folder
-for the daemon's lifetime. The kernel drops the lock when the process dies, so a crash
-never leaves a stale lock behind (unlike a PID file alone).
-"""
+"""The daemon's end of the control socket: many clients at once, none able to hold it up."""
 
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
-import json
 import logging
 import os
 import queue
@@ -26,47 +12,19 @@ import struct
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from ocrwatch import paths
-from ocrwatch.errors import DaemonNotRunning, DaemonRunning, OcrwatchError
-from ocrwatch.status import Status
+from ocrwatch.control.protocol import MAX_LINE, Commands, Controllable, encode
+from ocrwatch.errors import DaemonRunning, OcrwatchError
 
 log = logging.getLogger(__name__)
 
-NOT_RUNNING = "no ocrwatch daemon is running for this user; start one with `ocrwatch run`"
-MAX_LINE = 64 * 1024  # a request is a short JSON line; anything longer is refused
 CLIENT_IDLE_SECONDS = 5.0  # a client must send a whole request line within this
 REPLY_SECONDS = 5.0  # ... and take its answer within this
 MAX_CLIENTS = 64  # connections held at once; the longest idle one makes room for a new one
 WORKERS = 4  # threads answering requests (status, pause...) side by side
-COMMANDS = ("ping", "status", "pause", "resume", "stop", "rescan", "retry", "web")
-
-
-@runtime_checkable
-class Controllable(Protocol):
-    """What the tray and the control socket need from the daemon.
-
-    The return values of the methods other than ``status`` and ``retry`` are ignored.
-    """
-
-    def status(self) -> Status: ...
-
-    def pause(self) -> object: ...
-
-    def resume(self) -> object: ...
-
-    def request_stop(self) -> object: ...
-
-    def rescan(self) -> object: ...
-
-    def retry(self, paths: list[str] | None, all_failed: bool) -> int: ...
-
-
-# --------------------------------------------------------------------------- server
 
 
 class ControlServer:
@@ -97,16 +55,7 @@ class ControlServer:
         self._closing = threading.Event()
         self._lock = threading.Lock()
         self._closed = False
-        self._handlers: dict[str, Callable[[dict[str, Any]], Any]] = {
-            "ping": lambda _req: {"pid": os.getpid()},
-            "status": lambda _req: self.target.status().to_dict(),
-            "pause": self._pause,
-            "resume": self._resume,
-            "stop": self._stop,
-            "rescan": self._rescan,
-            "retry": self._retry,
-            "web": self._web,
-        }
+        self.commands = Commands(target)
 
     # -- lifecycle
 
@@ -354,9 +303,9 @@ class ControlServer:
                     reply: dict[str, Any] = {"ok": False, "error": (
                         f"request too long (more than {MAX_LINE} bytes in one line)")}
                 else:
-                    reply = self.handle_line(line)
+                    reply = self.commands.handle_line(line)
                 client.sock.settimeout(REPLY_SECONDS)  # a client that never reads
-                client.sock.sendall(_encode(reply))
+                client.sock.sendall(encode(reply))
                 client.sock.setblocking(False)
             except Exception as exc:
                 if not isinstance(exc, OSError):
@@ -366,57 +315,6 @@ class ControlServer:
                 client.sock.close()
             self._returned.put(client)
             self._wake()
-
-    def handle_line(self, line: bytes) -> dict[str, Any]:
-        """Answer one request line; never raises."""
-        try:
-            req = json.loads(line)
-        except Exception:  # also RecursionError from a deeply nested line
-            return {"ok": False, "error": "request is not valid JSON"}
-        if not isinstance(req, dict) or not isinstance(req.get("cmd"), str):
-            return {"ok": False, "error": 'request must be a JSON object like {"cmd": "status"}'}
-        cmd = req["cmd"]
-        handler = self._handlers.get(cmd)
-        if handler is None:
-            return {"ok": False,
-                    "error": f"unknown command {_short(cmd)!r}; known: {', '.join(COMMANDS)}"}
-        try:
-            return {"ok": True, "result": handler(req)}
-        except OcrwatchError as exc:
-            return {"ok": False, "error": str(exc)}
-        except Exception as exc:
-            log.exception("control command %r failed", cmd)
-            return {"ok": False,
-                    "error": f"{cmd} failed inside the daemon: {exc!r}; see the daemon's log"}
-
-    def _pause(self, _req: dict[str, Any]) -> dict[str, Any]:
-        self.target.pause()
-        return self.target.status().to_dict()
-
-    def _resume(self, _req: dict[str, Any]) -> dict[str, Any]:
-        self.target.resume()
-        return self.target.status().to_dict()
-
-    def _stop(self, _req: dict[str, Any]) -> dict[str, Any]:
-        log.info("stop requested over the control socket")
-        self.target.request_stop()
-        return {"pid": os.getpid()}
-
-    def _rescan(self, _req: dict[str, Any]) -> None:
-        self.target.rescan()
-
-    def _web(self, _req: dict[str, Any]) -> dict[str, str]:
-        web_url = getattr(self.target, "web_url", None)
-        if web_url is None:
-            raise OcrwatchError("this daemon has no search page")
-        return {"url": str(web_url())}
-
-    def _retry(self, req: dict[str, Any]) -> int:
-        raw = req.get("paths")
-        if raw is not None and (not isinstance(raw, list)
-                                or not all(isinstance(p, str) for p in raw)):
-            raise OcrwatchError("retry: 'paths' must be a list of file paths")
-        return self.target.retry(raw, bool(req.get("all_failed", False)))
 
 
 class _Client:
@@ -431,23 +329,10 @@ class _Client:
         self.busy = False  # a worker holds it: not read, no deadline
 
 
-def _short(text: str, limit: int = 80) -> str:
-    return text if len(text) <= limit else text[:limit] + "..."
-
-
-def _encode(obj: dict[str, Any]) -> bytes:
-    try:
-        return json.dumps(obj, default=str).encode() + b"\n"
-    except Exception as exc:  # a result that cannot be written as JSON
-        log.exception("control socket: cannot encode an answer")
-        return json.dumps({"ok": False, "error": f"cannot encode the answer: {exc!r}"}
-                          ).encode() + b"\n"
-
-
 def _send_nowait(conn: socket.socket, obj: dict[str, Any]) -> None:
     """A last word to a client that is being dropped, if its buffer takes it at once."""
     with contextlib.suppress(OSError):
-        conn.send(_encode(obj))
+        conn.send(encode(obj))
 
 
 def _same_user(conn: socket.socket) -> bool:
@@ -467,217 +352,3 @@ def _answers(path: Path) -> bool:
     except OSError:
         return False
     return True
-
-
-# --------------------------------------------------------------------------- client
-
-
-def request(
-    cmd: str,
-    *,
-    socket_path: Path | str | None = None,
-    timeout: float = 10.0,
-    **args: Any,
-) -> Any:
-    """Send one command to the running daemon and return its result.
-
-    Raises DaemonNotRunning when nothing listens (no socket, or a stale one), and
-    OcrwatchError with the daemon's message when it refuses the command.
-    """
-    path = Path(socket_path) if socket_path is not None else paths.control_socket()
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(timeout)
-    try:
-        try:
-            _connect(sock, path, timeout)
-        except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError):
-            raise DaemonNotRunning(NOT_RUNNING) from None
-        except OSError as exc:
-            if exc.errno in (errno.ENOENT, errno.ECONNREFUSED, errno.ENOTSOCK):
-                raise DaemonNotRunning(NOT_RUNNING) from None
-            raise OcrwatchError(
-                f"cannot reach the daemon at {path}: {exc.strerror or exc}"
-            ) from exc
-        try:
-            sock.sendall(json.dumps({"cmd": cmd, **args}).encode() + b"\n")
-            buf = b""
-            while b"\n" not in buf:
-                chunk = sock.recv(65536)
-                if not chunk:
-                    break
-                buf += chunk
-        except TimeoutError:
-            raise OcrwatchError(
-                f"the daemon did not answer `{cmd}` within {timeout:.0f} s; it may be busy. "
-                "Try again, or see its log (the path is in `ocrwatch status` output)."
-            ) from None
-        except (ConnectionResetError, BrokenPipeError):
-            raise DaemonNotRunning(NOT_RUNNING) from None
-    finally:
-        sock.close()
-    if not buf.strip():
-        # The daemon closed the connection without a word: it is going away.
-        raise DaemonNotRunning(NOT_RUNNING)
-    try:
-        reply = json.loads(buf.split(b"\n", 1)[0])
-    except ValueError:
-        raise OcrwatchError(
-            f"the process on {path} did not answer like an ocrwatch daemon"
-        ) from None
-    if not isinstance(reply, dict) or "ok" not in reply:
-        raise OcrwatchError(f"the process on {path} did not answer like an ocrwatch daemon")
-    if not reply["ok"]:
-        raise OcrwatchError(str(reply.get("error", "the daemon refused the command")))
-    return reply.get("result")
-
-
-def _connect(sock: socket.socket, path: Path, timeout: float) -> None:
-    """Connect, waiting up to ``timeout`` while the daemon's backlog is full (EAGAIN)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            sock.connect(str(path))
-            return
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                raise OcrwatchError(
-                    f"the daemon at {path} is too busy to take a connection; try again"
-                ) from None
-            time.sleep(0.05)
-
-
-def is_running(*, socket_path: Path | str | None = None, timeout: float = 2.0) -> bool:
-    """Whether a daemon answers on the control socket."""
-    try:
-        request("ping", socket_path=socket_path, timeout=timeout)
-    except OcrwatchError:
-        return False
-    return True
-
-
-def stop_daemon(
-    *, socket_path: Path | str | None = None, timeout: float = 60.0, poll: float = 0.1
-) -> int:
-    """Ask the daemon to stop and wait until it no longer answers; return its PID.
-
-    Raises DaemonNotRunning when none runs, and OcrwatchError when it is still answering
-    after ``timeout`` seconds (it finishes the page in hand first).
-    """
-    result = request("stop", socket_path=socket_path)
-    pid = int(result["pid"]) if isinstance(result, dict) and "pid" in result else -1
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not is_running(socket_path=socket_path, timeout=poll * 10):
-            return pid
-        time.sleep(poll)
-    raise OcrwatchError(
-        f"the daemon (PID {pid}) is still running {timeout:.0f} s after being asked to stop; "
-        f"it may be finishing a long page. Wait, or end it with `kill {pid}`."
-    )
-
-
-# --------------------------------------------------------------------------- lock
-
-
-class InstanceLock:
-    """One daemon per user: an exclusive ``flock`` on a file holding the daemon's PID.
-
-    ``busy``: the message when another process holds it, with ``{who}`` for its PID.
-    """
-
-    def __init__(self, path: Path | str | None = None, *, busy: str | None = None) -> None:
-        self.path = Path(path) if path is not None else paths.lock_file()
-        self._fd: int | None = None
-        self._busy = busy or (
-            "an ocrwatch daemon is already running for this user ({who}); stop it with "
-            "`ocrwatch stop` (or Quit in its tray menu) before starting another")
-
-    @property
-    def held(self) -> bool:
-        return self._fd is not None
-
-    def acquire(self) -> None:
-        if self._fd is not None:
-            return
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            os.close(fd)
-            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise OcrwatchError(f"cannot lock {self.path}: {exc.strerror}") from exc
-            pid = read_pid(self.path)
-            who = f"PID {pid}" if pid else "another process"
-            raise DaemonRunning(self._busy.format(who=who)) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        os.fsync(fd)
-        self._fd = fd
-
-    def release(self) -> None:
-        """Drop the lock; safe twice. The file stays: removing it would race a newcomer."""
-        fd, self._fd = self._fd, None
-        if fd is None:
-            return
-        with contextlib.suppress(OSError):
-            os.ftruncate(fd, 0)
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
-
-    def __enter__(self) -> InstanceLock:
-        self.acquire()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.release()
-
-
-def database_lock(database: Path) -> InstanceLock:
-    """The lock beside the index: one daemon per database, whatever its runtime folder.
-
-    The per-user lock lives in ``XDG_RUNTIME_DIR``; two sessions (or a ``sudo -E``) with
-    different runtime folders would each get one and both write the same index.
-    """
-    return InstanceLock(
-        database.with_name(database.name + ".lock"),
-        busy=(f"another ocrwatch daemon ({{who}}) already uses the index {database}; stop it "
-              "(`ocrwatch stop` in its session, or `kill` its PID) or give this one another "
-              "--database"))
-
-
-class DaemonLocks:
-    """Both locks a daemon holds: the per-user one and the one beside its database."""
-
-    def __init__(self, database: Path) -> None:
-        self.locks = [InstanceLock(), database_lock(database)]
-
-    def acquire(self) -> None:
-        taken: list[InstanceLock] = []
-        try:
-            for lock in self.locks:
-                lock.acquire()
-                taken.append(lock)
-        except BaseException:
-            for lock in taken:
-                lock.release()
-            raise
-
-    def release(self) -> None:
-        for lock in reversed(self.locks):
-            lock.release()
-
-
-def read_pid(path: Path | str | None = None) -> int | None:
-    """The PID written in the lock file, or None when there is none."""
-    p = Path(path) if path is not None else paths.lock_file()
-    try:
-        text = p.read_text(encoding="ascii").strip()
-    except (OSError, UnicodeDecodeError):
-        return None
-    return int(text) if text.isdigit() else None

@@ -1,0 +1,179 @@
+"""The command line's options: one parser, a subcommand each, with examples."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from ocrwatch import __version__
+from ocrwatch import config as config_mod
+from ocrwatch.cli.common import PUBLIC_ENGINES
+from ocrwatch.index import MAX_HITS, QUERY_SECONDS
+
+
+def _engine(value: str) -> str:
+    if value not in config_mod.ENGINES:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not an engine; choose {', '.join(PUBLIC_ENGINES)}")
+    return value
+
+
+def _limit(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if not 1 <= number <= MAX_HITS:
+        raise argparse.ArgumentTypeError(f"{value} is out of range: use 1 to {MAX_HITS}")
+    return number
+
+
+def _seconds(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
+    if not 0.01 <= number <= 3600:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(f"{value} is out of range: use 0.01 to 3600 seconds")
+    return number
+
+
+def _examples(*lines: str) -> str:
+    return "examples:\n" + "\n".join(f"  {line}" for line in lines)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", type=Path, metavar="FILE",
+                   help="config file (default: the platform's config folder, "
+                        "or $OCRWATCH_CONFIG)")
+
+
+def _overrides(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--engine", type=_engine, metavar="ENGINE",
+                   help=f"OCR engine: {', '.join(PUBLIC_ENGINES)}")
+    p.add_argument("--inbox", action="append", type=Path, metavar="DIR",
+                   help="folder to watch (repeat for several; replaces the configured ones)")
+    p.add_argument("--output-dir", type=Path, metavar="DIR",
+                   help="write sidecars under DIR instead of beside the originals")
+    p.add_argument("--database", type=Path, metavar="FILE", help="index and queue file")
+    p.add_argument("--languages", metavar="LANGS",
+                   help="Tesseract languages, comma-separated, e.g. eng,deu,fra")
+    p.add_argument("--log-level", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+
+
+def _sub(sub: Any, name: str, text: str, *examples: str) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = sub.add_parser(
+        name, help=text, description=text[0].upper() + text[1:] + ".",
+        epilog=_examples(*examples), formatter_class=argparse.RawDescriptionHelpFormatter)
+    return parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ocrwatch",
+        description="Watch a folder, read every page of every scan and PDF, write .md and "
+                    ".txt beside each, and search them.",
+        epilog=_examples("ocrwatch run                     # watch ~/OCR-Inbox",
+                         "ocrwatch search invoice 2024     # find pages",
+                         "ocrwatch status                  # what it is doing",
+                         "ocrwatch COMMAND --help          # more on one command"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"ocrwatch {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = _sub(sub, "run", "run the daemon in the foreground (with a tray icon when there is "
+                         "a display)",
+             "ocrwatch run", "ocrwatch run --no-tray --inbox ~/Scans --languages eng,deu")
+    _common(p)
+    _overrides(p)
+    p.add_argument("--no-tray", action="store_true", help="never show a tray icon")
+
+    p = _sub(sub, "add", "read files or folders once, with a progress bar, then exit",
+             "ocrwatch add ~/Downloads/letter.pdf", "ocrwatch add --engine tesseract ~/Scans")
+    _common(p)
+    _overrides(p)
+    p.add_argument("paths", nargs="+", type=Path, metavar="PATH")
+
+    p = _sub(sub, "reread", "read again, with a progress bar, the files read with other "
+                            "languages (or another engine) than now",
+             "ocrwatch reread", "ocrwatch reread --languages eng,deu",
+             "ocrwatch reread --all")
+    _common(p)
+    _overrides(p)
+    p.add_argument("--all", action="store_true",
+                   help="every file read so far, also those read as they would be now")
+
+    p = _sub(sub, "search", "search the text of every page read so far",
+             'ocrwatch search invoice "March 2024"',
+             "ocrwatch search 'pay* OR remittance NOT draft' --limit 5",
+             "ocrwatch search --json -- -42     # after --, a query may begin with -",
+             "ocrwatch search --name tax --type pdf --after 2024-01-01 receipt",
+             "ocrwatch search --web            # the search page in the browser")
+    _common(p)
+    p.add_argument("--database", type=Path, metavar="FILE", help="index file")
+    p.add_argument("query", nargs="*", help='words, "phrases", AND/OR/NOT, prefix*')
+    p.add_argument("--name", metavar="WORDS",
+                   help="only files whose file or folder names hold these words (alone: "
+                        "list those files)")
+    p.add_argument("--folder", type=Path, metavar="DIR", help="only files in DIR or below")
+    p.add_argument("--type", action="append", metavar="EXT", dest="types",
+                   help="only files ending in .EXT (repeat for several), e.g. pdf")
+    p.add_argument("--after", metavar="YYYY-MM-DD", help="only files modified on or after")
+    p.add_argument("--before", metavar="YYYY-MM-DD", help="only files modified before")
+    p.add_argument("--page", type=int, default=1, metavar="N",
+                   help="the Nth page of --limit hits (default 1)")
+    p.add_argument("--web", action="store_true",
+                   help="open the search page in the browser (from the running daemon, or "
+                        "served here until Ctrl-C when none runs)")
+    p.add_argument("--no-open", action="store_true",
+                   help="with --web: only print the page's address, token included")
+    p.add_argument("--limit", type=_limit, default=20, metavar="N",
+                   help=f"at most N hits, 1 to {MAX_HITS} (default 20)")
+    p.add_argument("--time-limit", type=_seconds, default=QUERY_SECONDS, metavar="SECONDS",
+                   help=f"stop a query that takes longer (default {QUERY_SECONDS:g})")
+    p.add_argument("--json", action="store_true", help="print hits as JSON")
+
+    p = _sub(sub, "reindex", "rebuild the full-text index from the stored page text, or from "
+                             "the sidecars when the database is lost",
+             "ocrwatch reindex", "ocrwatch reindex --from-sidecars")
+    _common(p)
+    p.add_argument("--database", type=Path, metavar="FILE", help="index file")
+    p.add_argument("--from-sidecars", action="store_true",
+                   help="rebuild the index from the .md/.txt sidecars of the files in the "
+                        "watched folders (stop the daemon first)")
+
+    p = _sub(sub, "status", "what the daemon is doing, counts by state, failures",
+             "ocrwatch status", "ocrwatch status --json")
+    _common(p)
+    p.add_argument("--database", type=Path, metavar="FILE", help="index file")
+    p.add_argument("--json", action="store_true", help="print as JSON")
+
+    for name, text in (("pause", "stop reading new files (they are still queued)"),
+                       ("resume", "read queued files again"),
+                       ("stop", "stop the running daemon"),
+                       ("rescan", "look through the watched folders for missed files now")):
+        _sub(sub, name, text, f"ocrwatch {name}")
+
+    p = _sub(sub, "retry", "read failed files again",
+             "ocrwatch retry ~/OCR-Inbox/scan.pdf", "ocrwatch retry --all-failed")
+    _common(p)
+    p.add_argument("--database", type=Path, metavar="FILE", help="index file")
+    p.add_argument("paths", nargs="*", type=Path, metavar="PATH")
+    p.add_argument("--all-failed", action="store_true", help="every failed file")
+
+    p = _sub(sub, "doctor", "check what the daemon needs and say how to fix gaps",
+             "ocrwatch doctor", "ocrwatch doctor --engine vllm --languages eng,ita")
+    _common(p)
+    _overrides(p)
+
+    p = _sub(sub, "autostart", "start the daemon at login (or stop doing so)",
+             "ocrwatch autostart enable --now", "ocrwatch autostart disable")
+    p.add_argument("action", choices=("enable", "disable"))
+    p.add_argument("--kind", choices=("systemd", "xdg", "launchd"),
+                   help="how to start it (default: what this platform and session use)")
+    p.add_argument("--exec", type=Path, metavar="PATH", dest="executable",
+                   help="the ocrwatch program to start (default: this one)")
+    p.add_argument("--now", action="store_true", help="with enable: also start it now")
+    return parser

@@ -1,0 +1,202 @@
+"""Commands that look at what was read: ``search``, ``status`` and ``reindex``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import signal
+import sys
+import threading
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from ocrwatch import config as config_mod
+from ocrwatch.cli.common import database_arg, echo
+from ocrwatch.errors import DaemonNotRunning, DaemonRunning, OcrwatchError, SearchTimeout
+from ocrwatch.status import EngineStatus, Status, format_status
+from ocrwatch.termsafe import safe
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from ocrwatch.db import Database
+    from ocrwatch.index import HIGHLIGHT, search
+
+    if args.web:
+        return _search_web(args)
+    query = " ".join(args.query).strip()
+    filters = _filters(args)
+    if not query and not filters.name:
+        raise OcrwatchError("give one or more words to look for, e.g. `ocrwatch search invoice`"
+                            ", or a file name with --name")
+    if args.page < 1:
+        raise OcrwatchError("--page must be 1 or more")
+    path, origin = database_arg(args)
+    db = Database(path, readonly=True, origin=origin)
+    try:
+        hits = search(db, query, limit=args.limit, offset=(args.page - 1) * args.limit,
+                      filters=filters, time_limit=args.time_limit)
+    except SearchTimeout as exc:
+        raise SearchTimeout(f"{exc}, or allow more time with --time-limit SECONDS") from None
+    finally:
+        db.close()
+    if args.json:
+        text = json.dumps([h.as_dict() for h in hits], ensure_ascii=False, indent=2)
+        # JSON escapes C0 controls itself; C1 controls and bidi overrides get \u escapes.
+        print(re.sub("[\x7f-\x9f\u202a-\u202e\u2066-\u2069]",
+                     lambda m: f"\\u{ord(m.group()):04x}", text))
+        if not hits:
+            echo("no matches", err=True)
+        return 0 if hits else 1
+    if not hits:
+        echo("no matches", err=True)
+        return 1
+    on, off = ("\033[1;33m", "\033[0m") if sys.stdout.isatty() else ("[", "]")
+    for hit in hits:
+        where = safe(hit.path) + (f"  (page {hit.page} of {hit.pages})" if hit.pages > 1 else "")
+        snippet = safe(" ".join(hit.snippet.split()))
+        # The highlight markers are controls too: turn the escaped forms into colour.
+        for marker, shown in zip(HIGHLIGHT, (on, off), strict=True):
+            snippet = snippet.replace(safe(marker), shown)
+        print(where)
+        print("    " + snippet)
+    return 0
+
+
+def _filters(args: argparse.Namespace) -> Any:
+    from ocrwatch.index import Filters
+    from ocrwatch.web_params import parse_day
+
+    types = tuple("." + t.lower().lstrip(".") for t in (args.types or []))
+    return Filters(folder=args.folder.expanduser().absolute() if args.folder else None,
+                   name=args.name, after=parse_day(args.after or ""),
+                   before=parse_day(args.before or ""), types=types)
+
+
+def _search_web(args: argparse.Namespace) -> int:
+    """The page from the running daemon, or served by this process until Ctrl-C."""
+    import webbrowser
+
+    from ocrwatch.control.client import request
+
+    try:
+        url = str(request("web")["url"])
+    except DaemonNotRunning:
+        url = ""
+    if url:
+        echo(url)
+        if not args.no_open:
+            webbrowser.open(url)
+        return 0
+    from ocrwatch.thumbs import Thumbnails
+    from ocrwatch.web import SearchServer
+
+    config = config_mod.load(getattr(args, "config", None))
+    path, _origin = database_arg(args)
+    with SearchServer(path, Thumbnails(config.cache_dir / "thumbnails"),
+                      inbox=config.inbox, follow_symlinks=config.follow_symlinks) as server:
+        echo(server.url)
+        echo("no daemon runs: serving the search page from here; Ctrl-C stops it", err=True)
+        if not args.no_open:
+            webbrowser.open(server.url)
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        try:
+            while not stop.wait(0.5):
+                pass
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+def cmd_reindex(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from ocrwatch.control.lock import DaemonLocks
+    from ocrwatch.db import Database
+    from ocrwatch.inbox_files import walk
+    from ocrwatch.reindex import count_pages, from_sidecars, rebuild_fts
+
+    config = config_mod.load(getattr(args, "config", None))
+    path, origin = database_arg(args)
+    config = replace(config, database=path)
+    if not args.from_sidecars:
+        if not path.exists():
+            raise OcrwatchError(f"no index at {safe(path)}: to rebuild it from the sidecars, "
+                                "run `ocrwatch reindex --from-sidecars`")
+        db = Database(path, origin=origin)
+        try:
+            with tqdm(total=count_pages(db), unit="page", desc="reindexing",
+                      file=sys.stderr) as bar:
+                pages = rebuild_fts(db, bar.update)
+        finally:
+            db.close()
+        echo(f"{pages} pages indexed again from the stored text")
+        return 0
+    lock = DaemonLocks(path)
+    try:
+        lock.acquire()
+    except DaemonRunning:
+        raise OcrwatchError("a daemon is running on this index; stop it (`ocrwatch stop`), "
+                            "then run `ocrwatch reindex --from-sidecars` again") from None
+    try:
+        db = Database(path, origin=origin)
+        try:
+            with tqdm(total=sum(1 for _ in walk(config.inbox)), unit="file",
+                      desc="from sidecars", file=sys.stderr) as bar:
+                restored = from_sidecars(config, db, bar.update)
+        finally:
+            db.close()
+    finally:
+        lock.release()
+    echo(f"{restored.files} files ({restored.pages} pages) restored from their sidecars; "
+         f"{len(restored.without_sidecars)} without sidecars are read when the daemon runs")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from ocrwatch.control.client import request
+
+    try:
+        status = Status.from_dict(request("status"))
+        running = True
+    except DaemonNotRunning:
+        status = _offline_status(args)
+        running = False
+    if args.json:
+        print(json.dumps({**status.to_dict(), "running": running}, indent=2, default=str))
+    else:
+        echo(format_status(status))
+    return 0
+
+
+def _offline_status(args: argparse.Namespace) -> Status:
+    from ocrwatch.db import Database
+    from ocrwatch.engines import choose
+    from ocrwatch.jobs import JobQueue
+    from ocrwatch.languages import locale_note
+    from ocrwatch.logs import default_log_file
+
+    config = config_mod.load(getattr(args, "config", None))
+    origin = config.origin("database")
+    if getattr(args, "database", None):
+        config.database = Path(args.database).expanduser()
+        origin = "the command-line flag --database"
+    choice = choose(config)
+    status = Status(state="stopped", engine=EngineStatus(choice.name, choice.why),
+                    database=str(config.database), log_file=str(default_log_file()),
+                    languages=tuple(config.languages),
+                    language_note=locale_note(config.languages)
+                    if choice.name == "tesseract" else None)
+    if config.database.exists():
+        db = Database(config.database, readonly=True, origin=origin)
+        try:
+            jobs = JobQueue(db)
+            counts = jobs.counts()
+            status = replace(status, queued=counts["queued"], running=counts["running"],
+                             done=counts["done"], failed=counts["failed"],
+                             recent_failures=tuple(jobs.failures(10)))
+        finally:
+            db.close()
+    return status

@@ -1,0 +1,226 @@
+"""Commands that read files: the daemon (``run``) and the one-off ``add`` and ``reread``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from ocrwatch import config as config_mod
+from ocrwatch.cli.common import echo, load_config, log, plural
+from ocrwatch.errors import DaemonRunning, OcrwatchError
+from ocrwatch.termsafe import safe
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from ocrwatch.logs import setup_logging
+    from ocrwatch.native_stderr import NativeStderr
+
+    config = load_config(args)
+    log_file = setup_logging(config.log_level)
+    native = NativeStderr().start()  # Leptonica, GTK and friends write to fd 2: the log
+    try:
+        return _run(args, config, log_file)
+    finally:
+        native.close()
+
+
+def _run(args: argparse.Namespace, config: config_mod.Config, log_file: Path) -> int:
+    from ocrwatch.control.lock import DaemonLocks
+    from ocrwatch.control.server import ControlServer
+    from ocrwatch.daemon import Daemon
+
+    lock = DaemonLocks(config.database)
+    lock.acquire()  # raises DaemonRunning naming the other one
+    try:
+        daemon = Daemon(config, log_file=log_file)
+        stop = threading.Event()
+
+        def on_signal(signum: int, _frame: object) -> None:
+            log.info("received %s: stopping", signal.Signals(signum).name)
+            daemon.request_stop()
+            stop.set()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        server = ControlServer(None, daemon)
+        try:
+            daemon.start()
+            server.start()
+            threading.Thread(target=_follow, args=(daemon, stop), name="ocrwatch-stop-watch",
+                             daemon=True).start()
+            shown = False
+            if not args.no_tray:
+                from ocrwatch.tray import run_tray
+
+                shown = run_tray(daemon, stop)
+            if not shown:
+                while not stop.wait(0.5):
+                    pass
+        finally:
+            daemon.request_stop()
+            server.close()
+            daemon.close()
+        log.info("stopped")
+    finally:
+        lock.release()
+    if daemon.abandoned:
+        # A thread is still inside a native decoder or Tesseract: everything is saved and
+        # its job is queued again, so end now instead of waiting for the page.
+        logging.shutdown()
+        sys.stdout.flush()
+        os._exit(0)
+    return 0
+
+
+def _follow(daemon: Any, stop: threading.Event) -> None:
+    """Let a stop requested over the socket end the main thread's wait (or the tray)."""
+    daemon.wait_stopped()
+    stop.set()
+
+
+def cmd_add(args: argparse.Namespace) -> int:
+    from ocrwatch.control.lock import DaemonLocks
+    from ocrwatch.daemon import Daemon
+    from ocrwatch.inbox_files import walk
+    from ocrwatch.logs import setup_logging
+
+    config = load_config(args)
+    setup_logging(config.log_level if config.log_level != "INFO" else "WARNING")
+    files: list[Path] = []
+    for path in args.paths:
+        path = path.expanduser().absolute()
+        if path.is_dir():
+            files.extend(sorted(walk([path])))
+        elif path.is_file():
+            files.append(path)
+        elif path.exists():
+            raise OcrwatchError(f"{safe(path)} is not a regular file (a pipe, a device or a "
+                                "socket); name scans, PDFs or folders")
+        else:
+            raise OcrwatchError(f"{safe(path)} does not exist")
+    if not files:
+        echo("ocrwatch: nothing to read: no PNG, JPEG, TIFF, BMP, WebP or PDF files given",
+             err=True)
+        return 1
+    lock = DaemonLocks(config.database)
+    try:
+        lock.acquire()
+        alone = True
+    except DaemonRunning:
+        # The running daemon may hold some of these files; leave its jobs alone.
+        alone = False
+    daemon = Daemon(config, watch=False)
+    try:
+        daemon.start(recover=alone)
+        if daemon.paused:
+            echo("ocrwatch: the daemon is paused; reading these files all the same "
+                 "(`ocrwatch resume` lets the daemon read again)", err=True)
+        added = daemon.add(files)
+        left = len(files) - len(added)
+        if left:
+            echo(f"ocrwatch: {plural(left, 'file')} left alone: sidecars, temporary and "
+                 "hidden files are not read", err=True)
+        if not added:
+            return 1
+        _progress(daemon, added, config)
+        states = {p: daemon.jobs.known(p) for p in added}
+    finally:
+        daemon.close()
+        if alone:
+            lock.release()
+    failed = [(p, j.reason) for p, j in states.items() if j is not None and j.state == "failed"]
+    done = sum(1 for j in states.values() if j is not None and j.state == "done")
+    echo(f"{done} read, {len(failed)} failed")
+    for path, reason in failed:
+        echo(f"  failed: {safe(path)}: {safe(reason)}")
+    if failed:
+        echo(f"ocrwatch: {plural(len(failed), 'file')} could not be read (reasons above); "
+             "fix them and run `ocrwatch add` again", err=True)
+    return 1 if failed else 0
+
+
+def cmd_reread(args: argparse.Namespace) -> int:
+    """Read again what was read with other languages: after installing a language or
+    changing ``languages``. A file already read as it would be now is left alone."""
+    from ocrwatch.control.lock import DaemonLocks
+    from ocrwatch.daemon import Daemon
+    from ocrwatch.logs import setup_logging
+
+    config = load_config(args)
+    setup_logging(config.log_level if config.log_level != "INFO" else "WARNING")
+    lock = DaemonLocks(config.database)
+    try:
+        lock.acquire()
+    except DaemonRunning:
+        raise OcrwatchError("the daemon is running: stop it (`ocrwatch stop`), run "
+                            "`ocrwatch reread`, then start it again") from None
+    daemon = Daemon(config, watch=False)
+    try:
+        daemon.start()
+        stale = (daemon.jobs.read_otherwise("") if args.all
+                 else daemon.jobs.read_otherwise(daemon.read_with))
+        paths = [j.path for j in stale if j.path.exists()]
+        if not paths:
+            echo(f"nothing to read again: every file was read with {daemon.read_with}")
+            return 0
+        echo(f"reading {plural(len(paths), 'file')} again with {daemon.read_with}",
+             err=True)
+        daemon.jobs.retry(paths)
+        added = daemon.add(paths)
+        _progress(daemon, added, config)
+        states = {p: daemon.jobs.known(p) for p in added}
+    finally:
+        daemon.close()
+        lock.release()
+    failed = [(p, j.reason) for p, j in states.items() if j is not None and j.state == "failed"]
+    done = sum(1 for j in states.values() if j is not None and j.state == "done")
+    echo(f"{done} read again, {len(failed)} failed")
+    for path, reason in failed:
+        echo(f"  failed: {safe(path)}: {safe(reason)}")
+    return 1 if failed else 0
+
+
+def _page_counts(paths: list[Path], config: config_mod.Config) -> dict[Path, int]:
+    from ocrwatch.pages import count_pages
+
+    counts = {}
+    for path in paths:
+        try:
+            counts[path] = max(1, count_pages(path, config))
+        except Exception:  # reading it will say what is wrong; it counts as one page
+            counts[path] = 1
+    return counts
+
+
+def _progress(daemon: Any, paths: list[Path], config: config_mod.Config) -> None:
+    """A progress bar in pages (tqdm: rate and time left) until every file is finished."""
+    from tqdm import tqdm
+
+    counts = _page_counts(paths, config)
+    with tqdm(total=sum(counts.values()), unit="page", desc="reading", file=sys.stderr,
+              dynamic_ncols=True, mininterval=0.5 if sys.stderr.isatty() else 5.0,
+              smoothing=0.1) as bar:
+        while True:
+            reading = {r.path: r.done for r in daemon.reading()}
+            pages = finished = 0
+            for path in paths:
+                job = daemon.jobs.known(path)
+                if job is None or job.state in ("done", "failed"):
+                    finished += 1
+                    pages += counts[path]
+                elif job is not None:
+                    pages += min(reading.get(job.display, 0), counts[path])
+            if pages != bar.n:
+                bar.update(pages - bar.n)
+            bar.set_postfix_str(f"{finished}/{len(paths)} files", refresh=False)
+            if finished >= len(paths):
+                break
+            time.sleep(0.2)  # polls the queue; the work happens in the daemon's threads
+        bar.refresh()

@@ -1,0 +1,110 @@
+"""Commands that steer a running daemon (``pause``, ``resume``, ``stop``, ``rescan``,
+``retry``) and set things up (``doctor``, ``autostart``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from ocrwatch.cli.common import database_arg, echo, load_config, plural
+from ocrwatch.errors import DaemonNotRunning, OcrwatchError
+from ocrwatch.termsafe import safe
+
+
+def _control(cmd: str) -> Any:
+    from ocrwatch.control.client import request
+
+    return request(cmd)
+
+
+def cmd_pause(args: argparse.Namespace) -> int:
+    _control("pause")
+    echo("paused: new files are queued but not read until `ocrwatch resume`")
+    return 0
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    _control("resume")
+    echo("resumed")
+    return 0
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    from ocrwatch.control.client import stop_daemon
+
+    pid = stop_daemon()
+    echo(f"stopped the daemon (PID {pid})")
+    return 0
+
+
+def cmd_rescan(args: argparse.Namespace) -> int:
+    _control("rescan")
+    echo("rescanning the watched folders")
+    return 0
+
+
+def cmd_retry(args: argparse.Namespace) -> int:
+    from ocrwatch.control.client import request
+
+    if not args.paths and not args.all_failed:
+        raise OcrwatchError("name the files to retry, or use --all-failed")
+    given = [p.expanduser().absolute() for p in args.paths]
+    missing = [p for p in given if not p.exists()]
+    if missing:
+        raise OcrwatchError(f"{safe(missing[0])} does not exist; name a file that failed "
+                            "(`ocrwatch status` lists them) or use --all-failed")
+    paths = [str(p) for p in given]
+    try:
+        count = int(request("retry", paths=paths or None, all_failed=args.all_failed))
+        where = "the daemon will read {} again"
+    except DaemonNotRunning:
+        from ocrwatch.db import Database
+        from ocrwatch.jobs import JobQueue
+
+        path, origin = database_arg(args)
+        if not path.exists():
+            raise OcrwatchError(f"no index at {safe(path)} (set by {origin}): nothing has been "
+                                "read there, so there is nothing to retry") from None
+        db = Database(path, origin=origin)
+        try:
+            count = JobQueue(db).retry(None if args.all_failed else given)
+        finally:
+            db.close()
+        where = "{} will be read when the daemon next runs"
+    if count == 0:
+        if args.all_failed:
+            echo("nothing to retry: no file has failed")
+            return 0
+        raise OcrwatchError(
+            f"{'this file has' if len(given) == 1 else 'these files have'} not been read yet, "
+            "so there is nothing to retry; the daemon reads files in its inbox by itself, and "
+            f"`ocrwatch add {safe(given[0])}` reads one now")
+    pronoun = ("it" if count == 1 else "them") if where.startswith("the daemon") else (
+        "it" if count == 1 else "they")
+    echo(f"{plural(count, 'file')} queued again; " + where.format(pronoun))
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from ocrwatch import doctor
+
+    config = load_config(args)
+    checks = doctor.run_checks(config)
+    echo(doctor.format_report(checks))
+    return 0 if all(c.ok for c in checks) else 1
+
+
+def cmd_autostart(args: argparse.Namespace) -> int:
+    from ocrwatch import autostart
+
+    exe = args.executable
+    if exe is not None and not (exe.is_file() and os.access(exe, os.X_OK)):
+        raise OcrwatchError(f"{safe(exe)} is not a program that can be run; give the path of "
+                            "the installed `ocrwatch` with --exec, or leave --exec out")
+    if args.action == "enable":
+        echo(str(autostart.enable(kind=args.kind, executable=exe, start=args.now)))
+    else:
+        echo(str(autostart.disable()))
+    return 0

@@ -1,0 +1,232 @@
+"""Validation: values of the right type but a wrong meaning, each refused with where it came
+from, so the user knows what to edit.
+"""
+
+from __future__ import annotations
+
+import os
+import typing
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from ocrwatch.config.schema import (
+    ENGINES,
+    LAYOUTS,
+    OBSERVERS,
+    ON_DONE_TIMEOUT_MAX,
+    ON_SUCCESS,
+    OUTPUTS,
+    PDF_TEXT,
+    PDFA,
+    RANGES,
+    Config,
+    RemoteConfig,
+)
+from ocrwatch.errors import ConfigError
+
+
+def validate(config: Config) -> None:
+    """Check values that have the right type but a wrong meaning.
+
+    Each message starts with where the bad value came from, so the user knows what to edit.
+    """
+
+    def fail(key: str, msg: str) -> None:
+        raise ConfigError(f"{config.origin(key)}: {key} {msg}")
+
+    if config.engine not in ENGINES:
+        fail("engine", f"= {config.engine!r} is not one of {', '.join(ENGINES)}.")
+    if config.pdf_text not in PDF_TEXT:
+        fail("pdf_text", f"= {config.pdf_text!r} is not one of {', '.join(PDF_TEXT)} (auto: "
+                         "a PDF page's own text when it is real text, else OCR).")
+    if config.observer not in OBSERVERS:
+        fail("observer", f"= {config.observer!r} is not one of {', '.join(OBSERVERS)}.")
+    if not config.inbox:
+        fail("inbox", "must name at least one folder to watch.")
+    if not config.languages or any(not lang or "/" in lang for lang in config.languages):
+        fail("languages", "must be a list of Tesseract language codes such as ['eng', 'deu'].")
+    for key, (low, high) in RANGES.items():
+        owner: Any = config
+        for part in key.split("."):
+            owner = getattr(owner, part)
+        if not low <= owner <= high:
+            fail(key, f"= {owner!r} is out of range: it must be between {low:g} and {high:g}"
+                      f"{_RANGE_HINTS.get(key, '')}.")
+    if config.vllm.load_format not in ("auto", "dummy", "safetensors"):
+        fail("vllm.load_format", "must be 'auto', 'safetensors' or 'dummy'.")
+    _validate_model_sections(config, fail)
+    _validate_outputs(config, fail)
+    if config.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        fail("log_level", "must be DEBUG, INFO, WARNING or ERROR.")
+    _check_loops(config)
+
+
+_RANGE_HINTS = {
+    "workers": " (0: one per core)",
+    "vllm.gpu_memory_gb": " (0: the card's size, at most 16)",
+    "vllm.max_tokens": " (4096 suits a page)",
+}
+
+
+def _validate_model_sections(config: Config, fail: typing.Callable[[str, str], None]) -> None:
+    """Checks of [vllm] and [remote] beyond their types."""
+    v, r = config.vllm, config.remote
+    for section, temperature in (("vllm", v.temperature), ("remote", r.temperature)):
+        if not 0 <= temperature <= 2:
+            fail(f"{section}.temperature",
+                 f"= {temperature!r} must be between 0 and 2 (0.2 is the model's setting).")
+    for section, top_p in (("vllm", v.top_p), ("remote", r.top_p)):
+        if not 0 < top_p <= 1:
+            fail(f"{section}.top_p", f"= {top_p!r} must be above 0 and at most 1.")
+    for key, value in (("vllm.idle_sleep_seconds", v.idle_sleep_seconds),
+                       ("vllm.idle_stop_seconds", v.idle_stop_seconds),
+                       ("vllm.admit_wait_seconds", v.admit_wait_seconds)):
+        if value < 0:
+            fail(key, f"= {value!r} must be 0 or more (0 turns it off).")
+    if not v.model.strip():
+        fail("vllm.model", "must name a Hugging Face model or a local model folder.")
+    _validate_remote(r, fail)
+
+
+def _server_url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be a server's base URL, or ``None``."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        return "must start with http:// or https://"
+    try:
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        return "has a port that is not a number"
+    if not parts.hostname:
+        return "names no host"
+    if parts.query or parts.fragment:
+        return "must not carry a query (?...) or fragment (#...)"
+    if parts.username or parts.password:
+        return "must not hold a user name or password: set remote.api_key instead"
+    return None
+
+
+def _validate_remote(r: RemoteConfig, fail: typing.Callable[[str, str], None]) -> None:
+    example = "e.g. http://127.0.0.1:8000/v1 (vLLM's server ends in /v1)"
+    if r.urls and r.url != RemoteConfig.url:
+        fail("remote.urls", "and remote.url are both set: list every server in remote.urls "
+                            "and remove remote.url.")
+    for key, value in [("remote.url", r.url), *(("remote.urls", u) for u in r.urls)]:
+        problem = _server_url_problem(value)
+        if problem:
+            fail(key, f"= {value!r} {problem}, {example}.")
+    seen = [u.rstrip("/") for u in r.urls]
+    twice = sorted({u for u in seen if seen.count(u) > 1})
+    if twice:
+        fail("remote.urls", f"lists {', '.join(twice)} more than once; list each server once "
+                            "(remote.concurrency sets how many pages go at once).")
+    if not 1 <= r.concurrency <= 1024:
+        fail("remote.concurrency", f"= {r.concurrency} must be between 1 and 1024 (requests in "
+                                   "flight over all servers).")
+    for key, seconds in (("remote.timeout_seconds", r.timeout_seconds),
+                         ("remote.retry_seconds", r.retry_seconds),
+                         ("remote.health_seconds", r.health_seconds)):
+        if seconds <= 0:
+            fail(key, f"= {seconds!r} must be greater than 0.")
+    if not r.model.strip():
+        fail("remote.model", "must name the model the server serves.")
+    if r.ca_file is not None and not r.ca_file.is_file():
+        fail("remote.ca_file", f"= {str(r.ca_file)!r} is not a file: point it to the PEM file "
+                               "of the authority that signed the servers' certificates.")
+
+
+def _validate_outputs(config: Config, fail: typing.Callable[[str, str], None]) -> None:
+    """What is written, and what becomes of the original afterwards."""
+    bad = [o for o in config.outputs if o not in OUTPUTS]
+    if bad or not config.outputs or len(set(config.outputs)) != len(config.outputs):
+        fail("outputs", f"= {config.outputs!r} must list some of {', '.join(OUTPUTS)}, "
+                        "each once, e.g. [\"md\", \"txt\", \"pdf\"].")
+    for key, value, allowed in (("pdfa", config.pdfa, PDFA),
+                                ("on_success", config.on_success, ON_SUCCESS),
+                                ("archive_layout", config.archive_layout, LAYOUTS),
+                                ("output_layout", config.output_layout, LAYOUTS)):
+        if value not in allowed:
+            fail(key, f"= {value!r} is not one of {', '.join(allowed)}.")
+    if config.on_success == "archive" and config.archive_dir is None:
+        fail("on_success", "= \"archive\" needs archive_dir: the folder the originals go to.")
+    if config.on_done and not config.on_done[0].strip():
+        fail("on_done", "must start with the program to run, e.g. [\"/usr/bin/notify\", \"done\"].")
+    if config.on_done:
+        import shutil
+
+        config.on_done[0] = os.path.expanduser(config.on_done[0])
+        if shutil.which(config.on_done[0]) is None:
+            fail("on_done", f"= {config.on_done!r}: {config.on_done[0]!r} is not a program "
+                            "that can be run (give its full path, executable; the list is an "
+                            "argv, never a shell line: [\"/path/to/program\", \"arg\"]).")
+    if config.on_done_timeout <= 0:
+        fail("on_done_timeout", "must be greater than 0 (seconds).")
+    if config.on_done_timeout > ON_DONE_TIMEOUT_MAX:
+        # Past the platform's wait limits the daemon could not even stop.
+        fail("on_done_timeout", f"= {config.on_done_timeout:g} is out of range: at most "
+                                f"{ON_DONE_TIMEOUT_MAX} seconds (a day).")
+    if config.pdfa == "always" and "pdf" in config.outputs:
+        import shutil
+
+        if shutil.which("gs") is None:
+            fail("pdfa", "= \"always\" needs Ghostscript: install it (Debian/Ubuntu: `sudo apt "
+                         "install ghostscript`) or set pdfa = \"auto\".")
+
+
+def _inside(child: Path, parent: Path) -> bool:
+    try:
+        child.resolve().relative_to(parent.resolve())
+    except ValueError:
+        return False
+    return True
+
+
+def _origins(config: Config, *keys: str) -> str:
+    """Where these keys' values came from, each place once: what the user must edit."""
+    places = dict.fromkeys(config.origin(key) for key in keys)
+    return " and ".join(places)
+
+
+def _check_loops(config: Config) -> None:
+    """Refuse layouts where the daemon would read its own output back."""
+    for inbox in config.inbox:
+        if config.output_dir is not None and _inside(config.output_dir, inbox):
+            raise ConfigError(
+                f"{_origins(config, 'output_dir', 'inbox')}: "
+                f"output_dir {config.output_dir} is inside the watched folder "
+                f"{inbox}; the sidecars would be read again. Choose a folder outside it, or "
+                "leave output_dir empty to write sidecars beside the originals."
+            )
+        if config.failed_dir is not None and _inside(config.failed_dir, inbox):
+            raise ConfigError(
+                f"{_origins(config, 'failed_dir', 'inbox')}: "
+                f"failed_dir {config.failed_dir} is inside the watched folder "
+                f"{inbox}; failed files would be read again. Choose a folder outside it."
+            )
+        if config.archive_dir is not None and (_inside(config.archive_dir, inbox)
+                                               or _inside(inbox, config.archive_dir)):
+            raise ConfigError(
+                f"{_origins(config, 'archive_dir', 'inbox')}: "
+                f"archive_dir {config.archive_dir} and the watched folder "
+                f"{inbox} overlap; archived files would be read again. Choose a folder "
+                "outside the inbox."
+            )
+        if _inside(config.database.parent, inbox):
+            raise ConfigError(
+                f"{_origins(config, 'database', 'inbox')}: "
+                f"database {config.database} is inside the watched folder "
+                f"{inbox}. Keep the index outside the inbox."
+            )
+        if _inside(config.cache_dir, inbox):
+            raise ConfigError(
+                f"{_origins(config, 'cache_dir', 'inbox')}: "
+                f"cache_dir {config.cache_dir} is inside the watched folder "
+                f"{inbox}; its page thumbnails would be read. Choose a folder outside it."
+            )
+        if config.output_dir is not None and _inside(inbox, config.output_dir):
+            raise ConfigError(
+                f"{_origins(config, 'output_dir', 'inbox')}: "
+                f"the watched folder {inbox} is inside output_dir "
+                f"{config.output_dir}. Choose an output folder outside the inbox."
+            )

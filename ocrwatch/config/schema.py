@@ -1,0 +1,136 @@
+"""The configuration's shape: one typed object, its sections, the allowed values and ranges."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ocrwatch import paths
+from ocrwatch.languages import default_languages
+
+ENGINES = ("auto", "tesseract", "vllm", "remote", "fake")
+OBSERVERS = ("auto", "native", "polling")
+PDF_TEXT = ("auto", "ocr", "text")
+OUTPUTS = ("md", "txt", "pdf")
+PDFA = ("auto", "always", "never")
+ON_SUCCESS = ("keep", "archive", "delete")
+LAYOUTS = ("mirror", "date")
+
+
+@dataclass
+class VllmConfig:
+    """Settings of the embedded vLLM engine (``engine = "vllm"``)."""
+
+    model: str = "lightonai/LightOnOCR-2-1B"
+    load_format: str = "auto"  # "dummy" runs the real compute on random weights (tests)
+    gpu_memory_gb: float = 0.0  # 0: the card's size, capped at 16
+    max_tokens: int = 4096
+    temperature: float = 0.2
+    top_p: float = 0.9
+    enforce_eager: bool = False
+    idle_sleep_seconds: float = 60.0
+    idle_stop_seconds: float = 900.0
+    admit_wait_seconds: float = 0.5  # how long a page may wait for like sizes to go in together
+    start_timeout_seconds: float = 600.0
+    ignore_eos: bool = False  # benchmarks only: every page writes exactly max_tokens
+
+
+@dataclass
+class RemoteConfig:
+    """Settings of the remote engine: an OpenAI-compatible server (``vllm serve``)."""
+
+    url: str = "http://127.0.0.1:8000/v1"
+    urls: list[str] = field(default_factory=list)  # several servers; replaces url when set
+    model: str = "lightonai/LightOnOCR-2-1B"
+    api_key: str = ""  # or OCRWATCH_REMOTE_API_KEY
+    ca_file: Path | None = None  # PEM of a private authority; TLS is always verified
+    max_tokens: int = 4096
+    temperature: float = 0.2
+    top_p: float = 0.9
+    concurrency: int = 2  # requests in flight, over all servers
+    timeout_seconds: float = 300.0  # for one page's answer
+    retry_seconds: float = 120.0  # a page waits this long for a fit server, then is requeued
+    health_seconds: float = 30.0  # every server is probed this often
+    ignore_eos: bool = False  # benchmarks only: every page writes exactly max_tokens
+
+
+@dataclass
+class Config:
+    """Every setting of ocrwatch, with its default."""
+
+    inbox: list[Path] = field(default_factory=lambda: [paths.default_inbox()])
+    output_dir: Path | None = None  # None: sidecars beside the originals
+    database: Path = field(default_factory=paths.default_database)
+    engine: str = "auto"
+    # English and the desktop's language when Tesseract has data for it.
+    languages: list[str] = field(default_factory=default_languages)
+    tessdata: Path | None = None  # None: look in the usual places
+    workers: int = 0  # pages read at once by the CPU engine; 0: one per core
+    settle_seconds: float = 2.0
+    rescan_minutes: float = 5.0
+    observer: str = "auto"
+    follow_symlinks: bool = False
+    pdf_dpi: int = 200
+    pdf_text: str = "auto"  # a PDF page's own text: "auto" when real, "text" always, "ocr" never
+    max_pages: int = 2000
+    max_pixels: int = 200_000_000  # per page, after decoding
+    max_file_mb: float = 2048.0
+    failed_dir: Path | None = None  # None: failed files stay where they are
+    max_attempts: int = 5  # transient failures (full disk...) before giving up
+    log_level: str = "INFO"
+    outputs: list[str] = field(default_factory=lambda: ["md", "txt"])
+    pdfa: str = "auto"  # PDF/A-2b when Ghostscript is installed
+    output_layout: str = "mirror"  # output_dir: "mirror" the inbox's tree or by "date"
+    on_success: str = "keep"  # the original after a good read: "keep", "archive", "delete"
+    archive_dir: Path | None = None
+    archive_layout: str = "mirror"
+    on_done: list[str] = field(default_factory=list)  # argv run after each file is done
+    on_done_timeout: float = 60.0
+    notify_batch: bool = False  # a desktop notification when the queue empties
+    delete_sidecars: bool = True  # a deleted original takes the sidecars ocrwatch wrote along
+    cache_dir: Path = field(default_factory=paths.cache_dir)  # page thumbnails
+    vllm: VllmConfig = field(default_factory=VllmConfig)
+    remote: RemoteConfig = field(default_factory=RemoteConfig)
+
+    # Where the values came from; used for messages only.
+    source: str = field(default="defaults", compare=False, repr=False)
+    # Where each value that is not a default came from ("vllm.model" -> "the file ..."),
+    # so that a message about a value names the place the user has to change.
+    origins: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    def origin(self, key: str) -> str:
+        """Where ``key``'s value came from: a file, a variable, a flag, or the default."""
+        return self.origins.get(key, "the built-in default")
+
+
+_SECTIONS: dict[str, type[Any]] = {"vllm": VllmConfig, "remote": RemoteConfig}
+_INTERNAL = {"source", "origins"}
+
+# Sane ranges (inclusive) for numbers: a value outside is a typo or a unit mix-up, and
+# some are harmful (100000 workers start 100000 threads; an infinite size limit fails
+# every file). Keys checked more closely below are left out.
+ON_DONE_TIMEOUT_MAX = 24 * 3600
+RANGES: dict[str, tuple[float, float]] = {
+    "workers": (0, 256),
+    "settle_seconds": (0.1, 3600),
+    "rescan_minutes": (0.1, 7 * 24 * 60),
+    "pdf_dpi": (36, 1200),
+    "max_pages": (1, 100_000),
+    "max_pixels": (1, 2_000_000_000),
+    "max_file_mb": (0.001, 1_048_576),
+    "max_attempts": (1, 1000),
+    "vllm.gpu_memory_gb": (0, 4096),
+    "vllm.max_tokens": (1, 16384),
+    "vllm.idle_sleep_seconds": (0, 30 * 24 * 3600),
+    "vllm.idle_stop_seconds": (0, 30 * 24 * 3600),
+    "vllm.admit_wait_seconds": (0, 60),
+    "vllm.start_timeout_seconds": (1, 24 * 3600),
+    "remote.max_tokens": (1, 1_000_000),
+    "remote.concurrency": (1, 1024),
+    "remote.timeout_seconds": (0.1, 24 * 3600),
+    "remote.retry_seconds": (0.1, 24 * 3600),
+    "remote.health_seconds": (0.1, 24 * 3600),
+}
+
+
