@@ -177,15 +177,18 @@ class X:
 
     def close(self) -> None:
         for proc in reversed(self.procs):
-            if proc.poll() is None:
+            # The whole session, even when its leader has ended: a dbus-run-session that
+            # exited can leave its dbus-daemon behind in the same process group.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
                 with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait(10)
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
 
     def xdotool(self, *args: str) -> str:
         out = subprocess.run(["xdotool", *args], env=self.env, capture_output=True,
