@@ -135,11 +135,7 @@ def cmd_add(args: argparse.Namespace) -> int:
         daemon.close()
         if alone:
             lock.release()
-    failed = [(p, j.reason) for p, j in states.items() if j is not None and j.state == "failed"]
-    done = sum(1 for j in states.values() if j is not None and j.state == "done")
-    echo(f"{done} read, {len(failed)} failed")
-    for path, reason in failed:
-        echo(f"  failed: {safe(path)}: {safe(reason)}")
+    failed = _summarise(states, "read")
     if failed:
         echo(f"ocrwatch: {plural(len(failed), 'file')} could not be read (reasons above); "
              "fix them and run `ocrwatch add` again", err=True)
@@ -179,12 +175,17 @@ def cmd_reread(args: argparse.Namespace) -> int:
     finally:
         daemon.close()
         lock.release()
+    return 1 if _summarise(states, "read again") else 0
+
+
+def _summarise(states: dict[Path, Any], verb: str) -> list[Path]:
+    """Print how many files were read (``verb``) and why each failure failed; the failed."""
     failed = [(p, j.reason) for p, j in states.items() if j is not None and j.state == "failed"]
     done = sum(1 for j in states.values() if j is not None and j.state == "done")
-    echo(f"{done} read again, {len(failed)} failed")
+    echo(f"{done} {verb}, {len(failed)} failed")
     for path, reason in failed:
         echo(f"  failed: {safe(path)}: {safe(reason)}")
-    return 1 if failed else 0
+    return [p for p, _ in failed]
 
 
 def _page_counts(paths: list[Path], config: config_mod.Config) -> dict[Path, int]:
