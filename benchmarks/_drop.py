@@ -76,11 +76,15 @@ def toml_list(values: Sequence[str]) -> str:
 
 
 def run_daemon_on_drop(engine: Sequence[str], folder: Path, files: dict[str, int], work: Path,
-                       settle: float, sampler: Any, timeout: float) -> dict[str, Any]:
+                       settle: float, sampler: Any, timeout: float,
+                       idle_mark: str | None = None) -> dict[str, Any]:
     """`ocrwatch run` with the config lines ``engine`` (the engine's keys and section).
 
     Its HOME stays the user's (vLLM's compile cache lives there); its XDG folders, socket
-    and database are under ``work``, and its log is ``work/daemon.log``.
+    and database are under ``work``, and its log is ``work/daemon.log``. With
+    ``idle_mark``, once the drop is read the run waits for that line in the log (the
+    engine ending on idle), then drops one more A4 page and times it to its sidecar: the
+    first page after an idle stop, engine start included.
     """
     home = work / "home"
     inbox, staging = work / "inbox", work / "staging"
@@ -127,6 +131,15 @@ def run_daemon_on_drop(engine: Sequence[str], folder: Path, files: dict[str, int
                          for name in files if (inbox / name).with_suffix(".md").exists())
         pages = done_pages(database, files)
         peak = sampler.peak(started) if sampler else None
+        after_idle = None
+        if idle_mark is not None:
+            wait_log(work / "daemon.log", idle_mark, proc, time.monotonic() + timeout)
+            text_page(2480, 3508, 998).save(staging / "after_idle.jpg", quality=85,
+                                            dpi=(300, 300))
+            t = time.monotonic()
+            os.rename(staging / "after_idle.jpg", inbox / "after_idle.jpg")
+            wait_jobs(database, 2 + len(files), proc, time.monotonic() + timeout)
+            after_idle = round(time.monotonic() - t, 1)
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -138,7 +151,8 @@ def run_daemon_on_drop(engine: Sequence[str], folder: Path, files: dict[str, int
     seconds = ended_wall - started_wall
     return {"pages": pages, "failed": states.get("failed", 0), "seconds": round(seconds, 2),
             "rate": round(pages / seconds, 3), "peak_mib": peak,
-            "first_file_s": round(first_file_s, 1), "errors": failures(database)}
+            "first_file_s": round(first_file_s, 1), "errors": failures(database),
+            "after_idle_stop_s": after_idle}
 
 
 def query(database: Path, sql: str) -> list[tuple[Any, ...]]:
@@ -168,6 +182,16 @@ def wait_jobs(database: Path, n: int, proc: subprocess.Popen[bytes],
         if time.monotonic() > deadline:
             raise SystemExit(f"the daemon did not finish in time: {states}")
         time.sleep(0.1)
+
+
+def wait_log(log: Path, mark: str, proc: subprocess.Popen[bytes], deadline: float) -> None:
+    """Until ``mark`` appears in the daemon's log; the daemon must stay up meanwhile."""
+    while mark not in log.read_text(errors="replace"):
+        if proc.poll() is not None:
+            raise SystemExit(f"the daemon ended with status {proc.returncode}")
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the daemon's log never said {mark!r}")
+        time.sleep(0.2)
 
 
 def done_pages(database: Path, files: dict[str, int]) -> int:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU checks, from the repository root: the engine benchmark, the daemon benchmark and
 # the GPU tests, each whole, in the order STAGES names (default: "engine daemon tests";
-# "remote" runs benchmarks/gpu_remote.py, which needs the wheels of benchmarks/gpu_wheels.sh).
+# "start" runs benchmarks/gpu_start.py, where a start spends its time; "remote" runs
+# benchmarks/gpu_remote.py, which needs the wheels of benchmarks/gpu_wheels.sh).
 # Needs vLLM importable (PYTHONPATH) and make_model.py; see docs/gpu.md for staging.
 #   MAKE_MODEL       path to make_model.py (writes the LightOnOCR-2-1B-shaped folders)
 #   OCRWATCH_CORPUS  folder of real scans for the tests
@@ -15,6 +16,17 @@ nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv
 
 [ -f "$MODELS/full/config.json" ] || python3 "$MAKE_MODEL" "$MODELS/full" >"$OUT/make_model.log" 2>&1
 [ -f "$MODELS/tiny/model.safetensors" ] || python3 "$MAKE_MODEL" "$MODELS/tiny" --tiny >>"$OUT/make_model.log" 2>&1
+
+# pip writes each module's bytecode when it installs a package; a site-packages tree
+# unpacked by hand has none, and every first import would compile thousands of modules.
+# Compile it once, as pip would have, and say how long that took.
+SITE=$(python3 -c "import importlib.util as u, os; print(os.path.dirname(os.path.dirname(u.find_spec('vllm').origin)))" 2>/dev/null)
+if [ -n "$SITE" ] && [ -w "$SITE" ] && [ ! -f "$SITE/.ocrwatch-bytecode" ]; then
+    t=$(date +%s)
+    python3 -m compileall -q -j 0 "$SITE" >/dev/null 2>&1
+    touch "$SITE/.ocrwatch-bytecode"
+    echo "bytecode for $SITE, as pip install writes it: $(( $(date +%s) - t )) s" | tee -a "$OUT/summary.txt"
+fi
 
 # Where a vLLM start spends its time, from vLLM's own log lines.
 start_times() {
@@ -33,6 +45,13 @@ for stage in ${STAGES:-engine daemon tests}; do
         { echo "== engine (first start, then the second)"; start_times "$OUT/engine.log"
           echo "== plain vLLM runs"; start_times "$OUT/raw_vllm.log"; } >>"$OUT/start_times.txt"
         grep -av "EngineCore\|^INFO\|^WARNING\|^\[W\|^(EngineCore" "$OUT/engine.log" | tail -n 30
+        ;;
+    start)
+        timeout "${START_TIMEOUT:-560}" python3 benchmarks/gpu_start.py "$MODELS/full" \
+            --out "$OUT/gpu_start.txt" --json "$OUT/gpu_start.json" --log "$OUT/starts.log" \
+            ${START_ARGS:-} >"$OUT/start_bench.log" 2>&1
+        echo "start benchmark: exit $? after $(( $(date +%s) - start )) s" | tee -a "$OUT/summary.txt"
+        grep -av "EngineCore\|^INFO\|^WARNING\|^\[W\|^(EngineCore" "$OUT/start_bench.log" | tail -n 45
         ;;
     daemon)
         timeout "${DAEMON_TIMEOUT:-420}" python3 benchmarks/gpu_daemon.py "$MODELS/full" \

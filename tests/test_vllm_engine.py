@@ -2,7 +2,7 @@
 
 The fake worker (``backend="fake"``) runs the real protocol in a real spawned process;
 only vLLM is replaced. The colour of a page tells it how to misbehave (see
-``ocrwatch.engines.vllm.worker.FakeBackend``).
+``ocrwatch.engines.vllm.backends.FakeBackend``).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from ocrwatch.engines.faults import Fault
 from ocrwatch.engines.lightonocr import image_tokens
 from ocrwatch.engines.vllm import VllmEngine, plan_memory
 from ocrwatch.engines.vllm.admission import pick_next
+from ocrwatch.engines.vllm.backends import compilation_config
 from ocrwatch.engines.vllm.worker import main as worker_main
 from ocrwatch.errors import EngineError, EngineUnavailable
 from ocrwatch.textutil import markdown_to_text, repeats_itself
@@ -543,6 +544,64 @@ def test_explicit_sleep_and_wake(engine: VllmEngine) -> None:
     assert engine.state == "asleep"
     engine.wake()
     assert engine.state == "ready"
+
+
+def test_a_sleep_that_keeps_the_gpu_memory_ends_the_worker_instead(
+        caplog: pytest.LogCaptureFixture) -> None:
+    asked: list[list[int]] = []
+
+    def held(pids: list[int]) -> int:  # what nvidia-smi would say of a sleep that kept it all
+        asked.append(pids)
+        return 14_000
+
+    config = Config()
+    config.vllm.idle_sleep_seconds = config.vllm.idle_stop_seconds = 0
+    eng = VllmEngine(config, backend="fake", card_mib=16 * 1024, held_mib=held)
+    try:
+        eng.start()
+        pid = eng.worker_pid
+        assert pid is not None
+        with caplog.at_level("WARNING"):
+            eng.sleep()
+        assert eng.state == "stopped" and gone(pid)
+        assert asked and pid in asked[0]  # the worker's own processes were measured
+        assert "still hold 14000 MiB" in caplog.text
+        (result,) = eng.recognize([page(1)])  # the next page starts a fresh worker
+        assert result.error is None and eng.worker_pid not in (None, pid)
+    finally:
+        eng.close()
+
+
+def test_a_sleep_that_gives_the_memory_back_stays_asleep() -> None:
+    config = Config()
+    config.vllm.idle_sleep_seconds = config.vllm.idle_stop_seconds = 0
+    eng = VllmEngine(config, backend="fake", card_mib=16 * 1024, held_mib=lambda pids: 900)
+    try:
+        eng.start()
+        pid = eng.worker_pid
+        eng.sleep()
+        assert eng.state == "asleep" and eng.worker_pid == pid
+    finally:
+        eng.close()
+
+
+def test_vllm_compiles_nothing_unless_asked_and_graphs_only_the_decode_sizes() -> None:
+    settings: dict[str, Any] = {"cudagraph_sizes": [1, 2, 4, 8]}
+    assert compilation_config(settings) == {"cudagraph_capture_sizes": [1, 2, 4, 8],
+                                            "mode": "NONE", "cudagraph_mode": "FULL_DECODE_ONLY"}
+    settings["torch_compile"] = True
+    assert compilation_config(settings) == {"cudagraph_capture_sizes": [1, 2, 4, 8]}
+
+
+def test_the_engine_hands_its_compile_setting_to_the_worker() -> None:
+    config = Config()
+    assert config.vllm.torch_compile is False
+    config.vllm.torch_compile = True
+    eng = VllmEngine(config, backend="fake", card_mib=16 * 1024)
+    try:
+        assert eng._settings()["torch_compile"] is True
+    finally:
+        eng.close()
 
 
 def test_close_is_safe_twice_and_refuses_more_work() -> None:

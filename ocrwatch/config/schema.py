@@ -29,6 +29,7 @@ class VllmConfig:
     temperature: float = 0.2
     top_p: float = 0.9
     enforce_eager: bool = False
+    torch_compile: bool = False  # slower starts for no gain with this model (docs/gpu.md)
     idle_sleep_seconds: float = 60.0
     idle_stop_seconds: float = 900.0
     admit_wait_seconds: float = 0.5  # how long a page may wait for like sizes to go in together

@@ -186,8 +186,12 @@ def test_sleep_with_pages_pending_finishes_them_first(engine: VllmEngine,
     # come after the sleep and wake the engine. None is lost.
     assert len(results) == 8 and all(r.error is None for r in results)
     engine.sleep()
-    assert engine.state == "asleep"
-    assert sampler.wait_until(lambda v: v < ASLEEP_LIMIT_MIB, 30) < ASLEEP_LIMIT_MIB
+    # A sleep that leaves the memory on the card ends the worker instead (the feeder
+    # checks with nvidia-smi): either way the card is given back.
+    left = sampler.wait_until(lambda v: v < ASLEEP_LIMIT_MIB, 30)
+    print(f"\nsecond sleep: state {engine.state}, {left} MiB on the card", file=sys.stderr)
+    assert engine.state in ("asleep", "stopped")
+    assert left < ASLEEP_LIMIT_MIB
 
 
 def test_release_gives_every_byte_back(engine: VllmEngine, sampler: Sampler,

@@ -46,6 +46,7 @@ class VllmEngine(lightonocr.LightOnOCREngine, Feeder):
         backend_options: dict[str, Any] | None = None,
         card_mib: int | None = None,
         clock: Callable[[], float] = time.monotonic,
+        held_mib: Callable[[list[int]], int | None] | None = None,
     ) -> None:
         cfg = config.vllm
         if backend == "vllm" and importlib.util.find_spec("vllm") is None:
@@ -64,7 +65,9 @@ class VllmEngine(lightonocr.LightOnOCREngine, Feeder):
         plan = plan_memory(default_budget(card_gib, cfg.gpu_memory_gb), card_gib, cfg.max_tokens)
         # One page per call: each page's result goes on to its file the moment it ends.
         # Twice max_num_seqs callers keep a choice of pages waiting for admission.
-        super().__init__(cfg, plan, backend, dict(backend_options or {}), clock)
+        if held_mib is None and backend == "vllm":
+            held_mib = gpu.processes_mib
+        super().__init__(cfg, plan, backend, dict(backend_options or {}), clock, held_mib)
         self._policy = BatchPolicy(max_pages=1, concurrency=2 * plan.max_num_seqs,
                                    cost=lightonocr.image_tokens)
         atexit.register(self.close)

@@ -8,7 +8,8 @@ its page ends, and carries out sleep, wake and stop between pages.
   flight is read again by a fresh worker (the rules are in :mod:`.admission`); each
   page's result is handed back exactly once.
 - **Idle.** After ``idle_sleep_seconds`` with nothing in flight the model sleeps (about
-  0.9 GiB left on the card); after ``idle_stop_seconds`` the worker ends (0 left). Sleep
+  0.9 GiB left on the card; a sleep that leaves more ends the worker instead); after
+  ``idle_stop_seconds`` the worker ends (0 left). Sleep
   and wake wait for the pages in flight; stop (the daemon pausing) first reads every page
   handed over. The next page wakes or restarts the worker.
 """
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from ocrwatch.engines import lightonocr
 from ocrwatch.engines.vllm.admission import Admission, Request
-from ocrwatch.engines.vllm.memory import MemoryPlan
+from ocrwatch.engines.vllm.memory import ASLEEP_MAX_MIB, MemoryPlan
 from ocrwatch.engines.vllm.supervisor import Worker, WorkerGone
 from ocrwatch.errors import EngineError, EngineUnavailable
 
@@ -53,8 +54,10 @@ class Feeder:
     """The state the engine and its feeder thread share (under ``_cond``), and the feeder."""
 
     def __init__(self, cfg: VllmConfig, plan: MemoryPlan, backend: str,
-                 backend_options: dict[str, Any], clock: Callable[[], float]) -> None:
+                 backend_options: dict[str, Any], clock: Callable[[], float],
+                 held_mib: Callable[[list[int]], int | None] | None) -> None:
         self._cfg = cfg
+        self._held_mib = held_mib  # GPU memory of some processes (None: not checked)
         self.plan = plan
         self._backend = backend
         self._backend_options = backend_options
@@ -268,6 +271,7 @@ class Feeder:
             "model": self._model_path,
             "load_format": self._cfg.load_format,
             "enforce_eager": self._cfg.enforce_eager,
+            "torch_compile": self._cfg.torch_compile,
             "gpu_memory_utilization": plan.gpu_memory_utilization,
             "max_model_len": plan.max_model_len,
             "max_num_seqs": plan.max_num_seqs,
@@ -362,8 +366,31 @@ class Feeder:
         except (WorkerGone, OSError) as exc:
             self._worker_failed(str(exc))
             return
+        held = self._held_after_sleep(worker)
+        if held is not None:
+            log.warning("The vLLM engine went to sleep but its processes still hold %d MiB of GPU "
+                        "memory; ending its worker to give the memory back.", held)
+            self._end_worker("sleep kept the GPU memory")
+            return
         with self._cond:
             self._set_state("asleep")
+
+    def _held_after_sleep(self, worker: Worker) -> int | None:
+        """GPU memory the sleeping worker still holds, if more than a sleep leaves; else None.
+
+        Checked from outside (nvidia-smi): a sleep that left the weights or the KV cache on
+        the card would keep the memory an idle daemon promises to give back.
+        """
+        if self._held_mib is None:
+            return None
+        deadline = time.monotonic() + 3.0
+        while True:  # the driver may show the freed memory a moment late
+            held = self._held_mib(worker.members())
+            if held is None or held <= ASLEEP_MAX_MIB:
+                return None
+            if time.monotonic() > deadline:
+                return held
+            time.sleep(0.25)
 
     def _idle_action(self) -> tuple[str | None, float | None]:
         """What to do with nothing to read, or how long until then. Caller holds ``_cond``."""

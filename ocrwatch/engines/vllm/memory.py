@@ -21,6 +21,9 @@ from ocrwatch.errors import EngineUnavailable
 
 BUDGET_CAP_GIB = 16.0
 MIN_BUDGET_GIB = 7.0
+# A sleeping engine keeps about 0.9 GiB (the CUDA context and vLLM's own buffers); more
+# than this means the sleep did not give the weights or the KV cache back.
+ASLEEP_MAX_MIB = 2048
 
 
 @dataclass(frozen=True)
