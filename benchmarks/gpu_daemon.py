@@ -70,7 +70,8 @@ def prepare_rates(folder: Path, files: dict[str, int]) -> dict[str, Any]:
 
 
 def run_daemon(model: str, folder: Path, files: dict[str, int], tokens: int, settle: float,
-               work: Path, sampler: Sampler | None, timeout: float) -> dict[str, Any]:
+               work: Path, sampler: Sampler | None, timeout: float,
+               torch_compile: bool) -> dict[str, Any]:
     """`ocrwatch run` with the vLLM engine on the drop (benchmarks/_drop.py)."""
     return run_daemon_on_drop([
         'engine = "vllm"',
@@ -79,13 +80,14 @@ def run_daemon(model: str, folder: Path, files: dict[str, int], tokens: int, set
         'load_format = "dummy"',
         f"max_tokens = {tokens}",
         "ignore_eos = true",
+        f"torch_compile = {'true' if torch_compile else 'false'}",
         "idle_sleep_seconds = 0.0",
         f"idle_stop_seconds = {IDLE_STOP_S}",
     ], folder, files, work, settle, sampler, timeout, idle_mark="vLLM worker ended (idle)")
 
 
 def run_engine_alone(model: str, folder: Path, files: dict[str, int], tokens: int,
-                     sampler: Sampler | None) -> dict[str, Any]:
+                     sampler: Sampler | None, torch_compile: bool) -> dict[str, Any]:
     """The same pages, prepared first, straight into the engine the daemon's way."""
     from ocrwatch.config import Config
     from ocrwatch.engines.vllm import VllmEngine
@@ -96,6 +98,7 @@ def run_engine_alone(model: str, folder: Path, files: dict[str, int], tokens: in
     config.vllm.load_format = "dummy"
     config.vllm.max_tokens = tokens
     config.vllm.ignore_eos = True
+    config.vllm.torch_compile = torch_compile
     config.vllm.idle_sleep_seconds = config.vllm.idle_stop_seconds = 0
     engine = VllmEngine(config)
     try:
@@ -131,7 +134,8 @@ def report(meta: dict[str, Any], prep: dict[str, Any], daemon: dict[str, Any] | 
         f"date: {meta['date']}  machine: {meta['gpu']}  cpu cores: {meta['cores']}  "
         f"vLLM {meta['vllm']}",
         f"model: LightOnOCR-2-1B shape, random weights (load_format=dummy), bf16; "
-        f"{meta['tokens']} output tokens a page (ignore_eos); the engine's default 16 GiB budget",
+        f"{meta['tokens']} output tokens a page (ignore_eos); the engine's default 16 GiB budget; "
+        f"torch.compile {'on' if meta.get('torch_compile') else 'off'}",
         f"drop: {meta['files']} files, {meta['pages']} pages: 24 A4 300-dpi JPEGs, 24 card "
         "photos, 4 four-page PDFs (benchmarks/gpu_remote.py's make_drop); settle_seconds "
         f"{meta['settle']}",
@@ -179,6 +183,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="also write the report here")
     parser.add_argument("--json", type=Path, help="write the raw figures here")
     parser.add_argument("--timeout", type=float, default=400.0)
+    parser.add_argument("--torch-compile", action="store_true",
+                        help="vLLM's torch.compile on (vllm.torch_compile = true)")
     parser.add_argument("--prepare-only", action="store_true",
                         help="only the page preparation rates (no GPU needed)")
     args = parser.parse_args()
@@ -191,6 +197,7 @@ def main() -> None:
     meta: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "tokens": args.tokens,
                             "files": len(files), "pages": sum(files.values()),
                             "settle": args.settle, "cores": os.cpu_count(),
+                            "torch_compile": args.torch_compile,
                             "baseline_mib": used_mib() if gpu else None,
                             "gpu": "none", "vllm": "-"}
     if gpu:
@@ -206,12 +213,13 @@ def main() -> None:
     if gpu:
         sampler = Sampler()
         saved["daemon"] = run_daemon(args.model, folder, files, args.tokens, args.settle,
-                                     args.work, sampler, args.timeout)
+                                     args.work, sampler, args.timeout, args.torch_compile)
         print("daemon:", json.dumps(saved["daemon"]), flush=True)
         if args.json:
             args.json.write_text(json.dumps(saved, indent=1))
         sampler.settle(3.0)
-        saved["alone"] = run_engine_alone(args.model, folder, files, args.tokens, sampler)
+        saved["alone"] = run_engine_alone(args.model, folder, files, args.tokens, sampler,
+                                          args.torch_compile)
         print("engine alone:", json.dumps(saved["alone"]), flush=True)
         sampler.stop()
     text = report(meta, prep, saved["daemon"], saved["alone"])

@@ -195,7 +195,7 @@ def run_raw(model: str, tokens: int, n: int, log: Path | None,
 
 
 def run_engine(model: str, tokens: int, n: int, fake: bool, eager: bool,
-               sampler: Sampler | None) -> dict[str, Any]:
+               sampler: Sampler | None, torch_compile: bool = False) -> dict[str, Any]:
     from concurrent.futures import ThreadPoolExecutor
 
     from ocrwatch.config import Config
@@ -208,6 +208,7 @@ def run_engine(model: str, tokens: int, n: int, fake: bool, eager: bool,
     config.vllm.max_tokens = tokens
     config.vllm.ignore_eos = True  # every page writes exactly ``tokens``
     config.vllm.enforce_eager = eager
+    config.vllm.torch_compile = torch_compile
     config.vllm.idle_sleep_seconds = 0  # the benchmark sleeps and stops it itself
     config.vllm.idle_stop_seconds = 0
     if fake:
@@ -304,7 +305,8 @@ def report(raw: dict[str, Any] | None, strong: dict[str, Any] | None, eng: dict[
         f"{meta['tokens']} output tokens a page (ignore_eos); {meta['pages']} pages a run",
         f"pages: A4 = {A4[0]}x{A4[1]}, card = {CARD[0]}x{CARD[1]}, mix = the two interleaved",
         f"budget: the 16 GB card's (card memory sampled with nvidia-smi every 0.1 s); "
-        f"engine {'eager' if meta['eager'] else 'with CUDA graphs'}",
+        f"engine {'eager' if meta['eager'] else 'with CUDA graphs'}, torch.compile "
+        f"{'on' if meta.get('torch_compile') else 'off (whole decode steps as CUDA graphs)'}",
         f"engine settings (its memory plan): utilization {plan['gpu_memory_utilization']}, "
         f"max_num_seqs {plan['max_num_seqs']}, max_num_batched_tokens "
         f"{plan['max_num_batched_tokens']}, max_model_len {plan['max_model_len']}, CUDA graphs "
@@ -369,6 +371,8 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write the raw figures here")
     parser.add_argument("--raw-log", type=Path, help="plain vLLM's output goes here")
     parser.add_argument("--eager", action="store_true", help="engine without CUDA graphs")
+    parser.add_argument("--torch-compile", action="store_true",
+                        help="engine with vLLM's torch.compile (vllm.torch_compile = true)")
     parser.add_argument("--skip-raw", action="store_true", help="the engine's side only")
     parser.add_argument("--fake", action="store_true", help="fake worker, no GPU (a dry run)")
     parser.add_argument("--raw", action="store_true", help=argparse.SUPPRESS)
@@ -388,6 +392,7 @@ def main() -> None:
     sampler = None if args.fake else Sampler()
     meta: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "tokens": args.tokens,
                             "pages": args.pages, "eager": args.eager,
+                            "torch_compile": args.torch_compile,
                             "baseline_mib": used_mib(), "gpu": "none (fake worker)",
                             "vllm": "-", "python": platform.python_version()}
     if not args.fake:
@@ -405,7 +410,7 @@ def main() -> None:
 
     # The engine first: its first start is then a cold one (no compile cache yet).
     eng = run_engine(args.model or "fake", args.tokens, args.pages, args.fake, args.eager,
-                     sampler)
+                     sampler, args.torch_compile)
     meta["concurrency"] = 2 * eng["plan"]["max_num_seqs"]
     saved["engine"] = eng
     print("engine:", json.dumps(eng), flush=True)
