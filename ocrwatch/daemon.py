@@ -32,6 +32,7 @@ from ocrwatch.lifecycle import Lifecycle
 from ocrwatch.outputs import PdfMaker
 from ocrwatch.pipeline import Context
 from ocrwatch.scheduler import Scheduler
+from ocrwatch.settle import Settler
 from ocrwatch.status import EngineStatus, Reading, Status
 from ocrwatch.thumbs import Thumbnails
 from ocrwatch.watch import Watcher
@@ -102,14 +103,11 @@ class Daemon:
         self.ctx.after.start()
         self.scheduler.start()
         if self._watch:
-            self._watcher = Watcher(
-                self.config.inbox, self.config.settle_seconds, self.consider,
-                lambda path: pipeline.gone(self.ctx, path),
-                observer=self.config.observer,
-                rescan_seconds=self.config.rescan_minutes * 60,
-                gone_tree=self.follower.gone_tree, moved=self.follower.moved,
-                moved_tree=self.follower.moved_tree, prune=self.follower.missing,
-            )
+            settler = Settler(self.config.inbox, self.config.settle_seconds, self.consider,
+                              lambda path: pipeline.gone(self.ctx, path),
+                              rescan_seconds=self.config.rescan_minutes * 60,
+                              follow=self.follower)
+            self._watcher = Watcher(settler, observer=self.config.observer)
             self._watcher.start()
         log.info("ocrwatch %s watching %s with the %s engine (%s)%s", __version__,
                  ", ".join(str(p) for p in self.config.inbox), self.choice.name,

@@ -6,9 +6,10 @@ import logging
 import os
 import queue
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from ocrwatch.errors import TransientError
 from ocrwatch.inbox_files import looks_complete, walk, wanted
@@ -27,6 +28,15 @@ ROOT_CHECK_SECONDS = 1.0  # how often the watched folders are checked for being 
 GONE_SETTLES = 2.0
 GONE_EXTRA = 3.0
 Event = tuple[str, Path, Path | None]  # kind, path, and where it went for a move
+
+
+class Follows(Protocol):
+    """What keeps the index in step with files that move or vanish (follow.Follower)."""
+
+    def moved(self, old: Path, new: Path) -> bool: ...
+    def moved_tree(self, old: Path, new: Path) -> object: ...
+    def gone_tree(self, folder: Path) -> object: ...
+    def missing(self) -> Iterable[Path]: ...
 
 
 @dataclass
@@ -53,29 +63,21 @@ class Settler(Service):
         gone: Callable[[Path], None],
         *,
         rescan_seconds: float | None = None,
-        scan: Callable[[], Iterator[Path]] | None = None,
         clock: Callable[[], float] = time.monotonic,
-        gone_tree: Callable[[Path], object] | None = None,
-        moved: Callable[[Path, Path], bool] | None = None,
-        moved_tree: Callable[[Path, Path], object] | None = None,
-        prune: Callable[[], Iterable[Path]] | None = None,
-        tick: Callable[[set[Path]], None] | None = None,
+        follow: Follows | None = None,
     ) -> None:
         super().__init__("ocrwatch-settle")
         self.roots = roots
-        # Called about once a second with the roots whose deletion was seen since.
-        self.tick = tick
+        # Called about once a second with the roots whose deletion was seen since (the
+        # Watcher sets it, to watch a folder again that was deleted and is back).
+        self.tick: Callable[[set[Path]], None] | None = None
         self._roots_gone: set[Path] = set()
         self._next_tick = 0.0
-        self.gone_tree = gone_tree or (lambda folder: None)
-        self.moved = moved
-        self.moved_tree = moved_tree
-        self.prune = prune
+        self.follow = follow
         self.settle = settle_seconds
         self.ready = ready
         self.gone = gone
         self.rescan_seconds = rescan_seconds
-        self.scan = scan
         self.clock = clock
         self.events: queue.Queue[Event] = queue.Queue()
         self.pending: dict[Path, _Pending] = {}
@@ -94,9 +96,9 @@ class Settler(Service):
     def feed(self, kind: str, path: Path, dest: Path | None = None) -> None:
         if kind == "moved" and dest is not None:
             self.pending.pop(path, None)
-            if wanted(path, self.roots) and wanted(dest, self.roots) and self.moved is not None:
+            if wanted(path, self.roots) and wanted(dest, self.roots) and self.follow is not None:
                 # Known: its row follows, and the settle check below finds it current.
-                self.moved(path, dest)
+                self.follow.moved(path, dest)
             elif wanted(path, self.roots):
                 self.feed("gone", path)
             self.feed("changed", dest)
@@ -106,8 +108,8 @@ class Settler(Service):
                 del self.pending[known]
             inside = any(dest.is_relative_to(r) for r in self.roots) and wanted(
                 dest / "x.png", self.roots)
-            if inside and self.moved_tree is not None:
-                self.moved_tree(path, dest)
+            if inside and self.follow is not None:
+                self.follow.moved_tree(path, dest)
             else:
                 self.feed("gone-tree", path)  # into a hidden folder: as good as gone
             self.feed("scan", dest)
@@ -161,13 +163,14 @@ class Settler(Service):
             if os.path.lexists(path):
                 continue  # back again (a file replaced by a rename, say)
             if folder:
-                self.gone_tree(path)
+                if self.follow is not None:
+                    self.follow.gone_tree(path)
             else:
                 self.gone(path)
         if self._prune_due is not None and now >= self._prune_due and not self.pending:
             self._prune_due = None
-            if self.prune is not None:
-                for path in self.prune():  # known files gone while nothing watched
+            if self.follow is not None:
+                for path in self.follow.missing():  # known files gone while nothing watched
                     self.vanished.setdefault(path, (now + self._grace(), False))
 
     def _check_pending(self, now: float) -> None:
@@ -202,9 +205,7 @@ class Settler(Service):
                 self.pending[path] = _Pending(size, mtime, now + RETRY_SECONDS)
 
     def _scan(self) -> None:
-        if self.scan is None:
-            return
-        for path in self.scan():
+        for path in walk(self.roots):
             self.feed("changed", path)
         # Rows of files gone while nothing watched are pruned once what the scan found has
         # settled: a file moved meanwhile is recognised by its inode first.

@@ -13,7 +13,6 @@ import contextlib
 import logging
 import os
 import queue
-from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from watchdog.events import (
@@ -28,7 +27,6 @@ from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver, ObservedWatch
 from watchdog.observers.polling import PollingObserver
 
-from ocrwatch.inbox_files import walk
 from ocrwatch.settle import Event, Settler
 
 log = logging.getLogger(__name__)
@@ -122,27 +120,12 @@ class _OverflowRescan(logging.Handler):
 
 
 class Watcher:
-    """The observer plus the settler, started and stopped together."""
+    """An observer feeding a :class:`Settler`, the two started and stopped together."""
 
-    def __init__(
-        self,
-        roots: list[Path],
-        settle_seconds: float,
-        ready: Callable[[Path], object],
-        gone: Callable[[Path], None],
-        *,
-        observer: str = "auto",
-        rescan_seconds: float | None = 300.0,
-        gone_tree: Callable[[Path], object] | None = None,
-        moved: Callable[[Path, Path], bool] | None = None,
-        moved_tree: Callable[[Path, Path], object] | None = None,
-        prune: Callable[[], Iterable[Path]] | None = None,
-    ) -> None:
-        self.roots = roots
-        self.settler = Settler(roots, settle_seconds, ready, gone,
-                               rescan_seconds=rescan_seconds, scan=lambda: walk(roots),
-                               gone_tree=gone_tree, tick=self._check_roots, moved=moved,
-                               moved_tree=moved_tree, prune=prune)
+    def __init__(self, settler: Settler, *, observer: str = "auto") -> None:
+        roots = self.roots = settler.roots
+        self.settler = settler
+        settler.tick = self._check_roots
         self.observer = make_observer(observer, roots)
         self._handler = _Handler(self.settler.events, roots)
         # Each root's watch and the folder (device, inode) it watches; None: not armed.

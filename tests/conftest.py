@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
@@ -11,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from helpers import home_env
+from helpers import use_home
 
 
 @pytest.fixture
@@ -38,11 +37,4 @@ def _no_leaked_threads(long_lived_threads: tuple[str, ...]) -> Iterator[None]:
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A private HOME with its own XDG folders, for this process and its children."""
-    home = tmp_path / "home"
-    home.mkdir()
-    for key in list(os.environ):
-        if key.startswith("OCRWATCH_"):
-            monkeypatch.delenv(key)
-    for key, value in home_env(home).items():
-        monkeypatch.setenv(key, value)
-    return home
+    return use_home(tmp_path / "home", monkeypatch)

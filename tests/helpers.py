@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TypeVar
 
+import pytest
 from PIL import Image, ImageDraw, ImageFont
 
 from ocrwatch.config import Config
@@ -88,6 +89,18 @@ def home_env(home: Path, run: Path | None = None) -> dict[str, str]:
         "XDG_CACHE_HOME": str(home / ".cache"),
         "XDG_RUNTIME_DIR": str(run),
     }
+
+
+def use_home(home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Make ``home`` the private HOME of this process and its children, with its own XDG
+    folders and none of the caller's OCRWATCH_ variables."""
+    home.mkdir(parents=True, exist_ok=True)
+    for key in list(os.environ):
+        if key.startswith("OCRWATCH_"):
+            monkeypatch.delenv(key)
+    for key, value in home_env(home).items():
+        monkeypatch.setenv(key, value)
+    return home
 
 
 def child_env(home: Path, extra: Mapping[str, str] | None = None, *,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ from helpers import save_pdf, text_page, wait_for
 from ocrwatch.config import Config
 from ocrwatch.daemon import Daemon
 from ocrwatch.engines.fake import FakeEngine
+from ocrwatch.thumbs import Thumbnails
 from ocrwatch.web import SearchServer
 
 
@@ -59,16 +61,29 @@ def build_inbox(inbox: Path) -> dict[str, Path]:
     return files
 
 
-@pytest.fixture
-def site(tmp_path: Path, home: Path) -> Iterator[Site]:
+@contextlib.contextmanager
+def indexed(tmp_path: Path) -> Iterator[tuple[Config, dict[str, Path], Daemon]]:
+    """A running daemon that has read the small inbox; the inbox's files by short name."""
     config = Config(inbox=[tmp_path / "inbox"], database=tmp_path / "index.sqlite3",
                     settle_seconds=0.2, engine="fake", cache_dir=tmp_path / "cache")
     files = build_inbox(config.inbox[0])
     with Daemon(config, engine=FakeEngine()) as d:
         wait_for(lambda: all((j := d.jobs.known(p)) is not None and j.state == "done"
                              for p in files.values()), 30, "files read")
-        opened: list[tuple[Path, int | None]] = []
-        server = SearchServer(config.database, d.thumbs, inbox=config.inbox,
-                              opener=lambda path, page: opened.append((path, page)))
-        with server:
-            yield Site(server, opened, config.inbox[0], files)
+        yield config, files, d
+
+
+@contextlib.contextmanager
+def serve(config: Config, thumbs: Thumbnails, files: dict[str, Path]) -> Iterator[Site]:
+    """The search page over ``config``'s index; files it is asked to open are only noted."""
+    opened: list[tuple[Path, int | None]] = []
+    server = SearchServer(config.database, thumbs, inbox=config.inbox,
+                          opener=lambda path, page: opened.append((path, page)))
+    with server:
+        yield Site(server, opened, config.inbox[0], files)
+
+
+@pytest.fixture
+def site(tmp_path: Path, home: Path) -> Iterator[Site]:
+    with indexed(tmp_path) as (config, files, d), serve(config, d.thumbs, files) as running:
+        yield running

@@ -24,7 +24,7 @@ from ocrwatch.align import place_text
 from ocrwatch.config import Config
 from ocrwatch.daemon import Daemon
 from ocrwatch.domain import Page, PageText
-from ocrwatch.engines.base import BatchPolicy
+from ocrwatch.engines.base import BatchPolicy, Engine
 from ocrwatch.engines.fake import FakeEngine
 from ocrwatch.inbox_files import wanted
 from ocrwatch.layout import PageLayout, Word
@@ -90,6 +90,17 @@ def read_all(daemon: Daemon, *paths: Path) -> None:
         assert job is not None and job.state.value == "done", (p, job)
 
 
+def read_one(config: Config, src: Path, engine: Engine | None = None) -> list[str | None]:
+    """A daemon on ``config`` reads ``src``; each page's warnings (None: none)."""
+    with Daemon(config, engine=engine) as daemon:
+        read_all(daemon, src)
+        return [r["warnings"] for r in daemon.db.query("SELECT warnings FROM pages")]
+
+
+def all_warnings(config: Config, src: Path, engine: Engine | None = None) -> str:
+    return " ".join(w or "" for w in read_one(config, src, engine))
+
+
 def pdf_images(pdf: Path, folder: Path) -> list[Image.Image]:
     """Every image of ``pdf`` as pixels, in page order (``pdfimages -png``)."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -114,8 +125,7 @@ def test_tesseract_engine_pdf_holds_text_on_true_positions_over_unchanged_image(
     config, inbox = make_inbox(tmp_path)
     src = inbox / "letter.png"
     lines, truth = write_page(src, 1)
-    with Daemon(config) as daemon:
-        read_all(daemon, src)
+    read_one(config, src)
     out = inbox / "letter.ocr.pdf"
     text = pdf_text(out)
     for line in lines:
@@ -136,10 +146,8 @@ def test_model_text_is_placed_on_tesseract_boxes(tmp_path: Path) -> None:
     src = inbox / "memo.png"
     lines, truth = write_page(src, 4)
     engine = KnownTextEngine({"memo.png": ["\n".join(lines)]})
-    with Daemon(config, engine=engine) as daemon:
-        read_all(daemon, src)
-        rows = daemon.db.query("SELECT warnings FROM pages")
-    assert rows[0]["warnings"] is None  # aligned word by word: no warning
+    warnings = read_one(config, src, engine)
+    assert warnings[0] is None  # aligned word by word: no warning
     out = inbox / "memo.ocr.pdf"
     found = bbox_words(out)[0]
     assert [w.text for w in found] == [w for line in lines for w in line.split()]
@@ -155,10 +163,8 @@ def test_unalignable_model_text_gets_a_line_layer_and_a_warning(tmp_path: Path) 
     write_page(src, 2)
     model = "Zwölf Boxkämpfer jagen Viktor quer\nüber den großen Sylter Deich"
     engine = KnownTextEngine({"other.png": [model]})
-    with Daemon(config, engine=engine) as daemon:
-        read_all(daemon, src)
-        rows = daemon.db.query("SELECT warnings FROM pages")
-    assert "placed by line" in rows[0]["warnings"]
+    warnings = read_one(config, src, engine)
+    assert "placed by line" in (warnings[0] or "")
     text = pdf_text(inbox / "other.ocr.pdf")
     assert "Zwölf Boxkämpfer jagen Viktor quer" in text
     assert "über den großen Sylter Deich" in text
@@ -169,8 +175,7 @@ def test_multipage_pdf_in_multipage_pdf_out(tmp_path: Path) -> None:
     pages = [synthetic_page(page_lines(seed, 3))[0] for seed in (5, 6, 7)]
     src = inbox / "report.pdf"
     pages[0].save(src, "PDF", resolution=DPI, save_all=True, append_images=pages[1:])
-    with Daemon(config) as daemon:
-        read_all(daemon, src)
+    read_one(config, src)
     out = inbox / "report.ocr.pdf"
     with pikepdf.open(src) as a, pikepdf.open(out) as b:
         assert len(a.pages) == len(b.pages) == 3
@@ -188,8 +193,7 @@ def test_pdfa_when_ghostscript_is_present(tmp_path: Path) -> None:
     config, inbox = make_inbox(tmp_path, pdfa="auto")
     src = inbox / "a.png"
     lines, _ = write_page(src, 3)
-    with Daemon(config) as daemon:
-        read_all(daemon, src)
+    read_one(config, src)
     out = inbox / "a.ocr.pdf"
     with pikepdf.open(out) as pdf:
         meta = pdf.open_metadata()
@@ -211,8 +215,7 @@ def test_jpeg_bytes_go_into_the_pdf_unchanged(tmp_path: Path) -> None:
     src = inbox / "photo.jpg"
     image, _ = synthetic_page(page_lines(8))
     image.save(src, quality=80, dpi=(DPI, DPI))
-    with Daemon(config) as daemon:
-        read_all(daemon, src)
+    read_one(config, src)
     with pikepdf.open(inbox / "photo.ocr.pdf") as pdf:
         (raw,) = [img.read_raw_bytes() for img in pdf.pages[0].Resources.XObject.values()]
     assert raw == src.read_bytes()
@@ -320,10 +323,6 @@ def test_doctor_says_what_the_pdf_output_needs(tmp_path: Path,
 
 
 # -- when the PDF cannot be made as asked ------------------------------------------------
-def page_warnings(daemon: Daemon) -> str:
-    return " ".join(r["warnings"] or "" for r in daemon.db.query("SELECT warnings FROM pages"))
-
-
 def test_a_pdf_that_cannot_be_written_costs_only_the_pdf(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from ocrwatch import pdfout
@@ -335,9 +334,7 @@ def test_a_pdf_that_cannot_be_written_costs_only_the_pdf(
     config, inbox = make_inbox(tmp_path, engine="fake")
     src = inbox / "odd.png"
     write_page(src, 1)
-    with Daemon(config, engine=KnownTextEngine({"odd.png": ["some text"]})) as daemon:
-        read_all(daemon, src)
-        warnings = page_warnings(daemon)
+    warnings = all_warnings(config, src, KnownTextEngine({"odd.png": ["some text"]}))
     assert "no searchable PDF was written: unreadable cross-reference table" in warnings
     assert sorted(p.name for p in inbox.iterdir()) == ["odd.md", "odd.png", "odd.txt"]
 
@@ -347,9 +344,7 @@ def test_without_tesseract_data_the_model_text_gets_a_line_layer(tmp_path: Path)
     src = inbox / "memo.png"
     lines, _ = write_page(src, 2)
     engine = KnownTextEngine({"memo.png": ["\n".join(lines)]})
-    with Daemon(config, engine=engine) as daemon:
-        read_all(daemon, src)
-        warnings = page_warnings(daemon)
+    warnings = all_warnings(config, src, engine)
     assert "Tesseract cannot find word positions" in warnings
     assert "placed by line" in warnings
     text = pdf_text(inbox / "memo.ocr.pdf")
@@ -367,9 +362,7 @@ def test_a_failing_ghostscript_leaves_the_plain_pdf(
     config, inbox = make_inbox(tmp_path, pdfa="auto")
     src = inbox / "a.png"
     lines, _ = write_page(src, 3)
-    with Daemon(config) as daemon:
-        read_all(daemon, src)
-        warnings = page_warnings(daemon)
+    warnings = all_warnings(config, src)
     assert "PDF: not PDF/A: Ghostscript could not make a PDF/A (exit 1" in warnings
     out = inbox / "a.ocr.pdf"
     with pikepdf.open(out) as pdf:
@@ -391,8 +384,7 @@ def test_a_jpeg_turned_by_its_exif_tag_gets_words_where_they_are_shown(
     exif[0x0112] = orientation
     src = inbox / "turned.jpg"
     stored.save(src, quality=95, dpi=(DPI, DPI), exif=exif.tobytes())
-    with Daemon(config) as daemon:
-        read_all(daemon, src)
+    read_one(config, src)
     out = inbox / "turned.ocr.pdf"
     with pikepdf.open(out) as pdf:
         assert int(pdf.pages[0].obj.get("/Rotate", 0)) % 360 == turn

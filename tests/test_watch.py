@@ -12,14 +12,6 @@ from ocrwatch.settle import Settler
 from ocrwatch.watch import Watcher
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.mark.parametrize("name", ["scan.pdf.part", "scan.crdownload", "x.tmp", "~$doc.pdf",
                                   ".hidden.png", "backup.png~"])
 def test_temporary_and_hidden_names_are_ignored(name: str) -> None:
@@ -49,95 +41,94 @@ def test_looks_complete(tmp_path: Path) -> None:
     assert looks_complete(pdf)
 
 
-def settler(tmp_path: Path, clock: Clock, settle: float = 2.0) -> tuple[Settler, list[Path],
-                                                                         list[Path]]:
-    ready: list[Path] = []
-    gone: list[Path] = []
-    return Settler([tmp_path], settle, ready.append, gone.append, clock=clock), ready, gone
+class Rig:
+    """A Settler on a clock the test moves by hand, with what it reported."""
+
+    def __init__(self, folder: Path, settle: float = 2.0) -> None:
+        self.now = 1000.0
+        self.ready: list[Path] = []
+        self.gone: list[Path] = []
+        self.settler = Settler([folder], settle, self.ready.append, self.gone.append,
+                               clock=lambda: self.now)
+
+    def feed(self, *kinds: str, path: Path) -> Path:
+        for kind in kinds:
+            self.settler.feed(kind, path)
+        return path
+
+    def after(self, seconds: float) -> None:
+        """Let ``seconds`` pass, then let the settler look."""
+        self.now += seconds
+        self.settler.check()
+
+
+def png(path: Path) -> Path:
+    text_page(["x"], width=100).save(path)
+    return path
 
 
 def test_file_is_ready_only_after_settle_time(tmp_path: Path) -> None:
-    clock = Clock()
-    s, ready, _ = settler(tmp_path, clock)
-    path = tmp_path / "a.png"
-    text_page(["x"], width=100).save(path)
-    s.feed("changed", path)
-    s.check()
-    clock.now += 1.9
-    s.check()
-    assert ready == []
-    clock.now += 0.2
-    s.check()
-    assert ready == [path]
-    assert s.pending == {}
+    rig = Rig(tmp_path)
+    path = rig.feed("changed", path=png(tmp_path / "a.png"))
+    rig.after(0)
+    rig.after(1.9)
+    assert rig.ready == []
+    rig.after(0.2)
+    assert rig.ready == [path]
+    assert rig.settler.pending == {}
 
 
 def test_growing_file_restarts_the_wait(tmp_path: Path) -> None:
-    clock = Clock()
-    s, ready, _ = settler(tmp_path, clock)
+    rig = Rig(tmp_path)
     path = tmp_path / "a.tif"
     path.write_bytes(b"II*\x00" + b"\x00" * 100)
-    s.feed("changed", path)
+    rig.feed("changed", path=path)
     for _ in range(5):
-        clock.now += 1.5
+        rig.now += 1.5
         with path.open("ab") as fh:
             fh.write(b"\x00" * 100)
-        os.utime(path, ns=(int(clock.now * 1e9), int(clock.now * 1e9)))
-        s.check()
-    assert ready == []
-    clock.now += 2.1
-    s.check()
-    assert ready == [path]
+        os.utime(path, ns=(int(rig.now * 1e9), int(rig.now * 1e9)))
+        rig.after(0)
+    assert rig.ready == []
+    rig.after(2.1)
+    assert rig.ready == [path]
 
 
 def test_close_after_write_shortens_but_does_not_replace_the_check(tmp_path: Path) -> None:
-    clock = Clock()
-    s, ready, _ = settler(tmp_path, clock)
-    path = tmp_path / "a.png"
-    text_page(["x"], width=100).save(path)
-    s.feed("changed", path)
-    s.feed("closed", path)
-    s.check()
-    assert ready == []  # still must be seen unchanged for a while
-    clock.now += 0.6
-    s.check()
-    assert ready == [path]
+    rig = Rig(tmp_path)
+    path = rig.feed("changed", "closed", path=png(tmp_path / "a.png"))
+    rig.after(0)
+    assert rig.ready == []  # still must be seen unchanged for a while
+    rig.after(0.6)
+    assert rig.ready == [path]
 
 
 def test_incomplete_looking_file_waits_longer(tmp_path: Path) -> None:
-    clock = Clock()
-    s, ready, _ = settler(tmp_path, clock)
+    rig = Rig(tmp_path)
     path = tmp_path / "half.pdf"
     path.write_bytes(b"%PDF-1.4\n1 0 obj\n")
-    s.feed("changed", path)
-    s.check()
-    clock.now += 5
-    s.check()
-    assert ready == []  # a scanner pausing mid-file
+    rig.feed("changed", path=path)
+    rig.after(0)
+    rig.after(5)
+    assert rig.ready == []  # a scanner pausing mid-file
     with path.open("ab") as fh:
         fh.write(b"%%EOF\n")
-    s.check()
-    clock.now += 2.1
-    s.check()
-    assert ready == [path]
+    rig.after(0)
+    rig.after(2.1)
+    assert rig.ready == [path]
 
 
 def test_deleted_file_is_reported_gone(tmp_path: Path) -> None:
-    clock = Clock()
-    s, ready, gone = settler(tmp_path, clock)
-    path = tmp_path / "a.png"
-    text_page(["x"], width=100).save(path)
-    s.feed("changed", path)
+    rig = Rig(tmp_path)
+    path = rig.feed("changed", path=png(tmp_path / "a.png"))
     path.unlink()
-    s.check()
-    assert gone == [] and ready == []  # a move may show up as a deletion first
-    clock.now += 2 * 2.0 + 3.1
-    s.check()
-    assert gone == [path] and ready == []
-    s.feed("gone", tmp_path / "other.png")
-    clock.now += 2 * 2.0 + 3.1
-    s.check()
-    assert gone[-1] == tmp_path / "other.png"
+    rig.after(0)
+    assert rig.gone == [] and rig.ready == []  # a move may show up as a deletion first
+    rig.after(2 * 2.0 + 3.1)
+    assert rig.gone == [path] and rig.ready == []
+    rig.feed("gone", path=tmp_path / "other.png")
+    rig.after(2 * 2.0 + 3.1)
+    assert rig.gone[-1] == tmp_path / "other.png"
 
 
 def test_walk_skips_hidden_folders_and_other_files(tmp_path: Path) -> None:
@@ -155,8 +146,7 @@ def test_real_events_in_a_real_folder(tmp_path: Path, observer: str) -> None:
     gone: queue.Queue[Path] = queue.Queue()
     existing = tmp_path / "before.png"
     text_page(["x"], width=100).save(existing)
-    watcher = Watcher([tmp_path], 0.3, ready.put, gone.put, observer=observer,
-                      rescan_seconds=None)
+    watcher = Watcher(Settler([tmp_path], 0.3, ready.put, gone.put), observer=observer)
     watcher.start()
     try:
         assert ready.get(timeout=10) == existing  # the startup scan
@@ -181,7 +171,7 @@ def test_real_events_in_a_real_folder(tmp_path: Path, observer: str) -> None:
 def test_rescan_finds_files_without_events(tmp_path: Path) -> None:
     ready: queue.Queue[Path] = queue.Queue()
     # No observer at all: as if every event was lost. Only the rescan can find the file.
-    s = Settler([tmp_path], 0.2, ready.put, lambda p: None, scan=lambda: walk([tmp_path]))
+    s = Settler([tmp_path], 0.2, ready.put, lambda p: None)
     s.start()
     try:
         path = tmp_path / "missed.png"
@@ -194,8 +184,7 @@ def test_rescan_finds_files_without_events(tmp_path: Path) -> None:
 
 def test_periodic_rescan(tmp_path: Path) -> None:
     ready: queue.Queue[Path] = queue.Queue()
-    s = Settler([tmp_path], 0.2, ready.put, lambda p: None, scan=lambda: walk([tmp_path]),
-                rescan_seconds=0.5)
+    s = Settler([tmp_path], 0.2, ready.put, lambda p: None, rescan_seconds=0.5)
     s.start()
     try:
         path = tmp_path / "later.png"

@@ -9,13 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from ocrwatch import config as config_mod
+from ocrwatch.config.schema import ENGINES
 from ocrwatch.termsafe import safe_lines
 
 log = logging.getLogger("ocrwatch")
 
 # The engines a user may choose; "fake" (for tests of what surrounds an engine) is
 # accepted but not offered.
-PUBLIC_ENGINES = tuple(e for e in config_mod.ENGINES if e != "fake")
+PUBLIC_ENGINES = tuple(e for e in ENGINES if e != "fake")
 EXIT_BROKEN_PIPE = 141  # what a shell reports for a program ended by SIGPIPE
 
 

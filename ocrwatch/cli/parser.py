@@ -3,40 +3,45 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ocrwatch import __version__
-from ocrwatch import config as config_mod
 from ocrwatch.cli.common import PUBLIC_ENGINES
+from ocrwatch.config.schema import ENGINES
 from ocrwatch.index import MAX_HITS, QUERY_SECONDS
 
 
 def _engine(value: str) -> str:
-    if value not in config_mod.ENGINES:
+    if value not in ENGINES:
         raise argparse.ArgumentTypeError(
             f"{value!r} is not an engine; choose {', '.join(PUBLIC_ENGINES)}")
     return value
 
 
-def _limit(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
-    if not 1 <= number <= MAX_HITS:
-        raise argparse.ArgumentTypeError(f"{value} is out of range: use 1 to {MAX_HITS}")
-    return number
+N = TypeVar("N", int, float)
 
 
-def _seconds(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
-    if not 0.01 <= number <= 3600:  # also refuses nan and inf
-        raise argparse.ArgumentTypeError(f"{value} is out of range: use 0.01 to 3600 seconds")
-    return number
+def _in_range(parse: Callable[[str], N], low: N, high: N, what: str,
+              unit: str = "") -> Callable[[str], N]:
+    """An option type: ``parse`` the value and keep it within ``low`` to ``high``."""
+
+    def check(value: str) -> N:
+        try:
+            number = parse(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{value!r} is not {what}") from None
+        if not low <= number <= high:  # also refuses nan and inf
+            raise argparse.ArgumentTypeError(
+                f"{value} is out of range: use {low} to {high}{unit}")
+        return number
+
+    return check
+
+
+_limit = _in_range(int, 1, MAX_HITS, "a whole number")
+_seconds = _in_range(float, 0.01, 3600, "a number of seconds", " seconds")
 
 
 def _examples(*lines: str) -> str:

@@ -10,34 +10,7 @@ value stops start-up with a message naming the key, where it came from and what 
 
 from ocrwatch.config.check import validate
 from ocrwatch.config.load import load
-from ocrwatch.config.schema import (
-    ENGINES,
-    LAYOUTS,
-    OBSERVERS,
-    ON_DONE_TIMEOUT_MAX,
-    ON_SUCCESS,
-    OUTPUTS,
-    PDF_TEXT,
-    PDFA,
-    RANGES,
-    Config,
-    RemoteConfig,
-    VllmConfig,
-)
+from ocrwatch.config.schema import Config, RemoteConfig, VllmConfig
 
-__all__ = [
-    "ENGINES",
-    "LAYOUTS",
-    "OBSERVERS",
-    "ON_DONE_TIMEOUT_MAX",
-    "ON_SUCCESS",
-    "OUTPUTS",
-    "PDFA",
-    "PDF_TEXT",
-    "RANGES",
-    "Config",
-    "RemoteConfig",
-    "VllmConfig",
-    "load",
-    "validate",
-]
+# The allowed values (ENGINES, RANGES...) are imported from the schema module itself.
+__all__ = ["Config", "RemoteConfig", "VllmConfig", "load", "validate"]

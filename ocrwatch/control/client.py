@@ -46,12 +46,7 @@ def request(
             ) from exc
         try:
             sock.sendall(json.dumps({"cmd": cmd, **args}).encode() + b"\n")
-            buf = b""
-            while b"\n" not in buf:
-                chunk = sock.recv(65536)
-                if not chunk:
-                    break
-                buf += chunk
+            line = read_line(sock)
         except TimeoutError:
             raise OcrwatchError(
                 f"the daemon did not answer `{cmd}` within {timeout:.0f} s; it may be busy. "
@@ -61,11 +56,11 @@ def request(
             raise DaemonNotRunning(NOT_RUNNING) from None
     finally:
         sock.close()
-    if not buf.strip():
+    if not line.strip():
         # The daemon closed the connection without a word: it is going away.
         raise DaemonNotRunning(NOT_RUNNING)
     try:
-        reply = json.loads(buf.split(b"\n", 1)[0])
+        reply = json.loads(line)
     except ValueError:
         raise OcrwatchError(
             f"the process on {path} did not answer like an ocrwatch daemon"
@@ -75,6 +70,18 @@ def request(
     if not reply["ok"]:
         raise OcrwatchError(str(reply.get("error", "the daemon refused the command")))
     return reply.get("result")
+
+
+def read_line(sock: socket.socket) -> bytes:
+    """The first line the other end sends (without its newline), or what it sent before
+    closing the connection."""
+    buf = b""
+    while b"\n" not in buf:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        buf += chunk
+    return buf.split(b"\n", 1)[0]
 
 
 def _connect(sock: socket.socket, path: Path, timeout: float) -> None:

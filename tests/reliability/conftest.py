@@ -65,8 +65,11 @@ def base_config(home: Home, **overrides: Any) -> Config:
     return config
 
 
+StartDaemon = Callable[..., tuple[Daemon, RecordingEngine]]  # the run_daemon fixture
+
+
 @pytest.fixture
-def run_daemon(home: Home) -> Iterator[Callable[..., tuple[Daemon, RecordingEngine]]]:
+def run_daemon(home: Home) -> Iterator[StartDaemon]:
     """Start an in-process daemon with the recording fake engine; closed at teardown."""
     started: list[Daemon] = []
 

@@ -16,42 +16,24 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
-from helpers import wait_for
-from search_site import Site, build_inbox
+from helpers import use_home, wait_for
+from search_site import Site, indexed, serve
 
 from ocrwatch.config import Config
 from ocrwatch.daemon import Daemon
 from ocrwatch.engines.fake import FakeEngine
 from ocrwatch.hooks import Finished, hook_argv, run_hook
-from ocrwatch.web import SearchServer
 from ocrwatch.web_handler import IDLE_TIMEOUT
 
 
 @pytest.fixture
 def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Site]:
-    home = tmp_path / "home"
-    (home / "run").mkdir(parents=True, mode=0o700)
-    for key in list(os.environ):
-        if key.startswith("OCRWATCH_"):
-            monkeypatch.delenv(key)
-    monkeypatch.setenv("HOME", str(home))
-    for key, sub in (("XDG_CONFIG_HOME", "config"), ("XDG_DATA_HOME", "data"),
-                     ("XDG_STATE_HOME", "state"), ("XDG_CACHE_HOME", "cache"),
-                     ("XDG_RUNTIME_DIR", "run")):
-        monkeypatch.setenv(key, str(home / sub))
-    config = Config(inbox=[tmp_path / "inbox"], database=tmp_path / "index.sqlite3",
-                    settle_seconds=0.2, engine="fake", cache_dir=tmp_path / "cache")
-    files = build_inbox(config.inbox[0])
-    with Daemon(config, engine=FakeEngine()) as d:
-        wait_for(lambda: all((j := d.jobs.known(p)) is not None and j.state == "done"
-                             for p in files.values()), 30, "files read")
+    use_home(tmp_path / "home", monkeypatch)
+    with indexed(tmp_path) as (config, files, d):
         thumbs = d.thumbs
     # The daemon is stopped: the files changed below are left as the attacks make them.
-    opened: list[tuple[Path, int | None]] = []
-    server = SearchServer(config.database, thumbs, inbox=config.inbox,
-                          opener=lambda path, page: opened.append((path, page)))
-    with server:
-        yield Site(server, opened, config.inbox[0], files)
+    with serve(config, thumbs, files) as running:
+        yield running
 
 
 def _job_id(site: Site, name: str) -> int:

@@ -14,7 +14,7 @@ import os
 import sqlite3
 import subprocess
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -22,12 +22,9 @@ from typing import Any
 import pytest
 
 from ocrwatch import outcome
-from ocrwatch.daemon import Daemon
 
-from .conftest import RecordingEngine
+from .conftest import StartDaemon
 from .helpers import Home, check_fake_sidecars, drop, ended, image_bytes, job, wait_for
-
-StartDaemon = Callable[..., tuple[Daemon, RecordingEngine]]
 
 
 @pytest.fixture(autouse=True)

@@ -19,9 +19,8 @@ import pytest
 
 from ocrwatch import pages as pages_mod
 from ocrwatch import pipeline
-from ocrwatch.daemon import Daemon
 
-from .conftest import RecordingEngine
+from .conftest import RecordingEngine, StartDaemon
 from .helpers import (
     Home,
     check_fake_sidecars,
@@ -35,8 +34,6 @@ from .helpers import (
     wait_for,
     write,
 )
-
-StartDaemon = Callable[..., tuple[Daemon, RecordingEngine]]
 
 
 def _pdf(pages: int = 1, password: str | None = None) -> bytes:

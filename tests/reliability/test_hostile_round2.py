@@ -22,12 +22,12 @@ import pytest
 from PIL import Image
 
 from ocrwatch import fsmove
-from ocrwatch.daemon import Daemon
+from ocrwatch.control.client import read_line
 from ocrwatch.domain import PageText
 from ocrwatch.errors import InputError
 from ocrwatch.sidecar import write_sidecars
 
-from .conftest import RecordingEngine
+from .conftest import RecordingEngine, StartDaemon
 from .helpers import (
     DaemonProcess,
     Home,
@@ -42,8 +42,6 @@ from .helpers import (
     wait_for,
     write,
 )
-
-StartDaemon = Callable[..., tuple[Daemon, RecordingEngine]]
 
 
 # -- 1. failed/ never replaces a file ------------------------------------------------------
@@ -159,13 +157,7 @@ def _connect(path: Path) -> socket.socket:
 
 
 def _reply(s: socket.socket) -> dict[str, Any]:
-    buf = b""
-    while b"\n" not in buf:
-        chunk = s.recv(65536)
-        if not chunk:
-            break
-        buf += chunk
-    reply: dict[str, Any] = json.loads(buf.split(b"\n", 1)[0])
+    reply: dict[str, Any] = json.loads(read_line(s))
     return reply
 
 
@@ -472,11 +464,12 @@ def test_a_file_deleted_while_read_is_not_read_to_its_end(
 def test_an_inotify_overflow_triggers_a_rescan(tmp_path: Path) -> None:
     """Events lost to a full inotify queue: watchdog only logs it, and that is our signal
     to look at the folder again (else a file dropped then waits for the next rescan)."""
+    from ocrwatch.settle import Settler
     from ocrwatch.watch import Watcher
 
     found: list[Path] = []
     first = drop(tmp_path / "first.png", image_bytes("first"))
-    watcher = Watcher([tmp_path], 0.1, found.append, lambda _p: None, rescan_seconds=None)
+    watcher = Watcher(Settler([tmp_path], 0.1, found.append, lambda _p: None))
     watcher.start()
     try:
         wait_for(lambda: first in found, 30, "the start-up scan to be over")

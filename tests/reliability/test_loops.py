@@ -4,17 +4,12 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from ocrwatch.daemon import Daemon
-
-from .conftest import RecordingEngine
+from .conftest import StartDaemon
 from .helpers import Home, drop, ended, image_bytes, jobs, ocrwatch_cli, wait_for
-
-StartDaemon = Callable[..., tuple[Daemon, RecordingEngine]]
 
 
 def _layouts(home: Home) -> dict[str, tuple[list[str], str, str]]:

@@ -12,7 +12,7 @@ import io
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,10 +21,9 @@ from PIL import Image
 from ocrwatch.daemon import Daemon
 from ocrwatch.jobfiles import Seen
 
-from .conftest import RecordingEngine
+from .conftest import RecordingEngine, StartDaemon
 from .helpers import Home, check_fake_sidecars, ended, image_bytes, pdf_bytes, wait_for
 
-StartDaemon = Callable[..., tuple[Daemon, RecordingEngine]]
 SETTLE = 2.0  # the shipped default
 
 

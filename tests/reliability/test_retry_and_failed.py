@@ -13,9 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ocrwatch.daemon import Daemon
-
-from .conftest import RecordingEngine
+from .conftest import StartDaemon
 from .helpers import (
     DaemonProcess,
     Home,
@@ -28,7 +26,6 @@ from .helpers import (
     wait_for,
 )
 
-StartDaemon = Callable[..., tuple[Daemon, RecordingEngine]]
 FAIL = "fake-engine-fail"  # the fake engine fails pages of files so named
 
 
