@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ocrwatch.config import Config
+from ocrwatch.threads import Service
 
 log = logging.getLogger(__name__)
 
@@ -170,11 +171,19 @@ def _end_group(proc: subprocess.Popen[bytes]) -> None:
             continue
 
 
-class AfterDone:
+# At stop, hooks still queued may start within this many seconds (each then has its own
+# on_done_timeout), so a stop waits at most on_done_timeout + 15 s for hooks, as systemd's
+# TimeoutStopSec allows; those that cannot start are logged as not run, by file name.
+STOP_GRACE_SECONDS = 4.0
+_KILL_SECONDS = 10.0  # what ending a hook's process group may take (TERM, then KILL)
+
+
+class AfterDone(Service):
     """The thread that runs hooks and sends the batch notification."""
 
     def __init__(self, config: Config, is_idle: Callable[[], bool],
                  notify: Callable[[str, str], object] | None = None) -> None:
+        super().__init__("ocrwatch-after")
         self.config = config
         self.is_idle = is_idle
         if notify is None:
@@ -184,26 +193,41 @@ class AfterDone:
         self.notify = notify
         self._queue: queue.Queue[tuple[str, object]] = queue.Queue()
         self._batch = _Batch()
-        self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._held = 0  # outcomes being recorded: their files are not in the batch yet
+        self._started = False
+        self._closed = False  # the thread ended: a hook queued now would never run
+        self._last_start = 0.0  # when hooks stop being started, once a stop is asked for
 
     @property
     def needed(self) -> bool:
         return bool(self.config.on_done) or self.config.notify_batch
 
     def start(self) -> None:
-        if self.needed and self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="ocrwatch-after",
-                                            daemon=True)
-            self._thread.start()
+        if self.needed and not self._started:
+            self._started = True
+            super().start()
 
-    def close(self) -> None:
-        """Finish the hooks queued so far (each within its timeout), then stop."""
-        if self._thread is not None:
-            self._queue.put(("stop", None))
-            self._thread.join(timeout=self.config.on_done_timeout + 15)
-            self._thread = None
+    def stop(self) -> None:
+        self._last_start = time.monotonic() + STOP_GRACE_SECONDS
+        super().stop()
+
+    def wake(self) -> None:
+        self._queue.put(("wake", None))
+
+    def close(self, timeout: float | None = None) -> bool:
+        """Run the hooks queued so far, each within its timeout, those that can start
+        within STOP_GRACE_SECONDS; then stop. Each one not run is logged by file name."""
+        if not self._started:
+            return True
+        if timeout is None:
+            timeout = STOP_GRACE_SECONDS + self.config.on_done_timeout + _KILL_SECONDS + 1
+        if not super().close(timeout):
+            return False
+        with self._lock:
+            self._closed = True
+        self._drop_queued()  # what came after the thread's last look
+        return True
 
     def hold(self) -> None:
         """An outcome is being recorded: the batch is not done before ``release``."""
@@ -213,39 +237,64 @@ class AfterDone:
     def release(self) -> None:
         with self._lock:
             self._held -= 1
-        if self._thread is not None:
+        if self._started:
             self._queue.put(("check", None))
 
     def done(self, item: Finished) -> None:
-        if self._thread is not None:
-            self._queue.put(("done", item))
+        if not self._started:
+            return
+        with self._lock:
+            if not self._closed:
+                self._queue.put(("done", item))
+                return
+        if self.config.on_done:
+            _log_not_run(item)  # a page that outlived the stop (see Scheduler.close)
 
     def failed(self, path: Path, reason: str) -> None:
-        if self._thread is not None:
+        if self._started:
             self._queue.put(("failed", (path.name, reason)))
 
-    def _run(self) -> None:
+    def run(self) -> None:
         while True:
             try:
                 kind, value = self._queue.get(timeout=1.0)
             except queue.Empty:
+                if self.stopping:
+                    return
                 self._maybe_notify()
                 continue
-            if kind == "stop":
-                return
             try:
-                if kind == "done":
-                    assert isinstance(value, Finished)
-                    self._batch.done += 1
-                    if self.config.on_done:
-                        run_hook(self.config.on_done, value, self.config.on_done_timeout)
-                elif kind == "failed":
-                    assert isinstance(value, tuple)
-                    self._batch.failed.append(value)
+                self._handle(kind, value)
                 if self._queue.empty():
+                    if self.stopping:
+                        return
                     self._maybe_notify()
             except Exception:
                 log.exception("after-read step failed")
+
+    def _handle(self, kind: str, value: object) -> None:
+        if kind == "done":
+            assert isinstance(value, Finished)
+            self._batch.done += 1
+            if not self.config.on_done:
+                return
+            if self.stopping and time.monotonic() > self._last_start:
+                _log_not_run(value)
+            else:
+                run_hook(self.config.on_done, value, self.config.on_done_timeout)
+        elif kind == "failed":
+            assert isinstance(value, tuple)
+            self._batch.failed.append(value)
+
+    def _drop_queued(self) -> None:
+        while True:
+            try:
+                kind, value = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if kind == "done" and self.config.on_done:
+                assert isinstance(value, Finished)
+                _log_not_run(value)
 
     def _maybe_notify(self) -> None:
         batch = self._batch
@@ -268,3 +317,9 @@ class AfterDone:
         else:
             body = f"{batch.done} done, none failed"
         self.notify(title, body)
+
+
+def _log_not_run(item: Finished) -> None:
+    log.warning("on_done was not run for %s: ocrwatch stopped before its turn (the file is "
+                "read and done; run the program for it by hand if it is needed)",
+                item.source.name)

@@ -18,7 +18,6 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,7 +28,7 @@ from ocrwatch.engines import Engine
 from ocrwatch.errors import OcrwatchError, TransientError
 from ocrwatch.pipeline import Context
 from ocrwatch.status import PageRate, Reading
-from ocrwatch.threads import Service
+from ocrwatch.threads import Loop, Service
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +90,8 @@ class Scheduler:
         self.rate = PageRate()
         self.abandoned: list[str] = []  # threads close() left in a page, by name
         self._threads: list[Service] = [
-            _Loop("ocrwatch-prepare", self, self._prepare_step),
-            *(_Loop(f"ocrwatch-read-{n}", self, self._read_step)
+            Loop("ocrwatch-prepare", self._prepare_step, self.wake),
+            *(Loop(f"ocrwatch-read-{n}", self._read_step, self.wake)
               for n in range(policy.concurrency)),
         ]
 
@@ -370,24 +369,3 @@ class Scheduler:
         finally:
             self.ctx.after.release()
             self.wake()
-
-
-class _Loop(Service):
-    """A scheduler thread: runs one step after another until stopped."""
-
-    def __init__(self, name: str, scheduler: Scheduler, step: Callable[[], None]) -> None:
-        super().__init__(name)
-        self._scheduler = scheduler
-        self._step = step
-
-    def wake(self) -> None:
-        self._scheduler.wake()
-
-    def run(self) -> None:
-        while not self.stopping:
-            try:
-                self._step()
-            except Exception:
-                # The loop must survive anything; each file's trouble was handled inside.
-                log.exception("unexpected error in %s", self.name)
-                self.sleep(1.0)

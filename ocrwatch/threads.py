@@ -1,16 +1,19 @@
 """One way to run the daemon's long-lived threads: start once, stop, join.
 
-Every long-lived thread of the daemon (the page preparer, the readers, the settler) is a
+Every long-lived thread of the daemon (the page preparer, the readers, the settler, the
+hooks runner, the control socket's threads, the search page's server) is a
 :class:`Service`: ``start()`` once, ``stop()`` asks it to end and wakes it,
 ``join(timeout)`` waits and says whether it ended; ``close(timeout)`` does both. Its loop
 checks :attr:`Service.stopping`; a service that sleeps on something other than
-:meth:`Service.sleep` (a condition, a queue) wakes it in :meth:`Service.wake`.
+:meth:`Service.sleep` (a condition, a queue) wakes it in :meth:`Service.wake`. A
+:class:`Loop` is a service made of one step run again and again.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 from ocrwatch.errors import OcrwatchError
 
@@ -77,3 +80,27 @@ class Service:
             # A service's loop handles its own errors; one that escapes is a bug, logged
             # with its trace rather than lost on a bare thread.
             log.exception("%s stopped on an unexpected error", self.name)
+
+
+class Loop(Service):
+    """A service that runs ``step`` again and again until stopped; ``wake`` wakes a step
+    that waits on something of its own."""
+
+    def __init__(self, name: str, step: Callable[[], None], wake: Callable[[], None], *,
+                 error_pause: float = 1.0) -> None:
+        super().__init__(name)
+        self._step = step
+        self._wake = wake
+        self._error_pause = error_pause
+
+    def wake(self) -> None:
+        self._wake()
+
+    def run(self) -> None:
+        while not self.stopping:
+            try:
+                self._step()
+            except Exception:
+                # The loop must survive anything; a step handles its own expected errors.
+                log.exception("unexpected error in %s", self.name)
+                self.sleep(self._error_pause)

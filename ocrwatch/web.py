@@ -35,6 +35,7 @@ from ocrwatch.errors import OcrwatchError, SearchError
 from ocrwatch.index import Filters, Hit, search
 from ocrwatch.opener import open_file
 from ocrwatch.safeopen import LinkRefused, open_beneath, source_root
+from ocrwatch.threads import Service
 from ocrwatch.thumbs import Thumbnails
 from ocrwatch.web_handler import _Handler
 from ocrwatch.web_params import (
@@ -56,6 +57,20 @@ TIME_LIMIT = 5.0  # seconds a page's query may take
 Opener = Callable[[Path, "int | None"], None]
 
 
+class _Serving(Service):
+    """The thread that accepts the page's requests (each is then answered on its own)."""
+
+    def __init__(self, httpd: ThreadingHTTPServer) -> None:
+        super().__init__("ocrwatch-search-page")
+        self.httpd = httpd
+
+    def run(self) -> None:
+        self.httpd.serve_forever(poll_interval=0.2)
+
+    def wake(self) -> None:
+        self.httpd.shutdown()  # returns once serve_forever has
+
+
 class SearchServer:
     """The page's server. Created, ``start()`` once, ``close()`` (safe twice)."""
 
@@ -72,7 +87,7 @@ class SearchServer:
         self._write_token_file = write_token_file
         self._db: Database | None = None
         self._httpd: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        self._serving: _Serving | None = None
         self._lock = threading.Lock()
         self._closed = False
 
@@ -89,10 +104,8 @@ class SearchServer:
             handler = type("Handler", (_Handler,), {"app": self})
             self._httpd = ThreadingHTTPServer(("127.0.0.1", self._port), handler)
             self._httpd.daemon_threads = True
-            self._thread = threading.Thread(target=self._httpd.serve_forever,
-                                            kwargs={"poll_interval": 0.2},
-                                            name="ocrwatch-search-page", daemon=True)
-            self._thread.start()
+            self._serving = _Serving(self._httpd)
+            self._serving.start()
             if self._write_token_file:
                 self._save_url()
         log.info("search page at http://127.0.0.1:%d/", self.port)
@@ -110,12 +123,11 @@ class SearchServer:
             if self._closed:
                 return
             self._closed = True
-            httpd, thread, db = self._httpd, self._thread, self._db
+            httpd, serving, db = self._httpd, self._serving, self._db
+        if serving is not None:
+            serving.close(timeout=10)
         if httpd is not None:
-            httpd.shutdown()
             httpd.server_close()
-        if thread is not None:
-            thread.join(timeout=10)
         if db is not None:
             db.close()
         if self._write_token_file and httpd is not None:

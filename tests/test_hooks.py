@@ -10,15 +10,17 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from helpers import make_config, text_page, wait_for
 
+from ocrwatch import hooks
 from ocrwatch.daemon import Daemon
 from ocrwatch.engines.fake import FakeEngine
-from ocrwatch.hooks import Finished, run_hook
+from ocrwatch.hooks import AfterDone, Finished, run_hook
 
 RECORD = """
 import json, os, sys
@@ -130,6 +132,37 @@ def test_a_missing_hook_program_is_logged(tmp_path: Path,
     caplog.set_level(logging.WARNING)
     assert run_hook([str(tmp_path / "nothing-here")], item, 5) is None
     assert "could not start" in caplog.text
+
+
+def test_hooks_queued_at_stop_run_within_the_grace_or_are_logged_by_name(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Stopping with hooks still queued: those that can start within the grace run, each
+    in full; every other one is named in the log. None is lost without a word."""
+    ran = tmp_path / "ran"
+    ran.mkdir()
+    code = ("import pathlib, sys, time\n"
+            "time.sleep(1.0)\n"
+            "(pathlib.Path(sys.argv[2]) / pathlib.Path(sys.argv[1]).name).touch()\n")
+    config = make_config(tmp_path, on_done=[sys.executable, "-c", code, "{source}", str(ran)])
+    monkeypatch.setattr(hooks, "STOP_GRACE_SECONDS", 2.5)
+    caplog.set_level(logging.WARNING)
+    after = AfterDone(config, is_idle=lambda: True)
+    after.start()
+    names = [f"scan{n}.png" for n in range(5)]
+    for name in names:
+        after.done(Finished(source=tmp_path / name, original=tmp_path / name))
+    began = time.monotonic()
+    assert after.close()
+    took = time.monotonic() - began
+    run = {p.name for p in ran.iterdir()}
+    logged = {n for n in names if f"on_done was not run for {n}" in caplog.text}
+    assert run | logged == set(names) and not run & logged, (run, logged)
+    assert run and logged  # the first ones ran whole; the rest came too late to start
+    assert took < 2.5 + config.on_done_timeout, took
+    late = Finished(source=tmp_path / "late.png", original=tmp_path / "late.png")
+    after.done(late)  # a page that outlived the stop
+    assert "on_done was not run for late.png" in caplog.text
 
 
 # -- the batch notification ------------------------------------------------------------

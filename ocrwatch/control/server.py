@@ -18,6 +18,7 @@ from typing import Any
 from ocrwatch import paths
 from ocrwatch.control.protocol import MAX_LINE, Commands, Controllable, encode
 from ocrwatch.errors import DaemonRunning, OcrwatchError
+from ocrwatch.threads import Loop
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +47,8 @@ class ControlServer:
         self.path = Path(path) if path is not None else paths.control_socket()
         self.target = target
         self._sock: socket.socket | None = None
-        self._thread: threading.Thread | None = None
-        self._workers: list[threading.Thread] = []
+        self._sel: selectors.BaseSelector | None = None
+        self._threads: list[Loop] = []  # the selector's, then the workers
         self._jobs: queue.SimpleQueue[tuple[_Client, bytes | None] | None] = queue.SimpleQueue()
         self._returned: queue.SimpleQueue[_Client] = queue.SimpleQueue()
         self._clients: set[_Client] = set()  # touched by the selector thread only
@@ -63,21 +64,22 @@ class ControlServer:
         with self._lock:
             if self._closed:
                 raise OcrwatchError("the control server was closed; create a new one")
-            if self._thread is not None:
+            if self._threads:
                 return
             self._sock = self._bind()
             self._wake_r, self._wake_w = os.pipe()
             os.set_blocking(self._wake_w, False)
-            self._thread = threading.Thread(
-                target=self._serve, name="ocrwatch-control", daemon=True
-            )
-            self._workers = [
-                threading.Thread(target=self._work, name=f"ocrwatch-control-{n}", daemon=True)
-                for n in range(WORKERS)
+            self._sel = selectors.DefaultSelector()
+            self._sel.register(self._sock, selectors.EVENT_READ)
+            self._sel.register(self._wake_r, selectors.EVENT_READ)
+            # Whatever goes wrong in one round, the next client must still get an answer.
+            self._threads = [
+                Loop("ocrwatch-control", self._serve_once, self._wake, error_pause=0.0),
+                *(Loop(f"ocrwatch-control-{n}", self._work, lambda: self._jobs.put(None))
+                  for n in range(WORKERS)),
             ]
-            self._thread.start()
-            for worker in self._workers:
-                worker.start()
+            for thread in self._threads:
+                thread.start()
         log.info("control socket listening at %s", self.path)
 
     def close(self) -> None:
@@ -85,21 +87,16 @@ class ControlServer:
             if self._closed:
                 return
             self._closed = True
-            thread = self._thread
         self._closing.set()
-        self._wake()
-        for _ in self._workers:
-            self._jobs.put(None)
-        me = threading.current_thread()
+        # Every thread is asked first: a worker takes whichever stop comes first.
+        for thread in self._threads:
+            thread.stop()
         wait = REPLY_SECONDS + 5
-        for t in [thread, *self._workers]:
-            if t is not None and t is not me:
-                t.join(timeout=wait)
-                if t.is_alive():
-                    log.warning("the control thread %s did not end within %.0f s",
-                                t.name, wait)
-        if thread is None or thread is not me:
-            self._cleanup()
+        for thread in self._threads:  # join() passes over the thread calling close()
+            if not thread.join(wait):
+                log.warning("the control thread %s did not end within %.0f s",
+                            thread.name, wait)
+        self._cleanup()
 
     def __enter__(self) -> ControlServer:
         self.start()
@@ -110,7 +107,7 @@ class ControlServer:
 
     @property
     def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        return bool(self._threads) and self._threads[0].alive
 
     def _bind(self) -> socket.socket:
         parent = self.path.parent
@@ -146,6 +143,9 @@ class ControlServer:
             if not client.busy:  # a worker still answering closes its own
                 client.sock.close()
         self._clients.clear()
+        if self._sel is not None and not self.running:  # the selector thread's own
+            self._sel.close()
+            self._sel = None
         if self._sock is not None:
             self._sock.close()
             self._sock = None
@@ -164,25 +164,12 @@ class ControlServer:
 
     # -- the selector thread: accepting and reading
 
-    def _serve(self) -> None:
-        assert self._sock is not None
-        sel = selectors.DefaultSelector()
-        sel.register(self._sock, selectors.EVENT_READ)
-        sel.register(self._wake_r, selectors.EVENT_READ)
-        try:
-            while not self._closing.is_set():
-                try:
-                    self._serve_once(sel)
-                except Exception:
-                    # Whatever happened, the next client must still get an answer.
-                    log.exception("control socket: unexpected error (serving on)")
-        finally:
-            sel.close()
-            if self._closed and self._thread is threading.current_thread():
-                # close() was called from a request handler and could not join us.
-                self._cleanup()
-
-    def _serve_once(self, sel: selectors.BaseSelector) -> None:
+    def _serve_once(self) -> None:
+        """One round: wait for what comes (a client, a request, the deadline of the first
+        client due), read it, and take back the clients the workers answered."""
+        sel = self._sel
+        if sel is None or self._closing.is_set():
+            return
         now = time.monotonic()
         deadlines = [c.deadline for c in self._clients if not c.busy]
         timeout = max(0.0, min(deadlines) - now) if deadlines else None
@@ -293,28 +280,29 @@ class ControlServer:
     # -- worker threads: answering
 
     def _work(self) -> None:
-        while True:
-            job = self._jobs.get()
-            if job is None:
-                return
-            client, line = job
-            try:
-                if line is None:
-                    reply: dict[str, Any] = {"ok": False, "error": (
-                        f"request too long (more than {MAX_LINE} bytes in one line)")}
-                else:
-                    reply = self.commands.handle_line(line)
-                client.sock.settimeout(REPLY_SECONDS)  # a client that never reads
-                client.sock.sendall(encode(reply))
-                client.sock.setblocking(False)
-            except Exception as exc:
-                if not isinstance(exc, OSError):
-                    log.exception("control socket: could not answer a client")
-                client.sock.close()  # the selector thread forgets it on its return
-            if self._closing.is_set():
-                client.sock.close()
-            self._returned.put(client)
-            self._wake()
+        """Answer one request line (None: a wake-up, to see whether to stop)."""
+        job = self._jobs.get()
+        if job is not None:
+            self._answer(*job)
+
+    def _answer(self, client: _Client, line: bytes | None) -> None:
+        try:
+            if line is None:
+                reply: dict[str, Any] = {"ok": False, "error": (
+                    f"request too long (more than {MAX_LINE} bytes in one line)")}
+            else:
+                reply = self.commands.handle_line(line)
+            client.sock.settimeout(REPLY_SECONDS)  # a client that never reads
+            client.sock.sendall(encode(reply))
+            client.sock.setblocking(False)
+        except Exception as exc:
+            if not isinstance(exc, OSError):
+                log.exception("control socket: could not answer a client")
+            client.sock.close()  # the selector thread forgets it on its return
+        if self._closing.is_set():
+            client.sock.close()
+        self._returned.put(client)
+        self._wake()
 
 
 class _Client:

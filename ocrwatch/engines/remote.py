@@ -52,6 +52,7 @@ from ocrwatch.engines.openai_http import (
     probe,
 )
 from ocrwatch.errors import EngineError, EngineUnavailable
+from ocrwatch.threads import Loop
 
 if TYPE_CHECKING:
 
@@ -109,7 +110,8 @@ class RemoteEngine(lightonocr.LightOnOCREngine):
         self._slots = threading.BoundedSemaphore(self._cfg.concurrency)
         self._client: httpx.Client | None = None
         self._pool: ThreadPoolExecutor | None = None
-        self._health: threading.Thread | None = None
+        self._health: Loop | None = None
+        self._last_round = 0.0  # when the health thread last probed every server
         self._stop = threading.Event()
         self._closed = False
         self._pages = 0
@@ -135,8 +137,9 @@ class RemoteEngine(lightonocr.LightOnOCREngine):
                 self._probe_all(client)
                 with self._cond:
                     if not self._closed:
-                        self._health = threading.Thread(
-                            target=self._health_loop, daemon=True, name="ocrwatch-remote-health")
+                        self._last_round = time.monotonic()
+                        self._health = Loop("ocrwatch-remote-health", self._health_round,
+                                            self._stop.set)
                         self._health.start()
                 if not any(s.up for s in self._servers):
                     raise EngineUnavailable(self._none_up_message())
@@ -177,7 +180,7 @@ class RemoteEngine(lightonocr.LightOnOCREngine):
         if pool is not None:
             pool.shutdown(wait=True)
         if health is not None:
-            health.join(PROBE_TIMEOUT + CONNECT_TIMEOUT)
+            health.close(PROBE_TIMEOUT + CONNECT_TIMEOUT)
         if client is not None:
             client.close()
 
@@ -194,26 +197,25 @@ class RemoteEngine(lightonocr.LightOnOCREngine):
 
     # -- health -------------------------------------------------------------------------
 
-    def _health_loop(self) -> None:
-        """Probe down servers when their wait is over, and every server now and then."""
+    def _health_round(self) -> None:
+        """Probe down servers whose wait is over, and every server each health_seconds;
+        then wait for the next one due."""
         assert self._client is not None
         client = self._client
         every = self._cfg.health_seconds
-        last_round = time.monotonic()
-        while not self._stop.is_set():
-            now = time.monotonic()
-            with self._cond:
-                due = [s for s in self._servers if not s.up and s.not_before <= now]
-                if now - last_round >= every:
-                    due = list(self._servers)
-                    last_round = now
-                waits = [s.not_before - now for s in self._servers if not s.up]
-            for server in due:
-                if self._stop.is_set():
-                    return
-                self._probe(client, server)
-            pause = min([every - (time.monotonic() - last_round), *waits, every])
-            self._stop.wait(max(0.05, pause))
+        now = time.monotonic()
+        with self._cond:
+            due = [s for s in self._servers if not s.up and s.not_before <= now]
+            if now - self._last_round >= every:
+                due = list(self._servers)
+                self._last_round = now
+            waits = [s.not_before - now for s in self._servers if not s.up]
+        for server in due:
+            if self._stop.is_set():
+                return
+            self._probe(client, server)
+        pause = min([every - (time.monotonic() - self._last_round), *waits, every])
+        self._stop.wait(max(0.05, pause))
 
     def _probe_all(self, client: httpx.Client) -> None:
         threads = [threading.Thread(target=self._probe, args=(client, s),
