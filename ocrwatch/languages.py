@@ -7,31 +7,26 @@ and ``doctor`` say which package would add it.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Mapping
+from importlib import resources
 from pathlib import Path
 
-# Locale language (ISO 639-1, or language_TERRITORY where the script differs) to
-# Tesseract's data name. Tesseract names its data after ISO 639-2/3 with its own
-# exceptions (chi_sim, chi_tra), so a table of its names is the reliable source.
-TESSERACT_NAMES = {
-    "af": "afr", "am": "amh", "ar": "ara", "az": "aze", "be": "bel", "bg": "bul",
-    "bn": "ben", "bs": "bos", "ca": "cat", "cs": "ces", "cy": "cym", "da": "dan",
-    "de": "deu", "el": "ell", "en": "eng", "eo": "epo", "es": "spa", "et": "est",
-    "eu": "eus", "fa": "fas", "fi": "fin", "fr": "fra", "ga": "gle", "gl": "glg",
-    "gu": "guj", "he": "heb", "hi": "hin", "hr": "hrv", "hu": "hun", "hy": "hye",
-    "id": "ind", "is": "isl", "it": "ita", "ja": "jpn", "ka": "kat", "kk": "kaz",
-    "km": "khm", "kn": "kan", "ko": "kor", "lo": "lao", "lt": "lit", "lv": "lav",
-    "mk": "mkd", "ml": "mal", "mn": "mon", "mr": "mar", "ms": "msa", "mt": "mlt",
-    "my": "mya", "nb": "nor", "ne": "nep", "nl": "nld", "nn": "nor", "no": "nor",
-    "pa": "pan", "pl": "pol", "pt": "por", "ro": "ron", "ru": "rus", "si": "sin",
-    "sk": "slk", "sl": "slv", "sq": "sqi", "sr": "srp", "sv": "swe", "sw": "swa",
-    "ta": "tam", "te": "tel", "th": "tha", "tl": "tgl", "tr": "tur", "uk": "ukr",
-    "ur": "urd", "uz": "uzb", "vi": "vie", "yi": "yid",
-    "zh": "chi_sim", "zh_CN": "chi_sim", "zh_SG": "chi_sim", "zh_TW": "chi_tra",
-    "zh_HK": "chi_tra", "zh_MO": "chi_tra",
-}
+
+@functools.cache
+def tesseract_names() -> dict[str, str]:
+    """Locale language (``de``, ``zh_TW``) to Tesseract's data name (``deu``, ``chi_tra``).
+
+    Tesseract names its data after ISO 639-2/3 with its own exceptions (chi_sim,
+    chi_tra), so a table of its names, shipped as data, is the reliable source.
+    """
+    text = resources.files("ocrwatch").joinpath("data", "tesseract-languages.txt").read_text(
+        encoding="utf-8")
+    pairs = (line.split() for line in text.splitlines() if line.strip()
+             and not line.startswith("#"))
+    return {locale: name for locale, name in pairs}
 
 
 def tessdata_dirs(explicit: Path | None = None) -> list[Path]:
@@ -76,7 +71,8 @@ def locale_language(environ: Mapping[str, str] | None = None) -> str | None:
     loc = desktop_locale(environ)
     if loc is None:
         return None
-    return TESSERACT_NAMES.get(loc) or TESSERACT_NAMES.get(loc.split("_")[0])
+    names = tesseract_names()
+    return names.get(loc) or names.get(loc.split("_")[0])
 
 
 def default_languages(environ: Mapping[str, str] | None = None,

@@ -6,29 +6,27 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
 
 from ocrwatch.cli.common import database_arg, echo, load_config, plural
 from ocrwatch.errors import DaemonNotRunning, OcrwatchError
 from ocrwatch.termsafe import safe
 
 
-def _control(cmd: str) -> Any:
+def _control(cmd: str, said: str) -> int:
+    """Send a command that answers nothing but "done", and say what it did."""
     from ocrwatch.control.client import request
 
-    return request(cmd)
+    request(cmd)
+    echo(said)
+    return 0
 
 
 def cmd_pause(args: argparse.Namespace) -> int:
-    _control("pause")
-    echo("paused: new files are queued but not read until `ocrwatch resume`")
-    return 0
+    return _control("pause", "paused: new files are queued but not read until `ocrwatch resume`")
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    _control("resume")
-    echo("resumed")
-    return 0
+    return _control("resume", "resumed")
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
@@ -40,9 +38,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 
 def cmd_rescan(args: argparse.Namespace) -> int:
-    _control("rescan")
-    echo("rescanning the watched folders")
-    return 0
+    return _control("rescan", "rescanning the watched folders")
 
 
 def cmd_retry(args: argparse.Namespace) -> int:
