@@ -7,8 +7,11 @@ and vLLM (imported lazily), so that it runs wherever vLLM runs.
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ocrwatch.engines.faults import Fault
@@ -51,6 +54,7 @@ class VllmBackend:
 
         from ocrwatch.engines.lightonocr import PROMPT
 
+        _register_model_class(settings["model"])
         self._llm = LLM(
             model=settings["model"],
             load_format=settings.get("load_format", "auto"),
@@ -69,11 +73,29 @@ class VllmBackend:
         )
         self._engine = self._llm.llm_engine
         self._prompt = self._build_prompt(PROMPT)
+        self._warm_up(settings)
         self._open: dict[str, int] = {}  # request id -> most pages in flight alongside it
         import vllm
 
         self.info = {"vllm": vllm.__version__,
                      "start_seconds": round(time.monotonic() - started, 1)}
+
+    def _warm_up(self, settings: dict[str, Any]) -> None:
+        """Sample one batch of each CUDA-graph size with the pages' own sampling settings.
+
+        vLLM compiles a sampling kernel (Triton) the first time it samples a batch of a
+        new kind; unwarmed, that took about 3 s in the middle of the first eight pages.
+        Triton keeps what it compiles on disk, so on later starts this costs little.
+        """
+        from vllm import SamplingParams
+
+        params = SamplingParams(temperature=settings.get("temperature", 0.2),
+                                top_p=settings.get("top_p", 0.9), max_tokens=2)
+        try:
+            for n in settings.get("cudagraph_sizes") or [1, settings["max_num_seqs"]]:
+                self._llm.generate(["warm-up"] * n, params, use_tqdm=False)
+        except Exception as exc:  # a slower first batch is no reason to fail the start
+            print(f"ocrwatch: sampling warm-up failed: {exc}", file=sys.stderr)
 
     def _build_prompt(self, fallback: str) -> str:
         """The chat template applied to one user turn holding only the image."""
@@ -132,6 +154,27 @@ class VllmBackend:
     def close(self) -> None:
         del self._engine
         del self._llm
+
+
+def _register_model_class(model_dir: str) -> None:
+    """Hand vLLM the LightOnOCR model class itself, not its module's name.
+
+    For a class known only by name, vLLM imports it in a fresh Python process to read its
+    traits (so that the import cannot touch CUDA here): about 25 s on a first start,
+    before its on-disk cache of those traits exists. The class is needed in this process
+    anyway (vLLM's engine process is forked from it), and importing it touches no GPU.
+    """
+    try:
+        config = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
+        if "LightOnOCRForConditionalGeneration" not in config.get("architectures", []):
+            return
+        from vllm import ModelRegistry
+        from vllm.model_executor.models.lightonocr import LightOnOCRForConditionalGeneration
+
+        ModelRegistry.register_model("LightOnOCRForConditionalGeneration",
+                                     LightOnOCRForConditionalGeneration)
+    except Exception as exc:  # another vLLM, or no such folder: vLLM's own way then
+        print(f"ocrwatch: the model class was left to vLLM: {exc}", file=sys.stderr)
 
 
 def compilation_config(settings: dict[str, Any]) -> dict[str, Any]:

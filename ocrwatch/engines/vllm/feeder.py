@@ -272,6 +272,8 @@ class Feeder:
             "load_format": self._cfg.load_format,
             "enforce_eager": self._cfg.enforce_eager,
             "torch_compile": self._cfg.torch_compile,
+            "temperature": self._cfg.temperature,
+            "top_p": self._cfg.top_p,
             "gpu_memory_utilization": plan.gpu_memory_utilization,
             "max_model_len": plan.max_model_len,
             "max_num_seqs": plan.max_num_seqs,
