@@ -27,6 +27,7 @@ from ocrwatch.engines.lightonocr import image_tokens
 from ocrwatch.engines.vllm import VllmEngine, plan_memory
 from ocrwatch.engines.vllm.admission import pick_next
 from ocrwatch.engines.vllm.backends import compilation_config
+from ocrwatch.engines.vllm.supervisor import worker_settings
 from ocrwatch.engines.vllm.worker import main as worker_main
 from ocrwatch.errors import EngineError, EngineUnavailable
 from ocrwatch.textutil import markdown_to_text, repeats_itself
@@ -597,11 +598,10 @@ def test_the_engine_hands_its_compile_setting_to_the_worker() -> None:
     config = Config()
     assert config.vllm.torch_compile is False
     config.vllm.torch_compile = True
-    eng = VllmEngine(config, backend="fake", card_mib=16 * 1024)
-    try:
-        assert eng._settings()["torch_compile"] is True
-    finally:
-        eng.close()
+    plan = plan_memory(16.0, 16.0, config.vllm.max_tokens)
+    settings = worker_settings(config.vllm, plan, "vllm", {}, "/models/lightonocr")
+    assert settings["torch_compile"] is True
+    assert settings["cudagraph_sizes"] == plan.cudagraph_sizes
 
 
 def test_close_is_safe_twice_and_refuses_more_work() -> None:

@@ -29,13 +29,17 @@ from typing import TYPE_CHECKING, Any
 
 from ocrwatch.engines import lightonocr
 from ocrwatch.engines.vllm.admission import Admission, Request
-from ocrwatch.engines.vllm.memory import ASLEEP_MAX_MIB, MemoryPlan
-from ocrwatch.engines.vllm.supervisor import Worker, WorkerGone
+from ocrwatch.engines.vllm.memory import MemoryPlan
+from ocrwatch.engines.vllm.supervisor import (
+    Worker,
+    WorkerGone,
+    image_data,
+    memory_kept,
+    worker_settings,
+)
 from ocrwatch.errors import EngineError, EngineUnavailable
 
 if TYPE_CHECKING:
-    from PIL import Image
-
     from ocrwatch.config import VllmConfig
 
 log = logging.getLogger(__name__)
@@ -188,7 +192,7 @@ class Feeder:
             params = {"temperature": request.temperature, "top_p": self._cfg.top_p,
                       "max_tokens": self._cfg.max_tokens, "ignore_eos": self._cfg.ignore_eos}
             try:
-                worker.send(("add", rid, _image_data(request.image), params))
+                worker.send(("add", rid, image_data(request.image), params))
             except WorkerGone as exc:
                 self._lost(str(exc))
                 return
@@ -263,25 +267,6 @@ class Feeder:
 
     # -- the worker's life -------------------------------------------------------------------
 
-    def _settings(self) -> dict[str, Any]:
-        plan = self.plan
-        return {
-            "backend": self._backend,
-            "fake": self._backend_options,
-            "model": self._model_path,
-            "load_format": self._cfg.load_format,
-            "enforce_eager": self._cfg.enforce_eager,
-            "torch_compile": self._cfg.torch_compile,
-            "temperature": self._cfg.temperature,
-            "top_p": self._cfg.top_p,
-            "gpu_memory_utilization": plan.gpu_memory_utilization,
-            "max_model_len": plan.max_model_len,
-            "max_num_seqs": plan.max_num_seqs,
-            "max_num_batched_tokens": plan.max_num_batched_tokens,
-            "cudagraph_sizes": plan.cudagraph_sizes,
-            "parent_pid": os.getpid(),
-        }
-
     def _progress(self, message: str) -> None:
         with self._cond:
             self._detail = message
@@ -318,7 +303,9 @@ class Feeder:
             log.info("Starting the vLLM worker (%s, budget %.1f GiB, utilization %.3f).",
                      self._cfg.model, self.plan.budget_gib, self.plan.gpu_memory_utilization)
             started = time.monotonic()
-            worker = Worker(self._settings(), self._cfg.start_timeout_seconds)
+            worker = Worker(worker_settings(self._cfg, self.plan, self._backend,
+                                            self._backend_options, self._model_path),
+                            self._cfg.start_timeout_seconds)
         except BaseException as exc:
             with self._cond:
                 self._last_error = str(exc)
@@ -368,7 +355,7 @@ class Feeder:
         except (WorkerGone, OSError) as exc:
             self._worker_failed(str(exc))
             return
-        held = self._held_after_sleep(worker)
+        held = None if self._held_mib is None else memory_kept(worker, self._held_mib)
         if held is not None:
             log.warning("The vLLM engine went to sleep but its processes still hold %d MiB of GPU "
                         "memory; ending its worker to give the memory back.", held)
@@ -376,23 +363,6 @@ class Feeder:
             return
         with self._cond:
             self._set_state("asleep")
-
-    def _held_after_sleep(self, worker: Worker) -> int | None:
-        """GPU memory the sleeping worker still holds, if more than a sleep leaves; else None.
-
-        Checked from outside (nvidia-smi): a sleep that left the weights or the KV cache on
-        the card would keep the memory an idle daemon promises to give back.
-        """
-        if self._held_mib is None:
-            return None
-        deadline = time.monotonic() + 3.0
-        while True:  # the driver may show the freed memory a moment late
-            held = self._held_mib(worker.members())
-            if held is None or held <= ASLEEP_MAX_MIB:
-                return None
-            if time.monotonic() > deadline:
-                return held
-            time.sleep(0.25)
 
     def _idle_action(self) -> tuple[str | None, float | None]:
         """What to do with nothing to read, or how long until then. Caller holds ``_cond``."""
@@ -423,8 +393,3 @@ class Feeder:
                 self._end_worker("idle")
         except Exception:  # the feeder must outlive a failed sleep; the worker is gone
             log.exception("The vLLM worker failed while going idle; it will restart.")
-
-
-def _image_data(image: Image.Image) -> tuple[int, int, bytes]:
-    rgb = image if image.mode == "RGB" else image.convert("RGB")
-    return rgb.width, rgb.height, rgb.tobytes()

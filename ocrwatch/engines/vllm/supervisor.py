@@ -19,11 +19,17 @@ from multiprocessing.connection import wait
 from typing import TYPE_CHECKING, Any
 
 from ocrwatch.engines.vllm import worker
+from ocrwatch.engines.vllm.memory import ASLEEP_MAX_MIB, MemoryPlan
 from ocrwatch.errors import EngineUnavailable
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from multiprocessing.connection import Connection
     from multiprocessing.process import BaseProcess
+
+    from PIL import Image
+
+    from ocrwatch.config import VllmConfig
 
 log = logging.getLogger(__name__)
 
@@ -175,3 +181,47 @@ class Worker:
             self._proc.join(5.0)
         with contextlib.suppress(ValueError):
             self._proc.close()
+
+
+def worker_settings(cfg: VllmConfig, plan: MemoryPlan, backend: str,
+                    backend_options: dict[str, Any], model_path: str | None) -> dict[str, Any]:
+    """What the worker process is started with: the plan, the model and the engine's flags."""
+    return {
+        "backend": backend,
+        "fake": backend_options,
+        "model": model_path,
+        "load_format": cfg.load_format,
+        "enforce_eager": cfg.enforce_eager,
+        "torch_compile": cfg.torch_compile,
+        "temperature": cfg.temperature,
+        "top_p": cfg.top_p,
+        "gpu_memory_utilization": plan.gpu_memory_utilization,
+        "max_model_len": plan.max_model_len,
+        "max_num_seqs": plan.max_num_seqs,
+        "max_num_batched_tokens": plan.max_num_batched_tokens,
+        "cudagraph_sizes": plan.cudagraph_sizes,
+        "parent_pid": os.getpid(),
+    }
+
+
+def image_data(image: Image.Image) -> tuple[int, int, bytes]:
+    """A page as the pipe carries it: width, height and RGB bytes."""
+    rgb = image if image.mode == "RGB" else image.convert("RGB")
+    return rgb.width, rgb.height, rgb.tobytes()
+
+
+def memory_kept(worker: Worker, held_mib: Callable[[list[int]], int | None],
+                wait: float = 3.0) -> int | None:
+    """GPU memory a sleeping worker still holds, if more than a sleep leaves; else None.
+
+    Checked from outside (nvidia-smi): a sleep that left the weights or the KV cache on
+    the card would keep the memory an idle daemon promises to give back.
+    """
+    deadline = time.monotonic() + wait
+    while True:  # the driver may show the freed memory a moment late
+        held = held_mib(worker.members())
+        if held is None or held <= ASLEEP_MAX_MIB:
+            return None
+        if time.monotonic() > deadline:
+            return held
+        time.sleep(0.25)
