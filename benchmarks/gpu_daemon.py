@@ -26,7 +26,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -38,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _drop import make_drop, run_daemon_on_drop  # noqa: E402
-from gpu_engine import Sampler, used_mib  # noqa: E402
+from gpu_engine import Sampler, emit, gpu_facts, used_mib  # noqa: E402
 
 GIB = 1024.0
 LIMIT_GIB = 16.0
@@ -201,12 +200,7 @@ def main() -> None:
                             "baseline_mib": used_mib() if gpu else None,
                             "gpu": "none", "vllm": "-"}
     if gpu:
-        meta["gpu"] = subprocess.check_output(
-            ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
-            text=True).strip()
-        import importlib.metadata
-
-        meta["vllm"] = importlib.metadata.version("vllm")
+        meta.update(gpu_facts())
     prep = prepare_rates(folder, files)
     print("prepare:", json.dumps(prep), flush=True)
     saved: dict[str, Any] = {"meta": meta, "prepare": prep, "daemon": None, "alone": None}
@@ -222,12 +216,7 @@ def main() -> None:
                                           args.torch_compile)
         print("engine alone:", json.dumps(saved["alone"]), flush=True)
         sampler.stop()
-    text = report(meta, prep, saved["daemon"], saved["alone"])
-    print(text)
-    if args.out:
-        args.out.write_text(text)
-    if args.json:
-        args.json.write_text(json.dumps(saved, indent=1))
+    emit(report(meta, prep, saved["daemon"], saved["alone"]), args.out, args.json, saved)
 
 
 if __name__ == "__main__":

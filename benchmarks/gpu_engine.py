@@ -62,6 +62,25 @@ def total_mib() -> int | None:
     return gpu.card_memory_mib()
 
 
+def gpu_facts() -> dict[str, str]:
+    """The card's name and size, and vLLM's version, for a report's header."""
+    import importlib.metadata
+
+    card = subprocess.check_output(
+        ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
+        text=True).strip()
+    return {"gpu": card, "vllm": importlib.metadata.version("vllm")}
+
+
+def emit(text: str, out: Path | None, json_path: Path | None, saved: dict[str, Any]) -> None:
+    """Print the report, and write it and the raw figures where asked."""
+    print(text)
+    if out:
+        out.write_text(text)
+    if json_path:
+        json_path.write_text(json.dumps(saved, indent=1))
+
+
 class Sampler:
     """Card memory every 0.1 s; ``peak(since)`` over any window."""
 
@@ -396,12 +415,7 @@ def main() -> None:
                             "baseline_mib": used_mib(), "gpu": "none (fake worker)",
                             "vllm": "-", "python": platform.python_version()}
     if not args.fake:
-        meta["gpu"] = subprocess.check_output(
-            ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
-            text=True).strip()
-        import importlib.metadata
-
-        meta["vllm"] = importlib.metadata.version("vllm")
+        meta.update(gpu_facts())
     saved: dict[str, Any] = {"meta": meta, "raw": None, "strongest": None, "engine": None}
 
     def keep() -> None:  # after each stage, so a run cut short still leaves its figures
@@ -425,10 +439,7 @@ def main() -> None:
             saved[key] = figures
             print(f"plain vLLM ({key}):", json.dumps(figures), flush=True)
             keep()
-    text = report(saved["raw"], saved["strongest"], eng, meta)
-    print(text)
-    if args.out:
-        args.out.write_text(text)
+    emit(report(saved["raw"], saved["strongest"], eng, meta), args.out, args.json, saved)
     if sampler:
         sampler.stop()
 

@@ -180,13 +180,9 @@ def main() -> None:
     if args.child:
         child(args.model, args.child, args.launched, args.tokens)
         return
-    import importlib.metadata
+    from gpu_engine import emit, gpu_facts
 
-    meta = {"date": time.strftime("%Y-%m-%d"), "tokens": args.tokens,
-            "vllm": importlib.metadata.version("vllm"),
-            "gpu": subprocess.check_output(
-                ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
-                text=True).strip()}
+    meta = {"date": time.strftime("%Y-%m-%d"), "tokens": args.tokens, **gpu_facts()}
     shutil.rmtree(args.work, ignore_errors=True)
     args.work.mkdir(parents=True)
     log = args.log or args.work / "starts.log"
@@ -207,12 +203,7 @@ def main() -> None:
         if imports is None and not args.no_imports:
             imports = saved["imports"] = import_breakdown()
             print("imports:", json.dumps(imports), flush=True)
-    text = report(runs, imports, meta)
-    print(text)
-    if args.out:
-        args.out.write_text(text)
-    if args.json:
-        args.json.write_text(json.dumps(saved, indent=1))
+    emit(report(runs, imports, meta), args.out, args.json, saved)
 
 
 if __name__ == "__main__":
