@@ -133,10 +133,23 @@ def images(kind: str, n: int, seed: int = 0) -> list[Any]:
     return [a4[i % 4] if i % 2 == 0 else card[i % 4] for i in range(n)]  # mixed, interleaved
 
 
+def repeated(run: Any, imgs: list[Any], times: int) -> dict[str, Any]:
+    """``run`` over the same pages ``times`` times: the median rate, and every rate."""
+    import statistics
+
+    runs = [run(imgs) for _ in range(times)]
+    rates = [r["pages_per_s"] for r in runs]
+    out = dict(runs[0], pages_per_s=round(statistics.median(rates), 3), rates=rates,
+               s=round(statistics.median(r["s"] for r in runs), 2))
+    if "most_in_flight" in runs[0]:
+        out["most_in_flight"] = max(r["most_in_flight"] for r in runs)
+    return out
+
+
 # -- plain vLLM, in its own process ------------------------------------------------------------
 
 
-def raw_main(model: str, tokens: int, n: int, strongest: bool) -> None:
+def raw_main(model: str, tokens: int, n: int, strongest: bool, repeats: int) -> None:
     from vllm import LLM, SamplingParams
 
     from ocrwatch.engines.lightonocr import PROMPT
@@ -174,10 +187,14 @@ def raw_main(model: str, tokens: int, n: int, strongest: bool) -> None:
 
     run(images("a4", 2))  # warm-up
     mixed = images("mixed", n)
+    times = repeats if strongest else 1  # the pairs are slow, and only the reference
     result: dict[str, Any] = {
         "start_s": round(start, 1), "util": round(util, 4), "strongest": strongest,
-        "a4": run(images("a4", n)), "card": run(images("card", n)), "mixed": run(mixed),
-        "mixed_sorted": run(sorted(mixed, key=lambda im: im.size[0] * im.size[1]))}
+        "a4": repeated(run, images("a4", n), times),
+        "card": repeated(run, images("card", n), times),
+        "mixed": repeated(run, mixed, times),
+        "mixed_sorted": repeated(run, sorted(mixed, key=lambda im: im.size[0] * im.size[1]),
+                                 times)}
     if strongest:  # sleep levels: what each leaves on the card, and the wake time
         for level in (1, 2):
             t = time.monotonic()
@@ -195,8 +212,9 @@ def raw_main(model: str, tokens: int, n: int, strongest: bool) -> None:
 
 
 def run_raw(model: str, tokens: int, n: int, log: Path | None,
-            strongest: bool) -> dict[str, Any]:
-    cmd = [sys.executable, __file__, "--raw", model, "--tokens", str(tokens), "--pages", str(n)]
+            strongest: bool, repeats: int) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "--raw", model, "--tokens", str(tokens), "--pages", str(n),
+           "--repeats", str(repeats)]
     if strongest:
         cmd.append("--strongest")
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
@@ -214,7 +232,8 @@ def run_raw(model: str, tokens: int, n: int, log: Path | None,
 
 
 def run_engine(model: str, tokens: int, n: int, fake: bool, eager: bool,
-               sampler: Sampler | None, torch_compile: bool = False) -> dict[str, Any]:
+               sampler: Sampler | None, torch_compile: bool = False,
+               repeats: int = 1) -> dict[str, Any]:
     from concurrent.futures import ThreadPoolExecutor
 
     from ocrwatch.config import Config
@@ -267,9 +286,9 @@ def run_engine(model: str, tokens: int, n: int, fake: bool, eager: bool,
         result["worker_start_s"] = engine.worker_info.get("start_seconds")
         pipeline(images("a4", 2))  # warm-up, as on the plain side
         since = now()
-        result["a4"] = pipeline(images("a4", n))
-        result["card"] = pipeline(images("card", n))
-        result["mixed"] = pipeline(images("mixed", n))
+        result["a4"] = repeated(pipeline, images("a4", n), repeats)
+        result["card"] = repeated(pipeline, images("card", n), repeats)
+        result["mixed"] = repeated(pipeline, images("mixed", n), repeats)
         result["peak_mib"] = sampler.peak(since) if sampler else None
         t0 = now()
         engine.sleep()
@@ -321,7 +340,9 @@ def report(raw: dict[str, Any] | None, strong: dict[str, Any] | None, eng: dict[
         f"date: {meta['date']}  machine: {meta['gpu']}  vLLM {meta['vllm']}"
         + (f"  python {meta['python']}" if meta.get("python") else ""),
         f"model: LightOnOCR-2-1B shape, random weights (load_format=dummy), bf16; "
-        f"{meta['tokens']} output tokens a page (ignore_eos); {meta['pages']} pages a run",
+        f"{meta['tokens']} output tokens a page (ignore_eos); {meta['pages']} pages a run; "
+        f"the engine's and the strongest plain setting's rates are medians of "
+        f"{meta.get('repeats', 1)} runs of each set (every rate below the table)",
         f"pages: A4 = {A4[0]}x{A4[1]}, card = {CARD[0]}x{CARD[1]}, mix = the two interleaved",
         f"budget: the 16 GB card's (card memory sampled with nvidia-smi every 0.1 s); "
         f"engine {'eager' if meta['eager'] else 'with CUDA graphs'}, torch.compile "
@@ -365,6 +386,11 @@ def report(raw: dict[str, Any] | None, strong: dict[str, Any] | None, eng: dict[
             "(weights not reloaded)")
     lines.append(f"memory figures are what each run added to the card; {base} MiB were in use "
                  "before the benchmark started")
+    for name, run in (("engine", eng), ("strongest plain", strong)):
+        if run is not None:
+            lines.append(f"every run, {name}: " + "; ".join(
+                f"{kind} {run[kind].get('rates', [run[kind]['pages_per_s']])}"
+                for kind in ("a4", "card", "mixed", "mixed_sorted") if kind in run))
     if strong is not None:
         for kind in ("a4", "card", "mixed"):
             goal = strong[kind]["pages_per_s"]
@@ -389,6 +415,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="also write the report here")
     parser.add_argument("--json", type=Path, help="write the raw figures here")
     parser.add_argument("--raw-log", type=Path, help="plain vLLM's output goes here")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="runs of each page set, engine and strongest plain (median)")
     parser.add_argument("--eager", action="store_true", help="engine without CUDA graphs")
     parser.add_argument("--torch-compile", action="store_true",
                         help="engine with vLLM's torch.compile (vllm.torch_compile = true)")
@@ -404,13 +432,13 @@ def main() -> None:
               end="")
         return
     if args.raw:
-        raw_main(args.model, args.tokens, args.pages, args.strongest)
+        raw_main(args.model, args.tokens, args.pages, args.strongest, args.repeats)
         return
     if not args.fake and not args.model:
         parser.error("give the model folder, or --fake for a dry run")
     sampler = None if args.fake else Sampler()
     meta: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "tokens": args.tokens,
-                            "pages": args.pages, "eager": args.eager,
+                            "pages": args.pages, "eager": args.eager, "repeats": args.repeats,
                             "torch_compile": args.torch_compile,
                             "baseline_mib": used_mib(), "gpu": "none (fake worker)",
                             "vllm": "-", "python": platform.python_version()}
@@ -424,7 +452,7 @@ def main() -> None:
 
     # The engine first: its first start is then a cold one (no compile cache yet).
     eng = run_engine(args.model or "fake", args.tokens, args.pages, args.fake, args.eager,
-                     sampler, args.torch_compile)
+                     sampler, args.torch_compile, args.repeats)
     meta["concurrency"] = 2 * eng["plan"]["max_num_seqs"]
     saved["engine"] = eng
     print("engine:", json.dumps(eng), flush=True)
@@ -434,7 +462,8 @@ def main() -> None:
         for key, strongest in (("raw", False), ("strongest", True)):
             sampler.settle(3.0)  # the last run's memory goes back first
             t = time.monotonic()
-            figures = run_raw(args.model, args.tokens, args.pages, args.raw_log, strongest)
+            figures = run_raw(args.model, args.tokens, args.pages, args.raw_log, strongest,
+                              args.repeats)
             figures["peak_mib"] = sampler.peak(t)
             saved[key] = figures
             print(f"plain vLLM ({key}):", json.dumps(figures), flush=True)
