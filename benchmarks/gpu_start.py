@@ -48,7 +48,9 @@ def child(model: str, mode: str, launched: float, tokens: int) -> None:
     from gpu_engine import images
 
     from ocrwatch import gpu
+    from ocrwatch.config import Config
     from ocrwatch.engines.vllm.memory import plan_memory
+    from ocrwatch.engines.vllm.supervisor import worker_settings
 
     t = time.monotonic()
     from vllm import LLM  # noqa: F401  (timed: the worker's import)
@@ -56,18 +58,16 @@ def child(model: str, mode: str, launched: float, tokens: int) -> None:
     imported = time.monotonic() - t
     from ocrwatch.engines.vllm.backends import VllmBackend
 
+    cfg = Config().vllm  # the engine's own settings, as the worker gets them
+    cfg.load_format, cfg.max_tokens, cfg.torch_compile = "dummy", tokens, mode == "compile"
     card_gib = (gpu.card_memory_mib() or 16 * 1024) / 1024
     plan = plan_memory(16.0, card_gib, tokens)
-    settings = {"model": model, "load_format": "dummy", "max_model_len": plan.max_model_len,
-                "gpu_memory_utilization": plan.gpu_memory_utilization,
-                "max_num_seqs": plan.max_num_seqs,
-                "max_num_batched_tokens": plan.max_num_batched_tokens,
-                "cudagraph_sizes": plan.cudagraph_sizes, "torch_compile": mode == "compile"}
     t = time.monotonic()
-    backend = VllmBackend(settings)
+    backend = VllmBackend(worker_settings(cfg, plan, "vllm", {}, model))
     built = time.monotonic() - t
     ready = time.time() - launched
-    params = {"temperature": 0.2, "top_p": 0.9, "max_tokens": tokens, "ignore_eos": True}
+    params = {"temperature": cfg.temperature, "top_p": cfg.top_p, "max_tokens": tokens,
+              "ignore_eos": True}
 
     runs = iter(range(1000))
 

@@ -89,10 +89,10 @@ class VllmBackend:
         """
         from vllm import SamplingParams
 
-        params = SamplingParams(temperature=settings.get("temperature", 0.2),
-                                top_p=settings.get("top_p", 0.9), max_tokens=2)
+        params = SamplingParams(temperature=settings["temperature"], top_p=settings["top_p"],
+                                max_tokens=2)
         try:
-            for n in settings.get("cudagraph_sizes") or [1, settings["max_num_seqs"]]:
+            for n in settings["cudagraph_sizes"]:
                 self._llm.generate(["warm-up"] * n, params, use_tqdm=False)
         except Exception as exc:  # a slower first batch is no reason to fail the start
             print(f"ocrwatch: sampling warm-up failed: {exc}", file=sys.stderr)
