@@ -118,6 +118,17 @@ def test_corpus_through_the_daemon_pipeline_stays_under_16_gib(
     assert peak < CARD_LIMIT_MIB
 
 
+def test_the_worker_hands_vllm_the_model_class_and_warms_every_graph_size(
+        engine: VllmEngine) -> None:
+    engine.start()
+    info = engine.worker_info
+    print(f"\nworker: {info}", file=sys.stderr)
+    # Handed over, vLLM skips its inspection of the class in a process of its own (~25 s
+    # on a first start); warmed, no sampling kernel compiles while pages wait.
+    assert info["model_class"] == "handed over"
+    assert info["warmed_up"] == engine.plan.cudagraph_sizes
+
+
 def test_sleep_frees_the_card_and_the_next_page_wakes_it(
         engine: VllmEngine, sampler: Sampler) -> None:
     engine.start()

@@ -54,7 +54,7 @@ class VllmBackend:
 
         from ocrwatch.engines.lightonocr import PROMPT
 
-        _register_model_class(settings["model"])
+        model_class = _register_model_class(settings["model"])
         self._llm = LLM(
             model=settings["model"],
             load_format=settings.get("load_format", "auto"),
@@ -73,29 +73,34 @@ class VllmBackend:
         )
         self._engine = self._llm.llm_engine
         self._prompt = self._build_prompt(PROMPT)
-        self._warm_up(settings)
+        warmed = self._warm_up(settings)
         self._open: dict[str, int] = {}  # request id -> most pages in flight alongside it
         import vllm
 
         self.info = {"vllm": vllm.__version__,
-                     "start_seconds": round(time.monotonic() - started, 1)}
+                     "start_seconds": round(time.monotonic() - started, 1),
+                     "model_class": model_class, "warmed_up": warmed}
 
-    def _warm_up(self, settings: dict[str, Any]) -> None:
+    def _warm_up(self, settings: dict[str, Any]) -> list[int]:
         """Sample one batch of each CUDA-graph size with the pages' own sampling settings.
 
         vLLM compiles a sampling kernel (Triton) the first time it samples a batch of a
         new kind; unwarmed, that took about 3 s in the middle of the first eight pages.
         Triton keeps what it compiles on disk, so on later starts this costs little.
+        Returns the batch sizes sampled.
         """
         from vllm import SamplingParams
 
         params = SamplingParams(temperature=settings["temperature"], top_p=settings["top_p"],
                                 max_tokens=2)
+        warmed: list[int] = []
         try:
             for n in settings["cudagraph_sizes"]:
                 self._llm.generate(["warm-up"] * n, params, use_tqdm=False)
+                warmed.append(n)
         except Exception as exc:  # a slower first batch is no reason to fail the start
             print(f"ocrwatch: sampling warm-up failed: {exc}", file=sys.stderr)
+        return warmed
 
     def _build_prompt(self, fallback: str) -> str:
         """The chat template applied to one user turn holding only the image."""
@@ -156,18 +161,19 @@ class VllmBackend:
         del self._llm
 
 
-def _register_model_class(model_dir: str) -> None:
+def _register_model_class(model_dir: str) -> str:
     """Hand vLLM the LightOnOCR model class itself, not its module's name.
 
     For a class known only by name, vLLM imports it in a fresh Python process to read its
     traits (so that the import cannot touch CUDA here): about 25 s on a first start,
     before its on-disk cache of those traits exists. The class is needed in this process
     anyway (vLLM's engine process is forked from it), and importing it touches no GPU.
+    Returns "handed over", or "by name" when vLLM is left to find the class itself.
     """
     try:
         config = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
         if "LightOnOCRForConditionalGeneration" not in config.get("architectures", []):
-            return
+            return "by name"
         from vllm import ModelRegistry
         from vllm.model_executor.models.lightonocr import LightOnOCRForConditionalGeneration
 
@@ -175,6 +181,8 @@ def _register_model_class(model_dir: str) -> None:
                                      LightOnOCRForConditionalGeneration)
     except Exception as exc:  # another vLLM, or no such folder: vLLM's own way then
         print(f"ocrwatch: the model class was left to vLLM: {exc}", file=sys.stderr)
+        return "by name"
+    return "handed over"
 
 
 def compilation_config(settings: dict[str, Any]) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 Pages stream through one worker process (:mod:`.worker`). Any number of threads may
 call :meth:`VllmEngine.recognize` at once; their pages wait in one admission queue
-(:mod:`.admission`: like sizes go in together, none waits past a bound), and the feeder
+(:mod:`.admission`: arrival order, or like sizes together within a bound), and the feeder
 thread (:mod:`.feeder`) keeps up to ``max_num_seqs`` of them in flight and hands each
 result back as soon as its page ends. Each page gets exactly one result.
 """
