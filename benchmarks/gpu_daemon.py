@@ -39,6 +39,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from _drop import make_drop, run_daemon_on_drop  # noqa: E402
 from gpu_engine import Sampler, emit, gpu_facts, used_mib  # noqa: E402
 
+from ocrwatch.engines.base import gpu_preparers  # noqa: E402
+
 GIB = 1024.0
 LIMIT_GIB = 16.0
 IDLE_STOP_S = 10.0  # short, so that the run also times the first page after an idle stop
@@ -140,7 +142,7 @@ def report(meta: dict[str, Any], prep: dict[str, Any], daemon: dict[str, Any] | 
         f"{meta['settle']}",
         "",
         "page preparation alone (the daemon's loader: decode, rotate, scale to 1540 px; one "
-        "thread):",
+        f"thread; the daemon runs {meta.get('preparers', 1)} such preparers, a file each):",
     ]
     for kind in ("a4", "card", "pdf"):
         p = prep[kind]
@@ -196,6 +198,7 @@ def main() -> None:
     meta: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "tokens": args.tokens,
                             "files": len(files), "pages": sum(files.values()),
                             "settle": args.settle, "cores": os.cpu_count(),
+                            "preparers": gpu_preparers(),
                             "torch_compile": args.torch_compile,
                             "baseline_mib": used_mib() if gpu else None,
                             "gpu": "none", "vllm": "-"}

@@ -1,7 +1,8 @@
 """When each stage of the pipeline runs, and on which thread: the only code with locks.
 
-- One preparer thread claims queued jobs and opens their pages into a bounded buffer
-  (the batcher), so a 500-page PDF never sits in memory whole.
+- ``policy.preparers`` preparer threads claim queued jobs, one file each, and open its
+  pages into a bounded buffer (the batcher), so a 500-page PDF never sits in memory
+  whole, and a GPU engine is never left waiting on one core's decoding.
 - ``policy.concurrency`` reader threads take batches from the buffer, read them with
   the engine, and finish a file once all its pages are read.
 - Identical content in flight is read once: later copies follow the first.
@@ -81,6 +82,7 @@ class Scheduler:
         self._works: dict[int, _Work] = {}
         self._waiting = 0  # pages opened and not yet read
         self._batches_running = 0
+        self._preparing = 0  # preparers inside a file: a pause drain waits for them
         self._paused = paused
         self._released = paused  # the engine's memory was given back for this pause
         self._releasing = False  # a release runs (outside the lock): read nothing
@@ -90,7 +92,8 @@ class Scheduler:
         self.rate = PageRate()
         self.abandoned: list[str] = []  # threads close() left in a page, by name
         self._threads: list[Service] = [
-            Loop("ocrwatch-prepare", self._prepare_step, self.wake),
+            *(Loop("ocrwatch-prepare" + (f"-{n}" if n else ""), self._prepare_step, self.wake)
+              for n in range(max(1, policy.preparers))),
             *(Loop(f"ocrwatch-read-{n}", self._read_step, self.wake)
               for n in range(policy.concurrency)),
         ]
@@ -180,18 +183,25 @@ class Scheduler:
             elif self._waiting >= self._max_waiting:
                 self._cond.wait(1.0)
                 return
+            else:
+                self._preparing += 1  # in the same hold as the pause check: no drain between
         if release:
             self._release_engine()
             return
-        job = self._claim()
+        try:
+            job = self._claim()
+            if job is not None:
+                self._prepare(job)
+        finally:
+            with self._cond:
+                self._preparing -= 1
+                self._cond.notify_all()
         if job is None:
             due = self.ctx.jobs.next_due()
             wait = 1.0 if due is None else max(0.05, min(1.0, due - time.time()))
             with self._cond:
                 if not self._stopping:
                     self._cond.wait(wait)
-            return
-        self._prepare(job)
 
     def _claim(self) -> Job | None:
         try:
@@ -259,8 +269,8 @@ class Scheduler:
         Returns True when the engine's memory is to be released now, by the caller and
         outside the lock.
         """
-        if self._batches_running:
-            return False
+        if self._batches_running or self._preparing:
+            return False  # a reader or another preparer is inside a file: wait for it
         works = list(self._works.values())
         self._works.clear()
         for work in works:

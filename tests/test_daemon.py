@@ -7,8 +7,9 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import save_pdf, text_page, wait_for
@@ -223,6 +224,65 @@ def test_pause_queues_without_reading_and_survives_restart(config: Config) -> No
         wait_for(lambda: state(d2, path) == "done", 30, "read after resume")
     finally:
         d2.close()
+
+
+def gated_open_pages(monkeypatch: pytest.MonkeyPatch, gate: Callable[[], None],
+                     opened: list[str]) -> None:
+    """Preparers pass ``gate`` on entering a file, before its first page is opened."""
+    from ocrwatch import pipeline
+
+    real = pipeline.open_pages
+
+    def gated(ctx: Any, job: Any, max_side: int | None) -> Iterator[Any]:
+        opened.append(job.path.name)
+        gate()
+        yield from real(ctx, job, max_side)
+
+    monkeypatch.setattr(pipeline, "open_pages", gated)
+
+
+def test_several_preparers_open_files_at_the_same_time(
+        config: Config, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each file's preparer waits for the other at a barrier: with one preparer the
+    # barrier breaks after 20 s and both files fail.
+    both = threading.Barrier(2, timeout=20)
+    opened: list[str] = []
+    gated_open_pages(monkeypatch, both.wait, opened)
+    engine = FakeEngine(policy=BatchPolicy(max_pages=1, concurrency=2, preparers=2))
+    with Daemon(config, engine=engine) as d:
+        paths = [config.inbox[0] / "one.png", config.inbox[0] / "two.png"]
+        for path in paths:
+            text_page([path.stem]).save(path)
+        wait_for(lambda: finished(d, *paths), 40, "both files")
+        assert [state(d, p) for p in paths] == ["done", "done"]
+    assert sorted(opened) == ["one.png", "two.png"] and not both.broken
+
+
+def test_a_pause_while_several_preparers_are_inside_files_loses_none(
+        config: Config, monkeypatch: pytest.MonkeyPatch) -> None:
+    let_go = threading.Event()
+    opened: list[str] = []
+    gated_open_pages(monkeypatch, lambda: let_go.wait(20), opened)
+    engine = FakeEngine(policy=BatchPolicy(max_pages=1, concurrency=2, preparers=3))
+    d = Daemon(config, engine=engine)
+    d.start()
+    try:
+        paths = [config.inbox[0] / f"page{n}.png" for n in range(5)]
+        for path in paths:
+            text_page([path.stem]).save(path)
+        wait_for(lambda: len(opened) == 3, 30, "three preparers inside a file each")
+        d.pause()
+        let_go.set()  # they leave their files; the drain waits for all three
+        wait_for(lambda: engine.released >= 1, 30, "the engine released for the pause")
+        wait_for(lambda: all(state(d, p) == "queued" for p in paths), 30, "every file queued")
+        assert engine.batches == []
+        d.resume()
+        wait_for(lambda: finished(d, *paths), 40, "every file read after resume")
+        assert all(state(d, p) == "done" for p in paths)
+        read = sorted(name for batch in engine.batches for name, _ in batch)
+        assert read == sorted(p.name for p in paths)  # each file read once
+    finally:
+        d.close()
 
 
 def test_startup_recovers_running_jobs(config: Config) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -16,7 +17,8 @@ class BatchPolicy:
     ``max_tokens`` bounds the estimated image tokens of all pages in one batch;
     ``size_matched`` keeps pages of similar size together; ``partner_wait`` is
     how long a lone page may wait for a partner before it runs alone;
-    ``concurrency`` is how many ``recognize`` calls may run at the same time.
+    ``concurrency`` is how many ``recognize`` calls may run at the same time;
+    ``preparers`` how many files the daemon opens (decodes, scales) at the same time.
     """
 
     max_pages: int = 1
@@ -24,9 +26,21 @@ class BatchPolicy:
     size_matched: bool = False
     partner_wait: float = 0.0
     concurrency: int = 1  # batches the daemon may run at once (CPU engines: one per core)
+    # A GPU reads A4 pages about as fast as one core prepares them; CPU engines keep every
+    # core for reading.
+    preparers: int = 1
     # What one page of (width, height) counts against ``max_tokens``: the engine's own
     # arithmetic, so that the daemon does none.
     cost: Callable[[int, int], int] = lambda width, height: 1
+
+
+def gpu_preparers() -> int:
+    """Preparer threads for an engine that reads on a GPU: up to 4, one per core.
+
+    Decoding and scaling run in Pillow's and pdfium's C code outside the GIL, so threads
+    prepare in parallel.
+    """
+    return max(1, min(4, os.cpu_count() or 1))
 
 
 @runtime_checkable

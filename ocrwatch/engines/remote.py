@@ -38,7 +38,7 @@ import httpx
 
 from ocrwatch.domain import Page, PageText
 from ocrwatch.engines import lightonocr
-from ocrwatch.engines.base import BatchPolicy
+from ocrwatch.engines.base import BatchPolicy, gpu_preparers
 from ocrwatch.engines.openai_http import (
     CONNECT_TIMEOUT,
     PROBE_TIMEOUT,
@@ -104,7 +104,8 @@ class RemoteEngine(lightonocr.LightOnOCREngine):
         self._cfg = config.remote
         urls = self._cfg.urls or [self._cfg.url]
         self._servers = [_Server(u.rstrip("/")) for u in urls]
-        self._policy = BatchPolicy(max_pages=1, concurrency=self._cfg.concurrency)
+        self._policy = BatchPolicy(max_pages=1, concurrency=self._cfg.concurrency,
+                                   preparers=gpu_preparers())
         self._cond = threading.Condition()
         self._starting = threading.Lock()
         self._slots = threading.BoundedSemaphore(self._cfg.concurrency)

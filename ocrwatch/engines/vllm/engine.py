@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ocrwatch import gpu
 from ocrwatch.domain import Page, PageText
 from ocrwatch.engines import lightonocr
-from ocrwatch.engines.base import BatchPolicy
+from ocrwatch.engines.base import BatchPolicy, gpu_preparers
 from ocrwatch.engines.vllm.admission import Request
 from ocrwatch.engines.vllm.feeder import Feeder
 from ocrwatch.engines.vllm.memory import default_budget, plan_memory
@@ -69,6 +69,7 @@ class VllmEngine(lightonocr.LightOnOCREngine, Feeder):
             held_mib = gpu.processes_mib
         super().__init__(cfg, plan, backend, dict(backend_options or {}), clock, held_mib)
         self._policy = BatchPolicy(max_pages=1, concurrency=2 * plan.max_num_seqs,
+                                   preparers=gpu_preparers(),
                                    cost=lightonocr.image_tokens)
         atexit.register(self.close)
 
