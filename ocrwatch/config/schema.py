@@ -32,7 +32,7 @@ class VllmConfig:
     torch_compile: bool = False  # slower starts for no gain with this model (docs/gpu.md)
     idle_sleep_seconds: float = 60.0
     idle_stop_seconds: float = 900.0
-    # 0: pages go in in arrival order (measured faster on mixed sizes, docs/gpu.md); above 0,
+    # 0: pages go in in arrival order (like sizes first measured no faster, docs/gpu.md); above 0,
     # like sizes go in together and none waits longer than this for its turn.
     admit_wait_seconds: float = 0.0
     start_timeout_seconds: float = 600.0

@@ -57,7 +57,7 @@ def pick_next(waiting: Sequence[tuple[int, float]], last_tokens: int | None, now
     The one most like the page admitted last, so that like sizes decode together; but
     the oldest once it has waited ``admit_wait`` seconds, so no page waits longer than
     that. With ``admit_wait`` 0 (the default) that is always the oldest: arrival order,
-    which the engine benchmark measured faster on mixed sizes.
+    which the engine benchmark measured as fast on mixed sizes (docs/gpu.md).
     """
     if last_tokens is None or now - waiting[0][1] >= admit_wait:
         return 0
