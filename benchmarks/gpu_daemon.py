@@ -65,9 +65,26 @@ def prepare_rates(folder: Path, files: dict[str, int]) -> dict[str, Any]:
         for _page in iter_pages(folder / name, config, MAX_SIDE):
             pages[kind] += 1
         seconds[kind] += time.monotonic() - t
-    return {k: {"pages": pages[k], "s": round(seconds[k], 2),
-                "pages_per_s": round(pages[k] / seconds[k], 2) if seconds[k] else None}
-            for k in pages}
+    rates: dict[str, Any] = {
+        k: {"pages": pages[k], "s": round(seconds[k], 2),
+            "pages_per_s": round(pages[k] / seconds[k], 2) if seconds[k] else None}
+        for k in pages}
+    # The daemon's way for a GPU engine: its preparers, a file each, all the drop at once.
+    threads = gpu_preparers()
+
+    def count(name: str) -> int:
+        return sum(1 for _ in iter_pages(folder / name, config, MAX_SIDE))
+
+    t = time.monotonic()
+    with ThreadPoolExecutor(threads) as pool:
+        total = sum(pool.map(count, files))
+    dt = time.monotonic() - t
+    rates["all_threads"] = {"threads": threads, "pages": total, "s": round(dt, 2),
+                            "pages_per_s": round(total / dt, 2)}
+    one = sum(seconds.values())
+    rates["all_one_thread"] = {"pages": total, "s": round(one, 2),
+                               "pages_per_s": round(total / one, 2)}
+    return rates
 
 
 def run_daemon(model: str, folder: Path, files: dict[str, int], tokens: int, settle: float,
@@ -147,6 +164,11 @@ def report(meta: dict[str, Any], prep: dict[str, Any], daemon: dict[str, Any] | 
     for kind in ("a4", "card", "pdf"):
         p = prep[kind]
         lines.append(f"  {kind}: {p['pages']} pages in {p['s']} s, {p['pages_per_s']} pages/s")
+    if "all_threads" in prep:
+        one, many = prep["all_one_thread"], prep["all_threads"]
+        lines.append(f"  the whole drop: one thread {one['pages_per_s']} pages/s; "
+                     f"{many['threads']} threads, a file each, {many['pages_per_s']} pages/s "
+                     f"({many['pages_per_s'] / one['pages_per_s']:.2f}x)")
     lines += ["", "| run | pages | seconds | pages/s | peak card memory |", "|---|---|---|---|---|"]
     if alone is not None:
         lines.append(f"| the engine alone, same pages prepared beforehand | {alone['pages']} | "
