@@ -219,7 +219,8 @@ def write_sidecars(stem: Path, pages: list[PageText], outputs: tuple[str, ...] =
 
 
 def remove_stale_temps(folders: list[Path]) -> int:
-    """Delete temporary sidecars left by an ocrwatch process that died mid-write.
+    """Delete temporary files (sidecars, copies between file systems: ``.ocrwatch-PID-*.tmp``)
+    left by an ocrwatch process that died mid-write.
 
     Returns how many were removed. Files of live processes are left alone.
     """

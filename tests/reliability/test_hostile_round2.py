@@ -144,6 +144,40 @@ def test_move_across_file_systems_copies_then_removes(tmp_path: Path, other_fs: 
     assert [p.name for p in other_fs.iterdir() if p.name.startswith(".")] == []
 
 
+_CRASH_MID_COPY = """
+import os, sys
+from pathlib import Path
+from ocrwatch import fsmove
+os.link = lambda *a, **k: os._exit(9)  # the power goes out: copied and synced, not placed
+fsmove.move_no_replace(Path(sys.argv[1]), Path(sys.argv[2]))
+"""
+
+
+def test_a_crash_mid_copy_leaves_a_temporary_that_the_next_start_removes(
+        tmp_path: Path, other_fs: Path) -> None:
+    import subprocess
+    import sys
+
+    from ocrwatch.config import Config
+    from ocrwatch.pipeline import tidy
+
+    src = write(tmp_path / "inbox" / "scan.pdf", pdf_bytes(["kept"]))
+    content = src.read_bytes()
+    crashed = subprocess.run([sys.executable, "-c", _CRASH_MID_COPY, str(src),
+                              str(other_fs / "scan.pdf")], capture_output=True, timeout=60)
+    assert crashed.returncode == 9, crashed.stderr
+    left = [p for p in other_fs.iterdir() if p.name.startswith(".ocrwatch-")]
+    assert len(left) == 1 and left[0].read_bytes() == content  # the copy, not yet placed
+    assert src.read_bytes() == content and not (other_fs / "scan.pdf").exists()
+    # A live process's temporary is its own: the tidy leaves this process's alone.
+    mine = fsmove._temp_in(other_fs)
+    os.close(mine[0])
+    tidy(Config(inbox=[tmp_path / "inbox"], archive_dir=other_fs))
+    assert [p.name for p in other_fs.iterdir()] == [Path(mine[1]).name]
+    assert src.read_bytes() == content  # the original never moved
+    os.unlink(mine[1])
+
+
 # -- 3. the control socket serves everyone, whatever one client sends ----------------------
 def _control_socket(home: Home) -> Path:
     return home.run / "ocrwatch" / "control.sock"
