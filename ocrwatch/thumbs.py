@@ -12,6 +12,7 @@ import io
 import logging
 import os
 import re
+import secrets
 import shutil
 from pathlib import Path
 
@@ -65,7 +66,8 @@ class Thumbnails:
             data = encode(image)
             target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             os.chmod(self.root, 0o700)
-            tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+            # Unique per call: preparer threads of one process may write at the same time.
+            tmp = target.with_name(f".{target.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
