@@ -287,13 +287,15 @@ def count_pages(path: Path, config: Config) -> int:
     """Number of pages without decoding them (for progress and the page limit)."""
     kind = sniff(path)
     if kind == "pdf":
+        from ocrwatch.pdfium_lock import PDFIUM
         from ocrwatch.pdfpages import pdf_document  # pypdfium2 loads when a PDF comes
 
         doc = pdf_document(path)
-        try:
-            return len(doc)  # type: ignore[arg-type]
-        finally:
-            doc.close()  # type: ignore[attr-defined]
+        with PDFIUM:
+            try:
+                return len(doc)  # type: ignore[arg-type]
+            finally:
+                doc.close()  # type: ignore[attr-defined]
     try:
         with Image.open(path) as image:
             return int(getattr(image, "n_frames", 1))

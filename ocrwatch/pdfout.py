@@ -31,6 +31,7 @@ from typing import Any, BinaryIO
 from ocrwatch.domain import Page
 from ocrwatch.errors import InputError, TransientError
 from ocrwatch.layout import PageLayout
+from ocrwatch.pdfium_lock import PDFIUM
 
 log = logging.getLogger(__name__)
 
@@ -175,19 +176,20 @@ def _pages_with_text(fh: BinaryIO) -> set[int]:
     import pypdfium2 as pdfium
 
     found = set()
-    doc = pdfium.PdfDocument(fh)
-    try:
-        for index in range(len(doc)):
-            page = doc[index]
-            textpage = page.get_textpage()
-            try:
-                if textpage.count_chars() > 0 and textpage.get_text_range().strip():
-                    found.add(index)
-            finally:
-                textpage.close()
-                page.close()
-    finally:
-        doc.close()
+    with PDFIUM:
+        doc = pdfium.PdfDocument(fh)
+        try:
+            for index in range(len(doc)):
+                page = doc[index]
+                textpage = page.get_textpage()
+                try:
+                    if textpage.count_chars() > 0 and textpage.get_text_range().strip():
+                        found.add(index)
+                finally:
+                    textpage.close()
+                    page.close()
+        finally:
+            doc.close()
     return found
 
 

@@ -17,6 +17,7 @@ from ocrwatch import memory
 from ocrwatch.domain import Page
 from ocrwatch.errors import InputError
 from ocrwatch.pages import Limits, blank, os_error, scale_to, to_rgb
+from ocrwatch.pdfium_lock import PDFIUM
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,8 @@ def pdf_document(path: Path, fh: BinaryIO | None = None) -> object:
     try:
         if fh is not None:
             fh.seek(0)
-        return pdfium.PdfDocument(fh if fh is not None else str(path))
+        with PDFIUM:
+            return pdfium.PdfDocument(fh if fh is not None else str(path))
     except FileNotFoundError:
         raise InputError("the file was deleted before it could be read") from None
     except pdfium.PdfiumError as exc:
@@ -84,7 +86,8 @@ def pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int,
     doc = pdf_document(path, fh)
     assert isinstance(doc, pdfium.PdfDocument)
     try:
-        count = len(doc)
+        with PDFIUM:
+            count = len(doc)
         if count == 0:
             raise InputError("the PDF has no pages")
         if count > limits.max_pages:
@@ -94,27 +97,32 @@ def pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int,
             )
         for index in range(count):
             where = f"page {index + 1}"
+            own_text: str | None = None
             try:
-                page = doc[index]
-                try:
-                    width_pt, height_pt = page.get_size()
-                    _check_pdf_size(width_pt, height_pt, where)
-                    decision = pdftext.decide(page, pdf_text)
-                    if decision.text is not None:
-                        log.debug("%s %s: %s", path.name, where, decision.reason)
-                        # Nothing to draw: the text is the page's own.
-                        yield Page(source=path, index=index, image=Image.new("RGB", (1, 1),
-                                   "white"), dpi=None, count=count, text=decision.text)
-                        continue
-                    log.debug("%s %s read with OCR: %s", path.name, where, decision.reason)
-                    scale = render_scale(width_pt, height_pt, dpi, limits)
-                    bitmap = page.render(scale=scale, draw_annots=True)
-                    image = to_rgb(bitmap.to_pil())
-                    del bitmap
-                finally:
-                    page.close()
+                with PDFIUM:  # released before the page is handed on (yield)
+                    page = doc[index]
+                    try:
+                        width_pt, height_pt = page.get_size()
+                        _check_pdf_size(width_pt, height_pt, where)
+                        decision = pdftext.decide(page, pdf_text)
+                        own_text = decision.text
+                        if own_text is None:
+                            log.debug("%s %s read with OCR: %s", path.name, where,
+                                      decision.reason)
+                            scale = render_scale(width_pt, height_pt, dpi, limits)
+                            bitmap = page.render(scale=scale, draw_annots=True)
+                            image = to_rgb(bitmap.to_pil())  # a copy: PDFium's buffer is BGR
+                            del bitmap
+                    finally:
+                        page.close()
             except pdfium.PdfiumError as exc:
                 raise InputError(f"{where} of the PDF cannot be drawn ({exc})") from None
+            if own_text is not None:
+                log.debug("%s %s: %s", path.name, where, decision.reason)
+                # Nothing to draw: the text is the page's own.
+                yield Page(source=path, index=index, image=Image.new("RGB", (1, 1), "white"),
+                           dpi=None, count=count, text=own_text)
+                continue
             render_dpi = round(scale * 72)
             if max_side is not None and max(image.size) != max_side:
                 render_dpi = round(render_dpi * max_side / max(image.size))
@@ -124,7 +132,8 @@ def pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int,
             yield Page(source=path, index=index, image=image, dpi=render_dpi, count=count,
                        text="" if blank(image) else None)
     finally:
-        doc.close()
+        with PDFIUM:
+            doc.close()
 
 
 def _check_pdf_size(width_pt: float, height_pt: float, where: str) -> None:

@@ -185,3 +185,69 @@ def test_the_daemon_takes_the_layer_and_reads_only_the_scanned_page(tmp_path: Pa
         assert [h.page for h in search(daemon.db, "Lindqvist")] == [1]
     finally:
         daemon.close()
+
+
+def test_pdfium_is_never_entered_by_two_threads_at_once(
+        tmp_path: Path, config: Config, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PDFium is not thread-safe, even across documents. The daemon's preparers open PDFs
+    at the same time and its readers check a PDF's own text for the PDF output: every
+    PDFium call they make is counted here, and no two may overlap."""
+    import threading
+    import time
+
+    import pypdfium2 as pdfium
+
+    from ocrwatch import pdfout
+
+    inside, most, guard = [0], [0], threading.Lock()
+
+    def counted(real):  # type: ignore[no-untyped-def]
+        def call(*args, **kwargs):  # type: ignore[no-untyped-def]
+            with guard:
+                inside[0] += 1
+                most[0] = max(most[0], inside[0])
+            try:
+                time.sleep(0.005)  # a window wide enough for another thread to step in
+                return real(*args, **kwargs)
+            finally:
+                with guard:
+                    inside[0] -= 1
+        return call
+
+    for cls, name in ((pdfium.PdfDocument, "__init__"), (pdfium.PdfDocument, "__getitem__"),
+                      (pdfium.PdfPage, "render"), (pdfium.PdfPage, "get_textpage"),
+                      (pdfium.PdfTextPage, "get_text_range"), (pdfium.PdfPage, "close")):
+        monkeypatch.setattr(cls, name, counted(getattr(cls, name)))
+    born = [_pdf(tmp_path / f"born{n}.pdf", [{"text": LETTER}, {"text": OTHER}])
+            for n in range(2)]
+    scanned = [_pdf(tmp_path / f"scan{n}.pdf", [{"image": _scan([OTHER], tmp_path /
+                                                                 f"s{n}.png")}] * 2)
+               for n in range(2)]
+    failures: list[BaseException] = []
+
+    def prepare(path: Path) -> None:
+        try:
+            for _ in range(3):
+                pages = list(iter_pages(path, config, 1540, text_layer=True))
+                assert len(pages) == 2
+        except BaseException as exc:
+            failures.append(exc)
+
+    def own_text(path: Path) -> None:
+        try:
+            for _ in range(3):
+                with path.open("rb") as fh:
+                    assert pdfout._pages_with_text(fh) == ({0, 1} if "born" in path.name
+                                                           else set())
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=prepare, args=(p,)) for p in [*born, *scanned]]
+    threads += [threading.Thread(target=own_text, args=(p,)) for p in [*born, *scanned]]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not any(t.is_alive() for t in threads)
+    assert not failures, failures
+    assert most[0] == 1  # eight threads, and PDFium only ever entered by one
