@@ -135,25 +135,19 @@ def images(kind: str, n: int, seed: int = 0) -> list[Any]:
 
 def repeated(run: Any, imgs: list[Any], times: int) -> dict[str, Any]:
     """``run`` over the same pages ``times`` times: the median rate, and every rate."""
+    return median_of([run(imgs) for _ in range(times)])
+
+
+def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Runs of one page set: the median rate and time, and every rate."""
     import statistics
 
-    runs = [run(imgs) for _ in range(times)]
     rates = [r["pages_per_s"] for r in runs]
     out = dict(runs[0], pages_per_s=round(statistics.median(rates), 3), rates=rates,
                s=round(statistics.median(r["s"] for r in runs), 2))
     if "most_in_flight" in runs[0]:
         out["most_in_flight"] = max(r["most_in_flight"] for r in runs)
     return out
-
-
-def median_of(runs: list[dict[str, Any]], admit_wait: float) -> dict[str, Any]:
-    """Single runs of one kind as ``repeated`` reports them, with their admission rule."""
-    import statistics
-
-    rates = [r["pages_per_s"] for r in runs]
-    return dict(runs[0], pages_per_s=round(statistics.median(rates), 3), rates=rates,
-                s=round(statistics.median(r["s"] for r in runs), 2), admit_wait=admit_wait,
-                most_in_flight=max(r["most_in_flight"] for r in runs))
 
 
 LIKE_WAIT = 0.5  # the like-sizes-first admission the mix is also measured with
@@ -305,14 +299,14 @@ def run_engine(model: str, tokens: int, n: int, fake: bool, eager: bool,
         # sizes first (the admission rule of vllm.admit_wait_seconds = 0.5).
         mixed, like = [], []
         for _ in range(repeats):
-            mixed.append(repeated(pipeline, images("mixed", n), 1))
+            mixed.append(pipeline(images("mixed", n)))
             with engine._cond:  # the running engine's queue; a restart would cost 30 s
                 engine._queue.admit_wait, configured = LIKE_WAIT, engine._queue.admit_wait
-            like.append(repeated(pipeline, images("mixed", n), 1))
+            like.append(pipeline(images("mixed", n)))
             with engine._cond:
                 engine._queue.admit_wait = configured
-        result["mixed"] = median_of(mixed, config.vllm.admit_wait_seconds)
-        result["mixed_like"] = median_of(like, LIKE_WAIT)
+        result["mixed"] = dict(median_of(mixed), admit_wait=config.vllm.admit_wait_seconds)
+        result["mixed_like"] = dict(median_of(like), admit_wait=LIKE_WAIT)
         result["peak_mib"] = sampler.peak(since) if sampler else None
         t0 = now()
         engine.sleep()

@@ -26,22 +26,23 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-__all__ = ["create_unique", "move_no_replace", "move_unique", "unique_names"]
+__all__ = ["TEMP_PREFIX", "create_unique", "move_no_replace", "move_unique", "temp_in",
+           "unique_names"]
 
 _AT_FDCWD = -100
 _RENAME_NOREPLACE = 1
+TEMP_PREFIX = ".ocrwatch-"  # dot-files: the watcher and other tools ignore them
 
 
-def _temp_in(folder: Path) -> tuple[int, str]:
-    """A new hidden temporary file in ``folder``, named after this process.
+def temp_in(folder: Path) -> tuple[int, str]:
+    """A new hidden temporary file in ``folder`` (fd, path), named after this process.
 
-    A dot-file, so the watcher ignores it; named like the sidecars' temporaries
-    (``.ocrwatch-PID-....tmp``), so the daemon's start-up tidy removes it once this
-    process is gone (a crash mid-copy). Removing it never loses anything: until the
-    source is removed, the content is also in the source or already at the destination.
+    ``.ocrwatch-PID-....tmp``: the daemon's start-up tidy
+    (:func:`ocrwatch.sidecar.remove_stale_temps`) removes it once this process is gone.
+    For a move's copy that never loses anything: until the source is removed, the
+    content is also in the source or already at the destination.
     """
-    return tempfile.mkstemp(prefix=f".ocrwatch-{os.getpid()}-move-", suffix=".tmp",
-                            dir=folder)
+    return tempfile.mkstemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-", suffix=".tmp", dir=folder)
 
 
 def _load_renameat2() -> Callable[..., int] | None:
@@ -85,7 +86,7 @@ def _fsync_dir(folder: Path) -> None:
 
 def _copy_no_replace(src: Path, dest: Path) -> None:
     """Across file systems: a synced copy linked into place, then the source removed."""
-    fd, tmp_name = _temp_in(dest.parent)
+    fd, tmp_name = temp_in(dest.parent)
     tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as out, open(src, "rb") as inp:
@@ -179,7 +180,7 @@ def create_unique(dest: Path, data: bytes, mode: int = 0o600) -> Path:
     reader sees all of it or nothing, and no existing file is replaced.
     """
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = _temp_in(dest.parent)
+    fd, tmp_name = temp_in(dest.parent)
     tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as out:

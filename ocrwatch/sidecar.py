@@ -6,19 +6,17 @@ import contextlib
 import errno
 import os
 import secrets
-import tempfile
 from pathlib import Path
 
 from ocrwatch.domain import PageText
 from ocrwatch.errors import InputError, TransientError
-from ocrwatch.fsmove import move_no_replace
+from ocrwatch.fsmove import TEMP_PREFIX, move_no_replace, temp_in
 from ocrwatch.private import sidecar_mode
 from ocrwatch.safeopen import open_dir_beneath
 
 MD_SUFFIX = ".md"
 TXT_SUFFIX = ".txt"
 PDF_SUFFIX = ".ocr.pdf"
-TEMP_PREFIX = ".ocrwatch-"  # dot-files: the watcher and other tools ignore them
 
 
 def render_markdown(pages: list[PageText]) -> str:
@@ -127,8 +125,7 @@ def write_atomic(path: Path, content: str, *, root: Path | None = None,
 def new_temp(path: Path) -> Path:
     """An empty temporary file beside ``path``, for a writer that wants a file name."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-", suffix=".tmp",
-                                    dir=path.parent)
+    fd, tmp_name = temp_in(path.parent)
     os.close(fd)
     return Path(tmp_name)
 

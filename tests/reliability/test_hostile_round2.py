@@ -170,7 +170,7 @@ def test_a_crash_mid_copy_leaves_a_temporary_that_the_next_start_removes(
     assert len(left) == 1 and left[0].read_bytes() == content  # the copy, not yet placed
     assert src.read_bytes() == content and not (other_fs / "scan.pdf").exists()
     # A live process's temporary is its own: the tidy leaves this process's alone.
-    mine = fsmove._temp_in(other_fs)
+    mine = fsmove.temp_in(other_fs)
     os.close(mine[0])
     tidy(Config(inbox=[tmp_path / "inbox"], archive_dir=other_fs))
     assert [p.name for p in other_fs.iterdir()] == [Path(mine[1]).name]
