@@ -96,6 +96,8 @@ class Daemon:
             pipeline.tidy(self.config)
         if recover:
             self.ctx.lifecycle.recover()
+            if self._watch:  # the daemon itself (`add` names its own on_success)
+                self.ctx.lifecycle.resume()
         recovered = self.jobs.recover() if recover else 0
         if recovered:
             log.info("%d files were being read when ocrwatch last stopped: reading them again",
@@ -269,4 +271,5 @@ class Daemon:
             if self.choice.name == "tesseract" else None,
             reading=self.reading(), languages=tuple(self.config.languages),
             pages_per_second=self.scheduler.rate.per_second(),
+            kept=tuple(self.jobs.kept(10)),
         )

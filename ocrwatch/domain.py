@@ -42,6 +42,21 @@ class PageText:
     warnings: list[str] = field(default_factory=list)
     error: str | None = None  # set when this page could not be read; the file then fails
     layout: PageLayout | None = None  # word boxes, when the engine found them
+    # Set when the text may not be the page's (an empty or invalid answer from the
+    # engine): the file is indexed, but its original is never archived or deleted.
+    doubt: str | None = None
+
+
+DOUBT_NOTE = "doubtful text: "  # the warning a doubt is kept as in the index
+
+
+def doubt_of(page: PageText) -> str | None:
+    """Why ``page``'s text may not be the page's, also for pages read back from the
+    index (where the doubt is one of its warnings)."""
+    if page.doubt:
+        return page.doubt
+    return next((w[len(DOUBT_NOTE):] for w in page.warnings if w.startswith(DOUBT_NOTE)),
+                None)
 
 
 class State(StrEnum):
@@ -61,6 +76,8 @@ class Job:
     state: State
     attempts: int
     reason: str | None = None
+    retire: str | None = None  # what on_success still owes a done file (migration 008)
+    retire_reason: str | None = None
 
     @property
     def display(self) -> str:

@@ -137,6 +137,15 @@ def _m007_cjk_trigrams(db: sqlite_utils.Database) -> None:
     )
 
 
+def _m008_retire(db: sqlite_utils.Database) -> None:
+    # What on_success still owes a done file, kept in the row that says "done" (one
+    # transaction): "pending" (to archive or delete: a crash before it is resumed at
+    # start), "kept" (the read was not complete enough to part with the original) or
+    # "failed" (archiving or deleting failed, e.g. a full disk); with the reason.
+    db.execute("ALTER TABLE jobs ADD COLUMN retire TEXT")
+    db.execute("ALTER TABLE jobs ADD COLUMN retire_reason TEXT")
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite_utils.Database], None]]] = [
     ("001_jobs", _m001_jobs),
     ("002_pages", _m002_pages),
@@ -145,6 +154,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite_utils.Database], None]]] = [
     ("005_names", _m005_names),
     ("006_read_with", _m006_read_with),
     ("007_cjk_trigrams", _m007_cjk_trigrams),
+    ("008_retire", _m008_retire),
 ]
 
 

@@ -15,7 +15,9 @@ read with OCR, when:
   same in both is hidden, whatever hides it: an invisible render mode (an earlier OCR's
   layer), white on white, an image or a filled shape drawn over it, a clip, a place
   off the page or a size too small to read. Such text may say anything;
-- the page is mostly a picture, whose text the layer does not hold.
+- the page is mostly a picture, whose text the layer does not hold;
+- a picture covers a large share of it (``MAX_SCAN_SHARE``): a scan pasted beside real
+  text holds words the layer does not, and OCR reads the whole page, both.
 
 ``pdf_text = "text"`` takes any layer that has text; ``"ocr"`` reads every page.
 """
@@ -41,6 +43,10 @@ SEEN_LEVEL = 16  # a grey level difference that counts as ink (of 255)
 MIN_SIZE = 2.0  # points: a font's line height below which no one reads it
 MAX_PICTURE_SHARE = 0.5  # page area covered by images, beyond which the picture rules
 PICTURE_CAPTION_CHARS = 400  # ...unless the layer holds this much visible text
+# Images over this share of the page may be scans of text beside the layer's text: the
+# page is read with OCR, so that their words are read too (a logo or a small photo,
+# under it, leaves the layer in charge).
+MAX_SCAN_SHARE = 0.2
 
 _BAD_CATEGORIES = frozenset({"Cc", "Co", "Cn", "Cs"})
 _EDGE = string.punctuation + "«»„“”‘’‚‹›¡¿…–—·•§°"
@@ -200,6 +206,9 @@ def decide(page: Any, mode: str = "auto") -> Decision:
                               "earlier OCR layer, or text that says what the page does not)")
     if covered > MAX_PICTURE_SHARE and solid < PICTURE_CAPTION_CHARS:
         return Decision(None, "the page is mostly a picture")
+    if covered > MAX_SCAN_SHARE:
+        return Decision(None, f"an image covers {covered:.0%} of the page: its words are "
+                              "read with OCR, with the rest")
     reason = garbage(text)
     if reason is not None:
         return Decision(None, reason)
