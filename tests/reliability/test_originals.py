@@ -199,9 +199,11 @@ def test_an_empty_answer_for_a_page_that_is_not_blank_keeps_the_original(
                                  archive_dir=home.root / "archive")
     data = pdf_bytes(["first page", "second page"])
     path = drop(home.inbox / "silent.pdf", data)
-    row = wait_for(lambda: ended(home.database, path), 30, "the PDF to be read")
-    assert row["state"] == "done", row["reason"]
-    assert path.read_bytes() == data
+    wait_for(lambda: daemon.jobs.counts()["done"] == 1 and daemon.is_idle(), 30,
+             "the PDF to be read")
+    assert path.read_bytes() == data, "parted with after an empty answer"
+    row = job(home.database, path)
+    assert row is not None and row["state"] == "done", row
     assert row["retire"] == "kept"
     assert "page 1 may not have been read: the engine's answer was empty" in \
         row["retire_reason"], row["retire_reason"]
@@ -279,18 +281,18 @@ def fill(folder: Path, leave: int = 0) -> Path:
     return filler
 
 
-def settled(daemon: Any, home: Home) -> None:
+def settled(daemon: Any, home: Home, caplog: pytest.LogCaptureFixture) -> None:
     """Until the watcher has seen what happened so far: a rescan, then a file dropped
-    after it is read."""
+    after it is read and archived (or not)."""
     daemon.rescan()
     marker = drop(home.inbox / f"marker-{time.monotonic_ns()}.png", image_bytes("marker"))
-    wait_for(lambda: daemon.is_idle() and daemon.db.query(
-        "SELECT 1 FROM jobs WHERE display LIKE ? AND retire IS NOT 'pending'",
-        (f"%{marker.name}",)), 30, "a file dropped after it")
+    wait_for(lambda: not marker.exists() or f"{marker} is done but could not be" in
+             caplog.text, 30, "a file dropped after it")
 
 
 def test_archive_onto_a_full_disk_keeps_the_results_and_says_so(
-        home: Home, run_daemon: StartDaemon, small_tmpfs: Path) -> None:
+        home: Home, run_daemon: StartDaemon, small_tmpfs: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
     """Room for the original but not for its sidecars: the original comes back, the
     sidecars and the index entry stay, the job says "failed" and why; once there is
     room, the next start archives it."""
@@ -301,14 +303,15 @@ def test_archive_onto_a_full_disk_keeps_the_results_and_says_so(
     data = image_bytes("full disk", size=(900, 700))
     filler = fill(small_tmpfs, leave=len(data))
     path = drop(home.inbox / "scan.png", data)
-    row = wait_for(lambda: (r := ended(home.database, path)) is not None and
-                   r["retire"] == "failed" and r, 30, "the archive to fail")
-    assert "the disk is full" in row["retire_reason"], row["retire_reason"]
-    settled(daemon, home)
+    wait_for(lambda: f"{path} is done but could not be archived" in caplog.text, 30,
+             "the archive to fail")
+    settled(daemon, home, caplog)
     row = job(home.database, path)
     assert row is not None and row["state"] == "done", "the index entry was dropped"
     assert path.read_bytes() == data
     check_fake_sidecars(path, 1)
+    assert row["retire"] == "failed"
+    assert "the disk is full" in row["retire_reason"], row["retire_reason"]
     assert not list(archive.rglob("scan*")), list(archive.rglob("*"))
     kept = {k.path: k.reason for k in daemon.status().kept}
     assert "could not be archived: the disk is full" in kept[str(path)], kept
@@ -336,16 +339,17 @@ def test_a_failed_archive_never_archives_the_next_unread_version(
     proc.wait_ready()
     filler = fill(small_tmpfs)
     path = drop(home.inbox / "scan.png", image_bytes("old version", size=(600, 400)))
-    wait_for(lambda: (r := ended(home.database, path)) is not None and
-             r["retire"] == "failed", 30, "the archive to fail")
+    wait_for(lambda: f"{path} is done but could not be archived" in proc.output(), 30,
+             "the archive to fail")
     assert proc.stop() == 0
     new = image_bytes("new version", size=(800, 300))
     drop(path, new)
     filler.unlink()
     proc.start()
     moved = archive / "inbox" / "scan.png"
-    wait_for(lambda: moved.exists() and (r := job(home.database, moved)) is not None
-             and r["retire"] is None, 60, "the new version to be read and archived")
+    wait_for(lambda: moved.exists() and moved.with_suffix(".txt").exists() and
+             (r := job(home.database, moved)) is not None and r["state"] == "done", 60,
+             "the new version to be archived")
     assert moved.read_bytes() == new
     # Its own sidecars: the fake engine names the page's size.
     txt = moved.with_suffix(".txt").read_text()
@@ -358,6 +362,7 @@ def test_a_stale_move_record_moves_nothing_that_was_not_read(tmp_path: Path) -> 
     start leaves the new version in place, for its own reading."""
     inbox, archive = tmp_path / "inbox", tmp_path / "archive"
     original = write(inbox / "a.png", image_bytes("old"))
+    archive.mkdir()
     db = Database(tmp_path / "index.sqlite3")
     jobs = JobQueue(db)
     st = original.stat()
@@ -365,7 +370,7 @@ def test_a_stale_move_record_moves_nothing_that_was_not_read(tmp_path: Path) -> 
     claimed = jobs.claim()
     assert claimed is not None
     assert jobs.complete(claimed.id, [PageText("old", "old")], engine="fake", md_path=None,
-                         txt_path=None, sha256=claimed.sha256, retire="pending")
+                         txt_path=None, sha256=claimed.sha256)
     with db.transaction() as conn:
         conn.execute("INSERT INTO moves(job_id, src, dest) VALUES (?, ?, ?)",
                      (claimed.id, os.fsencode(original), os.fsencode(archive / "a.png")))
@@ -425,8 +430,7 @@ def test_sigkill_between_done_and_archive_is_resumed_at_start(
     for path, data in files:
         moved = archive / "inbox" / path.name
         wait_for(lambda m=moved: (r := job(home.database, m)) is not None
-                 and r["state"] == "done" and r["retire"] is None, 60,
-                 f"{path.name} to be archived")
+                 and r["state"] == "done", 60, f"{path.name} to be archived")
         assert moved.read_bytes() == data
         assert not path.exists()
         check_fake_sidecars(moved, 1)
@@ -438,6 +442,8 @@ def test_sigkill_between_done_and_archive_is_resumed_at_start(
     try:
         assert conn.execute("SELECT COUNT(*) FROM moves").fetchone()[0] == 0
         assert conn.execute("SELECT COUNT(*) FROM jobs").fetchone()[0] == len(files)
+        assert conn.execute("SELECT COUNT(*) FROM jobs WHERE retire IS NOT NULL"
+                            ).fetchone()[0] == 0
     finally:
         conn.close()
     print(f"{KILLS} kills, {in_window} between done and archiving")
