@@ -392,17 +392,19 @@ def _done_line(log: Path, path: Path) -> bool:
         return False
 
 
+@pytest.mark.parametrize("on_success", ["archive", "delete"])
 def test_sigkill_between_done_and_archive_is_resumed_at_start(
-        home: Home, daemon_process: Any) -> None:
+        home: Home, daemon_process: Any, on_success: str) -> None:
     """A real daemon SIGKILLed at randomised moments around each file's "done" (the
     instant it is logged, or up to 40 ms after, or at a random time after the drop),
-    restarted each time: every file ends archived once, with its sidecars, its index
-    entry at the archive, the inbox empty; nothing lost, nothing left twice."""
+    restarted each time: every file ends archived (or deleted) once, with its sidecars,
+    its index entry at the archive (or at its .md), the inbox holding no original;
+    nothing lost, nothing left twice, nothing owed."""
     rng = random.Random(SEED)
     print(f"OCRWATCH_RETIRE_SEED={SEED} OCRWATCH_RETIRE_KILLS={KILLS}")
     archive = home.root / "archive"
     config = home.root / "config.toml"
-    config.write_text(f'on_success = "archive"\narchive_dir = "{archive}"\n')
+    config.write_text(f'on_success = "{on_success}"\narchive_dir = "{archive}"\n')
     proc = daemon_process("--config", str(config))
     proc.start().wait_ready()
     files: list[tuple[Path, bytes]] = []
@@ -428,24 +430,36 @@ def test_sigkill_between_done_and_archive_is_resumed_at_start(
             in_window += 1  # done, not archived: the moment this test is about
         proc.start().wait_ready()
     for path, data in files:
-        moved = archive / "inbox" / path.name
-        wait_for(lambda m=moved: (r := job(home.database, m)) is not None
-                 and r["state"] == "done", 60, f"{path.name} to be archived")
-        assert moved.read_bytes() == data
+        if on_success == "archive":
+            where = archive / "inbox" / path.name
+            wait_for(lambda m=where: (r := job(home.database, m)) is not None
+                     and r["state"] == "done", 60, f"{path.name} to be archived")
+            assert where.read_bytes() == data
+            check_fake_sidecars(where, 1)
+        else:
+            where = path.with_suffix(".md")
+            wait_for(lambda m=where, p=path: (r := job(home.database, m)) is not None
+                     and r["state"] == "done" and not p.exists(), 60,
+                     f"{path.name} to be deleted")
+            check_fake_sidecars(path, 1)
         assert not path.exists()
-        check_fake_sidecars(moved, 1)
     assert proc.stop() == 0
-    assert sorted(p.name for p in home.inbox.iterdir()) == []
-    names = sorted(p.name for p in (archive / "inbox").iterdir())
-    assert names == sorted(f"{p.stem}{s}" for p, _ in files for s in (".md", ".png", ".txt"))
+    left = sorted(p.name for p in home.inbox.iterdir())
+    if on_success == "archive":
+        assert left == []
+        names = sorted(p.name for p in (archive / "inbox").iterdir())
+        assert names == sorted(f"{p.stem}{s}" for p, _ in files
+                               for s in (".md", ".png", ".txt"))
+    else:
+        assert left == sorted(f"{p.stem}{s}" for p, _ in files for s in (".md", ".txt"))
     conn = sqlite3.connect(home.database)
     try:
         assert conn.execute("SELECT COUNT(*) FROM moves").fetchone()[0] == 0
         assert conn.execute("SELECT COUNT(*) FROM jobs").fetchone()[0] == len(files)
         assert conn.execute("SELECT COUNT(*) FROM jobs WHERE retire IS NOT NULL"
                             ).fetchone()[0] == 0
+        assert conn.execute("SELECT COUNT(*) FROM pages").fetchone()[0] == len(files)
     finally:
         conn.close()
-    print(f"{KILLS} kills, {in_window} between done and archiving")
+    print(f"{on_success}: {KILLS} kills, {in_window} between done and {on_success}")
     assert in_window >= 1, "no kill landed between done and archiving: nothing was tested"
-
