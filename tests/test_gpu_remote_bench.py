@@ -33,7 +33,7 @@ def test_the_remote_benchmark_runs_end_to_end_on_a_fake_server(tmp_path: Path) -
             line]
     assert [r.split(" | ")[0] for r in rows] == [
         "| ocrwatch daemon, remote engine", "| seeds' client: plain HTTP, base64 PNG",
-        "| plain HTTP client, base64 PNG"]
+        "| plain httpx client, kept-alive, base64 PNG"]
     for row in rows:
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert cells[2:4] == ["6", "0"], row  # pages read, pages failed

@@ -151,8 +151,8 @@ def post_chat(client: httpx.Client, base: str, body: dict[str, Any], *, seconds:
             raw = _read_capped(response, cap if status == 200 else ERROR_BODY_CAP)
             timing.read = time.monotonic() - headed
     except httpx.TimeoutException as exc:
-        raise Retry(f"{base} gave no whole answer within {seconds:g} s "
-                    f"(remote.timeout_seconds; {_kind(exc)})", down=True) from exc
+        raise Retry(f"{base} gave no answer in time (none whole within {seconds:g} s, "
+                    f"remote.timeout_seconds; {_kind(exc)})", down=True) from exc
     except httpx.HTTPError as exc:
         if isinstance(exc, httpx.ConnectError) and _certificate_problem(exc):
             raise EngineUnavailable(_certificate_message(base, exc)) from exc
