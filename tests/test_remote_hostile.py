@@ -145,3 +145,38 @@ def test_a_good_answer_keeps_nothing_back() -> None:
         result = read_one(server)
     assert result.error is None and "colour 0a0001" in result.markdown
     assert result.keep_original is None
+
+
+def test_a_form_feed_from_the_server_leaves_one_page_in_the_sidecars(tmp_path: Path) -> None:
+    """The daemon, end to end: the .txt sidecar separates pages with form feeds, so one
+    in a model's answer would make `reindex --from-sidecars` restore one page as two."""
+    from helpers import wait_for
+    from test_remote_daemon import config_for, drop
+
+    from ocrwatch.daemon import Daemon
+    from ocrwatch.reindex import split_pages
+
+    with FakeServer(mode="content") as server:
+        server.content = "Line one\x0cLine two \x1b[2J\x00end"
+        config = config_for(tmp_path, server.url)
+        daemon = Daemon(config)
+        try:
+            daemon.start()
+            files = drop(config.inbox[0], n_png=1, n_tiff=0)
+            (path,) = files
+
+            def finished() -> bool:
+                job = daemon.jobs.known(path)
+                return job is not None and job.state.value in ("done", "failed")
+
+            wait_for(finished, 30, "the file read")
+            job = daemon.jobs.known(path)
+            assert job is not None and job.state.value == "done", job
+        finally:
+            daemon.close()
+    md = path.with_suffix(".md").read_text()
+    txt = path.with_suffix(".txt").read_text()
+    for sidecar in (md, txt):
+        assert not any(ch in sidecar for ch in "\x0c\x1b\x00"), repr(sidecar)
+        assert "Line oneLine two [2Jend" in sidecar
+    assert len(split_pages(txt, md)) == 1
