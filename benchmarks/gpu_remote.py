@@ -168,6 +168,53 @@ def wait_healthy(url: str, proc: subprocess.Popen[bytes] | None, log: Path | Non
         time.sleep(1.0)
 
 
+class Occupancy:
+    """vLLM's own gauges (``GET /metrics``: ``vllm:num_requests_running`` and
+    ``…_waiting``, summed over servers) every 0.2 s during a run: whether a client keeps
+    the servers' ``max_num_seqs`` full. A server without them (the fake one) gives none."""
+
+    def __init__(self, urls: Sequence[str]) -> None:
+        self.roots = [u.rsplit("/v1", 1)[0] for u in urls]
+        self.samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="occupancy", daemon=True)
+
+    def __enter__(self) -> Occupancy:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            running = waiting = 0.0
+            for root in self.roots:
+                try:
+                    with urllib.request.urlopen(f"{root}/metrics", timeout=2) as resp:
+                        text = resp.read().decode(errors="replace")
+                except (OSError, ValueError):
+                    return  # no metrics here
+                for line in text.splitlines():
+                    name, _, value = line.rpartition(" ")
+                    if name.startswith("vllm:num_requests_running"):
+                        running += float(value)
+                    elif name.startswith("vllm:num_requests_waiting"):
+                        waiting += float(value)
+            self.samples.append((running, waiting))
+
+    def sampling(self) -> bool:
+        return self._thread.is_alive()
+
+    def busy_means(self) -> tuple[float, float] | None:
+        """Mean requests running and waiting over the samples with any request."""
+        busy = [s for s in self.samples if s[0] + s[1] > 0]
+        if not busy:
+            return None
+        return (statistics.mean(s[0] for s in busy), statistics.mean(s[1] for s in busy))
+
+
 # -- the plain client -------------------------------------------------------------------
 
 def _page_of(path: Path, index: int) -> Any:
@@ -369,6 +416,11 @@ def report(runs: list[tuple[str, int, dict[str, Any]]], meta: dict[str, Any]) ->
                      f"({meta['embedded']:.2f} pages/s, benchmarks/gpu_daemon.py on this card): "
                      f"{ratio:.2f} (goal at least 0.95: {'PASS' if ratio >= 0.95 else 'FAIL'})")
     for name, _, r in runs:
+        if r.get("occupancy"):
+            running, waiting = r["occupancy"]
+            lines.append(f"{name}: on the servers while busy (vLLM's /metrics), "
+                         f"{running:.2f} requests running and {waiting:.2f} waiting on mean "
+                         f"(max_num_seqs {meta.get('max_num_seqs', '?')} a server)")
         if r.get("stage_ms"):
             lines.append(f"{name}: engine stages, median ms a page: " + ", ".join(
                 f"{k} {v}" for k, v in r["stage_ms"].items()))
@@ -451,18 +503,24 @@ def main() -> None:
         concurrencies = args.concurrency or [2 * per_server * len(urls)]
         runs: list[tuple[str, int, dict[str, Any]]] = []
         for c in concurrencies:
-            result = run_daemon(urls, folder, files, c, args.tokens, args.settle,
-                                work / f"daemon_{c}", sampler, args.timeout)
+            with Occupancy(urls) as occupancy:
+                result = run_daemon(urls, folder, files, c, args.tokens, args.settle,
+                                    work / f"daemon_{c}", sampler, args.timeout)
+            result["occupancy"] = occupancy.busy_means()
             runs.append(("ocrwatch daemon, remote engine", c, result))
             print(f"daemon, {c} in flight: {result['rate']:.2f} pages/s, "
                   f"{result['failed']} failed", flush=True)
-        result = run_plain(urls, folder, files, args.seeds_in_flight, args.tokens, sampler,
-                           keep_alive=False)
+        with Occupancy(urls) as occupancy:
+            result = run_plain(urls, folder, files, args.seeds_in_flight, args.tokens,
+                               sampler, keep_alive=False)
+        result["occupancy"] = occupancy.busy_means()
         runs.append(("seeds' client: plain HTTP, base64 PNG", args.seeds_in_flight, result))
         print(f"seeds' client: {result['rate']:.2f} pages/s, {result['failed']} failed, "
               f"{result['empty']} empty", flush=True)
         top = max(concurrencies)
-        result = run_plain(urls, folder, files, top, args.tokens, sampler, keep_alive=True)
+        with Occupancy(urls) as occupancy:
+            result = run_plain(urls, folder, files, top, args.tokens, sampler, keep_alive=True)
+        result["occupancy"] = occupancy.busy_means()
         runs.append(("plain httpx client, kept-alive, base64 PNG", top, result))
         print(f"plain client, {top} in flight: {result['rate']:.2f} pages/s, "
               f"{result['failed']} failed, {result['empty']} empty", flush=True)
@@ -475,6 +533,7 @@ def main() -> None:
             "drop": f"{a4} A4 JPEGs at 300 dpi, {cards} card photos, {pdfs} PDFs of 4 pages "
                     f"({sum(files.values())} pages)",
             "tokens": args.tokens, "embedded": args.embedded,
+            "max_num_seqs": settings["max-num-seqs"],
             "card": (f"{card / GIB:.1f} GiB, {baseline} MiB in use before the servers started; "
                      "peaks are GPU 0's, that included" if card
                      else "no GPU seen (nvidia-smi absent)")}

@@ -70,6 +70,7 @@ class FakeServer:
         self.trickle_headers = False
         self.bytes_sent = 0  # of the "huge" and "trickle" answers
         self.times_file: Any = None  # open text file: "arrived answered" per chat request
+        self.metrics: str | None = None  # GET /metrics answers this text, as vLLM's does
         self.lock = threading.Lock()
         self.requests: list[dict[str, Any]] = []
         self.times: list[float] = []  # when each chat request arrived
@@ -175,6 +176,14 @@ def _handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
             with server.lock:
                 server.probes += 1
             if not self.authorised():
+                return
+            if self.path == "/metrics" and server.metrics is not None:
+                data = server.metrics.encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
                 return
             if self.path != "/v1/models":
                 self.reply(404, {"detail": "Not Found"})

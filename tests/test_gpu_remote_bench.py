@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from fake_openai import FakeServer
+from helpers import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -91,3 +92,20 @@ def test_the_overhead_benchmark_runs_the_daemon_beside_a_plain_client(tmp_path: 
     assert re.search(r"engine stages, .*: encode [\d.]+, queue [\d.]+, send [\d.]+, "
                      r"wait [\d.]+, read [\d.]+, parse [\d.]+", report)
     assert re.search(r"prepare [\d.]+, write [\d.]+", report)
+
+
+def test_the_servers_occupancy_is_read_from_vllms_metrics() -> None:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from gpu_remote import Occupancy
+
+    with FakeServer() as server:
+        server.metrics = ("# HELP vllm:num_requests_running Running.\n"
+                          'vllm:num_requests_running{engine="0",model_name="m"} 6.0\n'
+                          'vllm:num_requests_waiting{engine="0",model_name="m"} 2.0\n')
+        with Occupancy([server.url, server.url]) as occupancy:  # summed over servers
+            wait_for(lambda: len(occupancy.samples) >= 2, 10, "two samples")
+        assert occupancy.busy_means() == (12.0, 4.0)
+        server.metrics = None  # a server without /metrics: no figure rather than zeros
+        with Occupancy([server.url]) as occupancy:
+            wait_for(lambda: not occupancy.sampling(), 10, "the sampler to give up")
+        assert occupancy.busy_means() is None
