@@ -12,7 +12,8 @@ which page an answer belongs to. How it misbehaves is scripted:
 - ``"content"``: answer 200 with ``content`` as the message's content (any JSON value);
 - ``"huge"``: a valid answer of ``huge_bytes`` bytes (counted in ``bytes_sent`` as sent);
 - ``"trickle"``: a valid answer, one byte every ``delay`` seconds (``trickle_headers``:
-  the status line and headers too).
+  the status line and headers too);
+- ``"gzip"``: a valid answer of ``huge_bytes`` bytes, gzip-compressed whatever was asked.
 
 The colour of the top-left pixel scripts a page whatever the mode (see the constants).
 Run as a program (``python fake_openai.py --port 0``) it prints its port and serves until
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import gzip
 import io
 import json
 import socket
@@ -224,7 +226,7 @@ def _handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
                     self.reply(503, {"error": {"message": "the engine is overloaded"}},
                                {"Retry-After": server.retry_after})
                     return
-                if mode in ("huge", "trickle", "content"):
+                if mode in ("huge", "trickle", "content", "gzip"):
                     self.hostile(mode, body)
                     return
                 if server.delay:
@@ -251,6 +253,15 @@ def _handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
             with contextlib.suppress(OSError):  # the client hanging up is the point
                 if mode == "content":
                     data = completion(server.content)
+                elif mode == "gzip":  # a bomb: a few hundred KiB that expand a thousandfold
+                    packed = gzip.compress(completion(" " * server.huge_bytes), 1)
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Encoding", "gzip")
+                    self.send_header("Content-Length", str(len(packed)))
+                    self.end_headers()
+                    self.wfile.write(packed)
+                    return
                 elif mode == "huge":
                     head, tail = completion("@@").split(b"@@")
                     size = server.huge_bytes

@@ -78,6 +78,18 @@ def test_an_answer_larger_than_max_tokens_can_be_is_cut_off_and_fails_the_page()
     assert took < 30, took
 
 
+def test_a_compressed_answer_is_not_expanded() -> None:
+    """Asked for no compression, a server that gzips 20 MB anyway sends a few dozen KiB
+    that would expand several hundredfold; the page fails without expanding them."""
+    with FakeServer(mode="gzip") as server:
+        server.huge_bytes = 20 * 1024 * 1024
+        result, _ = bounded(lambda: read_one(server, max_tokens=1000), 90)
+        headers = server.headers
+    assert isinstance(result, PageText)
+    assert result.error is not None and "compressed its answer (gzip)" in result.error
+    assert all(h.get("Accept-Encoding") == "identity" for h in headers)
+
+
 def test_an_answer_trickled_byte_by_byte_ends_at_the_total_deadline() -> None:
     # 0.2 s a byte: each read is far inside the 1 s timeout, the whole answer 40 s.
     with FakeServer(mode="trickle", delay=0.2) as server:

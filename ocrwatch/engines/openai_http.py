@@ -42,6 +42,7 @@ BUSY = (429, 502, 503, 504)  # overloaded, or a router in front with nothing beh
 BYTES_PER_TOKEN = 64
 ANSWER_OVERHEAD = 64 * 1024
 ERROR_BODY_CAP = 64 * 1024  # what is read of an error answer, for its message
+IDENTITY = {"Accept-Encoding": "identity"}  # answers uncompressed, so the cap holds
 
 
 class PageFailed(Exception):
@@ -145,10 +146,18 @@ def post_chat(client: httpx.Client, base: str, body: dict[str, Any], *, seconds:
     started = time.monotonic()
     try:
         with http_deadline.deadline(started + seconds), client.stream(
-                "POST", url, json=body, extensions={"trace": timing.trace}) as response:
+                "POST", url, json=body, headers=IDENTITY,
+                extensions={"trace": timing.trace}) as response:
             status = response.status_code
             headed = time.monotonic()
-            raw = _read_capped(response, cap if status == 200 else ERROR_BODY_CAP)
+            encoding = response.headers.get("Content-Encoding", "identity").lower()
+            raw: bytes | None = None
+            if encoding in ("", "identity"):
+                raw = _read_capped(response, cap if status == 200 else ERROR_BODY_CAP)
+            elif status == 200:
+                # Asked for none: a compressed answer could expand a thousandfold in memory.
+                raise PageFailed(f"the server compressed its answer ({encoding}) although "
+                                 "asked not to; it was not read")
             timing.read = time.monotonic() - headed
     except httpx.TimeoutException as exc:
         raise Retry(f"{base} gave no answer in time (none whole within {seconds:g} s, "
@@ -192,7 +201,7 @@ def _read_capped(response: httpx.Response, cap: int) -> bytes | None:
     the stream unread closes the connection)."""
     chunks: list[bytes] = []
     size = 0
-    for chunk in response.iter_bytes():
+    for chunk in response.iter_raw():  # as sent: nothing is decompressed
         size += len(chunk)
         if size > cap:
             return None
@@ -227,7 +236,11 @@ def probe(client: httpx.Client, base: str,
     fatal: EngineUnavailable | None = None
     try:
         with http_deadline.deadline(time.monotonic() + PROBE_TIMEOUT), client.stream(
-                "GET", f"{base}/models", timeout=PROBE_TIMEOUT) as response:
+                "GET", f"{base}/models", timeout=PROBE_TIMEOUT, headers=IDENTITY) as response:
+            if response.headers.get("Content-Encoding", "identity").lower() not in (
+                    "", "identity"):
+                raise httpx.DecodingError("the server compressed its answer although "
+                                          "asked not to")
             listing = _read_capped(response, ERROR_BODY_CAP * 16)
     except httpx.HTTPError as exc:
         problem = _transport_reason(base, exc)
