@@ -27,6 +27,9 @@ class Page:
     count: int | None = None  # pages in the source file, when known (for progress)
     # Set when the page needs no engine: "" for a blank page, a PDF's own text layer.
     text: str | None = None
+    # The image as the engine will send it, made by the engine's ``prepare_page`` in a
+    # preparer thread so that no request waits on it (the remote engine's data URL).
+    payload: str | None = None
 
     @property
     def size(self) -> tuple[int, int]:
@@ -42,19 +45,19 @@ class PageText:
     warnings: list[str] = field(default_factory=list)
     error: str | None = None  # set when this page could not be read; the file then fails
     layout: PageLayout | None = None  # word boxes, when the engine found them
-    # Set when the text may not be the page's (an empty or invalid answer from the
-    # engine): the file is indexed, but its original is never archived or deleted.
-    doubt: str | None = None
+    # Set when the text may not be the whole page (a model's empty answer): the file is
+    # done, but its original must not be archived or deleted; the reason says why.
+    keep_original: str | None = None
 
 
-DOUBT_NOTE = "doubtful text: "  # the warning a doubt is kept as in the index
+DOUBT_NOTE = "doubtful text: "  # the warning a keep_original is kept as in the index
 
 
 def doubt_of(page: PageText) -> str | None:
-    """Why ``page``'s text may not be the page's, also for pages read back from the
-    index (where the doubt is one of its warnings)."""
-    if page.doubt:
-        return page.doubt
+    """Why ``page``'s original must be kept (its ``keep_original``), also for pages read
+    back from the index, where that reason is one of its warnings."""
+    if page.keep_original:
+        return page.keep_original
     return next((w[len(DOUBT_NOTE):] for w in page.warnings if w.startswith(DOUBT_NOTE)),
                 None)
 

@@ -180,9 +180,9 @@ def refuse(ctx: Context, job: Job, exc: TransientError | InputError) -> None:
 def _noted(page: PageText) -> PageText:
     """A doubtful page's doubt kept among its warnings, so that the index row says it and
     a copy that reuses these pages keeps its original too."""
-    if page.doubt is None or doubt_of(replace(page, doubt=None)) is not None:
+    if page.keep_original is None or doubt_of(replace(page, keep_original=None)) is not None:
         return page
-    return replace(page, warnings=[*page.warnings, DOUBT_NOTE + page.doubt])
+    return replace(page, warnings=[*page.warnings, DOUBT_NOTE + page.keep_original])
 
 
 def _valid_text(page: PageText) -> PageText:

@@ -254,9 +254,9 @@ def _doubted(answer: PageText) -> PageText:
     """An empty answer for a page that is not blank (blank pages never reach the
     engine) may be a failure in disguise: indexed as it is, but marked, so that the
     original is kept."""
-    if answer.error or answer.doubt or answer.markdown.strip() or answer.text.strip():
+    if answer.error or answer.keep_original or answer.markdown.strip() or answer.text.strip():
         return answer
-    return replace(answer, doubt="the engine's answer was empty, though the page is "
+    return replace(answer, keep_original="the engine's answer was empty, though the page is "
                                  "not blank")
 
 
