@@ -217,6 +217,35 @@ def test_an_empty_answer_for_a_page_that_is_not_blank_keeps_the_original(
     assert copy.exists() and row["retire"] == "kept", dict(row)
 
 
+@pytest.mark.parametrize("content", ["", None, {"text": "an object"}],
+                         ids=["empty", "null", "object"])
+def test_a_remote_answer_that_is_no_text_keeps_the_original(tmp_path: Path,
+                                                            content: Any) -> None:
+    """The remote engine over real HTTP on 127.0.0.1, ``on_success = "delete"``: an
+    answer of ``""``, ``null`` or an object is never taken for a blank page whose
+    original may go."""
+    from fake_openai import FakeServer
+
+    from ocrwatch.daemon import Daemon
+
+    inbox = tmp_path / "inbox"
+    path = write(inbox / "letter.png", image_bytes("a letter", size=(800, 600)))
+    data = path.read_bytes()
+    config = Config(inbox=[inbox], database=tmp_path / "index.sqlite3", settle_seconds=0.3,
+                    engine="remote", on_success="delete")
+    with FakeServer(mode="content") as server:
+        server.content = content
+        config.remote.urls = [server.url]
+        with Daemon(config) as daemon:
+            wait_for(lambda: daemon.jobs.counts()["done"] + daemon.jobs.counts()["failed"]
+                     == 1 and daemon.is_idle(), 60, "the letter to be read")
+            rows = daemon.db.query("SELECT * FROM jobs")
+    assert path.read_bytes() == data, f"the original went: {dict(rows[0])}"
+    (row,) = rows
+    assert row["state"] == "failed" or (row["state"] == "done" and row["retire"] == "kept"), \
+        dict(row)
+
+
 def test_a_text_layer_with_a_scan_over_a_third_of_the_page_is_read_with_ocr(
         tmp_path: Path) -> None:
     import pypdfium2 as pdfium
