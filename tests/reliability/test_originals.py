@@ -355,6 +355,44 @@ def test_archive_onto_a_full_disk_keeps_the_results_and_says_so(
     assert row is not None and row["retire"] is None and row["state"] == "done"
 
 
+def test_an_archive_the_full_index_cannot_record_is_no_deletion(
+        home: Home, run_daemon: StartDaemon, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The files are in the archive, but the index's disk is full when it should say so
+    (SQLite's error, injected at the transaction that records it): the original's "gone"
+    event, and the rescan after it, find the move in the journal and finish recording it;
+    the entry and the sidecars are never dropped as if the user had deleted the file."""
+    archive = home.root / "archive"
+    real_settle = Lifecycle._settle
+    calls = {"n": 0}
+
+    def settle(self: Lifecycle, job_id: int, moves: Any, *args: Any, **kwargs: Any) -> None:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            with self.db.transaction():
+                raise sqlite3.OperationalError("database or disk is full")
+        real_settle(self, job_id, moves, *args, **kwargs)
+
+    monkeypatch.setattr(Lifecycle, "_settle", settle)
+    daemon, _engine = run_daemon(on_success="archive", archive_dir=archive)
+    path = drop(home.inbox / "scan.png", image_bytes("index full"))
+    moved = archive / "inbox" / "scan.png"
+    wait_for(lambda: f"{path} is done but could not be archived" in caplog.text, 30,
+             "the archive to go unrecorded")
+
+    def recorded() -> Any:
+        daemon.rescan()  # finds the original gone, a few settle periods later
+        return job(home.database, moved)
+
+    row = wait_for(recorded, 30, "the archive to be recorded")
+    assert row["state"] == "done" and row["retire"] is None, dict(row)
+    assert not [r for r in daemon.db.query("SELECT path FROM jobs")
+                if os.fsdecode(r["path"]) != str(moved)]
+    check_fake_sidecars(moved, 1)
+    assert daemon.db.query("SELECT 1 FROM moves") == []
+    assert os.fsdecode(row["md_path"]) == str(moved.with_suffix(".md"))
+
+
 def test_a_failed_archive_never_archives_the_next_unread_version(
         home: Home, daemon_process: Any, small_tmpfs: Path) -> None:
     """No room at all in the archive; a new version is saved over the original; room
