@@ -42,7 +42,10 @@ def why_keep(config: Config, source: Path, pages: list[PageText],
         problem = _unverified(output, written.get(output), pages)
         if problem:
             return problem
-    return _missing_pages(config, source, len(pages))
+    try:
+        return _missing_pages(config, source, len(pages))
+    except Exception as exc:  # a decoder's own error type: not counted, so not parted with
+        return f"its pages cannot be counted again ({exc.__class__.__name__}: {exc})"
 
 
 def _unverified(output: str, path: Path | None, pages: list[PageText]) -> str | None:

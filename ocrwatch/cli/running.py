@@ -157,6 +157,8 @@ def cmd_reread(args: argparse.Namespace) -> int:
     from ocrwatch.logs import setup_logging
 
     config = load_config(args)
+    # Read again, not handled again: an archived file would be archived a second time.
+    config.on_success = "keep"
     setup_logging(config.log_level if config.log_level != "INFO" else "WARNING")
     lock = DaemonLocks(config.database)
     try:

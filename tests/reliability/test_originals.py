@@ -129,6 +129,27 @@ def test_add_applies_on_success_only_when_its_command_line_asks(home: Home) -> N
     assert txt.read_text().startswith("fake text of letter.png page 1"), out
 
 
+def test_reread_reads_archived_files_again_where_they_are(home: Home,
+                                                          run_daemon: StartDaemon) -> None:
+    """``ocrwatch reread --all`` after archiving: read again, not archived a second time
+    (into ``archive/other``)."""
+    archive = home.root / "archive"
+    daemon, _engine = run_daemon(on_success="archive", archive_dir=archive)
+    path = drop(home.inbox / "scan.png", image_bytes("archived once"))
+    moved = archive / "inbox" / "scan.png"
+    wait_for(lambda: job(home.database, moved) is not None and not daemon.db.query(
+        "SELECT 1 FROM moves"), 30, "the archive")
+    daemon.close()
+    config = home.root / "config.toml"
+    config.write_text(f'on_success = "archive"\narchive_dir = "{archive}"\n')
+    done = ocrwatch_cli(home, "reread", "--all", "--config", str(config), "--engine", "fake",
+                        "--inbox", str(home.inbox), "--database", str(home.database))
+    out = done.stdout + done.stderr
+    assert done.returncode == 0 and "1 read again, 0 failed" in done.stdout, out
+    assert moved.exists() and not path.exists(), sorted(archive.rglob("*"))
+    assert not (archive / "other").exists(), sorted(archive.rglob("*"))
+
+
 # -- 2. only a complete, verified read parts with the original ----------------------------
 def test_a_pdf_whose_page_tree_lies_is_read_whole_before_it_is_deleted(
         home: Home, run_daemon: StartDaemon) -> None:
