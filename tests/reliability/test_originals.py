@@ -40,6 +40,7 @@ from ocrwatch.jobs import JobQueue, file_sha256
 from ocrwatch.lifecycle import Lifecycle
 from ocrwatch.pdftext import decide
 from ocrwatch.retire import why_keep
+from ocrwatch.status import format_status
 
 from .conftest import RecordingEngine, StartDaemon
 from .helpers import (
@@ -201,6 +202,9 @@ def test_no_searchable_pdf_keeps_the_original(home: Home, run_daemon: StartDaemo
     assert "no searchable PDF was written: the PDF writer broke" in row["retire_reason"]
     kept = daemon.status().kept
     assert [k.path for k in kept] == [str(path)] and "no searchable PDF" in kept[0].reason
+    shown = format_status(daemon.status())
+    assert "originals kept, not archived or deleted:" in shown, shown
+    assert f"{path}: no searchable PDF was written" in shown, shown
 
 
 class EmptyAnswers(RecordingEngine):
