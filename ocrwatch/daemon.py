@@ -90,6 +90,9 @@ class Daemon:
         if self._started:
             raise OcrwatchError("the daemon was started already")
         self._started = True
+        # qpdf (pikepdf) counts every PDF's pages a second time: loaded once here, not
+        # inside the first PDF's reading (25-80 ms).
+        import pikepdf  # noqa: F401
         if self._watch:
             for folder in self.config.inbox:
                 folder.mkdir(parents=True, exist_ok=True)

@@ -22,6 +22,7 @@ import contextlib
 import io
 import os
 import random
+import shutil
 import sqlite3
 import subprocess
 import time
@@ -285,7 +286,8 @@ def test_a_text_layer_with_a_scan_over_a_third_of_the_page_is_read_with_ocr(
     assert "an image covers 33% of the page" in decision.reason, decision.reason
 
 
-@pytest.mark.skipif(not Path("/usr/bin/tesseract").exists(), reason="needs tesseract")
+@pytest.mark.skipif(shutil.which("tesseract") is None,
+                    reason="Tesseract is not installed (apt install tesseract-ocr)")
 def test_the_scan_beside_a_text_layer_is_read_by_the_real_engine(
         home: Home, tmp_path: Path) -> None:
     """The whole way with Tesseract: the scan's words and the layer's words both reach
