@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import math
 import os
 import shutil
 import statistics
@@ -30,7 +31,7 @@ from typing import Any, BinaryIO
 
 from ocrwatch.domain import Page
 from ocrwatch.errors import InputError, TransientError
-from ocrwatch.layout import PageLayout
+from ocrwatch.layout import PageLayout, Word
 from ocrwatch.pdfium_lock import PDFIUM
 
 log = logging.getLogger(__name__)
@@ -81,8 +82,9 @@ def _font(pdf: Any) -> Any:
     ))
 
 
-def _num(value: float) -> str:
-    return f"{value:.2f}".rstrip("0").rstrip(".") or "0"
+def _num(value: float, places: int = 2) -> str:
+    text = f"{value:.{places}f}".rstrip("0").rstrip(".")
+    return "0" if text in ("", "-0") else text
 
 
 def text_layer(layout: PageLayout, font: str, box: tuple[float, float, float, float],
@@ -92,6 +94,13 @@ def text_layer(layout: PageLayout, font: str, box: tuple[float, float, float, fl
     ``box`` is the visible page box (x0, y0, x1, y1) in user space and ``rotate`` its
     /Rotate: the layout's pixels are of the page as displayed, so the stream first maps
     the displayed page (points, y up) onto user space.
+
+    As OCRmyPDF's hOCR renderer does, each line is one text object: its words on the
+    line's common baseline, each stretched to its box, with a space between words
+    stretched to fill the gap. Readers that group glyphs into lines by geometry
+    (``pdftotext``, pdf.js, copy and paste) then read each line whole and in order; words
+    without spaces between them read as columns where a typescript spaces widely. A
+    deskewed page's lines lie at the angle they are printed at.
     """
     x0, y0, x1, y1 = box
     w, h = x1 - x0, y1 - y0
@@ -99,37 +108,57 @@ def text_layer(layout: PageLayout, font: str, box: tuple[float, float, float, fl
     matrix = {0: (1, 0, 0, 1, x0, y0), 90: (0, 1, -1, 0, x0 + disp_h, y0),
               180: (-1, 0, 0, -1, x0 + w, y0 + h), 270: (0, -1, 1, 0, x0, y0 + h)}[rotate]
     sx, sy = disp_w / layout.width, disp_h / layout.height
-    lines = _line_metrics(layout)
-    out = [b"q", (" ".join(_num(v) for v in matrix) + " cm").encode(), b"BT", b"3 Tr"]
-    for word in layout.words:
-        left, _top, right, _bottom = word.box
-        # Words of a line share its top and baseline, as in Tesseract's own PDF.
-        top, baseline = lines[word.line]
-        size = max(1.0, (baseline - top) * sy)
-        natural = len(word.text) * GLYPH_WIDTH / 1000 * size
-        stretch = 100 * max(0.5, (right - left) * sx) / max(natural, 0.01)
-        encoded = word.text.encode("utf-16-be").hex().upper()
-        out.append(f"{font} {_num(size)} Tf {_num(stretch)} Tz 1 0 0 1 {_num(left * sx)} "
-                   f"{_num(disp_h - baseline * sy)} Tm <{encoded}> Tj".encode())
-    out += [b"ET", b"Q"]
+    # The direction of a line and of "up" in points: turned back by a deskew's angle.
+    a = math.radians(layout.angle)
+    ux, uy = _unit(math.cos(a) * sx, -math.sin(a) * sy)
+    vx, vy = _unit(math.sin(a) * sx, math.cos(a) * sy)
+    space = " ".encode("utf-16-be").hex().upper()
+    out = [b"q", (" ".join(_num(v) for v in matrix) + " cm").encode()]
+    lines = [(words, *_line_metric(words, layout.by_line)) for words in layout.lines().values()]
+    # One font size for the lines of ordinary text: readers put lines whose sizes differ
+    # by a few percent into different blocks and interleave them. A line much larger or
+    # smaller (a heading, a footnote) keeps its own.
+    usual = statistics.median(b - t for _, t, b in lines) if lines else 1.0
+    for words, top, baseline in lines:
+        height = baseline - top
+        if 0.67 * usual <= height <= 1.5 * usual:
+            height = usual
+        size = max(1.0, height * sy)
+        em = GLYPH_WIDTH / 1000 * size  # every glyph's width at 100% stretch
+        out += [b"BT", b"3 Tr", f"{font} {_num(size)} Tf".encode()]
+        for i, word in enumerate(words):
+            left, _top, right, _bottom = word.box
+            px, py = layout.to_page(left, baseline)
+            stretch = 100 * max(0.5, (right - left) * sx) / max(len(word.text) * em, 0.01)
+            encoded = word.text.encode("utf-16-be").hex().upper()
+            out.append(f"{_num(ux, 4)} {_num(uy, 4)} {_num(vx, 4)} {_num(vy, 4)} "
+                       f"{_num(px * sx)} {_num(disp_h - py * sy)} Tm "
+                       f"{_num(stretch)} Tz <{encoded}> Tj".encode())
+            if i + 1 < len(words):
+                gap = (words[i + 1].box[0] - right) * sx
+                fill = 100 * gap / max(em, 0.01) if gap > 0 else 1.0
+                out.append(f"{_num(max(fill, 1.0))} Tz <{space}> Tj".encode())
+        out.append(b"ET")
+    out.append(b"Q")
     return b"\n".join(out) + b"\n"
 
 
-def _line_metrics(layout: PageLayout) -> dict[int, tuple[float, float]]:
-    """Each line's top and baseline in pixels.
+def _unit(x: float, y: float) -> tuple[float, float]:
+    length = math.hypot(x, y) or 1.0
+    return x / length, y / length
+
+
+def _line_metric(words: list[Word], by_line: bool) -> tuple[float, float]:
+    """A line's top and baseline in pixels.
 
     The baseline is the median of the words' bottoms: most words have no descender. A
     line-level layer has no words to look at: its baseline is put a fifth above the bottom.
     """
-    out: dict[int, tuple[float, float]] = {}
-    for n, words in layout.lines().items():
-        top = min(w.box[1] for w in words)
-        if layout.by_line:
-            bottom = max(w.box[3] for w in words)
-            out[n] = (top, bottom - (bottom - top) / 5)
-        else:
-            out[n] = (top, float(statistics.median(w.box[3] for w in words)))
-    return out
+    top = min(w.box[1] for w in words)
+    if by_line:
+        bottom = max(w.box[3] for w in words)
+        return top, bottom - (bottom - top) / 5
+    return top, float(statistics.median(w.box[3] for w in words))
 
 
 # Opens the original again, as the daemon reads it (no link followed below the inbox):
