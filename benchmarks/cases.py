@@ -192,3 +192,22 @@ def paper_texture(out: Path, seed: int, size: tuple[int, int] = (2480, 3508)) ->
         px[x, y] = (70, 65, 50)
     page.save(out, "JPEG", quality=88, dpi=(300, 300))
     return out
+
+
+def halftone(out: Path, size: tuple[int, int] = (1240, 1754), pitch: int = 12) -> Path:
+    """A printed photograph's halftone screen on yellowed paper: rows of dots whose size
+    follows a smooth picture, no text."""
+    import math
+
+    from PIL import ImageDraw
+
+    page = Image.new("RGB", size, (236, 224, 178))
+    draw = ImageDraw.Draw(page)
+    for y in range(0, size[1], pitch):
+        for x in range(0, size[0], pitch):
+            tone = 0.5 + 0.5 * math.sin(x / 150) * math.cos(y / 200)
+            r = tone * pitch * 0.45
+            if r > 0.6:
+                draw.ellipse((x - r, y - r, x + r, y + r), fill=(60, 50, 40))
+    page.save(out, "PNG")
+    return out

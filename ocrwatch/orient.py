@@ -127,7 +127,7 @@ class Detector:
             finally:
                 api.Clear()
             scores.append((sum(confs) / len(confs), len(confs)) if confs else (0.0, 0))
-        (as_is, n_as_is), (turned, n_turned) = scores
+        (as_is, _n_as_is), (turned, n_turned) = scores
         return n_turned >= MIN_CHECK_WORDS and turned >= as_is + CHECK_MARGIN
 
     def close(self) -> None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
-import math
 import os
 import shutil
 import statistics
@@ -99,8 +98,10 @@ def text_layer(layout: PageLayout, font: str, box: tuple[float, float, float, fl
     line's common baseline, each stretched to its box, with a space between words
     stretched to fill the gap. Readers that group glyphs into lines by geometry
     (``pdftotext``, pdf.js, copy and paste) then read each line whole and in order; words
-    without spaces between them read as columns where a typescript spaces widely. A
-    deskewed page's lines lie at the angle they are printed at.
+    without spaces between them read as columns where a typescript spaces widely. On a
+    page straightened before reading (the image stays as scanned), each line is laid
+    level through the middle of the line as printed, each word above its printed place:
+    readers take text at a slant apart glyph by glyph.
     """
     x0, y0, x1, y1 = box
     w, h = x1 - x0, y1 - y0
@@ -108,10 +109,6 @@ def text_layer(layout: PageLayout, font: str, box: tuple[float, float, float, fl
     matrix = {0: (1, 0, 0, 1, x0, y0), 90: (0, 1, -1, 0, x0 + disp_h, y0),
               180: (-1, 0, 0, -1, x0 + w, y0 + h), 270: (0, -1, 1, 0, x0, y0 + h)}[rotate]
     sx, sy = disp_w / layout.width, disp_h / layout.height
-    # The direction of a line and of "up" in points: turned back by a deskew's angle.
-    a = math.radians(layout.angle)
-    ux, uy = _unit(math.cos(a) * sx, -math.sin(a) * sy)
-    vx, vy = _unit(math.sin(a) * sx, math.cos(a) * sy)
     space = " ".encode("utf-16-be").hex().upper()
     out = [b"q", (" ".join(_num(v) for v in matrix) + " cm").encode()]
     lines = [(words, *_line_metric(words, layout.by_line)) for words in layout.lines().values()]
@@ -125,14 +122,15 @@ def text_layer(layout: PageLayout, font: str, box: tuple[float, float, float, fl
             height = usual
         size = max(1.0, height * sy)
         em = GLYPH_WIDTH / 1000 * size  # every glyph's width at 100% stretch
+        middle = (words[0].box[0] + words[-1].box[2]) / 2
+        level = layout.to_page(middle, baseline)[1]  # the baseline's height, mid-line
         out += [b"BT", b"3 Tr", f"{font} {_num(size)} Tf".encode()]
         for i, word in enumerate(words):
             left, _top, right, _bottom = word.box
-            px, py = layout.to_page(left, baseline)
+            px = layout.to_page(left, baseline)[0]
             stretch = 100 * max(0.5, (right - left) * sx) / max(len(word.text) * em, 0.01)
             encoded = word.text.encode("utf-16-be").hex().upper()
-            out.append(f"{_num(ux, 4)} {_num(uy, 4)} {_num(vx, 4)} {_num(vy, 4)} "
-                       f"{_num(px * sx)} {_num(disp_h - py * sy)} Tm "
+            out.append(f"1 0 0 1 {_num(px * sx)} {_num(disp_h - level * sy)} Tm "
                        f"{_num(stretch)} Tz <{encoded}> Tj".encode())
             if i + 1 < len(words):
                 gap = (words[i + 1].box[0] - right) * sx
@@ -141,11 +139,6 @@ def text_layer(layout: PageLayout, font: str, box: tuple[float, float, float, fl
         out.append(b"ET")
     out.append(b"Q")
     return b"\n".join(out) + b"\n"
-
-
-def _unit(x: float, y: float) -> tuple[float, float]:
-    length = math.hypot(x, y) or 1.0
-    return x / length, y / length
 
 
 def _line_metric(words: list[Word], by_line: bool) -> tuple[float, float]:
@@ -224,10 +217,12 @@ def _pages_with_text(fh: BinaryIO) -> set[int]:
 
 def build(source: Path, layouts: list[PageLayout | None], out: Path, *,
           is_pdf: bool, render: Callable[[], Iterable[Page]],
-          open_source: SourceOpener) -> list[str]:
+          open_source: SourceOpener, turns: list[int] | None = None) -> list[str]:
     """Write the searchable PDF of ``source`` to ``out``; returns notes for the log.
 
     A page whose layout is None (or a PDF page that has text of its own) gets no layer.
+    ``turns``: degrees each page was turned clockwise to be read upright; the page is
+    displayed so (its /Rotate), and its layout is of the page as displayed.
     """
     with contextlib.ExitStack() as stack:
         notes: list[str] = []
@@ -241,12 +236,12 @@ def build(source: Path, layouts: list[PageLayout | None], out: Path, *,
             if why:
                 notes.append(f"the image was embedded as read, not as stored ({why})")
             fh, has_text = io.BytesIO(data), set()
-        _build(source, layouts, out, fh, has_text, notes)
+        _build(source, layouts, out, fh, has_text, notes, turns or [0] * len(layouts))
         return notes
 
 
 def _build(source: Path, layouts: list[PageLayout | None], out: Path, fh: BinaryIO,
-           has_text: set[int], notes: list[str]) -> None:
+           has_text: set[int], notes: list[str], turns: list[int]) -> None:
     import pikepdf
 
     pdf = pikepdf.open(fh)
@@ -256,6 +251,14 @@ def _build(source: Path, layouts: list[PageLayout | None], out: Path, fh: Binary
                              f"{len(layouts)} were read; the PDF output was not written")
         font = _font(pdf)
         for index, (page, layout) in enumerate(zip(pdf.pages, layouts, strict=True)):
+            rotate = int(page.obj.get("/Rotate", 0)) % 360
+            if rotate not in (0, 90, 180, 270):
+                rotate = 0
+            turn = turns[index] % 360 if index < len(turns) else 0
+            if turn in (90, 180, 270) and index not in has_text:
+                # Shown as it was read: upright. The image itself stays as scanned.
+                rotate = (rotate + turn) % 360
+                page.obj[pikepdf.Name.Rotate] = rotate
             if layout is None or not layout.words:
                 continue
             if index in has_text:
@@ -263,9 +266,6 @@ def _build(source: Path, layouts: list[PageLayout | None], out: Path, fh: Binary
                 continue
             name = page.add_resource(font, pikepdf.Name.Font, prefix="OcrwatchF")
             box = [float(Decimal(str(v))) for v in page.cropbox]
-            rotate = int(page.obj.get("/Rotate", 0)) % 360
-            if rotate not in (0, 90, 180, 270):
-                rotate = 0
             # The page's own content is wrapped in q/Q so its state cannot leak into ours.
             page.contents_add(pdf.make_stream(b"q\n"), prepend=True)
             page.contents_add(pdf.make_stream(b"Q\n"))
@@ -323,7 +323,7 @@ def to_pdfa(src: Path, out: Path, gs: str) -> None:
 
 def write(source: Path, layouts: list[PageLayout | None], tmp: Path, *, is_pdf: bool,
           pdfa: bool, render: Callable[[], Iterable[Page]],
-          open_source: SourceOpener) -> list[str]:
+          open_source: SourceOpener, turns: list[int] | None = None) -> list[str]:
     """The searchable PDF at ``tmp`` (a temporary name, renamed into place by the caller)."""
     gs = ghostscript() if pdfa else None
     if pdfa and gs is None:
@@ -333,7 +333,7 @@ def write(source: Path, layouts: list[PageLayout | None], tmp: Path, *, is_pdf: 
     plain = tmp.with_name(tmp.name.removesuffix(".tmp") + "-plain.tmp") if gs else tmp
     try:
         notes = build(source, layouts, plain, is_pdf=is_pdf, render=render,
-                      open_source=open_source)
+                      open_source=open_source, turns=turns)
         if gs is not None:
             try:
                 to_pdfa(plain, tmp, gs)
