@@ -17,7 +17,6 @@ from PIL import Image, ImageDraw, ImageFont
 from ocrwatch import deskew, inkcover, orient, pdfout, scanprep
 from ocrwatch.config import Config
 from ocrwatch.daemon import Daemon
-from ocrwatch.db import Database
 from ocrwatch.domain import Page, PageText
 from ocrwatch.engines.base import BatchPolicy
 from ocrwatch.engines.fake import FakeEngine
@@ -224,7 +223,7 @@ def test_no_corpus_page_is_blank_and_every_blank_back_made_from_one_is(tmp_path:
 
 # -- deskew ---------------------------------------------------------------------------
 def test_skewed_pages_are_straightened_and_straight_ones_left_alone(tmp_path: Path) -> None:
-    upright, lines, _ = letter(7, 12)
+    upright, _lines, _ = letter(7, 12)
     assert deskew.skew_angle(upright) == 0.0
     for degrees in (2.0, 5.0, -3.0):
         crooked = upright.rotate(degrees, resample=Image.Resampling.BICUBIC, expand=True,
