@@ -68,12 +68,14 @@ class Context:
     # Originals moved or deleted on purpose after reading: their "gone" event must not
     # drop them from the index. (set.add and set.discard are atomic: no lock needed.)
     retired: set[Path] = field(default_factory=set)
-    # Blank pages, orientation and skew (made from ``config`` when not given).
+    # Blank pages, orientation and skew (made from ``config`` when not given). The fake
+    # engine (tests only) reads no pixels: its pages go to it as decoded.
     scan: ScanPrep | None = None
 
     def __post_init__(self) -> None:
         if self.scan is None:
-            object.__setattr__(self, "scan", ScanPrep(self.config))
+            object.__setattr__(self, "scan", ScanPrep(self.config,
+                                                      enabled=self.engine_name != "fake"))
 
 
 # -- 0. start-up --------------------------------------------------------------------

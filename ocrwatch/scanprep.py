@@ -35,7 +35,6 @@ BLANK_NOTE = "*(blank page: not read)*"
 # and one- or two-letter bits.
 NONWORD_SHARE = 0.5
 MIN_TOKENS = 5
-_WORD = re.compile(r"[^\W\d_]{2,}(?:[-'’][^\W\d_]+)*|\d+(?:[.,:/-]\d+)*")
 _TRIM = "\"'“”‘’«»„()[]{}.,;:!?"
 _RUN = re.compile(r"([^\W\d_])\1\1")
 _VOWELS = frozenset("aeiouyæøœ")
@@ -44,10 +43,10 @@ _VOWELS = frozenset("aeiouyæøœ")
 class ScanPrep:
     """Blank, orientation and skew for the pages of one configuration."""
 
-    def __init__(self, config: Config) -> None:
-        self.skip_blank = config.skip_blank
-        self.rotate_pages = config.rotate_pages
-        self.deskew = config.deskew
+    def __init__(self, config: Config, *, enabled: bool = True) -> None:
+        self.skip_blank = enabled and config.skip_blank
+        self.rotate_pages = enabled and config.rotate_pages
+        self.deskew = enabled and config.deskew
         self._detector: orient.Detector | None = None
         self._config = config
         self._lock = threading.Lock()
@@ -114,16 +113,18 @@ def on_page(layout: PageLayout | None, page: Page) -> PageLayout | None:
 
 
 def _wordlike(token: str) -> bool:
-    """Letters (or a number) as words are: in Latin script, vowels and consonants both,
-    and no letter three times in a row ("eeeeae", "SSSSSS" are what grain reads as)."""
-    if not _WORD.fullmatch(token):
+    """Whether a token may be a word, a number, a code or a name ("report.pdf", "A4",
+    "1540x2000"). Not: punctuation alone, one letter, a letter three times in a row
+    ("eeeeae", "SSSSSS": what grain reads as), and in Latin script a run of letters
+    without both vowels and consonants."""
+    if len(token) < 2 or not any(c.isalnum() for c in token):
         return False
-    if token[0].isdigit():
-        return True
     folded = token.casefold()
     if _RUN.search(folded):
         return False
-    if not all("LATIN" in unicodedata.name(c, "") for c in folded if c.isalpha()):
+    if not folded.isalpha():
+        return True  # digits or inner punctuation: numbers, codes, names of files
+    if not all("LATIN" in unicodedata.name(c, "") for c in folded):
         return True  # other scripts: letters are enough
     plain = unicodedata.normalize("NFD", folded)
     vowels = sum(1 for c in plain if c in _VOWELS)

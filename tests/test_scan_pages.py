@@ -22,6 +22,7 @@ from ocrwatch.engines.base import BatchPolicy
 from ocrwatch.engines.fake import FakeEngine
 from ocrwatch.index import search
 from ocrwatch.layout import PageLayout, Word
+from ocrwatch.status import format_status
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks import cases
@@ -112,6 +113,7 @@ def test_turned_tiff_frames_are_read_upright_and_the_turn_is_recorded(tmp_path: 
     try:
         got = rows(daemon)
         hits = search(daemon.db, "harbour OR invoices OR weekday", limit=10)
+        status = daemon.status()
     finally:
         daemon.close()
     # A page fed turned 90 degrees clockwise is turned back 270 clockwise, and so on.
@@ -120,6 +122,7 @@ def test_turned_tiff_frames_are_read_upright_and_the_turn_is_recorded(tmp_path: 
     for row in got:
         assert score(reference, str(row["text"])).cer < 0.02, row["text"]
     assert {h.turned for h in hits} == {270, 180, 90}
+    assert status.turned_today == 3 and "3 turned upright" in format_status(status)
     # The PDF shows each page upright, its text layer on the words as displayed.
     pdf = config.inbox[0] / "feeder.ocr.pdf"
     with pikepdf.open(pdf) as doc:
@@ -195,10 +198,12 @@ def test_scan_like_blank_backs_are_recorded_blank_without_reading(tmp_path: Path
     daemon = read(config, *backs, engine=engine)
     try:
         got = rows(daemon)
+        status = daemon.status()
     finally:
         daemon.close()
     assert engine.seen == []  # no engine saw them
     assert [r["blank"] for r in got] == [1, 1, 1]
+    assert status.blank_today == 3 and "3 blank" in format_status(status)
     assert all(r["text"] == "" for r in got)
     for back in backs:
         assert scanprep.BLANK_NOTE in back.with_suffix(".md").read_text(encoding="utf-8")
