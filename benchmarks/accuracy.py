@@ -333,8 +333,9 @@ def scan_report(by_case: dict[str, list[Result]], max_ratio: float) -> tuple[lis
             ratios.append(ratio if up.daemon.cer else 1.0)
             if not ok:
                 misses.append(f"{name} {case} ({r.daemon.cer:.4f} vs {up.daemon.cer:.4f})")
+            ran = bool(r.plain_seconds or r.plain_text)
             cells += [f"{r.daemon.cer:.4f} ({_ratio(r.daemon.cer, up.daemon.cer)})"
-                      + ("" if ok else " MISS"), f"{r.plain.cer:.4f}"]
+                      + ("" if ok else " MISS"), f"{r.plain.cer:.4f}" if ran else "-"]
             recorded.append(f"{case}: turn {','.join(map(str, r.turned))} skew "
                             f"{','.join(f'{k:g}' for k in r.skews)}")
         lines.append(f"| {name} | " + " | ".join(cells) + " | " + "; ".join(recorded) + " |")
@@ -520,7 +521,8 @@ def main(argv: list[str] | None = None) -> int:
                     result.layer = score(truth, pdf_layer_text(run.txt_path))
                 results.append(result)
                 print(f"{case} {item.path.name}: CER {result.daemon.cer:.4f} ocrwatch, "
-                      f"{result.plain.cer:.4f} tesseract", file=sys.stderr, flush=True)
+                      + (f"{result.plain.cer:.4f} tesseract" if plain_seconds else
+                         "tesseract not run"), file=sys.stderr, flush=True)
 
     all_results = [r for rs in by_case.values() for r in rs]
     n_pdf = sum(1 for r in all_results if r.item.path.suffix.lower() == ".pdf")

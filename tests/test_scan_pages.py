@@ -264,6 +264,24 @@ def test_a_skewed_page_reads_as_well_as_straight_and_its_layer_reads_in_order(
     assert score(reference, layer).cer <= max(1.1 * cer_on, 0.02), layer
 
 
+def test_a_grey_sheet_fed_crooked_on_a_white_lid_is_read(tmp_path: Path) -> None:
+    """White corners around grey paper, once straightened, threw Tesseract's threshold
+    off: the page read as nothing."""
+    upright, lines, _ = letter(9, 12)
+    grey = Image.eval(upright.convert("L"), lambda v: 40 + v * 100 // 255)  # paper at 140
+    crooked = grey.rotate(3, resample=Image.Resampling.BICUBIC, expand=True, fillcolor=255)
+    config = config_for(tmp_path, outputs=["txt"])
+    src = config.inbox[0] / "grey.png"
+    crooked.convert("RGB").save(src, dpi=(DPI, DPI))
+    daemon = read(config, src)
+    try:
+        (row,) = rows(daemon)
+    finally:
+        daemon.close()
+    assert row["skew"] == pytest.approx(-3.0, abs=0.3)
+    assert score("\n".join(lines), str(row["text"])).cer < 0.05, row["text"]
+
+
 # -- noisy paper ----------------------------------------------------------------------
 def test_paper_texture_alone_gives_no_text(tmp_path: Path) -> None:
     config = config_for(tmp_path)
