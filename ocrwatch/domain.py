@@ -32,6 +32,9 @@ class Page:
     turned: int = 0  # degrees turned clockwise to stand upright (0, 90, 180, 270)
     skew: float = 0.0  # degrees turned counter-clockwise to straighten it
     upright: tuple[int, int] | None = None  # its size once turned, before straightening
+    # The image as the engine will send it, made by the engine's ``prepare_page`` in a
+    # preparer thread so that no request waits on it (the remote engine's data URL).
+    payload: str | None = None
 
     @property
     def size(self) -> tuple[int, int]:
@@ -52,6 +55,9 @@ class PageText:
     turned: int = 0
     skew: float = 0.0
     nonwords: bool = False  # mostly not words: paper texture or noise read as text
+    # Set when the text may not be the whole page (a model's empty answer): the file is
+    # done, but its original must not be archived or deleted; the reason says why.
+    keep_original: str | None = None
 
 
 class State(StrEnum):
