@@ -3,7 +3,9 @@ moved, replaced or damaged. Real ``ocrwatch run`` processes, real files, real SQ
 
 from __future__ import annotations
 
+import os
 import shutil
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,6 +19,9 @@ from .helpers import (
     ended,
     image_bytes,
     job,
+    jobs,
+    ocrwatch_cli,
+    pdf_bytes,
     sidecars,
     wait_for,
 )
@@ -67,3 +72,153 @@ def test_a_copy_of_a_deleted_file_gets_its_own_sidecars(home: Home, daemon_proce
     assert all(p.exists() for p in sidecars(copy))
     assert "Traceback" not in daemon.output()
     assert daemon.stop() == 0
+
+
+# -- the index deleted, moved or replaced while the daemon runs -------------------------------
+def _results(home: Home, files: list[Path]) -> dict[Path, tuple[int, int]]:
+    """Each sidecar's inode and modification time: written twice, they would change."""
+    out = {}
+    for f in files:
+        for p in sidecars(f):
+            st = p.stat()
+            out[p] = (st.st_ino, st.st_mtime_ns)
+    return out
+
+
+def _doubles(home: Home) -> list[Path]:
+    """A second pair of sidecars (``scan.png.md`` beside ``scan.md``)."""
+    return sorted(p for p in home.inbox.rglob("*") if p.suffix in (".md", ".txt")
+                  and Path(p.stem).suffix in (".png", ".pdf"))
+
+
+def _queued(log: str) -> list[str]:
+    return [line.split("queued ", 1)[1] for line in log.splitlines() if " queued " in line]
+
+
+def _drop_three(home: Home) -> list[Path]:
+    files = [drop(home.inbox / "a.png", image_bytes("alpha")),
+             drop(home.inbox / "sub" / "b.pdf", pdf_bytes(["beta one", "beta two"])),
+             drop(home.inbox / "c.png", image_bytes("gamma harbour"))]
+    for f in files:
+        _read(home, f)
+    return files
+
+
+def _restart_reads_nothing(home: Home, daemon: DaemonProcess, files: list[Path],
+                           before: dict[Path, tuple[int, int]]) -> None:
+    """Stopped and started again: nothing is queued again, no sidecar is written twice."""
+    assert daemon.stop() == 0
+    daemon.start()
+    daemon.wait_ready()
+    marker = drop(home.inbox / "marker.png", image_bytes("marker"))
+    _read(home, marker)  # read after the startup scan's files settled
+    assert _queued(daemon.logs[-1].read_text()) == [f"{marker} (new)"], daemon.output()
+    assert _results(home, files) == before, "a sidecar was written again"
+    assert _doubles(home) == []
+    assert {p: r["state"] for p, r in jobs(home.database).items()} == {
+        str(f): "done" for f in (*files, marker)}
+
+
+@pytest.mark.parametrize("how", ["deleted", "moved", "replaced"])
+def test_the_index_lost_while_running_is_written_back(home: Home, daemon_process: Start,
+                                                      how: str) -> None:
+    """The index deleted, moved away or replaced while the daemon runs went unnoticed: its
+    writes went to the lost file, and the next start read every file again, beside a
+    second pair of sidecars (``a.png.md``). Now the open index is written back at once."""
+    daemon = daemon_process().start()
+    daemon.wait_ready()
+    files = _drop_three(home)
+    db = home.database
+    side = [Path(f"{db}{s}") for s in ("-wal", "-shm")]
+    replacement = b""
+    if how == "deleted":
+        for p in (db, *side):
+            p.unlink(missing_ok=True)
+    elif how == "moved":
+        for p in (db, *side):
+            if p.exists():
+                p.rename(home.root / p.name.replace("index", "moved"))
+    else:
+        other = home.root / "other.sqlite3"
+        conn = sqlite3.connect(other)
+        conn.execute("CREATE TABLE notes(text)")
+        conn.execute("INSERT INTO notes VALUES ('the user''s own database')")
+        conn.commit()
+        conn.close()
+        replacement = other.read_bytes()
+        os.replace(other, db)
+    wait_for(lambda: "written back" in daemon.output(), 30, "the index written back")
+    assert {r["state"] for r in jobs(db).values()} == {"done"} and len(jobs(db)) == 3
+    kept = sorted(db.parent.glob("index.sqlite3.replaced-*"))
+    if how == "replaced":
+        assert [p.read_bytes() for p in kept] == [replacement], kept
+    else:
+        assert kept == []
+    if how == "moved":
+        assert (home.root / "moved.sqlite3").exists()  # the user's copy stays where it went
+    assert db.stat().st_mode & 0o777 == 0o600
+    late = drop(home.inbox / "late.png", image_bytes("late"))
+    _read(home, late)
+    files.append(late)
+    status = ocrwatch_cli(home, "status")
+    assert f"index file was {'replaced' if how == 'replaced' else 'deleted'}" in status.stdout, \
+        status.stdout + status.stderr
+    before = _results(home, files)
+    _restart_reads_nothing(home, daemon, files, before)
+    assert "Traceback" not in daemon.output()
+
+
+# -- a damaged index ---------------------------------------------------------------------------
+def _damage(db: Path) -> bytes:
+    """Flip bytes in the first page of every table and index but the schema, as a bad disk
+    would."""
+    conn = sqlite3.connect(db)
+    size = conn.execute("PRAGMA page_size").fetchone()[0]
+    roots = [r for (r,) in conn.execute("SELECT rootpage FROM sqlite_master WHERE rootpage > 1")]
+    conn.close()
+    with db.open("r+b") as fh:
+        for page in roots:
+            fh.seek((page - 1) * size + 8)
+            chunk = fh.read(64)
+            fh.seek((page - 1) * size + 8)
+            fh.write(bytes(b ^ 0xFF for b in chunk))
+    return db.read_bytes()
+
+
+def test_a_damaged_index_is_set_aside_and_rebuilt_from_the_sidecars(
+        home: Home, daemon_process: Start) -> None:
+    """Bytes flipped in a table page: `status` failed with a DatabaseError, `search` said
+    "unexpected error", a job stayed running for ever. Now each says the index is damaged
+    and what to do; the daemon keeps the damaged file aside and rebuilds the index from the
+    sidecars it wrote, reading nothing and writing no sidecar again."""
+    daemon = daemon_process().start()
+    daemon.wait_ready()
+    files = _drop_three(home)
+    before = _results(home, files)
+    assert daemon.stop() == 0
+    damaged = _damage(home.database)
+
+    for args in (["status"], ["search", "harbour"]):
+        out = ocrwatch_cli(home, *args, "--database", str(home.database))
+        text = out.stdout + out.stderr
+        assert out.returncode != 0 and "is damaged" in text and "ocrwatch run" in text, text
+        assert "Traceback" not in text and "unexpected" not in text, text
+
+    daemon.start()
+    daemon.wait_ready()
+    kept = sorted(home.database.parent.glob("index.sqlite3.damaged-*"))
+    assert [p.read_bytes() for p in kept] == [damaged], kept
+    rows = jobs(home.database)
+    assert {p: (r["state"], r["engine"]) for p, r in rows.items()} == {
+        str(f): ("done", "sidecars") for f in files}
+    assert "is damaged" in daemon.output() and "rebuilding the index from the sidecars" \
+        in daemon.output()
+    status = ocrwatch_cli(home, "status")
+    assert "the index was damaged" in status.stdout and "3 files, 4 pages" in status.stdout, \
+        status.stdout
+    found = ocrwatch_cli(home, "search", "fake", "--database", str(home.database))
+    assert found.returncode == 0 and "c.png" in found.stdout, found.stdout + found.stderr
+    doctor = ocrwatch_cli(home, "doctor", "--database", str(home.database))
+    assert "kept aside" in doctor.stdout and kept[0].name in doctor.stdout, doctor.stdout
+    _restart_reads_nothing(home, daemon, files, before)
+    assert "Traceback" not in daemon.output()
