@@ -6,7 +6,12 @@ trigram and name tables are emptied and filled again in one transaction, in chun
 progress bar moves. From the sidecars, each original in the watched folders whose
 ``.txt`` (and ``.md``) are found where ocrwatch writes them gets its job back as done,
 with its pages split at the form feeds (``.txt``) and page markers (``.md``): nothing is
-read by the engine again.
+read by the engine again. A sidecar ocrwatch marked (:data:`ocrwatch.sidecar.MARK_ATTR`)
+says for which content it was written: one for other content is stale, and its original
+is queued to be read again over it (never beside it).
+
+The daemon does the same for each new file whose marked sidecars are found
+(:func:`known_by_sidecars`): an index lost while nothing watched costs no reading.
 """
 
 from __future__ import annotations
@@ -23,9 +28,10 @@ from ocrwatch.db import Database
 from ocrwatch.domain import PageText
 from ocrwatch.errors import OcrwatchError
 from ocrwatch.inbox_files import walk
+from ocrwatch.jobfiles import Seen
 from ocrwatch.jobs import JobQueue, file_sha256
 from ocrwatch.lifecycle import output_folder
-from ocrwatch.sidecar import sidecar_paths
+from ocrwatch.sidecar import read_mark, sidecar_paths
 
 log = logging.getLogger(__name__)
 
@@ -125,23 +131,69 @@ def from_sidecars(config: Config, db: Database, progress: Progress | None = None
         if original not in found:
             missing.append(original)
         elif jobs.known(original) is None:
-            md, txt = found[original]
             try:
-                text = txt.read_text(encoding="utf-8")
-                markdown = md.read_text(encoding="utf-8") if md.is_file() else None
                 st = os.stat(original)
                 sha = file_sha256(original)
+                restored = _restore(jobs, original, st, sha, found[original], marked=False)
             except (OSError, UnicodeDecodeError) as exc:
                 log.warning("cannot restore %s from its sidecars: %s", original, exc)
+                restored = None
+            if restored is None:
                 missing.append(original)
-                continue
-            read = split_pages(text, markdown)
-            job_id = jobs.restore(original, st, sha)
-            jobs.complete(job_id, read, engine="sidecars",
-                          md_path=md if markdown is not None else None, txt_path=txt,
-                          sha256=sha)
-            files += 1
-            pages += len(read)
+            elif restored:
+                files += 1
+                pages += restored
         if progress is not None:
             progress(1)
     return Restored(files, pages, missing)
+
+
+
+def known_by_sidecars(config: Config, jobs: JobQueue, original: Path, st: os.stat_result,
+                      sha: str) -> Seen | None:
+    """A new file whose sidecars ocrwatch marked are found where it writes them (its
+    index was lost): restored from them (UNCHANGED), or, when they were written for other
+    content, queued to be read over them (NEW). None: no marked sidecars, read it."""
+    if config.output_dir is not None and config.output_layout == "date":
+        return None  # sidecars filed by date name no original
+    pair = _sidecars_of(original, config, jobs.sidecars_of_others(0))
+    if pair is None:
+        return None
+    try:
+        restored = _restore(jobs, original, st, sha, pair, marked=True)
+    except (OSError, UnicodeDecodeError) as exc:
+        log.warning("cannot restore %s from its sidecars: %s", original, exc)
+        return None
+    if restored is None:
+        return None
+    return Seen.UNCHANGED if restored else Seen.NEW
+
+
+def _restore(jobs: JobQueue, original: Path, st: os.stat_result, sha: str,
+             pair: tuple[Path, Path], *, marked: bool) -> int | None:
+    """Restore ``original`` from its sidecars; the pages restored, 0 when they are stale
+    (marked for other content: queued, the names kept for its reading), None when they
+    do not count (``marked`` and not marked by ocrwatch)."""
+    md, txt = pair
+    mark = read_mark(txt)
+    if mark is None and marked:
+        return None
+    if mark is not None and mark["sha256"] != sha:
+        jobs.offer(original, st.st_size, st.st_mtime_ns, sha, dev=st.st_dev, inode=st.st_ino)
+        job = jobs.known(original)
+        if job is not None:
+            jobs.reserve_sidecars(job.id, md, txt)
+        log.info("%s changed since its sidecars were written: read again over them",
+                 original)
+        return 0
+    text = txt.read_text(encoding="utf-8")
+    markdown = md.read_text(encoding="utf-8") if md.is_file() else None
+    read = split_pages(text, markdown)
+    job_id = jobs.restore(original, st, sha)
+    jobs.complete(job_id, read, engine=(mark or {}).get("engine") or "sidecars",
+                  md_path=md if markdown is not None else None, txt_path=txt, sha256=sha,
+                  read_with=(mark or {}).get("read_with"))
+    if marked:
+        log.info("%s restored from its sidecars (%d page%s): not read again", original,
+                 len(read), "" if len(read) == 1 else "s")
+    return len(read)

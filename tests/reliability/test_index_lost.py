@@ -222,3 +222,37 @@ def test_a_damaged_index_is_set_aside_and_rebuilt_from_the_sidecars(
     assert "kept aside" in doctor.stdout and kept[0].name in doctor.stdout, doctor.stdout
     _restart_reads_nothing(home, daemon, files, before)
     assert "Traceback" not in daemon.output()
+
+
+def test_an_index_deleted_while_stopped_is_rebuilt_from_the_marked_sidecars(
+        home: Home, daemon_process: Start) -> None:
+    """The index deleted while no daemon ran (or just before it was killed): the next start
+    read every file again and wrote a second pair of sidecars beside the first. Sidecars
+    carry ocrwatch's mark (the content they were written for): the files are restored from
+    them, and a file changed meanwhile is read again over its own sidecars."""
+    daemon = daemon_process().start()
+    daemon.wait_ready()
+    files = _drop_three(home)
+    assert daemon.stop() == 0
+    changed = files[2]
+    drop(changed, image_bytes("gamma, second version"))
+    before = _results(home, files[:2])
+    for p in home.database.parent.glob("index.sqlite3*"):
+        p.unlink()
+
+    daemon.start()
+    daemon.wait_ready()
+    wait_for(lambda: ended(home.database, changed, "done") is not None, 60, "the changed file")
+    marker = drop(home.inbox / "marker.png", image_bytes("marker"))
+    _read(home, marker)
+    log = daemon.logs[-1].read_text()
+    assert _queued(log) == [f"{marker} (new)"], log
+    assert f"{changed} changed since its sidecars were written: read again over them" in log
+    assert _results(home, files[:2]) == before, "a sidecar was written again"
+    assert _doubles(home) == []
+    assert "restored from its sidecars (2 pages)" in log
+    rows = jobs(home.database)
+    assert rows[str(files[1])]["pages"] == 2 and rows[str(files[1])]["engine"] == "fake"
+    check_fake_sidecars(changed, 1)
+    assert "Traceback" not in daemon.output()
+    assert daemon.stop() == 0
