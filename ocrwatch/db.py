@@ -70,11 +70,13 @@ def damaged_message(path: Path, detail: str) -> str:
 
 
 def integrity_problem(conn: sqlite3.Connection) -> str | None:
-    """What ``PRAGMA quick_check`` finds wrong (every page and index entry is visited;
-    about 20 ms for 10 MB), or None when the file is sound."""
+    """What ``PRAGMA quick_check`` finds wrong (every page is visited; its cost:
+    benchmarks/index_check.py), or None when the file is sound."""
     try:
         rows = conn.execute("PRAGMA quick_check(5)").fetchall()
     except sqlite3.DatabaseError as exc:
+        if not is_damage(exc):
+            raise  # busy, unreadable...: not a verdict on the file's pages
         return str(exc)
     found = [str(r[0]) for r in rows]
     return None if found == ["ok"] else "; ".join(found)
@@ -344,6 +346,7 @@ class Database:
             if self._closed or self.readonly:
                 raise OcrwatchError("the index is closed")
             tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.restoring")
+            private_dir(self.path.parent, ours=self.path.parent == paths.data_dir())
             tmp.unlink(missing_ok=True)
             try:
                 copy = sqlite3.connect(str(tmp))

@@ -210,7 +210,7 @@ def test_a_damaged_index_is_set_aside_and_rebuilt_from_the_sidecars(
     assert [p.read_bytes() for p in kept] == [damaged], kept
     rows = jobs(home.database)
     assert {p: (r["state"], r["engine"]) for p, r in rows.items()} == {
-        str(f): ("done", "sidecars") for f in files}
+        str(f): ("done", "fake") for f in files}  # the engine, from the mark
     assert "is damaged" in daemon.output() and "rebuilding the index from the sidecars" \
         in daemon.output()
     status = ocrwatch_cli(home, "status")
