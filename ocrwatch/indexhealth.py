@@ -134,6 +134,7 @@ class IndexGuard(Service):
         self.db = db
         self.interval = interval
         self.note: str | None = None  # what happened, for status
+        self._damage_said: str | None = None
 
     def run(self) -> None:
         while not self.sleep(self.interval):
@@ -144,6 +145,13 @@ class IndexGuard(Service):
 
     def check(self) -> bool:
         """Look once; True when the file had gone and was put back."""
+        if self.db.damaged is not None and self._damage_said != self.db.damaged:
+            # Found while running (a disk error under it): rebuilt at the next start.
+            self._damage_said = self.db.damaged
+            self.note = (f"the index is damaged ({self.db.damaged}); stop and start "
+                         "ocrwatch: it keeps the damaged file aside and rebuilds the index "
+                         "from the sidecars")
+            log.error("%s", self.note)
         now = file_identity(self.db.path)
         if now == self.db.identity or self.stopping:
             return False

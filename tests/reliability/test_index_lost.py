@@ -256,3 +256,28 @@ def test_an_index_deleted_while_stopped_is_rebuilt_from_the_marked_sidecars(
     check_fake_sidecars(changed, 1)
     assert "Traceback" not in daemon.output()
     assert daemon.stop() == 0
+
+
+def test_damage_found_while_running_is_said_plainly(tmp_path: Path) -> None:
+    """A page found damaged after the start (a disk error under the running daemon): the
+    error says what to do, and the guard puts it in status and the log once."""
+    from ocrwatch.db import Database
+    from ocrwatch.errors import IndexDamaged
+    from ocrwatch.indexhealth import IndexGuard
+    from ocrwatch.jobs import JobQueue
+
+    path = tmp_path / "index.sqlite3"
+    db = Database(path)
+    JobQueue(db).offer(tmp_path / "a.png", 1, 1, "0" * 64)
+    db.close()
+    _damage(path)
+    db = Database(path, readonly=True)  # opened as a search or status would
+    try:
+        guard = IndexGuard(db)
+        assert guard.check() is False and guard.note is None
+        with pytest.raises(IndexDamaged, match="is damaged .*ocrwatch run"):
+            JobQueue(db).counts()
+        guard.check()
+        assert guard.note is not None and "stop and start ocrwatch" in guard.note
+    finally:
+        db.close()
