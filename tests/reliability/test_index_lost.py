@@ -275,7 +275,7 @@ def test_damage_found_while_running_is_said_plainly(tmp_path: Path) -> None:
     try:
         guard = IndexGuard(db)
         assert guard.check() is False and guard.note is None
-        with pytest.raises(IndexDamaged, match="is damaged .*ocrwatch run"):
+        with pytest.raises(IndexDamaged, match=r"is damaged .*ocrwatch run"):
             JobQueue(db).counts()
         guard.check()
         assert guard.note is not None and "stop and start ocrwatch" in guard.note
