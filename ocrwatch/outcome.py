@@ -82,7 +82,8 @@ def publish(ctx: Context, job: Job, pages: list[PageText], engine: str) -> Path 
         md, txt = write_sidecars(stem, pages, tuple(ctx.config.outputs), prepared,
                                  root=ctx.config.output_dir or source,
                                  original_mode=original_mode(job.path, source),
-                                 mark=sidecar_mark(job.sha256, engine, ctx.read_with)
+                                 mark=sidecar_mark(job.path, job.sha256, engine,
+                                                  ctx.read_with)
                                  if job.sha256 else None)
         if not ctx.jobs.complete(job.id, pages, engine=engine, md_path=md, txt_path=txt,
                                  sha256=job.sha256, read_with=ctx.read_with):

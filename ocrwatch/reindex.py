@@ -156,7 +156,10 @@ def known_by_sidecars(config: Config, jobs: JobQueue, original: Path, st: os.sta
     content, queued to be read over them (NEW). None: no marked sidecars, read it."""
     if config.output_dir is not None and config.output_layout == "date":
         return None  # sidecars filed by date name no original
-    pair = _sidecars_of(original, config, jobs.sidecars_of_others(0))
+    folder = output_folder(config, original)
+    pair = next((pair for stem in (original.name, original.stem)
+                 if (pair := sidecar_paths(folder / stem))[1].is_file()
+                 and read_mark(pair[1]) is not None and not jobs.sidecars_owned(*pair)), None)
     if pair is None:
         return None
     try:
@@ -178,6 +181,8 @@ def _restore(jobs: JobQueue, original: Path, st: os.stat_result, sha: str,
     mark = read_mark(txt)
     if mark is None and marked:
         return None
+    if mark is not None and mark.get("name") != os.fsdecode(original.name):
+        return None  # another original's (scan.png's scan.md, for scan.pdf): never taken
     if mark is not None and mark["sha256"] != sha:
         jobs.offer(original, st.st_size, st.st_mtime_ns, sha, dev=st.st_dev, inode=st.st_ino)
         job = jobs.known(original)

@@ -25,8 +25,11 @@ PDF_SUFFIX = ".ocr.pdf"
 MARK_ATTR = "user.ocrwatch"
 
 
-def sidecar_mark(sha256: str, engine: str, read_with: str | None) -> bytes:
-    return json.dumps({"sha256": sha256, "engine": engine, "read_with": read_with},
+def sidecar_mark(original: Path, sha256: str, engine: str, read_with: str | None) -> bytes:
+    """The mark for the sidecars of ``original``: its name (``scan.png``, not the
+    ``scan.pdf`` beside it), its content, and how it was read."""
+    return json.dumps({"name": os.fsdecode(original.name), "sha256": sha256,
+                       "engine": engine, "read_with": read_with},
                       separators=(",", ":")).encode()
 
 

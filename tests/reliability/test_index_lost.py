@@ -236,6 +236,8 @@ def test_an_index_deleted_while_stopped_is_rebuilt_from_the_marked_sidecars(
     assert daemon.stop() == 0
     changed = files[2]
     drop(changed, image_bytes("gamma, second version"))
+    # A new file beside a.png with the same stem: a.md is a.png's, never this one's.
+    namesake = drop(home.inbox / "a.pdf", pdf_bytes(["a namesake"]))
     before = _results(home, files[:2])
     for p in home.database.parent.glob("index.sqlite3*"):
         p.unlink()
@@ -245,11 +247,13 @@ def test_an_index_deleted_while_stopped_is_rebuilt_from_the_marked_sidecars(
     wait_for(lambda: ended(home.database, changed, "done") is not None, 60, "the changed file")
     marker = drop(home.inbox / "marker.png", image_bytes("marker"))
     _read(home, marker)
+    wait_for(lambda: ended(home.database, namesake, "done") is not None, 60, "a.pdf read")
     log = daemon.logs[-1].read_text()
-    assert _queued(log) == [f"{marker} (new)"], log
+    assert sorted(_queued(log)) == sorted([f"{namesake} (new)", f"{marker} (new)"]), log
     assert f"{changed} changed since its sidecars were written: read again over them" in log
     assert _results(home, files[:2]) == before, "a sidecar was written again"
-    assert _doubles(home) == []
+    assert _doubles(home) == [home.inbox / "a.pdf.md", home.inbox / "a.pdf.txt"]
+    check_fake_sidecars(files[0], 1)  # a.md still a.png's
     assert "restored from its sidecars (2 pages)" in log
     rows = jobs(home.database)
     assert rows[str(files[1])]["pages"] == 2 and rows[str(files[1])]["engine"] == "fake"
