@@ -94,8 +94,12 @@ def open_index(config: Config, *, repair: bool) -> tuple[Database, str | None]:
     to do.
     """
     origin = config.origin("database")
+    fresh = not config.database.exists()
     try:
-        return Database(config.database, origin=origin, check=repair), None
+        db = Database(config.database, origin=origin, check=repair)
+        if fresh and repair:
+            _restore_archive(config, db)
+        return db, None
     except IndexDamaged as exc:
         if not repair:
             raise
@@ -111,6 +115,21 @@ def open_index(config: Config, *, repair: bool) -> tuple[Database, str | None]:
             f"{time.strftime('%H:%M')}: {files} files, {pages} pages")
     log.warning("%s", note)
     return db, note
+
+
+def _restore_archive(config: Config, db: Database) -> None:
+    """A new index (the first start, or one lost while nothing ran): the archived
+    originals whose sidecars carry ocrwatch's mark get their entries back. Those in the
+    watched folders are restored by the scan, one by one."""
+    from ocrwatch.reindex import archived, from_sidecars
+
+    originals = archived(config)
+    if not originals:
+        return
+    restored = from_sidecars(config, db, originals=originals, marked=True)
+    if restored.files:
+        log.warning("a new index: %d archived files (%d pages) restored from their sidecars",
+                    restored.files, restored.pages)
 
 
 def _rebuild(config: Config, db: Database) -> tuple[int, int]:

@@ -104,15 +104,35 @@ def _sidecars_of(original: Path, config: Config, taken: set[Path]) -> tuple[Path
     return None
 
 
-def from_sidecars(config: Config, db: Database, progress: Progress | None = None
-                  ) -> Restored:
-    """Give every original with sidecars its job and pages back (no engine involved)."""
+def archived(config: Config) -> list[Path]:
+    """Originals archived after reading (``on_success = "archive"``) whose sidecars went
+    with them: beside them in the archive (without ``output_dir``)."""
+    archive = config.archive_dir
+    if config.on_success != "archive" or archive is None or config.output_dir is not None \
+            or not archive.is_dir():
+        return []
+    return sorted(walk([archive]))
+
+
+def restorable(config: Config) -> list[Path]:
+    """The originals :func:`from_sidecars` looks at: the watched folders', then the
+    archive's."""
+    return sorted(walk(config.inbox)) + archived(config)
+
+
+def from_sidecars(config: Config, db: Database, progress: Progress | None = None, *,
+                  originals: list[Path] | None = None, marked: bool = False) -> Restored:
+    """Give every original with sidecars its job and pages back (no engine involved).
+
+    ``originals``: those to look at (default :func:`restorable`); ``marked``: only
+    sidecars that carry ocrwatch's mark count.
+    """
     if config.output_dir is not None and config.output_layout == "date":
         raise OcrwatchError("sidecars filed by date (output_layout = \"date\") do not say "
                             "which original they belong to; read the files again instead "
                             "(`ocrwatch add` on the inbox)")
     jobs = JobQueue(db)
-    originals = sorted(walk(config.inbox))
+    originals = restorable(config) if originals is None else originals
     # Full-name sidecars first (scan.pdf.md), so that scan.md goes to the file that had it.
     taken: set[Path] = set()
     found: dict[Path, tuple[Path, Path]] = {}
@@ -134,7 +154,8 @@ def from_sidecars(config: Config, db: Database, progress: Progress | None = None
             try:
                 st = os.stat(original)
                 sha = file_sha256(original)
-                restored = _restore(jobs, original, st, sha, found[original], marked=False)
+                restored = _restore(jobs, original, st, sha, found[original], marked=marked,
+                                    queue=any(original.is_relative_to(i) for i in config.inbox))
             except (OSError, UnicodeDecodeError) as exc:
                 log.warning("cannot restore %s from its sidecars: %s", original, exc)
                 restored = None
@@ -173,10 +194,10 @@ def known_by_sidecars(config: Config, jobs: JobQueue, original: Path, st: os.sta
 
 
 def _restore(jobs: JobQueue, original: Path, st: os.stat_result, sha: str,
-             pair: tuple[Path, Path], *, marked: bool) -> int | None:
+             pair: tuple[Path, Path], *, marked: bool, queue: bool = True) -> int | None:
     """Restore ``original`` from its sidecars; the pages restored, 0 when they are stale
-    (marked for other content: queued, the names kept for its reading), None when they
-    do not count (``marked`` and not marked by ocrwatch)."""
+    (marked for other content: with ``queue``, queued, the names kept for its reading),
+    None when they do not count (``marked`` and not marked by ocrwatch)."""
     md, txt = pair
     mark = read_mark(txt)
     if mark is None and marked:
@@ -184,6 +205,8 @@ def _restore(jobs: JobQueue, original: Path, st: os.stat_result, sha: str,
     if mark is not None and mark.get("name") != os.fsdecode(original.name):
         return None  # another original's (scan.png's scan.md, for scan.pdf): never taken
     if mark is not None and mark["sha256"] != sha:
+        if not queue:
+            return None  # an archived original is read again only when put back
         jobs.offer(original, st.st_size, st.st_mtime_ns, sha, dev=st.st_dev, inode=st.st_ino)
         job = jobs.known(original)
         if job is not None:

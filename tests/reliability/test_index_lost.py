@@ -285,3 +285,40 @@ def test_damage_found_while_running_is_said_plainly(tmp_path: Path) -> None:
         assert guard.note is not None and "stop and start ocrwatch" in guard.note
     finally:
         db.close()
+
+
+@pytest.mark.parametrize("how", ["damaged", "deleted while stopped"])
+def test_archived_files_come_back_from_their_sidecars(home: Home, daemon_process: Start,
+                                                      how: str) -> None:
+    """With ``on_success = "archive"`` every file read leaves the inbox with its sidecars:
+    a rebuild that looked at the inbox alone lost the whole archive from the index."""
+    archive = home.root / "archive"
+    config = home.root / "config.toml"
+    config.write_text(f'on_success = "archive"\narchive_dir = "{archive}"\n')
+    daemon = daemon_process("--config", str(config)).start()
+    daemon.wait_ready()
+    originals = [drop(home.inbox / "a.png", image_bytes("alpha")),
+                 drop(home.inbox / "sub" / "b.pdf", pdf_bytes(["beta one", "beta two"]))]
+    kept = [archive / "inbox" / "a.png", archive / "inbox" / "sub" / "b.pdf"]
+    for path in kept:
+        wait_for(lambda p=path: ended(home.database, p, "done") is not None
+                 and all(s.exists() for s in sidecars(p)), 60, f"{path.name} archived")
+    assert not any(p.exists() for p in originals)
+    before = _results(home, kept)
+    assert daemon.stop() == 0
+    if how == "damaged":
+        _damage(home.database)
+    else:
+        for p in home.database.parent.glob("index.sqlite3*"):
+            p.unlink()
+    daemon.start()
+    daemon.wait_ready()
+    wait_for(lambda: {p: r["state"] for p, r in jobs(home.database).items()}
+             == {str(p): "done" for p in kept}, 30, "the archive back in the index")
+    assert {r["pages"] for r in jobs(home.database).values()} == {1, 2}
+    found = ocrwatch_cli(home, "search", "fake", "--database", str(home.database))
+    assert "b.pdf" in found.stdout and "a.png" in found.stdout, found.stdout + found.stderr
+    assert _results(home, kept) == before
+    assert not (archive / "other").exists(), "an archived file was archived again"
+    assert "Traceback" not in daemon.output()
+    assert daemon.stop() == 0
