@@ -31,6 +31,7 @@ from ocrwatch.threads import Service
 log = logging.getLogger(__name__)
 
 CHECK_SECONDS = 1.0  # how often a running daemon looks at its index file
+RETRY_SECONDS = 10.0  # after writing it back failed (a full disk...)
 ASIDE_LABELS = ("damaged", "replaced")  # NAME.LABEL-STAMP: files set aside, for doctor
 
 
@@ -156,11 +157,16 @@ class IndexGuard(Service):
         self._damage_said: str | None = None
 
     def run(self) -> None:
-        while not self.sleep(self.interval):
+        failed: str | None = None
+        while not self.sleep(self.interval if failed is None else RETRY_SECONDS):
             try:
                 self.check()
-            except Exception:  # the guard must outlive one bad look
-                log.exception("could not check the index file %s", self.db.path)
+                failed = None
+            except Exception as exc:  # the guard must outlive one bad look
+                if str(exc) != failed:  # a full disk would say so every second
+                    log.exception("could not put the index file %s back; trying again "
+                                  "every %g s", self.db.path, RETRY_SECONDS)
+                failed = str(exc)
 
     def check(self) -> bool:
         """Look once; True when the file had gone and was put back."""
