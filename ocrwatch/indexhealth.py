@@ -119,18 +119,18 @@ def open_index(config: Config, *, repair: bool) -> tuple[Database, str | None]:
 
 
 def _restore_archive(config: Config, db: Database) -> None:
-    """A new index (the first start, or one lost while nothing ran): the archived
-    originals whose sidecars carry ocrwatch's mark get their entries back. Those in the
-    watched folders are restored by the scan, one by one."""
-    from ocrwatch.reindex import archived, from_sidecars
+    """A new index (the first start, or one lost while nothing ran): originals archived
+    or deleted after reading whose sidecars carry ocrwatch's mark get their entries back.
+    Those in the watched folders are restored by the scan, one by one."""
+    from ocrwatch.reindex import archived, from_sidecars, results_of_deleted
 
     originals = archived(config)
-    if not originals:
+    if not originals and not results_of_deleted(config):
         return
-    restored = from_sidecars(config, db, originals=originals, marked=True)
+    restored = from_sidecars(config, db, originals=originals, marked=True, deleted=True)
     if restored.files:
-        log.warning("a new index: %d archived files (%d pages) restored from their sidecars",
-                    restored.files, restored.pages)
+        log.warning("a new index: %d files archived or deleted after reading (%d pages) "
+                    "restored from their sidecars", restored.files, restored.pages)
 
 
 def _rebuild(config: Config, db: Database) -> tuple[int, int]:

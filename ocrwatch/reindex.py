@@ -114,6 +114,33 @@ def archived(config: Config) -> list[Path]:
     return sorted(walk([archive]))
 
 
+def results_of_deleted(config: Config) -> list[tuple[Path, Path, Path]]:
+    """``on_success = "delete"``: the ``(result, .md, .txt)`` of each original deleted
+    after its reading, known by the marked ``.txt`` it left beside where it was (the
+    index entry named the result: the searchable PDF, else the ``.md``, else the
+    ``.txt``). Only marked sidecars say which original they had."""
+    if config.on_success != "delete" or config.output_dir is not None:
+        return []
+    out: list[tuple[Path, Path, Path]] = []
+    for root in config.inbox:
+        for folder, dirs, names in os.walk(root, followlinks=False):
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            for name in sorted(names):
+                if not name.endswith(".txt") or name.startswith("."):
+                    continue
+                txt = Path(folder) / name
+                mark = read_mark(txt)
+                if mark is None or mark.get("name") is None \
+                        or os.path.lexists(txt.parent / str(mark["name"])):
+                    continue  # not ours, or its original is there (restored as such)
+                stem = txt.with_suffix("")
+                md = stem.with_name(stem.name + ".md")
+                pdf = stem.with_name(stem.name + ".ocr.pdf")
+                result = next((p for p in (pdf, md) if p.is_file()), txt)
+                out.append((result, md, txt))
+    return out
+
+
 def restorable(config: Config) -> list[Path]:
     """The originals :func:`from_sidecars` looks at: the watched folders', then the
     archive's."""
@@ -121,11 +148,13 @@ def restorable(config: Config) -> list[Path]:
 
 
 def from_sidecars(config: Config, db: Database, progress: Progress | None = None, *,
-                  originals: list[Path] | None = None, marked: bool = False) -> Restored:
+                  originals: list[Path] | None = None, marked: bool = False,
+                  deleted: bool = True) -> Restored:
     """Give every original with sidecars its job and pages back (no engine involved).
 
     ``originals``: those to look at (default :func:`restorable`); ``marked``: only
-    sidecars that carry ocrwatch's mark count.
+    sidecars that carry ocrwatch's mark count; ``deleted``: also the entries of
+    originals deleted after reading (:func:`results_of_deleted`).
     """
     if config.output_dir is not None and config.output_layout == "date":
         raise OcrwatchError("sidecars filed by date (output_layout = \"date\") do not say "
@@ -166,7 +195,30 @@ def from_sidecars(config: Config, db: Database, progress: Progress | None = None
                 pages += restored
         if progress is not None:
             progress(1)
+    if deleted:
+        for result, md, txt in results_of_deleted(config):
+            if jobs.known(result) is not None or jobs.sidecars_owned(md, txt):
+                continue
+            try:
+                pages += _restore_result(jobs, result, md, txt)
+                files += 1
+            except (OSError, UnicodeDecodeError) as exc:
+                log.warning("cannot restore %s from its sidecars: %s", result, exc)
     return Restored(files, pages, missing)
+
+
+def _restore_result(jobs: JobQueue, result: Path, md: Path, txt: Path) -> int:
+    """The entry of an original deleted after reading, named by its result."""
+    mark = read_mark(txt) or {}
+    text = txt.read_text(encoding="utf-8")
+    markdown = md.read_text(encoding="utf-8") if md.is_file() else None
+    read = split_pages(text, markdown)
+    sha = str(mark.get("sha256"))
+    job_id = jobs.restore(result, os.stat(result), sha)
+    jobs.complete(job_id, read, engine=mark.get("engine") or "sidecars",
+                  md_path=md if markdown is not None else None, txt_path=txt, sha256=sha,
+                  read_with=mark.get("read_with"))
+    return len(read)
 
 
 

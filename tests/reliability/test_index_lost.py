@@ -322,3 +322,36 @@ def test_archived_files_come_back_from_their_sidecars(home: Home, daemon_process
     assert not (archive / "other").exists(), "an archived file was archived again"
     assert "Traceback" not in daemon.output()
     assert daemon.stop() == 0
+
+
+@pytest.mark.parametrize("how", ["damaged", "deleted while stopped"])
+def test_results_of_deleted_originals_come_back_from_their_sidecars(
+        home: Home, daemon_process: Start, how: str) -> None:
+    """With ``on_success = "delete"`` the sidecars are all that is left of a file read,
+    and its index entry names them: a rebuild that looked for originals lost them all."""
+    config = home.root / "config.toml"
+    config.write_text('on_success = "delete"\n')
+    daemon = daemon_process("--config", str(config)).start()
+    daemon.wait_ready()
+    originals = [drop(home.inbox / "a.png", image_bytes("alpha")),
+                 drop(home.inbox / "sub" / "b.pdf", pdf_bytes(["beta one", "beta two"]))]
+    results = [sidecars(p)[0] for p in originals]  # the .md stands for the file
+    wait_for(lambda: all(ended(home.database, r, "done") is not None for r in results)
+             and not any(p.exists() for p in originals), 60, "both read and deleted")
+    before = _results(home, originals)
+    assert daemon.stop() == 0
+    if how == "damaged":
+        _damage(home.database)
+    else:
+        for p in home.database.parent.glob("index.sqlite3*"):
+            p.unlink()
+    daemon.start()
+    daemon.wait_ready()
+    wait_for(lambda: {p: r["state"] for p, r in jobs(home.database).items()}
+             == {str(r): "done" for r in results}, 30, "the results back in the index")
+    assert sorted(r["pages"] for r in jobs(home.database).values()) == [1, 2]
+    found = ocrwatch_cli(home, "search", "fake", "--database", str(home.database))
+    assert "b.md" in found.stdout and "a.md" in found.stdout, found.stdout + found.stderr
+    assert _results(home, originals) == before
+    assert "Traceback" not in daemon.output()
+    assert daemon.stop() == 0
