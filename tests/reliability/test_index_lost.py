@@ -3,14 +3,19 @@ moved, replaced or damaged. Real ``ocrwatch run`` processes, real files, real SQ
 
 from __future__ import annotations
 
+import http.client
+import json
 import os
 import shutil
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from helpers import use_home
 
+from .conftest import StartDaemon
 from .helpers import (
     DaemonProcess,
     Home,
@@ -355,3 +360,36 @@ def test_results_of_deleted_originals_come_back_from_their_sidecars(
     assert _results(home, originals) == before
     assert "Traceback" not in daemon.output()
     assert daemon.stop() == 0
+
+
+def test_the_search_page_reads_the_index_written_back(home: Home, run_daemon: StartDaemon,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The search page keeps its own connection: after the index was written back it
+    read on from the lost file, and files read since were never found there."""
+    use_home(home.root / "user", monkeypatch)
+    daemon, _ = run_daemon()
+    first = drop(home.inbox / "a.png", image_bytes("alpha"))
+    wait_for(lambda: (j := daemon.jobs.known(first)) is not None and j.state == "done", 30,
+             "a.png read")
+    url = urlsplit(daemon.web_url())
+    token = parse_qs(url.query)["token"][0]
+
+    def names() -> set[str]:
+        conn = http.client.HTTPConnection("127.0.0.1", url.port, timeout=10)
+        try:
+            conn.request("GET", "/api/search?q=fake&per=100",
+                         headers={"Host": url.netloc, "X-Ocrwatch-Token": token})
+            reply = conn.getresponse()
+            assert reply.status == 200
+            return {h["name"] for h in json.loads(reply.read())["hits"]}
+        finally:
+            conn.close()
+
+    assert names() == {"a.png"}
+    for p in home.database.parent.glob("index.sqlite3*"):
+        p.unlink()
+    wait_for(lambda: daemon.status().index_note, 30, "the index written back")
+    later = drop(home.inbox / "b.png", image_bytes("beta"))
+    wait_for(lambda: (j := daemon.jobs.known(later)) is not None and j.state == "done", 30,
+             "b.png read")
+    assert names() == {"a.png", "b.png"}
