@@ -95,11 +95,20 @@ def split_pages(txt: str, md: str | None) -> list[PageText]:
     return [PageText(markdown=m, text=t) for m, t in zip(markdowns, texts, strict=True)]
 
 
+def _is_file(path: Path) -> bool:
+    """``path.is_file()``, False for a name too long for the file system (a 255-byte
+    original's ``NAME.png.txt``) rather than an error."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
+
+
 def _sidecars_of(original: Path, config: Config, taken: set[Path]) -> tuple[Path, Path] | None:
     folder = output_folder(config, original)
     for stem in (original.name, original.stem):
         md, txt = sidecar_paths(folder / stem)
-        if txt not in taken and txt.is_file():
+        if txt not in taken and _is_file(txt):
             return md, txt
     return None
 
@@ -136,7 +145,7 @@ def results_of_deleted(config: Config) -> list[tuple[Path, Path, Path]]:
                 stem = txt.with_suffix("")
                 md = stem.with_name(stem.name + ".md")
                 pdf = stem.with_name(stem.name + ".ocr.pdf")
-                result = next((p for p in (pdf, md) if p.is_file()), txt)
+                result = next((p for p in (pdf, md) if _is_file(p)), txt)
                 out.append((result, md, txt))
     return out
 
@@ -211,7 +220,7 @@ def _restore_result(jobs: JobQueue, result: Path, md: Path, txt: Path) -> int:
     """The entry of an original deleted after reading, named by its result."""
     mark = read_mark(txt) or {}
     text = txt.read_text(encoding="utf-8")
-    markdown = md.read_text(encoding="utf-8") if md.is_file() else None
+    markdown = md.read_text(encoding="utf-8") if _is_file(md) else None
     read = split_pages(text, markdown)
     sha = str(mark.get("sha256"))
     job_id = jobs.restore(result, os.stat(result), sha)
@@ -231,7 +240,7 @@ def known_by_sidecars(config: Config, jobs: JobQueue, original: Path, st: os.sta
         return None  # sidecars filed by date name no original
     folder = output_folder(config, original)
     pair = next((pair for stem in (original.name, original.stem)
-                 if (pair := sidecar_paths(folder / stem))[1].is_file()
+                 if _is_file((pair := sidecar_paths(folder / stem))[1])
                  and read_mark(pair[1]) is not None and not jobs.sidecars_owned(*pair)), None)
     if pair is None:
         return None
@@ -267,7 +276,7 @@ def _restore(jobs: JobQueue, original: Path, st: os.stat_result, sha: str,
                  original)
         return 0
     text = txt.read_text(encoding="utf-8")
-    markdown = md.read_text(encoding="utf-8") if md.is_file() else None
+    markdown = md.read_text(encoding="utf-8") if _is_file(md) else None
     read = split_pages(text, markdown)
     job_id = jobs.restore(original, st, sha)
     jobs.complete(job_id, read, engine=(mark or {}).get("engine") or "sidecars",
