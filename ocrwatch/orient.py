@@ -13,6 +13,7 @@ A page with too little text for OSD to decide is left as it is.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -57,11 +58,18 @@ class Detector:
             "page orientation is not detected: Tesseract's osd.traineddata is not "
             "installed (Debian/Ubuntu: `sudo apt install tesseract-ocr-osd`; macOS: "
             "`brew install tesseract`), or set rotate_pages = false")
-        # The band check reads with the user's languages where Tesseract has them.
+        # The band check reads with the user's languages where Tesseract has them, from
+        # one folder (the engine's own, which links languages installed apart).
         self.check_lang = "+".join(lang for lang in languages if lang in have) or (
             "eng" if "eng" in have else "")
-        self.check_data = {have[lang].parent for lang in self.check_lang.split("+")
-                           if lang} if self.check_lang else set()
+        self.check_data: set[Path] = set()
+        if self.check_lang:
+            from ocrwatch.engines.tesseract import prepare_tessdata
+            from ocrwatch.errors import EngineUnavailable
+
+            # Without it, no check: a low-confidence turn is then not taken.
+            with contextlib.suppress(EngineUnavailable, OSError):
+                self.check_data = {prepare_tessdata(self.check_lang.split("+"), tessdata)}
         self._local = threading.local()
         self._apis: list[Any] = []
         self._lock = threading.Lock()
@@ -110,8 +118,8 @@ class Detector:
 
     def _better(self, image: Image.Image, clockwise: int, dpi: int | None) -> bool:
         """Whether a middle band of the page reads clearly better turned than as it is."""
-        if not self.check_data or len(self.check_data) > 1:
-            return False  # no single folder with the reading languages: stay as it is
+        if not self.check_data:
+            return False  # no folder with the reading languages: stay as it is
         scores = []
         for candidate in (image, turn(image, clockwise)):
             width, height = candidate.size

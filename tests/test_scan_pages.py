@@ -134,6 +134,33 @@ def test_turned_tiff_frames_are_read_upright_and_the_turn_is_recorded(tmp_path: 
         assert score(reference, page_text).cer < 0.02, page_text
 
 
+def test_a_pdf_page_scanned_upside_down_is_read_upright(tmp_path: Path) -> None:
+    import img2pdf
+
+    config = config_for(tmp_path)
+    upright, lines, _ = letter(4)
+    pngs = []
+    for n, image in enumerate((upright, upright.transpose(ROTATE[180]))):
+        png = tmp_path / f"p{n}.png"
+        image.save(png, dpi=(DPI, DPI))
+        pngs.append(png)
+    src = config.inbox[0] / "duplex.pdf"
+    src.write_bytes(img2pdf.convert([str(p) for p in pngs]))
+    daemon = read(config, src)
+    try:
+        got = rows(daemon)
+    finally:
+        daemon.close()
+    assert [r["turned"] for r in got] == [0, 180]
+    reference = "\n".join(lines)
+    with pikepdf.open(src.with_name("duplex.ocr.pdf")) as doc:
+        assert [int(p.obj.get("/Rotate", 0)) for p in doc.pages] == [0, 180]
+    for row, layer in zip(got, pdf_text(src.with_name("duplex.ocr.pdf")).split("\f"),
+                          strict=False):
+        assert score(reference, str(row["text"])).cer < 0.02
+        assert score(reference, layer).cer < 0.02, layer
+
+
 def test_a_model_engine_gets_the_page_upright_and_its_text_lies_on_it(tmp_path: Path) -> None:
     config = config_for(tmp_path, engine="fake")
     upright, lines, truth = letter(5)
