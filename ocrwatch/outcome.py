@@ -22,7 +22,7 @@ from ocrwatch.hooks import Finished
 from ocrwatch.lifecycle import move_failure, output_folder
 from ocrwatch.retire import why_keep
 from ocrwatch.safeopen import original_mode, root_of, source_root
-from ocrwatch.sidecar import pdf_path, write_sidecars
+from ocrwatch.sidecar import pdf_path, sidecar_mark, write_sidecars
 
 if TYPE_CHECKING:
     from ocrwatch.pipeline import Context, Verdict
@@ -83,7 +83,10 @@ def publish(ctx: Context, job: Job, pages: list[PageText], engine: str) -> Path 
         pages = [_noted(p) for p in pages]
         md, txt = write_sidecars(stem, pages, tuple(ctx.config.outputs), prepared,
                                  root=ctx.config.output_dir or source,
-                                 original_mode=original_mode(job.path, source))
+                                 original_mode=original_mode(job.path, source),
+                                 mark=sidecar_mark(job.path, job.sha256, engine,
+                                                  ctx.read_with)
+                                 if job.sha256 else None)
         retire, keep = None, None
         if ctx.config.on_success != "keep":
             # Only a complete, verified read may part with the original.
