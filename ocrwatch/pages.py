@@ -6,6 +6,7 @@ file called ``scan.png`` fails with a plain reason instead of a decoder tracebac
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -19,6 +20,7 @@ from typing import BinaryIO
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from ocrwatch import memory
+from ocrwatch.budget import Budget, unlimited
 from ocrwatch.config import Config
 from ocrwatch.domain import Page
 from ocrwatch.errors import InputError, TransientError
@@ -209,7 +211,8 @@ def _damaged(where: str, exc: BaseException) -> InputError:
 
 
 def _image_pages(path: Path, limits: Limits, max_side: int | None,
-                 fh: BinaryIO | None = None) -> Iterator[Page]:
+                 fh: BinaryIO | None = None, budget: Budget | None = None) -> Iterator[Page]:
+    budget = budget or unlimited()
     try:
         with warnings.catch_warnings():
             # Our own pixel limit applies; Pillow's bomb warning would only duplicate it.
@@ -242,6 +245,7 @@ def _image_pages(path: Path, limits: Limits, max_side: int | None,
             )
         for index in range(frames):
             where = f"page {index + 1}" if frames > 1 else "the image"
+            budget.page()
             try:
                 opened.seek(index)
             except _DECODE_ERRORS as exc:
@@ -249,6 +253,9 @@ def _image_pages(path: Path, limits: Limits, max_side: int | None,
             frame = opened
             _check_pixels(frame.width, frame.height, limits, where)
             _check_shape(frame.width, frame.height, where)
+            # Decoded, then converted to RGB: both held at once for a moment.
+            budget.allow(where, "its pixels",
+                         frame.width * frame.height * (_bytes_per_pixel(frame.mode) + 3))
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", Image.DecompressionBombWarning)
@@ -279,8 +286,53 @@ def _image_pages(path: Path, limits: Limits, max_side: int | None,
                 image = scale_to(image, max_side)
             if memory.big(image.size) or factor < 1.0:
                 memory.give_back()
+            budget.check(where, "decoding it")
+            budget.pause()
             yield Page(source=path, index=index, image=image, dpi=dpi,
                        count=frames, text="" if blank(image) else None)
+            budget.resume()
+
+
+def _bytes_per_pixel(mode: str) -> int:
+    try:
+        depth = 4 if mode in ("I", "F") else 2 if "16" in mode else 1
+        return max(1, Image.getmodebands(mode) * depth)
+    except (KeyError, ValueError):
+        return 4
+
+
+# A progressive JPEG holds ten scans or so (libjpeg's default script has 10, mozjpeg's
+# a dozen); each scan is decoded over the whole image, so a file of tiny scans repeated
+# makes decoding take minutes (50,000 scans: 331 s). libjpeg-turbo's tools refuse such
+# files with -maxscans; this limit is far above any real one.
+MAX_JPEG_SCANS = 256
+
+
+def check_scans(path: Path, fh: BinaryIO | None = None) -> None:
+    """Refuse a JPEG with more scans than any real one, counted from its bytes before it
+    is decoded: a start-of-scan marker (FF DA) can appear nowhere else, since inside
+    compressed data an FF byte is always followed by 00 or a restart marker."""
+    scans = 0
+    tail = b""
+    try:
+        if fh is not None:
+            fh.seek(0)
+            source = fh
+        else:
+            source = path.open("rb")
+        with contextlib.ExitStack() as stack:
+            if fh is None:
+                stack.enter_context(source)
+            while chunk := source.read(1 << 20):
+                scans += (tail + chunk).count(b"\xff\xda")
+                tail = chunk[-1:]
+                if scans > MAX_JPEG_SCANS:
+                    raise InputError(
+                        f"the JPEG holds over {MAX_JPEG_SCANS} scans (a real one has about "
+                        "ten): decoding it would take minutes. It is refused as a scan "
+                        "bomb; if it is genuine, save it again as a baseline JPEG")
+    except OSError as exc:
+        raise os_error(exc, "read") from exc
 
 
 def count_pages(path: Path, config: Config) -> int:
@@ -327,6 +379,7 @@ def iter_pages(path: Path, config: Config, max_side: int | None,
     through it, and ``path`` only names the pages.
     """
     limits = Limits.from_config(config)
+    budget = Budget(config.prepare_seconds, config.prepare_memory_mb)
     kind = sniff(path, fh)
     try:
         size = os.fstat(fh.fileno()).st_size if fh is not None else path.stat().st_size
@@ -337,6 +390,8 @@ def iter_pages(path: Path, config: Config, max_side: int | None,
         from ocrwatch.pdfpages import pdf_pages
 
         yield from pdf_pages(path, limits, max_side, config.pdf_dpi, fh,
-                             config.pdf_text if text_layer else "ocr")
+                             config.pdf_text if text_layer else "ocr", budget)
     else:
-        yield from _image_pages(path, limits, max_side, fh)
+        if kind == "jpeg":
+            check_scans(path, fh)
+        yield from _image_pages(path, limits, max_side, fh, budget)

@@ -14,6 +14,7 @@ from typing import BinaryIO
 from PIL import Image
 
 from ocrwatch import memory
+from ocrwatch.budget import Budget, unlimited
 from ocrwatch.domain import Page
 from ocrwatch.errors import InputError
 from ocrwatch.pages import Limits, blank, os_error, scale_to, to_rgb
@@ -77,14 +78,34 @@ def _pdf_open_error(path: Path, exc: Exception, fh: BinaryIO | None = None) -> I
                       "writing it, it is read again once it changes")
 
 
+def _content_sizes(path: Path, fh: BinaryIO | None, limit: int) -> list[int | None]:
+    """Each page's content bytes (:func:`ocrwatch.pdftext.content_size`), read with qpdf
+    on a handle of its own (so PDFium's place in ``fh`` does not move); empty when qpdf
+    cannot read the file."""
+    import pikepdf
+
+    from ocrwatch import pdftext
+
+    source = f"/proc/self/fd/{fh.fileno()}" if fh is not None else str(path)
+    try:
+        with pikepdf.open(source) as pdf:
+            return [pdftext.content_size(page, limit) for page in pdf.pages]
+    except (pikepdf.PdfError, OSError, ValueError, RecursionError) as exc:
+        log.debug("%s: its pages' content cannot be measured (%s)", path.name, exc)
+        return []
+
+
 def pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int,
-              fh: BinaryIO | None = None, pdf_text: str = "ocr") -> Iterator[Page]:
+              fh: BinaryIO | None = None, pdf_text: str = "ocr",
+              budget: Budget | None = None) -> Iterator[Page]:
     import pypdfium2 as pdfium
 
     from ocrwatch import pdftext
 
+    budget = budget or unlimited()
     doc = pdf_document(path, fh)
     assert isinstance(doc, pdfium.PdfDocument)
+    sizes: list[int | None] = []
     try:
         with PDFIUM:
             count = len(doc)
@@ -95,21 +116,30 @@ def pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int,
                 f"the PDF has {count} pages, over the limit of {limits.max_pages}; raise "
                 "max_pages in the config if this file is genuine"
             )
+        if pdf_text != "ocr":
+            limit = int(min(budget.memory, 1 << 62) // pdftext.TEXTPAGE_BYTES_PER_CHAR)
+            sizes = _content_sizes(path, fh, limit)
         for index in range(count):
             where = f"page {index + 1}"
             own_text: str | None = None
+            budget.page()
+            # Unmeasured (qpdf cannot read the file): assumed too large to check.
+            content = (sizes[index] if index < len(sizes)
+                       else None if pdf_text == "ocr" else 1 << 62)
             try:
                 with PDFIUM:  # released before the page is handed on (yield)
                     page = doc[index]
                     try:
                         width_pt, height_pt = page.get_size()
                         _check_pdf_size(width_pt, height_pt, where)
-                        decision = pdftext.decide(page, pdf_text)
+                        decision = pdftext.decide(page, pdf_text, content=content,
+                                                  budget=budget, where=where)
                         own_text = decision.text
                         if own_text is None:
                             log.debug("%s %s read with OCR: %s", path.name, where,
                                       decision.reason)
                             scale = render_scale(width_pt, height_pt, dpi, limits)
+                            budget.check(where, "checking its text layer")
                             bitmap = page.render(scale=scale, draw_annots=True)
                             image = to_rgb(bitmap.to_pil())  # a copy: PDFium's buffer is BGR
                             del bitmap
@@ -117,11 +147,14 @@ def pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int,
                         page.close()
             except pdfium.PdfiumError as exc:
                 raise InputError(f"{where} of the PDF cannot be drawn ({exc})") from None
+            budget.check(where, "drawing it")
             if own_text is not None:
                 log.debug("%s %s: %s", path.name, where, decision.reason)
                 # Nothing to draw: the text is the page's own.
+                budget.pause()
                 yield Page(source=path, index=index, image=Image.new("RGB", (1, 1), "white"),
                            dpi=None, count=count, text=own_text)
+                budget.resume()
                 continue
             render_dpi = round(scale * 72)
             if max_side is not None and max(image.size) != max_side:
@@ -129,8 +162,10 @@ def pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int,
                 image = scale_to(image, max_side)
             if memory.big(image.size):
                 memory.give_back()
+            budget.pause()
             yield Page(source=path, index=index, image=image, dpi=render_dpi, count=count,
                        text="" if blank(image) else None)
+            budget.resume()
     finally:
         with PDFIUM:
             doc.close()
