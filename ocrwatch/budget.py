@@ -48,7 +48,7 @@ class Budget:
         if spent > self.seconds:
             raise OverBudget(
                 f"{where} took over {self.seconds:g} s to prepare ({doing}; "
-                f"stopped after {spent:.0f} s): the file is built to be slow, or very "
+                f"stopped after {spent:.1f} s): the file is built to be slow, or very "
                 "unusual; raise prepare_seconds in the config if it is genuine")
 
     def allow(self, where: str, what: str, nbytes: int) -> None:

@@ -6,6 +6,7 @@ images (limits, scaling, blank pages) are in :mod:`ocrwatch.pages`.
 
 from __future__ import annotations
 
+import io
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -78,20 +79,25 @@ def _pdf_open_error(path: Path, exc: Exception, fh: BinaryIO | None = None) -> I
                       "writing it, it is read again once it changes")
 
 
-def _content_sizes(path: Path, fh: BinaryIO | None, limit: int) -> list[int | None]:
+def content_sizes(source: BinaryIO | Path, limit: int) -> list[int | None]:
     """Each page's content bytes (:func:`ocrwatch.pdftext.content_size`), read with qpdf
-    on a handle of its own (so PDFium's place in ``fh`` does not move); empty when qpdf
-    cannot read the file."""
+    on a handle of its own (so PDFium's place in an open file does not move); empty
+    when qpdf cannot read the file."""
     import pikepdf
 
     from ocrwatch import pdftext
 
-    source = f"/proc/self/fd/{fh.fileno()}" if fh is not None else str(path)
     try:
-        with pikepdf.open(source) as pdf:
+        if isinstance(source, Path):
+            opened = pikepdf.open(source)
+        elif isinstance(source, io.BytesIO):
+            opened = pikepdf.open(io.BytesIO(source.getvalue()))
+        else:
+            opened = pikepdf.open(f"/proc/self/fd/{source.fileno()}")
+        with opened as pdf:
             return [pdftext.content_size(page, limit) for page in pdf.pages]
     except (pikepdf.PdfError, OSError, ValueError, RecursionError) as exc:
-        log.debug("%s: its pages' content cannot be measured (%s)", path.name, exc)
+        log.debug("the pages' content cannot be measured (%s)", exc)
         return []
 
 
@@ -118,7 +124,7 @@ def pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int,
             )
         if pdf_text != "ocr":
             limit = int(min(budget.memory, 1 << 62) // pdftext.TEXTPAGE_BYTES_PER_CHAR)
-            sizes = _content_sizes(path, fh, limit)
+            sizes = content_sizes(fh if fh is not None else path, limit)
         for index in range(count):
             where = f"page {index + 1}"
             own_text: str | None = None

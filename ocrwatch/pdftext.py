@@ -313,6 +313,9 @@ def decide(page: Any, mode: str = "auto", *, content: int | None = None,
         if solid > MAX_LAYER_CHARS:
             return Decision(None, f"its layer holds {solid} characters, more than a page "
                                   f"shows (at most {MAX_LAYER_CHARS})")
+        reason = garbage(text)  # the cheaper check first
+        if reason is not None:
+            return Decision(None, reason)
         try:
             hidden = _hidden_share(page, textpage, budget, where)
             covered = _picture_share(page)
@@ -328,9 +331,6 @@ def decide(page: Any, mode: str = "auto", *, content: int | None = None,
                               "earlier OCR layer, or text that says what the page does not)")
     if covered > MAX_PICTURE_SHARE and solid < PICTURE_CAPTION_CHARS:
         return Decision(None, "the page is mostly a picture")
-    reason = garbage(text)
-    if reason is not None:
-        return Decision(None, reason)
     return Decision(text, "its text layer")
 
 

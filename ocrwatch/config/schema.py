@@ -124,7 +124,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "max_pages": (1, 100_000),
     "max_pixels": (1, 2_000_000_000),
     "max_file_mb": (0.001, 1_048_576),
-    "prepare_seconds": (1, 24 * 3600),
+    "prepare_seconds": (0.1, 24 * 3600),
     "prepare_memory_mb": (16, 1_048_576),
     "max_attempts": (1, 1000),
     "vllm.gpu_memory_gb": (0, 4096),
