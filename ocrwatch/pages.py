@@ -28,7 +28,11 @@ from ocrwatch.errors import InputError, TransientError
 log = logging.getLogger(__name__)
 
 # Extensions the watcher picks up. The content decides how a file is decoded.
-IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".jpe", ".tif", ".tiff", ".bmp", ".webp"})
+IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".jpe", ".tif", ".tiff", ".bmp", ".webp",
+                            ".gif", ".avif", ".heic", ".heif"})
+# A picture that moves, or a burst of photos, is one page: its first (or primary) image.
+# Pages come from PDFs and multi-page TIFFs; a GIF's frames are an animation.
+SINGLE_IMAGE_KINDS = frozenset({"gif", "avif", "heic"})
 PDF_SUFFIXES = frozenset({".pdf"})
 SUFFIXES = IMAGE_SUFFIXES | PDF_SUFFIXES
 
@@ -41,11 +45,31 @@ _MAGIC: list[tuple[bytes, str]] = [
     (b"II+\x00", "tiff"),  # BigTIFF
     (b"MM\x00+", "tiff"),
     (b"BM", "bmp"),
+    (b"GIF87a", "gif"),
+    (b"GIF89a", "gif"),
 ]
+# ISO base media files (HEIF): the brands of the "ftyp" box say what they hold.
+_AVIF_BRANDS = frozenset({b"avif", b"avis"})
+_HEIC_BRANDS = frozenset({b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"mif1",
+                          b"msf1"})
+
+
+def _bmff_kind(head: bytes) -> str | None:
+    """avif or heic from an ISO base media file's brands, else None."""
+    if head[4:8] != b"ftyp":
+        return None
+    size = int.from_bytes(head[:4], "big")
+    brands = [head[8:12]] + [head[i:i + 4] for i in range(16, min(size, len(head)) - 3, 4)]
+    if any(b in _AVIF_BRANDS for b in brands):
+        return "avif"
+    if any(b in _HEIC_BRANDS for b in brands):
+        return "heic"
+    return None
 
 
 def sniff(path: Path, fh: BinaryIO | None = None) -> str:
-    """The file's real type from its first bytes: pdf, png, jpeg, tiff, bmp or webp.
+    """The file's real type from its first bytes: pdf, png, jpeg, tiff, bmp, webp, gif,
+    avif or heic.
 
     ``fh``: the file already opened (safely, by the daemon); else ``path`` is opened.
     """
@@ -74,12 +98,15 @@ def sniff(path: Path, fh: BinaryIO | None = None) -> str:
             return kind
     if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
         return "webp"
+    bmff = _bmff_kind(head)
+    if bmff is not None:
+        return bmff
     # Some PDF writers put junk before the header; readers accept it within 1 KiB.
     if b"%PDF-" in head:
         return "pdf"
     raise InputError(
         f"not an image or PDF: its content does not match its name {path.suffix!r} "
-        "(ocrwatch reads PNG, JPEG, TIFF, BMP, WebP and PDF)"
+        "(ocrwatch reads PNG, JPEG, TIFF, BMP, WebP, GIF, AVIF, HEIC and PDF)"
     )
 
 
@@ -210,9 +237,33 @@ def _damaged(where: str, exc: BaseException) -> InputError:
     )
 
 
+def _decoder_for(kind: str) -> None:
+    """Make sure Pillow can decode ``kind``; else say what to install."""
+    if kind == "heic":
+        try:
+            import pillow_heif
+        except ImportError:
+            raise InputError(
+                "a HEIC photo, and pillow-heif (its decoder) is not installed: install it "
+                "into ocrwatch's environment (`pipx inject ocrwatch pillow-heif`, or "
+                "`pip install pillow-heif`) and run `ocrwatch retry` on the file, or save "
+                "the photo as JPEG") from None
+        pillow_heif.register_heif_opener()
+    elif kind == "avif":
+        from PIL import features
+
+        if not features.check("avif"):
+            raise InputError(
+                "an AVIF image, and this Pillow was built without AVIF: upgrade Pillow "
+                "(11.3 or later reads AVIF) and run `ocrwatch retry` on the file, or save "
+                "the image as PNG or JPEG")
+
+
 def _image_pages(path: Path, limits: Limits, max_side: int | None,
-                 fh: BinaryIO | None = None, budget: Budget | None = None) -> Iterator[Page]:
+                 fh: BinaryIO | None = None, budget: Budget | None = None,
+                 kind: str = "") -> Iterator[Page]:
     budget = budget or unlimited()
+    _decoder_for(kind)
     try:
         with warnings.catch_warnings():
             # Our own pixel limit applies; Pillow's bomb warning would only duplicate it.
@@ -235,7 +286,8 @@ def _image_pages(path: Path, limits: Limits, max_side: int | None,
         raise _damaged("the image", exc) from exc
     with opened:
         try:
-            frames = getattr(opened, "n_frames", 1)  # a TIFF reads every frame's header
+            # A TIFF reads every frame's header.
+            frames = 1 if kind in SINGLE_IMAGE_KINDS else getattr(opened, "n_frames", 1)
         except _DECODE_ERRORS as exc:
             raise _damaged("the image", exc) from exc
         if frames > limits.max_pages:
@@ -394,4 +446,4 @@ def iter_pages(path: Path, config: Config, max_side: int | None,
     else:
         if kind == "jpeg":
             check_scans(path, fh)
-        yield from _image_pages(path, limits, max_side, fh, budget)
+        yield from _image_pages(path, limits, max_side, fh, budget, kind)

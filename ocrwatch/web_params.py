@@ -18,7 +18,8 @@ MAX_PAGE = 1_000_000  # pages of hits
 # File types offered by the page's filter, and the name endings each stands for.
 TYPES: dict[str, tuple[str, ...]] = {
     "pdf": (".pdf",), "jpeg": (".jpg", ".jpeg"), "png": (".png",), "tiff": (".tif", ".tiff"),
-    "webp": (".webp",), "bmp": (".bmp",),
+    "webp": (".webp",), "bmp": (".bmp",), "gif": (".gif",), "avif": (".avif",),
+    "heic": (".heic", ".heif"),
 }
 
 
