@@ -25,7 +25,7 @@ from ocrwatch.errors import OcrwatchError
 from ocrwatch.inbox_files import walk
 from ocrwatch.jobs import JobQueue, file_sha256
 from ocrwatch.lifecycle import output_folder
-from ocrwatch.sidecar import sidecar_paths
+from ocrwatch.sidecar import fitting, sidecar_paths
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ def split_pages(txt: str, md: str | None) -> list[PageText]:
 
 def _sidecars_of(original: Path, config: Config, taken: set[Path]) -> tuple[Path, Path] | None:
     folder = output_folder(config, original)
-    for stem in (original.name, original.stem):
+    for stem in (fitting(original.name), fitting(original.stem)):
         md, txt = sidecar_paths(folder / stem)
         if txt not in taken and txt.is_file():
             return md, txt
@@ -115,7 +115,7 @@ def from_sidecars(config: Config, db: Database, progress: Progress | None = None
             if original in found:
                 continue
             pair = _sidecars_of(original, config, taken)
-            if pair is None or (exact and pair[1].name != original.name + ".txt"):
+            if pair is None or (exact and pair[1].name != fitting(original.name) + ".txt"):
                 continue
             found[original] = pair
             taken.add(pair[1])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
 import secrets
 from pathlib import Path
@@ -17,6 +18,8 @@ from ocrwatch.safeopen import open_dir_beneath
 MD_SUFFIX = ".md"
 TXT_SUFFIX = ".txt"
 PDF_SUFFIX = ".ocr.pdf"
+NAME_MAX = 255  # bytes in a file name on Linux's file systems (ext4, btrfs, xfs, tmpfs)
+_HASH = 12  # hex digits of the whole name's SHA-256 kept in a shortened name
 
 
 def render_markdown(pages: list[PageText]) -> str:
@@ -32,12 +35,30 @@ def render_text(pages: list[PageText]) -> str:
     return "\f".join(p.text.strip() + "\n" for p in pages)
 
 
+def fitting(stem: str) -> str:
+    """``stem``, or, when ``STEM.ocr.pdf`` would be longer than a file name may be, its
+    beginning, ``~`` and a hash of the whole stem: still recognisable, and as unique as
+    the whole name (a 250-byte name failed the whole file with "pdf" in outputs)."""
+    raw = os.fsencode(stem)
+    room = NAME_MAX - max(len(s.encode()) for s in (MD_SUFFIX, TXT_SUFFIX, PDF_SUFFIX))
+    if len(raw) <= room:
+        return stem
+    digest = hashlib.sha256(raw).hexdigest()[:_HASH]
+    keep = raw[:room - _HASH - 1]
+    while keep and keep[-1] & 0xC0 == 0x80:  # never cut a UTF-8 character in two
+        keep = keep[:-1]
+    if keep and keep[-1] >= 0xC0:
+        keep = keep[:-1]
+    return os.fsdecode(keep) + "~" + digest
+
+
 def choose_stem(source: Path, folder: Path, others: set[Path], own: set[Path]) -> Path:
     """``folder/STEM`` for the sidecars, unless that name belongs to someone else.
 
     ``scan.jpg`` and ``scan.pdf`` side by side get ``scan.md`` and ``scan.pdf.md``: the
     first keeps the short name, the other falls back to its full name. A file ocrwatch
-    did not write (the user's own ``scan.md``) is never overwritten either.
+    did not write (the user's own ``scan.md``) is never overwritten either. A name too
+    long for its sidecars' suffixes is shortened (:func:`fitting`).
     """
 
     def free(stem: str) -> bool:
@@ -49,13 +70,13 @@ def choose_stem(source: Path, folder: Path, others: set[Path], own: set[Path]) -
                 return False
         return True
 
-    for stem in (source.stem, source.name):
+    for stem in (fitting(source.stem), fitting(source.name)):
         if free(stem):
             return folder / stem
     n = 2
-    while not free(f"{source.name}.{n}"):
+    while not free(fitting(f"{source.name}.{n}")):
         n += 1
-    return folder / f"{source.name}.{n}"
+    return folder / fitting(f"{source.name}.{n}")
 
 
 def _open_folder(folder: Path, root: Path | None) -> int:
