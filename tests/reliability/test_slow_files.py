@@ -152,7 +152,7 @@ def test_a_page_over_its_time_budget_fails_and_is_not_prepared_again(
 
 def test_a_page_over_its_memory_budget_fails_before_it_is_decoded(
         home: Home, run_daemon: StartDaemon) -> None:
-    """prepare_memory_mb: a 3000x3000 scan needs 54 MB decoded and converted, over a
+    """prepare_memory_mb: a 3000x3000 scan needs 51 MB decoded and converted, over a
     budget of 16 MB: refused from its header, the next file read."""
     _daemon, engine = run_daemon(prepare_memory_mb=16)
     big = home.inbox / "big.png"
