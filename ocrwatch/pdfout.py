@@ -184,15 +184,15 @@ def _pages_with_text(fh: BinaryIO) -> set[int]:
     """
     import pypdfium2 as pdfium
 
-    from ocrwatch.pdfpages import content_sizes
+    from ocrwatch.pdfpages import ContentSizes
 
-    sizes = content_sizes(fh, TEXT_CHECK_BYTES)
+    sizes = ContentSizes(fh, TEXT_CHECK_BYTES)
     found = set()
-    with PDFIUM:
+    with contextlib.closing(sizes), PDFIUM:
         doc = pdfium.PdfDocument(fh)
         try:
             for index in range(len(doc)):
-                size = sizes[index] if index < len(sizes) else None
+                size = sizes(index)
                 if size is None or size > TEXT_CHECK_BYTES:
                     found.add(index)
                     continue

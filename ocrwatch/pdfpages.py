@@ -79,26 +79,45 @@ def _pdf_open_error(path: Path, exc: Exception, fh: BinaryIO | None = None) -> I
                       "writing it, it is read again once it changes")
 
 
-def content_sizes(source: BinaryIO | Path, limit: int) -> list[int | None]:
-    """Each page's content bytes (:func:`ocrwatch.pdftext.content_size`), read with qpdf
-    on a handle of its own (so PDFium's place in an open file does not move); empty
-    when qpdf cannot read the file."""
-    import pikepdf
+class ContentSizes:
+    """Each page's content bytes (:func:`ocrwatch.pdftext.content_size`), measured when
+    asked (so within that page's budget), with qpdf on a handle of its own (PDFium's
+    place in an open file does not move). None for a page qpdf cannot read."""
 
-    from ocrwatch import pdftext
+    def __init__(self, source: BinaryIO | Path, limit: int) -> None:
+        import pikepdf
 
-    try:
-        if isinstance(source, Path):
-            opened = pikepdf.open(source)
-        elif isinstance(source, io.BytesIO):
-            opened = pikepdf.open(io.BytesIO(source.getvalue()))
-        else:
-            opened = pikepdf.open(f"/proc/self/fd/{source.fileno()}")
-        with opened as pdf:
-            return [pdftext.content_size(page, limit) for page in pdf.pages]
-    except (pikepdf.PdfError, OSError, ValueError, RecursionError) as exc:
-        log.debug("the pages' content cannot be measured (%s)", exc)
-        return []
+        self.limit = limit
+        self._pdf: pikepdf.Pdf | None = None
+        try:
+            if isinstance(source, Path):
+                self._pdf = pikepdf.open(source)
+            elif isinstance(source, io.BytesIO):
+                self._pdf = pikepdf.open(io.BytesIO(source.getvalue()))
+            else:
+                self._pdf = pikepdf.open(f"/proc/self/fd/{source.fileno()}")
+        except (pikepdf.PdfError, OSError, ValueError, RecursionError) as exc:
+            log.debug("the pages' content cannot be measured (%s)", exc)
+
+    def __call__(self, index: int) -> int | None:
+        import pikepdf
+
+        from ocrwatch import pdftext
+
+        if self._pdf is None:
+            return None
+        try:
+            if index >= len(self._pdf.pages):
+                return None
+            return pdftext.content_size(self._pdf.pages[index], self.limit)
+        except (pikepdf.PdfError, OSError, ValueError, RecursionError) as exc:
+            log.debug("page %d's content cannot be measured (%s)", index + 1, exc)
+            return None
+
+    def close(self) -> None:
+        if self._pdf is not None:
+            self._pdf.close()
+            self._pdf = None
 
 
 def pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int,
@@ -111,7 +130,7 @@ def pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int,
     budget = budget or unlimited()
     doc = pdf_document(path, fh)
     assert isinstance(doc, pdfium.PdfDocument)
-    sizes: list[int | None] = []
+    sizes: ContentSizes | None = None
     try:
         with PDFIUM:
             count = len(doc)
@@ -124,14 +143,16 @@ def pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int,
             )
         if pdf_text != "ocr":
             limit = int(min(budget.memory, 1 << 62) // pdftext.TEXTPAGE_BYTES_PER_CHAR)
-            sizes = content_sizes(fh if fh is not None else path, limit)
+            sizes = ContentSizes(fh if fh is not None else path, limit)
         for index in range(count):
             where = f"page {index + 1}"
             own_text: str | None = None
             budget.page()
-            # Unmeasured (qpdf cannot read the file): assumed too large to check.
-            content = (sizes[index] if index < len(sizes)
-                       else None if pdf_text == "ocr" else 1 << 62)
+            content = None
+            if sizes is not None:
+                # Unmeasured (qpdf cannot read it): assumed too large to check.
+                measured = sizes(index)
+                content = measured if measured is not None else 1 << 62
             try:
                 with PDFIUM:  # released before the page is handed on (yield)
                     page = doc[index]
@@ -173,6 +194,8 @@ def pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int,
                        text="" if blank(image) else None)
             budget.resume()
     finally:
+        if sizes is not None:
+            sizes.close()
         with PDFIUM:
             doc.close()
 
