@@ -19,6 +19,7 @@ from ocrwatch.budget import Budget, unlimited
 from ocrwatch.domain import Page
 from ocrwatch.errors import InputError
 from ocrwatch.pages import Limits, blank, os_error, scale_to, to_rgb
+from ocrwatch.pdfdraw import draw
 from ocrwatch.pdfium_lock import PDFIUM
 
 log = logging.getLogger(__name__)
@@ -167,9 +168,8 @@ def pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int,
                                       decision.reason)
                             scale = render_scale(width_pt, height_pt, dpi, limits)
                             budget.check(where, "checking its text layer")
-                            bitmap = page.render(scale=scale, draw_annots=True)
-                            image = to_rgb(bitmap.to_pil())  # a copy: PDFium's buffer is BGR
-                            del bitmap
+                            # A copy: PDFium's buffer is BGR.
+                            image = to_rgb(draw(page, scale, budget, where))
                     finally:
                         page.close()
             except pdfium.PdfiumError as exc:

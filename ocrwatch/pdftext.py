@@ -31,6 +31,7 @@ from typing import Any
 
 from ocrwatch.budget import Budget, unlimited
 from ocrwatch.errors import OverBudget
+from ocrwatch.pdfdraw import draw
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +124,7 @@ def _hidden_share(page: Any, textpage: Any, budget: Budget, where: str) -> float
     width, height = page.get_size()
     # At most SEEN_PIXELS drawn, however large the page (a poster's letters are large).
     scale = min(SEEN_SCALE, (SEEN_PIXELS / max(float(width) * float(height), 1.0)) ** 0.5)
-    shown = page.render(scale=scale, grayscale=True).to_pil()
+    shown = draw(page, scale, budget, where, grayscale=True)
     modes = []
     try:
         for n, obj in enumerate(page.get_objects(max_depth=4)):
@@ -133,7 +134,7 @@ def _hidden_share(page: Any, textpage: Any, budget: Budget, where: str) -> float
                 modes.append((obj, pdfium_c.FPDFTextObj_GetTextRenderMode(obj.raw)))
                 pdfium_c.FPDFTextObj_SetTextRenderMode(
                     obj.raw, pdfium_c.FPDF_TEXTRENDERMODE_INVISIBLE)
-        bare = page.render(scale=scale, grayscale=True).to_pil()
+        bare = draw(page, scale, budget, where, grayscale=True)
     finally:
         for obj, mode in modes:
             pdfium_c.FPDFTextObj_SetTextRenderMode(obj.raw, mode)

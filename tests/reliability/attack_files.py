@@ -38,10 +38,11 @@ def raw_pdf(content: bytes, size: tuple[int, int] = (612, 792)) -> bytes:
 LINE = b"the quick brown fox jumps over the lazy dog " * 2
 
 
-def text_wall(nbytes: int) -> bytes:
-    """``nbytes`` of words in 6 pt lines, one show-text operator a line (most of them run
-    off the bottom of the page, as an attacker's do)."""
-    parts = [b"BT /F1 6 Tf 72 780 Td 7 TL"]
+def text_wall(nbytes: int, *, on_page: bool = False) -> bytes:
+    """``nbytes`` of words in 6 pt lines, one show-text operator a line: most of them run
+    off the bottom of the page, or, ``on_page``, all of them drawn over each other on it
+    (ten million glyphs to draw)."""
+    parts = [b"BT /F1 6 Tf 72 780 Td %s TL" % (b"0.0068" if on_page else b"7")]
     parts += [b"(" + LINE + b") '"] * (nbytes // len(LINE) + 1)
     parts.append(b"ET")
     return raw_pdf(b"\n".join(parts))

@@ -93,6 +93,26 @@ def test_a_dense_visible_layer_is_still_taken(tmp_path: Path) -> None:
     assert float(result["seconds"]) < 20, result  # type: ignore[arg-type]
 
 
+def test_a_page_that_takes_too_long_to_draw_is_stopped_while_it_is_drawn(
+        tmp_path: Path) -> None:
+    """30 MB of text drawn over itself on the page: PDFium loads it in 2 s, then took
+    12.6 s more to draw it in one uninterruptible call. Pages are drawn with PDFium's
+    progressive renderer, which pauses when the page's budget is spent: the page stops
+    then, not after the drawing."""
+    from ocrwatch.config import Config
+    from ocrwatch.errors import OverBudget
+    from ocrwatch.pages import iter_pages
+
+    path = tmp_path / "drawn.pdf"
+    path.write_bytes(attack_files.text_wall(30_000_000, on_page=True))
+    config = Config(inbox=[tmp_path], database=tmp_path / "db.sqlite3", engine="fake",
+                    prepare_seconds=3)
+    start = time.monotonic()
+    with pytest.raises(OverBudget, match=r"page 1 took over 3 s to prepare \("):
+        list(iter_pages(path, config, 1540, text_layer=True))
+    assert time.monotonic() - start < 7  # the budget and a second; before: 9 to 15 s
+
+
 def _next_file_is_read(home: Home, name: str, within: float = 30) -> Path:
     good = drop(home.inbox / name, image_bytes(f"the file {name}"))
     wait_for(lambda: ended(home.database, good), within, f"{name} to be read meanwhile")
