@@ -7,8 +7,9 @@ only the time spent preparing the page (not the wait for the engine to take it) 
 checked between steps and inside every loop over a page's parts. The memory budget is
 checked before a step allocates, from what the file declares (pixels, the size of its
 text). A file over either fails with a reason and is recorded ``failed``: it is not read
-again until it changes. A single call into a decoder cannot be interrupted; the checks
-made before each such call (pixels, JPEG scans, text-layer size) keep each one small.
+again until it changes. PDF pages are drawn so that the drawing pauses when the budget is
+spent (:mod:`ocrwatch.pdfdraw`); an image decoder's single call cannot be interrupted,
+and the checks made before it (pixels, JPEG scans) keep it small.
 """
 
 from __future__ import annotations
