@@ -146,6 +146,7 @@ class Status:
     languages: tuple[str, ...] = ()
     language_note: str | None = None  # the desktop's language left out for want of data
     pages_per_second: float | None = None  # pages read over the last minute
+    index_note: str | None = None  # the index file was damaged, deleted or replaced
 
     @property
     def in_queue(self) -> int:
@@ -188,6 +189,7 @@ class Status:
             language_note=text("language_note"),
             pages_per_second=float(pps) if (pps := data.get("pages_per_second")) is not None
             else None,
+            index_note=text("index_note"),
         )
 
 
@@ -233,6 +235,8 @@ def format_status(status: Status) -> str:
             line += f" ({server['last_error']})"
         lines.append(line)
     lines += [f"  inbox:   {folder}" for folder in status.inbox]
+    if status.index_note:
+        lines.append(f"  index:   {status.index_note}")
     if status.last_result:
         lines.append(f"  last:    {status.last_result}")
     if status.recent_failures:
