@@ -1,7 +1,8 @@
 """Names near the file system's limit: with "pdf" in outputs, ``STEM.ocr.pdf`` of a
-250-byte name is longer than 255 bytes. Such output names are shortened (their start,
-``~`` and a hash of the whole), unique and still found by ``reindex --from-sidecars``.
-Before, the whole file failed, with a hint ("set output_dir") that could not help.
+250-byte name is longer than 255 bytes. An output name that would pass the limit is
+shortened (its start, ``~`` and a hash of the whole), unique, and the sidecars are still
+found by ``reindex --from-sidecars``. Before, the whole file failed, with a hint ("set
+output_dir") that could not help.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from helpers import make_config, wait_for, write_image
 from ocrwatch.daemon import Daemon
 from ocrwatch.db import Database
 from ocrwatch.reindex import from_sidecars
-from ocrwatch.sidecar import NAME_MAX, fitting
+from ocrwatch.sidecar import NAME_MAX, fitting, pdf_path
 
 pytestmark = pytest.mark.skipif(shutil.which("tesseract") is None,
                                 reason="the PDF output places words with Tesseract")
@@ -55,7 +56,7 @@ def test_a_250_byte_name_gets_all_its_outputs(tmp_path: Path) -> None:
             (row,) = daemon.db.query("SELECT md_path, txt_path FROM jobs WHERE id = ?",
                                      (job.id,))
             md, txt = (Path(os.fsdecode(row[k])) for k in ("md_path", "txt_path"))
-            pdf_out = md.with_name(md.name.removesuffix(".md") + ".ocr.pdf")
+            pdf_out = pdf_path(md.with_suffix(""))
             for out in (md, txt, pdf_out):
                 assert out.is_file(), out.name
                 assert len(os.fsencode(out.name)) <= NAME_MAX
@@ -78,10 +79,15 @@ def test_a_250_byte_name_gets_all_its_outputs(tmp_path: Path) -> None:
     assert restored.files == 3 and not restored.without_sidecars, restored
 
 
-def test_a_shortened_name_keeps_whole_characters_and_stays_unique() -> None:
+def test_a_shortened_name_keeps_whole_characters_and_stays_unique(tmp_path: Path) -> None:
     long = "ü" * 200  # 400 bytes
     short = fitting(long)
-    assert len(os.fsencode(short + ".ocr.pdf")) <= NAME_MAX
+    assert len(os.fsencode(short + ".txt")) <= NAME_MAX
     assert short.startswith("ü" * 100) and "\ufffd" not in short
     assert fitting(long + "a") != short
     assert fitting("scan") == "scan"
+    # The PDF's name is shortened on its own, only when it would not fit.
+    stem = tmp_path / ("x" * 248)
+    assert len(os.fsencode(pdf_path(stem).name)) <= NAME_MAX
+    assert pdf_path(stem).name.startswith("x" * 234 + "~")
+    assert pdf_path(tmp_path / "scan") == tmp_path / "scan.ocr.pdf"
