@@ -17,7 +17,6 @@ import contextlib
 import logging
 import os
 import queue
-import re
 import selectors
 import signal
 import subprocess
@@ -28,14 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ocrwatch.config import Config
+from ocrwatch.hookshell import PLACEHOLDERS, HookRefused, shell_safe
 from ocrwatch.threads import Service
 
 log = logging.getLogger(__name__)
 
-PLACEHOLDERS = ("{file}", "{source}", "{md}", "{txt}", "{pdf}")
-# One pass over each argument: a value put in (a file named "{md}.png") is never searched
-# for placeholders again.
-_PLACEHOLDER = re.compile("|".join(re.escape(p) for p in PLACEHOLDERS))
 OUTPUT_LIMIT = 4000  # characters of the program's output kept for the log
 _DRAIN_LIMIT = 1 << 20  # bytes read after the program ended (a child may still write)
 
@@ -63,11 +59,12 @@ def hook_argv(argv: list[str], item: Finished) -> list[str]:
               "{txt}": item.txt, "{pdf}": item.pdf}
     if not any(p in arg for arg in argv for p in PLACEHOLDERS):
         return [*argv, str(item.original or item.source)]
-    def value(match: re.Match[str]) -> str:
-        found = values[match.group(0)]
+    def value(placeholder: str) -> str:
+        found = values[placeholder]
         return "" if found is None else str(found)
 
-    return [_PLACEHOLDER.sub(value, arg) for arg in argv]
+    # Inside a shell's command string each value is quoted for that shell (hookshell).
+    return shell_safe(argv, value)
 
 
 def hook_env(item: Finished) -> dict[str, str]:
@@ -86,7 +83,11 @@ def hook_env(item: Finished) -> dict[str, str]:
 
 def run_hook(argv: list[str], item: Finished, timeout: float) -> int | None:
     """Run ``on_done`` for ``item``; its exit status, or None when it did not finish."""
-    args = hook_argv(argv, item)
+    try:
+        args = hook_argv(argv, item)
+    except HookRefused as exc:  # the config check refuses these forms before a start
+        log.warning("on_done was not run for %s: %s", item.source.name, exc)
+        return None
     try:
         proc = subprocess.Popen(args, env=hook_env(item), stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
