@@ -22,9 +22,12 @@ import signal
 import subprocess
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import psutil
 
 from ocrwatch.config import Config
 from ocrwatch.hookshell import PLACEHOLDERS, HookRefused, shell_safe
@@ -32,6 +35,7 @@ from ocrwatch.threads import Service
 
 log = logging.getLogger(__name__)
 
+_MARKER = "OCRWATCH_HOOK_RUN"
 OUTPUT_LIMIT = 4000  # characters of the program's output kept for the log
 _DRAIN_LIMIT = 1 << 20  # bytes read after the program ended (a child may still write)
 
@@ -77,6 +81,7 @@ def hook_env(item: Finished) -> dict[str, str]:
         "OCRWATCH_PDF": str(item.pdf) if item.pdf else "",
         "OCRWATCH_PAGES": str(item.pages),
         "OCRWATCH_DELETED": "1" if item.original is None else "0",
+        _MARKER: uuid.uuid4().hex,  # finds what the hook left running, at its timeout
     })
     return env
 
@@ -89,7 +94,8 @@ def run_hook(argv: list[str], item: Finished, timeout: float) -> int | None:
         log.warning("on_done was not run for %s: %s", item.source.name, exc)
         return None
     try:
-        proc = subprocess.Popen(args, env=hook_env(item), stdin=subprocess.DEVNULL,
+        env = hook_env(item)
+        proc = subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 start_new_session=True)
     except OSError as exc:
@@ -98,7 +104,7 @@ def run_hook(argv: list[str], item: Finished, timeout: float) -> int | None:
         return None
     output = _wait(proc, timeout)
     if output is None:
-        _end_group(proc)
+        _end_tree(proc, env[_MARKER])
         log.warning("on_done %s ran over %g s for %s and was stopped; raise on_done_timeout "
                     "if it needs longer", args[0], timeout, item.source.name)
         return None
@@ -160,16 +166,42 @@ def _wait(proc: subprocess.Popen[bytes], timeout: float) -> bytes | None:
         proc.stdout.close()
 
 
-def _end_group(proc: subprocess.Popen[bytes]) -> None:
-    """TERM the hook's whole session, then KILL what is left after 5 s."""
+def _end_tree(proc: subprocess.Popen[bytes], marker: str) -> None:
+    """TERM the hook, its session and every process it started, then KILL what is left
+    after 5 s. A child that called setsid() has left the session (killpg misses it) but
+    is still a descendant, or, when its parent has exited, still carries the hook's
+    marker in its environment: both are looked for, with psutil."""
     for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
-        with contextlib.suppress(ProcessLookupError):
+        tree = _hook_tree(proc.pid, marker)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, sig)
-        try:
+        for member in tree:
+            with contextlib.suppress(psutil.Error):
+                member.send_signal(sig)
+        deadline = time.monotonic() + wait
+        with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=wait)
+        _gone, alive = psutil.wait_procs(tree, timeout=max(0.0, deadline - time.monotonic()))
+        if proc.poll() is not None and not alive and not _hook_tree(proc.pid, marker):
             return
-        except subprocess.TimeoutExpired:
+
+
+def _hook_tree(pid: int, marker: str) -> list[psutil.Process]:
+    """The hook's descendants, and this user's processes that carry its marker."""
+    found: dict[int, psutil.Process] = {}
+    with contextlib.suppress(psutil.Error):
+        for child in psutil.Process(pid).children(recursive=True):
+            found[child.pid] = child
+    me = os.getuid()
+    for other in psutil.process_iter(["uids"]):
+        if other.pid in found or other.pid == os.getpid():
             continue
+        with contextlib.suppress(psutil.Error):
+            uids = other.info["uids"]
+            if uids is not None and uids.real == me \
+                    and other.environ().get(_MARKER) == marker:
+                found[other.pid] = other
+    return [p for p in found.values() if p.pid != pid]
 
 
 # At stop, hooks still queued may start within this many seconds (each then has its own
