@@ -168,6 +168,14 @@ class Daemon:
 
     def web_url(self) -> str:
         """The search page's address with its token; the server starts on first use."""
+        return str(self._search_server().url)
+
+    def web_launch(self) -> str:
+        """What a browser is given to open the page: a private file with a one-time code
+        (a command line is readable by every local user, the token must not be on it)."""
+        return str(self._search_server().launch_url())
+
+    def _search_server(self) -> Any:
         from ocrwatch.web import SearchServer
 
         with self._web_lock:
@@ -179,7 +187,7 @@ class Daemon:
                                       follow_symlinks=self.config.follow_symlinks)
                 server.start()
                 self._web = server
-            return str(self._web.url)
+            return self._web
 
     @property
     def abandoned(self) -> list[str]:

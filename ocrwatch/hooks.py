@@ -30,6 +30,7 @@ from pathlib import Path
 import psutil
 
 from ocrwatch.config import Config
+from ocrwatch.hookqueue import Entry, HookJournal, folder_for
 from ocrwatch.hookshell import PLACEHOLDERS, HookRefused, shell_safe
 from ocrwatch.threads import Service
 
@@ -225,6 +226,9 @@ class AfterDone(Service):
             notify = _notify.send
         self.notify = notify
         self._queue: queue.Queue[tuple[str, object]] = queue.Queue()
+        # Hooks queued on disk as well, so a kill loses none (hookqueue).
+        self.journal = (HookJournal(folder_for(config.database))
+                        if str(config.database) != ":memory:" else None)
         self._batch = _Batch()
         self._lock = threading.Lock()
         self._held = 0  # outcomes being recorded: their files are not in the batch yet
@@ -237,9 +241,35 @@ class AfterDone(Service):
         return bool(self.config.on_done) or self.config.notify_batch
 
     def start(self) -> None:
-        if self.needed and not self._started:
+        if self._started:
+            return
+        recovered = self._recover()
+        if self.needed:
             self._started = True
+            for entry in recovered:
+                self._queue.put(("recovered", entry))
             super().start()
+
+    def _recover(self) -> list[Entry]:
+        """Hooks the last run left queued on disk; those that had started are named."""
+        if self.journal is None:
+            return []
+        waiting, cut = self.journal.recover()
+        for entry in cut:
+            log.warning("on_done for %s had started when ocrwatch last stopped (queued %s); "
+                        "it is not run again: see that it finished",
+                        _name(entry), time.strftime("%Y-%m-%d %H:%M:%S",
+                                                    time.localtime(entry.queued)))
+        if waiting and not self.config.on_done:
+            for entry in waiting:
+                log.warning("on_done for %s was queued when ocrwatch last stopped, but "
+                            "on_done is no longer set: not run", _name(entry))
+                self.journal.finished(entry.path)
+            return []
+        for entry in waiting:
+            log.info("on_done for %s was queued when ocrwatch last stopped: it runs now",
+                     _name(entry))
+        return waiting
 
     def stop(self) -> None:
         self._last_start = time.monotonic() + STOP_GRACE_SECONDS
@@ -276,12 +306,15 @@ class AfterDone(Service):
     def done(self, item: Finished) -> None:
         if not self._started:
             return
+        record = None
+        if self.config.on_done and self.journal is not None:
+            record = self.journal.add(_values(item), item.pages)
         with self._lock:
             if not self._closed:
-                self._queue.put(("done", item))
+                self._queue.put(("done", (item, record)))
                 return
         if self.config.on_done:
-            _log_not_run(item)  # a page that outlived the stop (see Scheduler.close)
+            _log_not_run(item.source.name, record)  # a page that outlived the stop
 
     def failed(self, path: Path, reason: str) -> None:
         if self._started:
@@ -306,15 +339,22 @@ class AfterDone(Service):
                 log.exception("after-read step failed")
 
     def _handle(self, kind: str, value: object) -> None:
-        if kind == "done":
-            assert isinstance(value, Finished)
-            self._batch.done += 1
+        if kind in ("done", "recovered"):
+            item, record = _queued(kind, value)
+            if kind == "done":
+                self._batch.done += 1
             if not self.config.on_done:
                 return
             if self.stopping and time.monotonic() > self._last_start:
-                _log_not_run(value)
-            else:
-                run_hook(self.config.on_done, value, self.config.on_done_timeout)
+                _log_not_run(item.source.name, record)
+                return
+            if record is not None and self.journal is not None:
+                record = self.journal.started(record)
+            try:
+                run_hook(self.config.on_done, item, self.config.on_done_timeout)
+            finally:
+                if record is not None and self.journal is not None:
+                    self.journal.finished(record)
         elif kind == "failed":
             assert isinstance(value, tuple)
             self._batch.failed.append(value)
@@ -325,9 +365,9 @@ class AfterDone(Service):
                 kind, value = self._queue.get_nowait()
             except queue.Empty:
                 return
-            if kind == "done" and self.config.on_done:
-                assert isinstance(value, Finished)
-                _log_not_run(value)
+            if kind in ("done", "recovered") and self.config.on_done:
+                item, record = _queued(kind, value)
+                _log_not_run(item.source.name, record)
 
     def _maybe_notify(self) -> None:
         batch = self._batch
@@ -352,7 +392,35 @@ class AfterDone(Service):
         self.notify(title, body)
 
 
-def _log_not_run(item: Finished) -> None:
-    log.warning("on_done was not run for %s: ocrwatch stopped before its turn (the file is "
-                "read and done; run the program for it by hand if it is needed)",
-                item.source.name)
+def _log_not_run(name: str, record: Path | None) -> None:
+    if record is not None:
+        log.warning("on_done was not run for %s: ocrwatch stopped before its turn; it is "
+                    "kept in %s and runs at the next start", name, record.parent)
+    else:
+        log.warning("on_done was not run for %s: ocrwatch stopped before its turn (the "
+                    "file is read and done; run the program for it by hand if it is "
+                    "needed)", name)
+
+
+def _values(item: Finished) -> dict[str, Path | None]:
+    return {"source": item.source, "original": item.original, "md": item.md,
+            "txt": item.txt, "pdf": item.pdf}
+
+
+def _queued(kind: str, value: object) -> tuple[Finished, Path | None]:
+    """A queued hook's file and its record on disk (None: in memory only)."""
+    if kind == "recovered":
+        assert isinstance(value, Entry)
+        v = value.values
+        source = v["source"] or Path()
+        return Finished(source, v["original"], v["md"], v["txt"], v["pdf"],
+                        value.pages), value.path
+    assert isinstance(value, tuple)
+    item, record = value
+    assert isinstance(item, Finished) and (record is None or isinstance(record, Path))
+    return item, record
+
+
+def _name(entry: Entry) -> str:
+    source = entry.values.get("source")
+    return source.name if source is not None else entry.path.name

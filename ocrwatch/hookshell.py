@@ -125,11 +125,7 @@ def _quote_posix(script: str, value_of: Callable[[str], str]) -> str:
                 stack.pop()
         elif ch == "\\":
             step = 2  # the next character is taken as it is
-        elif top == "dq" and ch == '"':
-            stack.pop()
-        elif top == "bt" and ch == "`":
-            stack.pop()
-        elif top == "pe" and ch == "}":
+        elif (top, ch) in (("dq", '"'), ("bt", "`"), ("pe", "}")):
             stack.pop()
         elif ch == "$" and script.startswith("((", i + 1):
             stack.append(["ar", 0])
@@ -211,13 +207,11 @@ def shell_safe(argv: list[str], value_of: Callable[[str], str]) -> list[str]:
                                   "on_done must not put a placeholder after it; run a "
                                   "local script that reads OCRWATCH_FILE instead")
         elif name == "env":
-            for a in argv[i + 1:]:
-                if (a in ("-S", "--split-string") or a.startswith("--split-string=")
-                        or (a.startswith("-S") and len(a) > 2)):
-                    if any(PLACEHOLDER.search(b) for b in argv[i + 1:]):
-                        raise HookRefused("env -S splits its string into words: a file "
-                                          "name with spaces or quotes would become other "
-                                          f"arguments; {_INSTEAD}")
+            split = any(a in ("-S", "--split-string") or a.startswith(("--split-string=", "-S"))
+                        for a in argv[i + 1:])
+            if split and any(PLACEHOLDER.search(b) for b in argv[i + 1:]):
+                raise HookRefused("env -S splits its string into words: a file name with "
+                                  f"spaces or quotes would become other arguments; {_INSTEAD}")
         elif name in INTERPRETERS:
             _interpreter(argv, i, name)
         i += 1

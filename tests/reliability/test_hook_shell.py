@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ocrwatch.hookshell import HookRefused, check, shell_safe
 from ocrwatch.hooks import Finished, run_hook
+from ocrwatch.hookshell import HookRefused, check, shell_safe
 
 SHELLS = [s for s in ("/bin/sh", "/bin/bash", "/bin/dash", "/usr/bin/zsh", "/bin/ksh")
           if Path(s).exists()]

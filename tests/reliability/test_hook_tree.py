@@ -3,16 +3,16 @@ child that left its session with setsid (killpg alone missed it)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
 from pathlib import Path
 
 import pytest
+from helpers import wait_for
 
 from ocrwatch.hooks import Finished, run_hook
-
-from helpers import wait_for
 
 
 def _alive(pid: int) -> bool:
@@ -45,7 +45,5 @@ def test_a_hook_past_its_timeout_ends_with_its_setsid_children(tmp_path: Path,
         wait_for(lambda: not _alive(pid), 5, "the setsid child ended with the hook")
     finally:
         if pids.exists() and pids.read_text().strip():
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(int(pids.read_text()), signal.SIGKILL)
-            except ProcessLookupError:
-                pass

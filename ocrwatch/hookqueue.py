@@ -1,0 +1,154 @@
+"""The ``on_done`` queue on disk, so that a hook queued when ocrwatch is killed runs at
+the next start, once.
+
+One small JSON file per queued hook, in a 0700 folder beside the index
+(``index.sqlite3.hooks/``), written whole (a temporary, fsync, rename) before the hook is
+queued in memory. Just before the program starts, its file is renamed ``.run``; once the
+program is done with, the file is removed. At the next start:
+
+- ``.json`` files are hooks that never started: they are run, in the order they were
+  queued, and the log says so by file name;
+- ``.run`` files are hooks that had started when ocrwatch stopped; the program runs in a
+  session of its own, so it has likely finished on its own: it is not run again (twice
+  would be worse for a hook that sends or moves something), and the log names each one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ocrwatch.private import private_dir
+
+log = logging.getLogger(__name__)
+
+_FIELDS = ("source", "original", "md", "txt", "pdf")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One hook on disk: its file and what it was queued for."""
+
+    path: Path
+    values: dict[str, Path | None]
+    pages: int
+    queued: float
+
+
+def folder_for(database: Path) -> Path:
+    return database.with_name(database.name + ".hooks")
+
+
+class HookJournal:
+    """Hooks queued on disk. Methods never raise OSError: a journal that cannot be
+    written is logged, and the hook still runs from memory."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._seq = itertools.count()
+
+    def add(self, values: dict[str, Path | None], pages: int) -> Path | None:
+        """Record a hook to run; its file, or None when it could not be written."""
+        record: dict[str, object] = {k: (os.fsdecode(v) if v is not None else None)
+                                     for k, v in values.items()}
+        record.update(pages=pages, queued=time.time())
+        name = f"{time.time_ns():020d}-{os.getpid()}-{next(self._seq):06d}"
+        target = self.folder / f"{name}.json"
+        tmp = self.folder / f".{name}.tmp"
+        try:
+            private_dir(self.folder, ours=True)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                # ensure_ascii keeps undecodable name bytes (surrogates) as \udcxx.
+                json.dump(record, fh, ensure_ascii=True)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, target)
+            _sync_dir(self.folder)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            log.warning("on_done for %s could not be recorded in %s (%s): it runs all the "
+                        "same, but not after a crash", Path(str(values.get("source"))).name,
+                        self.folder, exc.strerror or exc)
+            return None
+        return target
+
+    def started(self, path: Path) -> Path:
+        """The hook's program is about to start: ``.json`` -> ``.run``."""
+        running = path.with_suffix(".run")
+        try:
+            os.replace(path, running)
+        except OSError as exc:
+            log.debug("cannot mark %s as started: %s", path, exc)
+            return path
+        return running
+
+    def finished(self, path: Path) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            try:
+                path.unlink()
+            except OSError as exc:
+                log.warning("cannot remove %s (%s): on_done for it may be named as cut "
+                            "short at the next start", path, exc.strerror or exc)
+
+    def recover(self) -> tuple[list[Entry], list[Entry]]:
+        """What the last run left: (hooks never started, hooks started but not seen
+        through). The started ones are removed from disk here; the others stay until
+        they are run."""
+        try:
+            names = sorted(os.listdir(self.folder))
+        except FileNotFoundError:
+            return [], []
+        except OSError as exc:
+            log.warning("cannot read the on_done queue %s: %s", self.folder,
+                        exc.strerror or exc)
+            return [], []
+        waiting: list[Entry] = []
+        cut: list[Entry] = []
+        for name in names:
+            path = self.folder / name
+            if name.startswith("."):
+                with contextlib.suppress(OSError):
+                    path.unlink()  # a record never made whole: its hook was never queued
+                continue
+            if not name.endswith((".json", ".run")):
+                continue
+            entry = _read(path)
+            if entry is None:
+                continue
+            if name.endswith(".run"):
+                cut.append(entry)
+                self.finished(path)
+            else:
+                waiting.append(entry)
+        return waiting, cut
+
+
+def _read(path: Path) -> Entry | None:
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        values = {k: (Path(os.fsencode(record[k]).decode("utf-8", "surrogateescape"))
+                      if record.get(k) else None) for k in _FIELDS}
+        return Entry(path, values, int(record.get("pages", 0)),
+                     float(record.get("queued", 0.0)))
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        log.warning("the on_done record %s cannot be read (%s): set aside as %s.bad",
+                    path, exc, path.name)
+        with contextlib.suppress(OSError):
+            os.replace(path, path.with_name(path.name + ".bad"))
+        return None
+
+
+def _sync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
