@@ -38,6 +38,7 @@ _BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: 
 
 class BoundedServer(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 64  # the listen backlog: a burst is answered (503), not dropped
 
     def __init__(self, address: tuple[str, int], handler: Any) -> None:
         super().__init__(address, handler)

@@ -52,7 +52,7 @@ def test_hooks_queued_at_a_sigkill_run_after_the_restart_once(
         names += batch
         daemon.start()
         wait = rng.randint(0, PER_ROUND - 2)
-        wait_for(lambda: sum(_ran(ran)[n] for n in batch) >= wait, 60,
+        wait_for(lambda b=batch, w=wait: sum(_ran(ran)[n] for n in b) >= w, 60,
                  f"{wait} hooks of round {round_}", 0.01)
         done = states(home.database).get("done", 0)
         queued_at_kill += max(0, done - sum(_ran(ran).values()))
