@@ -228,7 +228,7 @@ def open_error(job: Job, exc: Exception) -> tuple[str | None, str | None]:
         return None, str(exc)
     if isinstance(exc, MemoryError):
         return "not enough memory to decode this file; lower max_pixels", None
-    if resource_shortage(exc):
+    if isinstance(exc, OSError) and resource_shortage(exc):
         return None, f"cannot open the file now: {exc.strerror}; will try again"
     if isinstance(exc, OSError):  # opening it: gone, unreadable
         return open_failure(exc), None
