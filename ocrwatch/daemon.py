@@ -34,6 +34,7 @@ from ocrwatch.pipeline import Context
 from ocrwatch.scheduler import Scheduler
 from ocrwatch.settle import Settler
 from ocrwatch.status import EngineStatus, Reading, Status
+from ocrwatch.status_facts import IndexFacts, SettingWriter, StatusReader
 from ocrwatch.thumbs import Thumbnails
 from ocrwatch.watch import Watcher
 
@@ -59,6 +60,11 @@ class Daemon:
         self.follower = Follower(self.jobs, config, self.thumbs)
         self._web: Any = None  # the search page's server, started on first use
         self._web_lock = threading.Lock()
+        # Status and pause answer from memory while the index is locked (status_facts).
+        self._facts = (StatusReader(config.database)
+                       if str(config.database) != ":memory:" else None)
+        self._paused_flag = SettingWriter(lambda v: self.db.set_setting("paused", v),
+                                          "paused")
         if engine is None:
             self.choice = choose(config)
             self.engine: Engine = create(config, self.choice.name)
@@ -138,6 +144,9 @@ class Daemon:
             self._watcher.stop()
         self.scheduler.close()
         self.ctx.after.close()
+        self._paused_flag.close()
+        if self._facts is not None:
+            self._facts.close()
         if self.ctx.pdf is not None:
             self.ctx.pdf.close()
         self.engine.close()
@@ -153,13 +162,13 @@ class Daemon:
     # -- control ---------------------------------------------------------------------
     def pause(self) -> None:
         """Finish the batch in flight, then read nothing more; keep watching and queueing."""
-        self.db.set_setting("paused", "1")
         self.scheduler.pause()
+        self._paused_flag.set("1")  # saved for the next start as soon as the index can be
         log.info("paused: files are still queued, none is read until resume")
 
     def resume(self) -> None:
-        self.db.set_setting("paused", "0")
         self.scheduler.resume()
+        self._paused_flag.set("0")
         log.info("resumed")
 
     @property
@@ -245,8 +254,14 @@ class Daemon:
         return counts["queued"] == 0 and counts["running"] == 0
 
     def status(self) -> Status:
-        counts = self.jobs.counts()
         midnight = _dt.datetime.combine(_dt.date.today(), _dt.time()).timestamp()
+        if self._facts is not None:
+            facts, index_note = self._facts.read(midnight)
+        else:
+            facts, index_note = IndexFacts(self.jobs.counts(), self.jobs.pages_since(midnight),
+                                           self.jobs.last_result(),
+                                           tuple(self.jobs.failures(10))), None
+        counts = {"queued": 0, "running": 0, "done": 0, "failed": 0, **facts.counts}
         busy = self.scheduler.busy()
         if self.stopping:
             state = "stopping"
@@ -260,15 +275,15 @@ class Daemon:
             engine_facts = dict(self.engine.describe())
         except Exception as exc:  # status must answer even when the engine is sick
             engine_facts = {"state": f"error: {exc}"}
-        last_result = self.scheduler.last_result or self.jobs.last_result()
+        last_result = self.scheduler.last_result or facts.last_result
         return Status(
             state=state, paused=self.paused,
             queued=counts["queued"], running=counts["running"], done=counts["done"],
-            failed=counts["failed"], pages_today=self.jobs.pages_since(midnight),
+            failed=counts["failed"], pages_today=facts.pages_today,
             engine=EngineStatus.from_dict(
                 {**engine_facts, "name": self.choice.name, "why": self.choice.why}),
             last_result=str(last_result) if last_result else None,
-            recent_failures=tuple(self.jobs.failures(10)),
+            recent_failures=facts.failures, index_note=index_note,
             inbox=tuple(str(p) for p in self.config.inbox),
             database=str(self.config.database),
             log_file=str(self.log_file) if self.log_file else None,
