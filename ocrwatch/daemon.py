@@ -115,6 +115,10 @@ class Daemon:
                               follow=self.follower)
             self._watcher = Watcher(settler, observer=self.config.observer)
             self._watcher.start()
+        from ocrwatch.secrets_check import exposed_secrets
+
+        for warning in exposed_secrets(self.config):
+            log.warning("%s", warning)
         log.info("ocrwatch %s watching %s with the %s engine (%s)%s", __version__,
                  ", ".join(str(p) for p in self.config.inbox), self.choice.name,
                  self.choice.why, "; paused" if self.paused else "")
