@@ -20,7 +20,7 @@ from typing import Any
 
 from ocrwatch import __version__, pipeline
 from ocrwatch.config import Config
-from ocrwatch.db import Database
+from ocrwatch.db import Database, encode_path
 from ocrwatch.engines import Choice, Engine, choose, create
 from ocrwatch.errors import OcrwatchError
 from ocrwatch.follow import Follower
@@ -106,6 +106,7 @@ class Daemon:
         if recovered:
             log.info("%d files were being read when ocrwatch last stopped: reading them again",
                      recovered)
+        self.ctx.after.was_done = self._was_done
         self.ctx.after.start()
         self.scheduler.start()
         if self._watch:
@@ -249,6 +250,14 @@ class Daemon:
     def reading(self) -> tuple[Reading, ...]:
         """The files whose pages are being read now (``ocrwatch add`` shows progress)."""
         return self.scheduler.reading()
+
+    def _was_done(self, source: Path, md: Path | None) -> bool:
+        """Whether the index holds ``source`` (or its Markdown, moved with it) as done."""
+        keys = [encode_path(source)] + ([encode_path(md)] if md is not None else [])
+        marks = ", ".join("?" * len(keys))
+        return bool(self.db.query(
+            f"SELECT 1 FROM jobs WHERE state = 'done' AND (path IN ({marks}) "
+            f"OR md_path IN ({marks})) LIMIT 1", (*keys, *keys)))
 
     def is_idle(self) -> bool:
         """Nothing in hand and nothing queued (the batch notification waits for this)."""

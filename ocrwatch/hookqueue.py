@@ -8,6 +8,9 @@ program is done with, the file is removed. At the next start:
 
 - ``.json`` files are hooks that never started: they are run, in the order they were
   queued, and the log says so by file name;
+- ``.pending`` files were written just before the file was marked done in the index
+  (so that a kill between the two loses no hook): run if the index says the file is
+  done, else dropped;
 - ``.run`` files are hooks that had started when ocrwatch stopped; the program runs in a
   session of its own, so it has likely finished on its own: it is not run again (twice
   would be worse for a hook that sends or moves something), and the log names each one.
@@ -21,6 +24,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,13 +57,19 @@ class HookJournal:
         self.folder = folder
         self._seq = itertools.count()
 
-    def add(self, values: dict[str, Path | None], pages: int) -> Path | None:
-        """Record a hook to run; its file, or None when it could not be written."""
+    def add(self, values: dict[str, Path | None], pages: int, *, pending: bool = False,
+            replaces: Path | None = None) -> Path | None:
+        """Record a hook to run; its file, or None when it could not be written.
+
+        ``pending``: the file is about to be marked done (``.pending``: run at the next
+        start only if the index says it is done). ``replaces``: a pending record made
+        whole now (same name, ``.json``; the pending one is removed after)."""
         record: dict[str, object] = {k: (os.fsdecode(v) if v is not None else None)
                                      for k, v in values.items()}
         record.update(pages=pages, queued=time.time())
-        name = f"{time.time_ns():020d}-{os.getpid()}-{next(self._seq):06d}"
-        target = self.folder / f"{name}.json"
+        name = (replaces.stem if replaces is not None
+                else f"{time.time_ns():020d}-{os.getpid()}-{next(self._seq):06d}")
+        target = self.folder / f"{name}.{'pending' if pending else 'json'}"
         tmp = self.folder / f".{name}.tmp"
         try:
             private_dir(self.folder, ours=True)
@@ -71,6 +81,8 @@ class HookJournal:
                 os.fsync(fh.fileno())
             os.replace(tmp, target)
             _sync_dir(self.folder)
+            if replaces is not None and replaces != target:
+                self.finished(replaces)
         except OSError as exc:
             with contextlib.suppress(OSError):
                 tmp.unlink()
@@ -98,10 +110,12 @@ class HookJournal:
                 log.warning("cannot remove %s (%s): on_done for it may be named as cut "
                             "short at the next start", path, exc.strerror or exc)
 
-    def recover(self) -> tuple[list[Entry], list[Entry]]:
+    def recover(self, was_done: Callable[[Entry], bool] | None = None
+                ) -> tuple[list[Entry], list[Entry]]:
         """What the last run left: (hooks never started, hooks started but not seen
         through). The started ones are removed from disk here; the others stay until
-        they are run."""
+        they are run. A ``.pending`` record (killed while its file was being marked
+        done) is a hook to run when ``was_done`` says the file is done, else dropped."""
         try:
             names = sorted(os.listdir(self.folder))
         except FileNotFoundError:
@@ -118,12 +132,25 @@ class HookJournal:
                 with contextlib.suppress(OSError):
                     path.unlink()  # a record never made whole: its hook was never queued
                 continue
-            if not name.endswith((".json", ".run")):
+            if not name.endswith((".json", ".run", ".pending")):
+                continue
+            if name.endswith(".pending") and (
+                    f"{path.stem}.json" in names or f"{path.stem}.run" in names):
+                self.finished(path)  # made whole already; the kill came before this went
                 continue
             entry = _read(path)
             if entry is None:
                 continue
-            if name.endswith(".run"):
+            if name.endswith(".pending"):
+                if was_done is not None and was_done(entry):
+                    final = self.folder / f"{path.stem}.json"
+                    with contextlib.suppress(OSError):
+                        os.replace(path, final)
+                        entry = Entry(final, entry.values, entry.pages, entry.queued)
+                    waiting.append(entry)
+                else:
+                    self.finished(path)  # its file was not marked done: no hook is due
+            elif name.endswith(".run"):
                 cut.append(entry)
                 self.finished(path)
             else:

@@ -229,6 +229,9 @@ class AfterDone(Service):
         # Hooks queued on disk as well, so a kill loses none (hookqueue).
         self.journal = (HookJournal(folder_for(config.database))
                         if str(config.database) != ":memory:" else None)
+        self._pending: dict[Path, Path] = {}  # source -> its .pending record
+        # Whether the index says a pending record's file is done (set by the daemon).
+        self.was_done: Callable[[Path, Path | None], bool] | None = None
         self._batch = _Batch()
         self._lock = threading.Lock()
         self._held = 0  # outcomes being recorded: their files are not in the batch yet
@@ -254,7 +257,14 @@ class AfterDone(Service):
         """Hooks the last run left queued on disk; those that had started are named."""
         if self.journal is None:
             return []
-        waiting, cut = self.journal.recover()
+        was_done = self.was_done
+
+        def done_in_index(entry: Entry) -> bool:
+            source = entry.values.get("source")
+            return (was_done is not None and source is not None
+                    and was_done(source, entry.values.get("md")))
+
+        waiting, cut = self.journal.recover(done_in_index)
         for entry in cut:
             log.warning("on_done for %s had started when ocrwatch last stopped (queued %s); "
                         "it is not run again: see that it finished",
@@ -303,12 +313,32 @@ class AfterDone(Service):
         if self._started:
             self._queue.put(("check", None))
 
+    def expect(self, source: Path, md: Path | None, txt: Path | None, pdf: Path | None,
+               pages: int) -> None:
+        """``source`` is about to be marked done: its hook is recorded first, so that a
+        kill between the index's commit and :meth:`done` loses none."""
+        if self._started and self.config.on_done and self.journal is not None:
+            record = self.journal.add({"source": source, "original": source, "md": md,
+                                       "txt": txt, "pdf": pdf}, pages, pending=True)
+            if record is not None:
+                with self._lock:
+                    self._pending[source] = record
+
+    def forget(self, source: Path) -> None:
+        """``source`` was not marked done after all: no hook is due."""
+        with self._lock:
+            record = self._pending.pop(source, None)
+        if record is not None and self.journal is not None:
+            self.journal.finished(record)
+
     def done(self, item: Finished) -> None:
+        with self._lock:
+            pending = self._pending.pop(item.source, None)
         if not self._started:
             return
         record = None
         if self.config.on_done and self.journal is not None:
-            record = self.journal.add(_values(item), item.pages)
+            record = self.journal.add(_values(item), item.pages, replaces=pending)
         with self._lock:
             if not self._closed:
                 self._queue.put(("done", (item, record)))
