@@ -3,12 +3,16 @@
 ``on_done`` is an argv list, never a shell string, so no file name can inject a command.
 The paths of the finished file are passed in the environment (``OCRWATCH_FILE``...) and
 as arguments: ``{file}``, ``{source}``, ``{md}``, ``{txt}``, ``{pdf}`` in an argument are
-replaced; with none of them, the original's path is appended as the last argument. The
-program runs in its own session with a timeout (the whole group is ended then); a
-program that exits counts as finished even when a child it started in the background
-still runs (that child is its own business, as after a shell's ``&``); its
-failure is logged and the file still counts as done. Hooks run one at a time on a thread
-of their own, so a slow hook never holds up reading.
+replaced; with none of them, the original's path is appended as the last argument. In a
+shell's command string (``["/bin/sh", "-c", "notify {file}"]``) the value is quoted for
+that shell, and forms no quoting can hold are refused (:mod:`ocrwatch.hookshell`).
+The program runs in its own session with a timeout, after which it is ended with
+everything it started (its session, its descendants, and what carries its environment
+marker: a ``setsid`` child too); a program that exits counts as finished even when a
+child it started in the background still runs (that child is its own business, as after
+a shell's ``&``); its failure is logged and the file still counts as done. Hooks run one
+at a time on a thread of their own, so a slow hook never holds up reading, and their
+queue is kept on disk (:mod:`ocrwatch.hookqueue`) so that a kill loses none.
 """
 
 from __future__ import annotations
