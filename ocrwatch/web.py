@@ -132,6 +132,7 @@ class SearchServer:
         Another user sees only the file's name, which they cannot open."""
         code = secrets.token_urlsafe(24)
         folder = private_dir(launch_folder(), ours=True)
+        _remove_old_pages(folder)
         target = folder / f"search-{secrets.token_hex(8)}.html"
         address = f"http://127.0.0.1:{self.port}/?code={code}"
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
@@ -329,3 +330,15 @@ class SearchServer:
             return None
 
 
+
+
+def _remove_old_pages(folder: Path) -> None:
+    """Pages left by a server that stopped without removing them (a crash): their codes
+    died with it; those older than CODE_SECONDS are removed (younger ones may be another
+    server's, still to be opened)."""
+    now = time.time()
+    with contextlib.suppress(OSError):
+        for page in folder.glob("search-*.html"):
+            with contextlib.suppress(OSError):
+                if now - page.lstat().st_mtime > CODE_SECONDS:
+                    page.unlink()

@@ -327,3 +327,29 @@ def test_slowloris_under_a_low_file_limit_keeps_status_and_reading_going(
           f"daemon with nofile={NOFILE}: {len(kept)} closed by the server, the longest "
           f"after {kept[-1]:.1f} s; status answered in at most {max(status_took):.2f} s "
           f"({len(status_took)} asked); the dropped file was read")
+
+
+def test_a_code_works_once_and_old_launch_pages_are_removed(
+        tmp_path: Path, home: Home, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ocrwatch.db import Database
+    from ocrwatch.thumbs import Thumbnails
+    from ocrwatch.web import CODE_SECONDS, SearchServer
+
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(home.run))  # the launch pages' folder
+    Database(tmp_path / "index.sqlite3").close()
+    with SearchServer(tmp_path / "index.sqlite3", Thumbnails(tmp_path / "thumbs"),
+                      write_token_file=False) as server:
+        first = Path(urllib.parse.urlsplit(server.launch_url()).path)
+        match = re.search(r"code=([\w-]+)", first.read_text())
+        assert match is not None
+        raw = _request(server.port, f"/?code={match.group(1)}")
+        answer = _fetch(server.port, raw)
+        assert answer.startswith(b"HTTP/1.1 303") and server.token.encode() in answer
+        assert not first.exists()  # spent: its page is removed
+        assert _fetch(server.port, raw).startswith(b"HTTP/1.1 403")  # and it is void
+        stale = Path(urllib.parse.urlsplit(server.launch_url()).path)
+        old = time.time() - CODE_SECONDS - 60
+        os.utime(stale, (old, old))
+        fresh = Path(urllib.parse.urlsplit(server.launch_url()).path)
+        assert fresh.exists() and not stale.exists()
+    assert not fresh.exists()  # the server's own pages go with it
