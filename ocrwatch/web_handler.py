@@ -55,7 +55,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.deadline = time.monotonic() + REQUEST_SECONDS
         # Reads go through a deadline: a byte every few seconds no longer keeps a
         # connection (and its thread and descriptor) for ever.
-        self.rfile = io.BufferedReader(_DeadlineReader(self.connection, self))
+        plain, self.rfile = self.rfile, io.BufferedReader(_DeadlineReader(self.connection,
+                                                                            self))
+        plain.close()  # the socket's own reader: its reference to the socket goes
 
     def handle_one_request(self) -> None:
         super().handle_one_request()
