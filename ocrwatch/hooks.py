@@ -18,12 +18,13 @@ queue is kept on disk (:mod:`ocrwatch.hookqueue`) so that a kill loses none.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import os
 import queue
-import selectors
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 import uuid
@@ -42,7 +43,7 @@ log = logging.getLogger(__name__)
 
 _MARKER = "OCRWATCH_HOOK_RUN"
 OUTPUT_LIMIT = 4000  # characters of the program's output kept for the log
-_DRAIN_LIMIT = 1 << 20  # bytes read after the program ended (a child may still write)
+_TRIM_AT = 1 << 20  # bytes of output after which the file is emptied (its end kept)
 
 
 @dataclass(frozen=True)
@@ -98,16 +99,26 @@ def run_hook(argv: list[str], item: Finished, timeout: float) -> int | None:
     except HookRefused as exc:  # the config check refuses these forms before a start
         log.warning("on_done was not run for %s: %s", item.source.name, exc)
         return None
+    env = hook_env(item)
     try:
-        env = hook_env(item)
-        proc = subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        # Output goes to an unnamed file, not a pipe: a hook still running when ocrwatch
+        # is killed is not killed in turn by SIGPIPE at its next line of output.
+        out = tempfile.TemporaryFile()  # noqa: SIM115 (closed by the with below)
     except OSError as exc:
-        log.warning("on_done could not start %s: %s; fix on_done in the config", args[0],
-                    exc.strerror or exc)
+        log.warning("on_done was not run for %s: no temporary file for its output (%s)",
+                    item.source.name, exc.strerror or exc)
         return None
-    output = _wait(proc, timeout)
+    with out:
+        fd = out.fileno()
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
+        try:
+            proc = subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+        except OSError as exc:
+            log.warning("on_done could not start %s: %s; fix on_done in the config",
+                        args[0], exc.strerror or exc)
+            return None
+        output = _wait(proc, fd, timeout)
     if output is None:
         _end_tree(proc, env[_MARKER])
         log.warning("on_done %s ran over %g s for %s and was stopped; raise on_done_timeout "
@@ -124,51 +135,37 @@ def run_hook(argv: list[str], item: Finished, timeout: float) -> int | None:
     return proc.returncode
 
 
-def _wait(proc: subprocess.Popen[bytes], timeout: float) -> bytes | None:
+def _wait(proc: subprocess.Popen[bytes], fd: int, timeout: float) -> bytes | None:
     """The end of the program's output once the program itself has exited, or None when
     it runs past ``timeout``. Waits for the program, not for the end of its output: a
-    child it left running in the background keeps the pipe open. Only the last bytes
-    are kept, so a program that writes without end costs no memory."""
-    assert proc.stdout is not None
+    child it left running in the background may write on. Only the last bytes are kept,
+    and the file is emptied as it grows (it is opened for appending, so the program's
+    next writes start again at its start): a program that writes without end costs
+    neither memory nor disk."""
     deadline = time.monotonic() + timeout
-    fd = proc.stdout.fileno()
-    os.set_blocking(fd, False)
     tail = bytearray()
+    while True:
+        try:
+            proc.wait(timeout=max(0.0, min(0.2, deadline - time.monotonic())))
+            break
+        except subprocess.TimeoutExpired:
+            if time.monotonic() >= deadline:
+                return None
+            _take(fd, tail, _TRIM_AT)
+    _take(fd, tail, 0)
+    return bytes(tail)
 
-    def read(limit: int) -> bool:
-        """Read what is there now; False at the end of the output."""
-        got = 0
-        while got < limit:
-            try:
-                chunk = os.read(fd, 65536)
-            except BlockingIOError:
-                return True
-            if not chunk:
-                return False
-            got += len(chunk)
-            tail.extend(chunk)
-            del tail[:-OUTPUT_LIMIT * 4]
-        return True
 
-    try:
-        with selectors.DefaultSelector() as selector:
-            selector.register(fd, selectors.EVENT_READ)
-            open_pipe = True
-            while proc.poll() is None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return None
-                if not open_pipe:
-                    with contextlib.suppress(subprocess.TimeoutExpired):
-                        proc.wait(min(left, 0.2))
-                elif selector.select(min(left, 0.2)) and not read(_DRAIN_LIMIT):
-                    selector.unregister(fd)
-                    open_pipe = False
-            if open_pipe:
-                read(_DRAIN_LIMIT)
-        return bytes(tail)
-    finally:
-        proc.stdout.close()
+def _take(fd: int, tail: bytearray, over: int) -> None:
+    """Move the end of the output file into ``tail`` once it holds more than ``over``
+    bytes, and empty the file."""
+    size = os.fstat(fd).st_size
+    if size <= over or size == 0:
+        return
+    keep = OUTPUT_LIMIT * 4
+    tail.extend(os.pread(fd, min(size, keep), max(0, size - keep)))
+    del tail[:-keep]
+    os.ftruncate(fd, 0)
 
 
 def _end_tree(proc: subprocess.Popen[bytes], marker: str) -> None:

@@ -1,7 +1,8 @@
 """on_done hooks queued when the daemon is killed run after the restart, each once.
 
 A kill loop: every round drops six files into the inbox of a real ``ocrwatch run`` (fake
-engine, a real /bin/sh hook that appends the file's name to a log and then takes 0.2 s),
+engine, a real /bin/sh hook that takes 0.2 s, prints a line, then appends the file's name
+to a log: a hook still running at the kill must not die at its next line of output),
 kills it with SIGKILL once a random number of that round's hooks have run (so the others
 are queued), and starts it again. At the end every file's hook has run exactly once;
 one that had started at a kill (it runs in a session of its own and finishes anyway) is
@@ -39,7 +40,7 @@ def test_hooks_queued_at_a_sigkill_run_after_the_restart_once(
     config = home.root / "config.toml"
     config.write_text(
         "on_done = ['/bin/sh', '-c', "
-        f"'printf \"%s\\n\" \"$OCRWATCH_SOURCE\" >> {ran}; sleep 0.2']\n"
+        f"'sleep 0.2; echo working; printf \"%s\\n\" \"$OCRWATCH_SOURCE\" >> {ran}']\n"
         "on_done_timeout = 30\n")
     daemon = daemon_process(OCRWATCH_CONFIG=str(config))
     names: list[str] = []
