@@ -11,9 +11,12 @@ program is done with, the file is removed. At the next start:
 - ``.pending`` files were written just before the file was marked done in the index
   (so that a kill between the two loses no hook): run if the index says the file is
   done, else dropped;
-- ``.run`` files are hooks that had started when ocrwatch stopped; the program runs in a
-  session of its own, so it has likely finished on its own: it is not run again (twice
-  would be worse for a hook that sends or moves something), and the log names each one.
+- ``.run`` files are hooks whose start had begun. The hook's own process writes a byte
+  to ``NAME.started`` just before it becomes the program (after ocrwatch forked it, so
+  even when ocrwatch is killed in between): with that byte the program started; it runs
+  in a session of its own and has likely finished on its own, so it is not run again
+  (twice would be worse for a hook that sends or moves something) and the log names it.
+  Without it the program never started: it is run like a queued one.
 """
 
 from __future__ import annotations
@@ -47,6 +50,12 @@ class Entry:
 
 def folder_for(database: Path) -> Path:
     return database.with_name(database.name + ".hooks")
+
+
+def trace_for(running: Path) -> Path:
+    """The file the hook's own process writes a byte to just before it becomes the
+    program (see hooks.run_hook): it tells "started" from "killed before the start"."""
+    return running.with_suffix(".started")
 
 
 class HookJournal:
@@ -103,6 +112,8 @@ class HookJournal:
         return running
 
     def finished(self, path: Path) -> None:
+        if path.suffix == ".run":
+            self.finished(trace_for(path))
         with contextlib.suppress(FileNotFoundError):
             try:
                 path.unlink()
@@ -151,8 +162,17 @@ class HookJournal:
                 else:
                     self.finished(path)  # its file was not marked done: no hook is due
             elif name.endswith(".run"):
-                cut.append(entry)
-                self.finished(path)
+                trace = trace_for(path)
+                if trace.exists() and trace.stat().st_size > 0:
+                    cut.append(entry)  # the program started: it is not run twice
+                    self.finished(path)
+                else:  # killed before the program started: it is still to run
+                    final = path.with_suffix(".json")
+                    with contextlib.suppress(OSError):
+                        os.replace(path, final)
+                        entry = Entry(final, entry.values, entry.pages, entry.queued)
+                    waiting.append(entry)
+                self.finished(trace)
             else:
                 waiting.append(entry)
         return waiting, cut

@@ -18,10 +18,12 @@ queue is kept on disk (:mod:`ocrwatch.hookqueue`) so that a kill loses none.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import logging
 import os
 import queue
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -31,11 +33,12 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import psutil
 
 from ocrwatch.config import Config
-from ocrwatch.hookqueue import Entry, HookJournal, folder_for
+from ocrwatch.hookqueue import Entry, HookJournal, folder_for, trace_for
 from ocrwatch.hookshell import PLACEHOLDERS, HookRefused, shell_safe
 from ocrwatch.threads import Service
 
@@ -92,8 +95,13 @@ def hook_env(item: Finished) -> dict[str, str]:
     return env
 
 
-def run_hook(argv: list[str], item: Finished, timeout: float) -> int | None:
-    """Run ``on_done`` for ``item``; its exit status, or None when it did not finish."""
+def run_hook(argv: list[str], item: Finished, timeout: float,
+             trace: Path | None = None) -> int | None:
+    """Run ``on_done`` for ``item``; its exit status, or None when it did not finish.
+
+    ``trace``: a file the hook's process writes a byte to just before it becomes the
+    program (through ``/bin/sh``'s ``exec``), so that a restart after a kill can tell
+    whether the program had started (hookqueue)."""
     try:
         args = hook_argv(argv, item)
     except HookRefused as exc:  # the config check refuses these forms before a start
@@ -112,8 +120,7 @@ def run_hook(argv: list[str], item: Finished, timeout: float) -> int | None:
         fd = out.fileno()
         fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
         try:
-            proc = subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+            proc = _start(args, env, out, trace)
         except OSError as exc:
             log.warning("on_done could not start %s: %s; fix on_done in the config",
                         args[0], exc.strerror or exc)
@@ -133,6 +140,20 @@ def run_hook(argv: list[str], item: Finished, timeout: float) -> int | None:
         log.info("on_done %s for %s: ok%s", args[0], item.source.name,
                  f": {text}" if text else "")
     return proc.returncode
+
+
+def _start(args: list[str], env: dict[str, str], out: IO[bytes],
+           trace: Path | None) -> subprocess.Popen[bytes]:
+    if trace is None or not os.path.exists("/bin/sh"):
+        return subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    if shutil.which(args[0], path=env.get("PATH")) is None:
+        raise FileNotFoundError(errno.ENOENT, "no such program", args[0])
+    # The byte is written by the hook's own process, after the fork: whenever ocrwatch
+    # dies, "started" is on disk exactly when the program runs. ($0 is the trace's path.)
+    shim = ["/bin/sh", "-c", 'printf . >> "$0" && exec "$@"', str(trace), *args]
+    return subprocess.Popen(shim, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                            stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def _wait(proc: subprocess.Popen[bytes], fd: int, timeout: float) -> bytes | None:
@@ -379,10 +400,12 @@ class AfterDone(Service):
             if self.stopping and time.monotonic() > self._last_start:
                 _log_not_run(item.source.name, record)
                 return
+            trace = None
             if record is not None and self.journal is not None:
                 record = self.journal.started(record)
+                trace = trace_for(record) if record.suffix == ".run" else None
             try:
-                run_hook(self.config.on_done, item, self.config.on_done_timeout)
+                run_hook(self.config.on_done, item, self.config.on_done_timeout, trace)
             finally:
                 if record is not None and self.journal is not None:
                     self.journal.finished(record)
