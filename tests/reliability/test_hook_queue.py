@@ -78,6 +78,7 @@ def test_hooks_queued_at_a_sigkill_run_after_the_restart_once(
     recovered = logs.count("was queued when ocrwatch last stopped: it runs now")
     print(f"\nhook kill loop: {ROUNDS} kills, {len(names)} files, {queued_at_kill} hooks "
           f"queued at the kills, {recovered} run after a restart, "
-          f"{logs.count('had started when ocrwatch last stopped')} cut short and named, "
+          f"{logs.count('had started when ocrwatch last stopped')} had started at a kill (named, "
+          f"not run again), "
           f"0 lost, 0 run twice, {time.monotonic() - started:.1f} s (seed {SEED})")
     assert recovered >= 1 or queued_at_kill == 0
