@@ -20,11 +20,12 @@ from typing import Any
 
 from ocrwatch import __version__, pipeline
 from ocrwatch.config import Config
-from ocrwatch.db import Database, encode_path
+from ocrwatch.db import encode_path
 from ocrwatch.engines import Choice, Engine, choose, create
 from ocrwatch.errors import OcrwatchError
 from ocrwatch.follow import Follower
 from ocrwatch.hooks import AfterDone
+from ocrwatch.indexhealth import IndexGuard, open_index
 from ocrwatch.jobfiles import Seen
 from ocrwatch.jobs import JobQueue
 from ocrwatch.languages import locale_note
@@ -54,7 +55,10 @@ class Daemon:
     ) -> None:
         self.config = config
         self.log_file = log_file
-        self.db = Database(config.database, origin=config.origin("database"))
+        # Checked and, when damaged, set aside and rebuilt from the sidecars by the daemon
+        # proper (``ocrwatch run`` holds the index's lock); watched while it runs.
+        self.db, self.index_note = open_index(config, repair=watch)
+        self.index_guard = IndexGuard(self.db)
         self.jobs = JobQueue(self.db)
         self.thumbs = Thumbnails(config.cache_dir / "thumbnails")
         self.follower = Follower(self.jobs, config, self.thumbs)
@@ -110,6 +114,7 @@ class Daemon:
         self.ctx.after.start()
         self.scheduler.start()
         if self._watch:
+            self.index_guard.start()
             settler = Settler(self.config.inbox, self.config.settle_seconds, self.consider,
                               lambda path: pipeline.gone(self.ctx, path),
                               rescan_seconds=self.config.rescan_minutes * 60,
@@ -147,6 +152,7 @@ class Daemon:
             web.close()
         if self._watcher is not None:
             self._watcher.stop()
+        self.index_guard.close(timeout=10)
         self.scheduler.close()
         self.ctx.after.close()
         self._paused_flag.close()
@@ -269,9 +275,9 @@ class Daemon:
     def status(self) -> Status:
         midnight = _dt.datetime.combine(_dt.date.today(), _dt.time()).timestamp()
         if self._facts is not None:
-            facts, index_note = self._facts.read(midnight)
+            facts, counts_note = self._facts.read(midnight)
         else:
-            facts, index_note = IndexFacts(self.jobs.counts(), self.jobs.pages_since(midnight),
+            facts, counts_note = IndexFacts(self.jobs.counts(), self.jobs.pages_since(midnight),
                                            self.jobs.last_result(),
                                            tuple(self.jobs.failures(10))), None
         counts = {"queued": 0, "running": 0, "done": 0, "failed": 0, **facts.counts}
@@ -296,7 +302,7 @@ class Daemon:
             engine=EngineStatus.from_dict(
                 {**engine_facts, "name": self.choice.name, "why": self.choice.why}),
             last_result=str(last_result) if last_result else None,
-            recent_failures=facts.failures, index_note=index_note,
+            recent_failures=facts.failures, counts_note=counts_note,
             inbox=tuple(str(p) for p in self.config.inbox),
             database=str(self.config.database),
             log_file=str(self.log_file) if self.log_file else None,
@@ -304,5 +310,6 @@ class Daemon:
             language_note=locale_note(self.config.languages)
             if self.choice.name == "tesseract" else None,
             reading=self.reading(), languages=tuple(self.config.languages),
+            index_note=self.index_guard.note or self.index_note,
             pages_per_second=self.scheduler.rate.per_second(),
         )

@@ -146,7 +146,8 @@ class Status:
     languages: tuple[str, ...] = ()
     language_note: str | None = None  # the desktop's language left out for want of data
     pages_per_second: float | None = None  # pages read over the last minute
-    index_note: str | None = None  # the counts come from memory: the index was locked
+    index_note: str | None = None  # the index file was damaged, deleted or replaced
+    counts_note: str | None = None  # the counts come from memory: the index was locked
 
     @property
     def in_queue(self) -> int:
@@ -186,9 +187,10 @@ class Status:
             pid=int(pid) if pid is not None else None, version=text("version"),
             reading=tuple(Reading.from_dict(r) for r in data.get("reading") or ()),
             languages=tuple(str(x) for x in data.get("languages") or ()),
-            language_note=text("language_note"), index_note=text("index_note"),
+            language_note=text("language_note"), counts_note=text("counts_note"),
             pages_per_second=float(pps) if (pps := data.get("pages_per_second")) is not None
             else None,
+            index_note=text("index_note"),
         )
 
 
@@ -211,8 +213,8 @@ def format_status(status: Status) -> str:
         f"ocrwatch {status.version or '?'} (PID {status.pid or '?'}): {status.state}",
         queue,
     ]
-    if status.index_note:
-        lines.append(f"  index:   {status.index_note}")
+    if status.counts_note:
+        lines.append(f"  counts:  {status.counts_note}")
     lines += [f"  reading: {r.text}" for r in status.reading[:5]]
     if len(status.reading) > 5:
         lines.append(f"  reading: and {len(status.reading) - 5} more files")
@@ -236,6 +238,8 @@ def format_status(status: Status) -> str:
             line += f" ({server['last_error']})"
         lines.append(line)
     lines += [f"  inbox:   {folder}" for folder in status.inbox]
+    if status.index_note:
+        lines.append(f"  index:   {status.index_note}")
     if status.last_result:
         lines.append(f"  last:    {status.last_result}")
     if status.recent_failures:

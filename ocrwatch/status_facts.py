@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ocrwatch.db import Database
+from ocrwatch.db import Database, file_identity
 from ocrwatch.errors import OcrwatchError
 from ocrwatch.jobs import JobQueue
 from ocrwatch.status import Failure
@@ -74,6 +74,9 @@ class StatusReader:
             self._lock.release()
 
     def _connection(self) -> Database:
+        if self._db is not None and file_identity(self.database) not in (None,
+                                                                          self._db.identity):
+            self._drop()  # the index was written back under a new inode: read that one
         if self._db is None:
             db = Database(self.database, readonly=True, origin="status")
             db.conn.execute(f"PRAGMA busy_timeout = {int(WAIT_SECONDS * 1000)}")
