@@ -83,7 +83,7 @@ def test_status_and_pause_answer_while_another_program_holds_the_lock(
     assert done.returncode == 0, done.stderr
     wait_for(lambda: states(home.database).get("done") == 2, 60, "the file to be read")
     done, _ = _timed(home, "status", "--json")
-    assert json.loads(done.stdout)["index_note"] is None
+    assert json.loads(done.stdout)["counts_note"] is None
     assert daemon.stop() == 0
     print(f"\nindex locked by a sqlite3 shell: answers in {took}")
 
