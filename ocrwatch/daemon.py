@@ -279,8 +279,10 @@ class Daemon:
         else:
             facts, counts_note = IndexFacts(self.jobs.counts(), self.jobs.pages_since(midnight),
                                            self.jobs.last_result(),
-                                           tuple(self.jobs.failures(10))), None
+                                           tuple(self.jobs.failures(10)),
+                                           self.jobs.prepared_since(midnight)), None
         counts = {"queued": 0, "running": 0, "done": 0, "failed": 0, **facts.counts}
+        prepared = facts.prepared
         busy = self.scheduler.busy()
         if self.stopping:
             state = "stopping"
@@ -299,6 +301,7 @@ class Daemon:
             state=state, paused=self.paused,
             queued=counts["queued"], running=counts["running"], done=counts["done"],
             failed=counts["failed"], pages_today=facts.pages_today,
+            turned_today=prepared[0], blank_today=prepared[1],
             engine=EngineStatus.from_dict(
                 {**engine_facts, "name": self.choice.name, "why": self.choice.why}),
             last_result=str(last_result) if last_result else None,

@@ -40,6 +40,7 @@ class IndexFacts:
     pages_today: int = 0
     last_result: Path | None = None
     failures: tuple[Failure, ...] = ()
+    prepared: tuple[int, int] = (0, 0)  # pages turned upright, recorded blank, since
     read_at: float | None = None  # time.time() of the read; None: never read
 
 
@@ -63,7 +64,8 @@ class StatusReader:
             jobs = JobQueue(self._connection())
             with jobs.db.time_limit(WAIT_SECONDS * 2):
                 facts = IndexFacts(jobs.counts(), jobs.pages_since(since),
-                                   jobs.last_result(), tuple(jobs.failures(10)), time.time())
+                                   jobs.last_result(), tuple(jobs.failures(10)),
+                                   jobs.prepared_since(since), time.time())
             self._last = facts
             return facts, None
         except (sqlite3.Error, OcrwatchError) as exc:
