@@ -113,7 +113,8 @@ def sniff(path: Path, fh: BinaryIO | None = None) -> str:
 def os_error(exc: OSError, verb: str) -> Exception:
     import errno
 
-    if exc.errno in (errno.ENOSPC, errno.EAGAIN, errno.EBUSY, errno.EIO, errno.ENOMEM):
+    if exc.errno in (errno.ENOSPC, errno.EAGAIN, errno.EBUSY, errno.EIO, errno.ENOMEM,
+                     errno.EMFILE, errno.ENFILE, errno.ENOBUFS):
         return TransientError(f"could not {verb} the file: {exc.strerror}; will try again")
     return InputError(f"could not {verb} the file: {exc.strerror or exc}")
 

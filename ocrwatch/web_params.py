@@ -27,6 +27,11 @@ def token_file() -> Path:
     return paths.runtime_dir() / "search-url"
 
 
+def launch_folder() -> Path:
+    """Where the 0600 pages that hand a browser its one-time code are written."""
+    return paths.runtime_dir() / "search-open"
+
+
 def whole(text: object, what: str, low: int = 0, high: int = MAX_ID) -> int:
     """``text`` as a whole number in [low, high]; SearchError with a plain message else."""
     try:
