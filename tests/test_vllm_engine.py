@@ -492,19 +492,71 @@ def test_the_daemon_streams_through_a_killed_worker_and_indexes_each_page_once(
 # -- idle states -------------------------------------------------------------------------------
 
 
+class StepClock:
+    """A clock the test moves by hand, so that the idle timers fire when it says."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def test_idle_engine_sleeps_then_ends_its_worker_then_restarts() -> None:
-    eng = make_engine(idle_sleep=0.2, idle_stop=0.8)
+    # The idle timers run on the test's clock: under load a real clock let the stop timer
+    # (counted from the last page, as is the sleep timer) fire before the test looked.
+    clock = StepClock()
+    config = Config()
+    config.vllm.idle_sleep_seconds, config.vllm.idle_stop_seconds = 0.2, 0.8
+    eng = VllmEngine(config, backend="fake", card_mib=16 * 1024, clock=clock)
     try:
         eng.recognize([page(0)])
         pid = eng.worker_pid
         assert pid is not None
+        clock.now += 0.3
+        eng._poke()
         assert eng.wait_for_state(["asleep"], 10)
         assert eng.worker_pid == pid  # asleep, still there
+        clock.now += 0.6
+        eng._poke()
         assert eng.wait_for_state(["stopped"], 10)
         assert eng.worker_pid is None and gone(pid)
         assert eng.describe()["gpu_memory_mb"] == 0
         (result,) = eng.recognize([page(1)])
         assert result.error is None and eng.worker_pid not in (None, pid)
+    finally:
+        eng.close()
+
+
+def test_a_worker_being_ended_is_still_named_while_its_state_says_so(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the worker ends, the state and the pid agree: never "asleep" with no worker
+    (the engine used to let go of the worker first and say "stopped" only once it had
+    ended, so a look in between saw an asleep engine without a worker)."""
+    from ocrwatch.engines.vllm import supervisor
+
+    seen: list[tuple[str, int | None]] = []
+    stop = supervisor.Worker.stop
+
+    def watched_stop(self: supervisor.Worker) -> None:
+        seen.append((eng.state, eng.worker_pid))  # what another thread sees meanwhile
+        stop(self)
+
+    monkeypatch.setattr(supervisor.Worker, "stop", watched_stop)
+    clock = StepClock()
+    config = Config()
+    config.vllm.idle_sleep_seconds, config.vllm.idle_stop_seconds = 0.2, 0.8
+    eng = VllmEngine(config, backend="fake", card_mib=16 * 1024, clock=clock)
+    try:
+        eng.recognize([page(0)])
+        pid = eng.worker_pid
+        clock.now += 0.3
+        eng._poke()
+        assert eng.wait_for_state(["asleep"], 10)
+        clock.now += 0.6
+        eng._poke()
+        assert eng.wait_for_state(["stopped"], 10)
+        assert seen == [("asleep", pid)]
     finally:
         eng.close()
 
