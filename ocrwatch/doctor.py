@@ -50,7 +50,7 @@ def check_tesseract(config: Config) -> list[Check]:
                                 f"sudo apt install tesseract-ocr-{lang.replace('_', '-')}; "
                                 "then `ocrwatch reread` reads what was read before again"))
         return checks
-    pkgs = " ".join(f"tesseract-ocr-{lang}" for lang in missing)
+    pkgs = " ".join(f"tesseract-ocr-{lang.replace('_', '-').lower()}" for lang in missing)
     return [Check(
         "Tesseract languages", False,
         f"missing: {', '.join(missing)}; installed: {', '.join(sorted(have)) or 'none'}",

@@ -63,7 +63,7 @@ def _overrides(p: argparse.ArgumentParser) -> None:
                    help="write sidecars under DIR instead of beside the originals")
     p.add_argument("--database", type=Path, metavar="FILE", help="index and queue file")
     p.add_argument("--languages", metavar="LANGS",
-                   help="Tesseract languages, comma-separated, e.g. eng,deu,fra")
+                   help="Tesseract languages: eng+deu+fra or eng,deu,fra")
     p.add_argument("--log-level", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
 
 
@@ -86,7 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"ocrwatch {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    # Not required: a bare `ocrwatch` prints this help (cli.main) instead of an error.
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = _sub(sub, "run", "run the daemon in the foreground (with a tray icon when there is "
                          "a display)",
@@ -169,9 +170,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all-failed", action="store_true", help="every failed file")
 
     p = _sub(sub, "doctor", "check what the daemon needs and say how to fix gaps",
-             "ocrwatch doctor", "ocrwatch doctor --engine vllm --languages eng,ita")
+             "ocrwatch doctor", "ocrwatch doctor --engine vllm --languages eng+ita",
+             "ocrwatch doctor --json | jq '.[] | select(.ok | not)'")
     _common(p)
     _overrides(p)
+    p.add_argument("--json", action="store_true",
+                   help="print the checks as JSON: a list of {name, ok, detail, fix}")
+
+    p = _sub(sub, "init", "write the example configuration, every key with its default and "
+                          "what it does, to the config file",
+             "ocrwatch init", "ocrwatch init --print > my-config.toml",
+             "ocrwatch init --config ~/ocrwatch.toml")
+    _common(p)
+    p.add_argument("--print", action="store_true", dest="print_only",
+                   help="print it instead of writing a file")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing config file (it is kept as FILE.bak)")
+
+    p = _sub(sub, "completion", "print a shell completion script for bash, zsh or tcsh",
+             "ocrwatch completion bash > ~/.local/share/bash-completion/completions/ocrwatch",
+             "ocrwatch completion zsh > ~/.zfunc/_ocrwatch")
+    p.add_argument("shell", choices=("bash", "zsh", "tcsh"))
+
+    _sub(sub, "manpage", "print the manual page (roff), made from these options",
+         "ocrwatch manpage > ~/.local/share/man/man1/ocrwatch.1", "man <(ocrwatch manpage)")
 
     p = _sub(sub, "autostart", "start the daemon at login (or stop doing so)",
              "ocrwatch autostart enable --now", "ocrwatch autostart disable")

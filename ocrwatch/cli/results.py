@@ -168,7 +168,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(json.dumps({**status.to_dict(), "running": running}, indent=2, default=str))
     else:
         echo(format_status(status))
-    return 0
+    # What the index says is printed all the same; the status says no daemon runs (5),
+    # as for every command that asks the daemon.
+    return 0 if running else DaemonNotRunning.exit_code
 
 
 def _offline_status(args: argparse.Namespace) -> Status:

@@ -5,6 +5,8 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import os
 
 from ocrwatch.cli.common import database_arg, echo, load_config, plural
@@ -88,7 +90,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
     config = load_config(args)
     checks = doctor.run_checks(config)
-    echo(doctor.format_report(checks))
+    if args.json:
+        print(json.dumps([dataclasses.asdict(c) for c in checks], ensure_ascii=False, indent=2))
+    else:
+        echo(doctor.format_report(checks))
     return 0 if all(c.ok for c in checks) else 1
 
 
