@@ -14,12 +14,14 @@ import datetime as _dt
 import logging
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ocrwatch import __version__, pipeline
 from ocrwatch.config import Config
+from ocrwatch.config import reload as reloading
 from ocrwatch.db import Database
 from ocrwatch.engines import Choice, Engine, choose, create
 from ocrwatch.errors import OcrwatchError
@@ -50,8 +52,13 @@ class Daemon:
         engine: Engine | None = None,
         watch: bool = True,
         log_file: Path | None = None,
+        reload_from: Callable[[], Config] | None = None,
     ) -> None:
         self.config = config
+        # How the configuration was loaded (file, environment, flags): `reload` does it again.
+        self._reload_from = reload_from
+        self._reload_lock = threading.Lock()
+        self.restart_needed: tuple[str, ...] = ()  # keys changed that wait for a restart
         self.log_file = log_file
         self.db = Database(config.database, origin=config.origin("database"))
         self.jobs = JobQueue(self.db)
@@ -80,6 +87,7 @@ class Daemon:
                                    paused=self.db.get_setting("paused") == "1")
         self._stopping = threading.Event()
         self._watcher: Watcher | None = None
+        self._settler: Settler | None = None
         self._watch = watch
         self._started = False
         self._closed = False
@@ -107,6 +115,7 @@ class Daemon:
                               lambda path: pipeline.gone(self.ctx, path),
                               rescan_seconds=self.config.rescan_minutes * 60,
                               follow=self.follower)
+            self._settler = settler
             self._watcher = Watcher(settler, observer=self.config.observer)
             self._watcher.start()
         log.info("ocrwatch %s watching %s with the %s engine (%s)%s", __version__,
@@ -196,6 +205,61 @@ class Daemon:
         self.scheduler.wake()
         return count
 
+    def reload(self, why: str = "asked") -> dict[str, list[str]]:
+        """Load the configuration again and take what can change live; name the rest.
+
+        A configuration that does not load (a typo mid-edit) changes nothing: the
+        ConfigError is logged and raised to the caller."""
+        if self._reload_from is None:
+            raise OcrwatchError("this daemon was not started from a configuration it can "
+                                "load again")
+        with self._reload_lock:
+            try:
+                new = self._reload_from()
+            except OcrwatchError as exc:
+                log.error("configuration not reloaded (%s): %s; the daemon keeps running "
+                          "with the one it has", why, exc)
+                raise
+            diff = reloading.changes(self.config, new)
+            reloading.apply(self.config, new, diff.now)
+            self._apply_live(diff.now)
+            self.restart_needed = tuple(sorted({*self.restart_needed, *diff.restart}))
+        if diff.now:
+            log.info("configuration reloaded (%s): %s now in effect", why, ", ".join(diff.now))
+        if diff.restart:
+            log.warning("configuration reloaded (%s): %s changed but take effect only when "
+                        "the daemon starts again (`ocrwatch stop`, then `ocrwatch run`)",
+                        why, ", ".join(diff.restart))
+        if not diff:
+            log.info("configuration reloaded (%s): nothing changed", why)
+        return {"applied": list(diff.now), "restart_needed": list(self.restart_needed)}
+
+    def _apply_live(self, keys: tuple[str, ...]) -> None:
+        if "log_level" in keys:
+            logging.getLogger().setLevel(self.config.log_level.upper())
+        if "outputs" in keys:
+            wants_pdf = "pdf" in self.config.outputs
+            if wants_pdf != (self.ctx.pdf is not None):
+                old = self.ctx.pdf
+                # The context is frozen: files already in hand finish with the one they got.
+                self.ctx = replace(self.ctx, pdf=PdfMaker(self.config) if wants_pdf else None)
+                self.scheduler.ctx = self.ctx
+                if old is not None:
+                    old.close()
+        if self._settler is not None:
+            self._settler.settle = self.config.settle_seconds
+            self._settler.rescan_seconds = self.config.rescan_minutes * 60
+        if keys and self.ctx.after.needed:
+            self.ctx.after.start()  # hooks or the batch notice just turned on
+
+    def reread(self, all_files: bool = False) -> int:
+        """Queue again the files read otherwise than now (``all_files``: every file read)."""
+        stale = self.jobs.read_otherwise("" if all_files else (self.read_with or ""))
+        paths = [j.path for j in stale if j.path.exists()]
+        count = self.jobs.retry(paths) if paths else 0
+        self.scheduler.wake()
+        return count
+
     # -- discovery (called from the watcher thread and by `ocrwatch add`) -------------
     def consider(self, path: Path) -> Seen | None:
         """A finished file: record it as a job unless its content is already known."""
@@ -268,5 +332,6 @@ class Daemon:
             language_note=locale_note(self.config.languages)
             if self.choice.name == "tesseract" else None,
             reading=self.reading(), languages=tuple(self.config.languages),
+            restart_needed=self.restart_needed,
             pages_per_second=self.scheduler.rate.per_second(),
         )

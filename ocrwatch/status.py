@@ -146,6 +146,7 @@ class Status:
     languages: tuple[str, ...] = ()
     language_note: str | None = None  # the desktop's language left out for want of data
     pages_per_second: float | None = None  # pages read over the last minute
+    restart_needed: tuple[str, ...] = ()  # config keys changed that wait for a restart
 
     @property
     def in_queue(self) -> int:
@@ -160,6 +161,7 @@ class Status:
         out["inbox"] = list(self.inbox)
         out["reading"] = [asdict(r) for r in self.reading]
         out["languages"] = list(self.languages)
+        out["restart_needed"] = list(self.restart_needed)
         return out
 
     @classmethod
@@ -186,6 +188,7 @@ class Status:
             reading=tuple(Reading.from_dict(r) for r in data.get("reading") or ()),
             languages=tuple(str(x) for x in data.get("languages") or ()),
             language_note=text("language_note"),
+            restart_needed=tuple(str(k) for k in data.get("restart_needed") or ()),
             pages_per_second=float(pps) if (pps := data.get("pages_per_second")) is not None
             else None,
         )
@@ -226,6 +229,9 @@ def format_status(status: Status) -> str:
         lines.append(f"  speed:   {engine.pages_per_second:.2f} pages/s")
     if languages:
         lines.append(languages)
+    if status.restart_needed:
+        lines.append(f"  restart: {', '.join(status.restart_needed)} changed in the config; "
+                     "they take effect when the daemon starts again")
     for server in engine.facts.get("servers") or []:  # the remote engine's servers
         line = (f"  server:  {server.get('url')} {server.get('state')}, "
                 f"{server.get('outstanding', 0)} in flight, {server.get('answered', 0)} answered")

@@ -110,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     _overrides(p)
     p.add_argument("--all", action="store_true",
                    help="every file read so far, also those read as they would be now")
+    # With a daemon running, it queues the files again itself (`ocrwatch status` shows them).
 
     p = _sub(sub, "search", "search the text of every page read so far",
              'ocrwatch search invoice "March 2024"',
@@ -161,6 +162,11 @@ def build_parser() -> argparse.ArgumentParser:
                        ("stop", "stop the running daemon"),
                        ("rescan", "look through the watched folders for missed files now")):
         _sub(sub, name, text, f"ocrwatch {name}")
+
+    p = _sub(sub, "reload", "make the running daemon read its config file again (also on "
+                            "SIGHUP and when the file is saved); names what waits for a restart",
+             "ocrwatch reload", "kill -HUP $(pgrep -f 'ocrwatch run')")
+    _common(p)
 
     p = _sub(sub, "retry", "read failed files again",
              "ocrwatch retry ~/OCR-Inbox/scan.pdf", "ocrwatch retry --all-failed")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
@@ -32,6 +33,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, config: config_mod.Config, log_file: Path) -> int:
+    from ocrwatch.cli.desktop import config_target
+    from ocrwatch.config.reload import FileWatch
     from ocrwatch.control.lock import DaemonLocks
     from ocrwatch.control.server import ControlServer
     from ocrwatch.daemon import Daemon
@@ -39,7 +42,7 @@ def _run(args: argparse.Namespace, config: config_mod.Config, log_file: Path) ->
     lock = DaemonLocks(config.database)
     lock.acquire()  # raises DaemonRunning naming the other one
     try:
-        daemon = Daemon(config, log_file=log_file)
+        daemon = Daemon(config, log_file=log_file, reload_from=lambda: load_config(args))
         stop = threading.Event()
 
         def on_signal(signum: int, _frame: object) -> None:
@@ -47,12 +50,23 @@ def _run(args: argparse.Namespace, config: config_mod.Config, log_file: Path) ->
             daemon.request_stop()
             stop.set()
 
+        def reload_later(why: str) -> None:
+            # Off the signal handler's (or the watch's) thread: reload takes locks.
+            def run() -> None:
+                with contextlib.suppress(OcrwatchError):  # logged by reload itself
+                    daemon.reload(why)
+            threading.Thread(target=run, name="ocrwatch-reload", daemon=True).start()
+
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
+        signal.signal(signal.SIGHUP, lambda *_: reload_later("SIGHUP"))
+        config_path = config_target(args)
+        watch = FileWatch(config_path, lambda: reload_later(f"{config_path} changed"))
         server = ControlServer(None, daemon)
         try:
             daemon.start()
             server.start()
+            watch.start()
             threading.Thread(target=_follow, args=(daemon, stop), name="ocrwatch-stop-watch",
                              daemon=True).start()
             shown = False
@@ -65,6 +79,7 @@ def _run(args: argparse.Namespace, config: config_mod.Config, log_file: Path) ->
                     pass
         finally:
             daemon.request_stop()
+            watch.close()
             server.close()
             daemon.close()
         log.info("stopped")
@@ -155,8 +170,7 @@ def cmd_reread(args: argparse.Namespace) -> int:
     try:
         lock.acquire()
     except DaemonRunning:
-        raise OcrwatchError("the daemon is running: stop it (`ocrwatch stop`), run "
-                            "`ocrwatch reread`, then start it again") from None
+        return _reread_by_the_daemon(args, config)
     daemon = Daemon(config, watch=False)
     try:
         daemon.start()
@@ -176,6 +190,27 @@ def cmd_reread(args: argparse.Namespace) -> int:
         daemon.close()
         lock.release()
     return 1 if _summarise(states, "read again") else 0
+
+
+def _reread_by_the_daemon(args: argparse.Namespace, config: config_mod.Config) -> int:
+    """The daemon runs: it queues the files again itself and reads them as it goes."""
+    from ocrwatch.control.client import request
+    from ocrwatch.status import Status
+
+    running = Status.from_dict(request("status"))
+    if running.languages and tuple(config.languages) != running.languages:
+        # Its engine reads with the languages it started with; a reload does not change them.
+        raise DaemonRunning(
+            f"the daemon reads with {'+'.join(running.languages)}, not "
+            f"{'+'.join(config.languages)}: the languages take effect when it starts again "
+            "(`ocrwatch stop`, `ocrwatch run`); then run `ocrwatch reread`")
+    count = int(request("reread", all=bool(args.all)))
+    if count == 0:
+        echo("nothing to read again: every file was read as the daemon reads now")
+    else:
+        echo(f"{plural(count, 'file')} queued again; the daemon reads them now "
+             "(`ocrwatch status` shows how far it is)")
+    return 0
 
 
 def _summarise(states: dict[Path, Any], verb: str) -> list[Path]:

@@ -43,6 +43,20 @@ def cmd_rescan(args: argparse.Namespace) -> int:
     return _control("rescan", "rescanning the watched folders")
 
 
+def cmd_reload(args: argparse.Namespace) -> int:
+    from ocrwatch.control.client import request
+
+    load_config(args)  # a file that does not load: said here, with its key (status 2)
+    answer = request("reload")
+    applied, later = answer.get("applied") or [], answer.get("restart_needed") or []
+    echo("configuration reloaded: " + (", ".join(applied) + " now in effect" if applied
+                                       else "nothing to change now"))
+    if later:
+        echo(f"changed but waiting for a restart (`ocrwatch stop`, `ocrwatch run`): "
+             f"{', '.join(later)}")
+    return 0
+
+
 def cmd_retry(args: argparse.Namespace) -> int:
     from ocrwatch.control.client import request
 
