@@ -99,7 +99,7 @@ def test_exit_5_no_daemon_runs_status_included(home: Home) -> None:
                               ) if command[0] == "status" else ocrwatch_cli(home, *command)
         assert result.returncode == 5, (command, result.returncode, result.stderr)
     shown = ocrwatch_cli(home, "status", "--database", str(home.database))
-    assert "no daemon is running" in shown.stdout and "queue:" in shown.stdout
+    assert "no daemon is running" in shown.stderr and "queue:" in shown.stdout
     as_json = ocrwatch_cli(home, "status", "--json", "--database", str(home.database))
     assert json.loads(as_json.stdout)["running"] is False
 

@@ -90,7 +90,7 @@ class FileWatch(threading.Thread):
         self.path = path
         self._changed = changed
         self._interval = interval
-        self._stop = threading.Event()
+        self._quit = threading.Event()
         self._last = self._identity()
 
     def _identity(self) -> tuple[int, int, int, int] | None:
@@ -101,7 +101,7 @@ class FileWatch(threading.Thread):
         return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
     def run(self) -> None:
-        while not self._stop.wait(self._interval):
+        while not self._quit.wait(self._interval):
             now = self._identity()
             if now == self._last:
                 continue
@@ -112,6 +112,6 @@ class FileWatch(threading.Thread):
                 log.exception("reloading the configuration failed")
 
     def close(self) -> None:
-        self._stop.set()
+        self._quit.set()
         if self.is_alive():
             self.join()
