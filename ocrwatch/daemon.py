@@ -22,7 +22,7 @@ from typing import Any
 from ocrwatch import __version__, pipeline
 from ocrwatch.config import Config
 from ocrwatch.config import reload as reloading
-from ocrwatch.db import Database
+from ocrwatch.db import Database, display_path
 from ocrwatch.engines import Choice, Engine, choose, create
 from ocrwatch.errors import OcrwatchError
 from ocrwatch.follow import Follower
@@ -33,6 +33,7 @@ from ocrwatch.languages import locale_note
 from ocrwatch.lifecycle import Lifecycle
 from ocrwatch.outputs import PdfMaker
 from ocrwatch.pipeline import Context
+from ocrwatch.progress import PageCounts, Progress, Waiting, estimate
 from ocrwatch.scheduler import Scheduler
 from ocrwatch.settle import Settler
 from ocrwatch.status import EngineStatus, Reading, Status
@@ -86,6 +87,8 @@ class Daemon:
         self.scheduler = Scheduler(self.ctx, self.engine,
                                    paused=self.db.get_setting("paused") == "1")
         self._stopping = threading.Event()
+        self._page_counts = PageCounts(self._count_pages)
+        self._batch_base = 0  # the rate's page total when this stretch of work began
         self._watcher: Watcher | None = None
         self._settler: Settler | None = None
         self._watch = watch
@@ -263,8 +266,11 @@ class Daemon:
     # -- discovery (called from the watcher thread and by `ocrwatch add`) -------------
     def consider(self, path: Path) -> Seen | None:
         """A finished file: record it as a job unless its content is already known."""
+        idle = not self.scheduler.busy()
         seen = pipeline.consider(self.ctx, path)
         if seen is not None and seen is not Seen.UNCHANGED:
+            if idle:  # a new stretch of work: its pages done count from here
+                self._batch_base = self.scheduler.rate.total
             self.scheduler.wake()
         return seen
 
@@ -300,6 +306,47 @@ class Daemon:
         counts = self.jobs.counts()
         return counts["queued"] == 0 and counts["running"] == 0
 
+    def _count_pages(self, path: Path) -> int:
+        from ocrwatch.pages import count_pages
+
+        return count_pages(path, self.config)
+
+    def progress(self, engine_state: str) -> Progress:
+        """Pages done and left, the rate, the ETA, and what waits and why."""
+        reading = self.reading()
+        in_hand = {r.path for r in reading}
+        others = [(p, state, not_before) for p, state, not_before in self.jobs.unfinished()
+                  if display_path(p) not in in_hand]
+        now = _dt.datetime.now().timestamp()
+        waiting: list[Waiting] = []
+        if self._settler is not None:
+            settling, incomplete = self._settler.waiting()
+            if settling:
+                waiting.append(Waiting("settling", settling, "still being written or just "
+                                       f"arrived; read once unchanged for "
+                                       f"{self.config.settle_seconds:g} s"))
+            if incomplete:
+                waiting.append(Waiting("incomplete", incomplete, "the file has no end yet "
+                                       "(a scan being written?); waited for up to "
+                                       f"{self.config.settle_seconds * 15:g} s, then read"))
+        queued = [p for p, state, _ in others if state == "queued"]
+        later = [nb for _, state, nb in others if state == "queued" and nb > now]
+        if self.paused and queued:
+            waiting.append(Waiting("paused", len(queued), "`ocrwatch resume` reads them"))
+        if later:
+            at = _dt.datetime.fromtimestamp(min(later)).strftime("%H:%M:%S")
+            waiting.append(Waiting("retrying later", len(later),
+                                   f"a passing problem (see the log); the next at {at}"))
+        if engine_state in ("starting", "stopped") and (queued or reading) and not self.paused:
+            waiting.append(Waiting("engine starting", len(queued) + len(reading),
+                                   "the engine is loading; reading begins when it is ready"))
+        return estimate(
+            in_hand=[(r.done, r.pages) for r in reading],
+            queued=self._page_counts.pages(p for p, _, _ in others),
+            pages_done=max(0, self.scheduler.rate.total - self._batch_base),
+            pages_per_second=self.scheduler.rate.per_second(),
+            average_pages=self.jobs.average_pages(), waiting=tuple(waiting))
+
     def status(self) -> Status:
         counts = self.jobs.counts()
         midnight = _dt.datetime.combine(_dt.date.today(), _dt.time()).timestamp()
@@ -333,5 +380,6 @@ class Daemon:
             if self.choice.name == "tesseract" else None,
             reading=self.reading(), languages=tuple(self.config.languages),
             restart_needed=self.restart_needed,
+            progress=self.progress(str(engine_facts.get("state", ""))),
             pages_per_second=self.scheduler.rate.per_second(),
         )

@@ -17,6 +17,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ocrwatch.progress import Progress
+from ocrwatch.progress import lines as progress_lines
+
 # The daemon's states; "stopped" is only ever shown by a client when no daemon answers.
 STATES = ("idle", "working", "paused", "stopping", "stopped")
 
@@ -74,10 +77,12 @@ class PageRate:
         self._times: deque[tuple[float, int]] = deque(maxlen=100_000)
         self._started = time.monotonic()
         self._lock = threading.Lock()
+        self.total = 0  # pages added since start (the status's pages done count from it)
 
     def add(self, pages: int = 1, now: float | None = None) -> None:
         with self._lock:
             self._times.append((time.monotonic() if now is None else now, pages))
+            self.total += pages
 
     def per_second(self, now: float | None = None) -> float | None:
         """None before the first page: nothing to say yet."""
@@ -147,6 +152,7 @@ class Status:
     language_note: str | None = None  # the desktop's language left out for want of data
     pages_per_second: float | None = None  # pages read over the last minute
     restart_needed: tuple[str, ...] = ()  # config keys changed that wait for a restart
+    progress: Progress = field(default_factory=Progress)  # pages left, rate, ETA, waiting
 
     @property
     def in_queue(self) -> int:
@@ -162,6 +168,7 @@ class Status:
         out["reading"] = [asdict(r) for r in self.reading]
         out["languages"] = list(self.languages)
         out["restart_needed"] = list(self.restart_needed)
+        out["progress"] = self.progress.to_dict()
         return out
 
     @classmethod
@@ -189,6 +196,7 @@ class Status:
             languages=tuple(str(x) for x in data.get("languages") or ()),
             language_note=text("language_note"),
             restart_needed=tuple(str(k) for k in data.get("restart_needed") or ()),
+            progress=Progress.from_dict(data.get("progress")),
             pages_per_second=float(pps) if (pps := data.get("pages_per_second")) is not None
             else None,
         )
@@ -216,8 +224,7 @@ def format_status(status: Status) -> str:
     lines += [f"  reading: {r.text}" for r in status.reading[:5]]
     if len(status.reading) > 5:
         lines.append(f"  reading: and {len(status.reading) - 5} more files")
-    if status.pages_per_second is not None:
-        lines.append(f"  rate:    {status.pages_per_second:.2f} pages/s over the last minute")
+    lines += progress_lines(status.progress)
     lines.append(f"  today:   {status.pages_today} pages")
     eng = f"  engine:  {engine.name} ({engine.state})"
     if engine.why:
@@ -225,8 +232,6 @@ def format_status(status: Status) -> str:
     lines.append(eng)
     if engine.gpu_memory_mb is not None:
         lines.append(f"  GPU:     {engine.gpu_memory_mb:.0f} MB held")
-    if engine.pages_per_second is not None:
-        lines.append(f"  speed:   {engine.pages_per_second:.2f} pages/s")
     if languages:
         lines.append(languages)
     if status.restart_needed:
