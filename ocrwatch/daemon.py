@@ -269,8 +269,9 @@ class Daemon:
         idle = not self.scheduler.busy()
         seen = pipeline.consider(self.ctx, path)
         if seen is not None and seen is not Seen.UNCHANGED:
-            if idle:  # a new stretch of work: its pages done count from here
+            if idle:  # a new stretch of work: its pages done (and its rate) count from here
                 self._batch_base = self.scheduler.rate.total
+                self.scheduler.rate.mark_start()
             self.scheduler.wake()
         return seen
 

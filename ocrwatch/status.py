@@ -13,7 +13,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +83,16 @@ class PageRate:
         with self._lock:
             self._times.append((time.monotonic() if now is None else now, pages))
             self.total += pages
+
+    def mark_start(self, now: float | None = None) -> None:
+        """Work begins after a quiet spell: the rate counts from here, not from the daemon's
+        start (an hour idle would make the first minute's rate look slow)."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            while self._times and now - self._times[0][0] > self.window:
+                self._times.popleft()
+            if not self._times:
+                self._started = now
 
     def per_second(self, now: float | None = None) -> float | None:
         """None before the first page: nothing to say yet."""
@@ -202,10 +212,18 @@ class Status:
         )
 
 
+def in_hand(status: Status) -> str:
+    """``8 in hand (3 being read)``: files taken from the queue, and those of them whose
+    pages are being read now (the others are being prepared or wait for the engine)."""
+    if status.state == "stopped" or not status.running:
+        return f"{status.running} running"
+    return f"{status.running} in hand ({len(status.reading)} being read)"
+
+
 def format_status(status: Status) -> str:
     """The text ``ocrwatch status`` prints, for a running daemon or a stopped one."""
     engine = status.engine
-    queue = (f"  queue:   {status.queued} waiting, {status.running} running, "
+    queue = (f"  queue:   {status.queued} waiting, {in_hand(status)}, "
              f"{status.done} done, {status.failed} failed")
     languages = f"  languages: {', '.join(status.languages)}" if status.languages else None
     if languages and status.language_note:
@@ -224,7 +242,10 @@ def format_status(status: Status) -> str:
     lines += [f"  reading: {r.text}" for r in status.reading[:5]]
     if len(status.reading) > 5:
         lines.append(f"  reading: and {len(status.reading) - 5} more files")
-    lines += progress_lines(status.progress)
+    progress = status.progress
+    if progress.pages_per_second is None and status.pages_per_second is not None:
+        progress = replace(progress, pages_per_second=status.pages_per_second)  # older daemon
+    lines += progress_lines(progress)
     lines.append(f"  today:   {status.pages_today} pages")
     eng = f"  engine:  {engine.name} ({engine.state})"
     if engine.why:

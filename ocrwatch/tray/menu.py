@@ -19,7 +19,7 @@ from ocrwatch import paths
 from ocrwatch.control.protocol import Controllable
 from ocrwatch.errors import OcrwatchError
 from ocrwatch.progress import eta_text, rate_text, short
-from ocrwatch.status import Status
+from ocrwatch.status import Status, in_hand
 from ocrwatch.tray.icon import look
 
 log = logging.getLogger(__name__)
@@ -46,14 +46,16 @@ def tooltip(status: Status) -> str:
 def status_lines(status: Status) -> list[str]:
     """The lines of the menu's Status submenu."""
     engine = status.engine
-    lines = [f"State: {status.state}, {status.queued} waiting, {status.running} running"]
+    lines = [f"State: {status.state}, {status.queued} waiting, {in_hand(status)}"]
     lines += [f"Reading: {r.text}" for r in status.reading[:3]]
     progress = status.progress
     if progress.pages_left or progress.pages_done:
         lines.append(f"Pages: {progress.pages_done} done, {progress.pages_left} left")
         lines.append(f"Done in: {eta_text(progress)}")
-    if progress.pages_per_second is not None:
-        lines.append(f"Rate: {rate_text(progress.pages_per_second)} (last minute)")
+    rate = progress.pages_per_second
+    rate = status.pages_per_second if rate is None else rate  # (an older daemon's status)
+    if rate is not None:
+        lines.append(f"Rate: {rate_text(rate)} (last minute)")
     lines += [f"Waiting: {w.files} {w.what} ({w.why})" for w in progress.waiting]
     lines.append(f"Engine: {engine.name} ({engine.state})")
     if status.languages:
