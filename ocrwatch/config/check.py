@@ -180,12 +180,6 @@ def _validate_outputs(config: Config, fail: typing.Callable[[str, str], None]) -
         # Past the platform's wait limits the daemon could not even stop.
         fail("on_done_timeout", f"= {config.on_done_timeout:g} is out of range: at most "
                                 f"{ON_DONE_TIMEOUT_MAX} seconds (a day).")
-    if config.pdfa == "always" and "pdf" in config.outputs:
-        import shutil
-
-        if shutil.which("gs") is None:
-            fail("pdfa", "= \"always\" needs Ghostscript: install it (Debian/Ubuntu: `sudo apt "
-                         "install ghostscript`) or set pdfa = \"auto\".")
 
 
 def _inside(child: Path, parent: Path) -> bool:
