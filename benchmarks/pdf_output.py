@@ -358,10 +358,11 @@ def sizes(corpus: Path) -> list[str]:
                     ghost = str(gpdf.stat().st_size)
                     ghost_ratio = f"{gpdf.stat().st_size / original:.2f}x"
                 ratios.setdefault(kind, []).append(got / original)
+                verdict = "yes" if is_pdfa else "no: " + notes[-1]
                 rows.append(f"| {kind} | {src.name} | {original} | {bare.stat().st_size} | "
                             f"{plain.stat().st_size} | {layer} | {got} | "
                             f"{got / original:.3f}x | {got / (original + layer):.3f}x | "
-                            f"{ghost} | {ghost_ratio} | {'yes' if is_pdfa else 'no: ' + notes[-1]} |")
+                            f"{ghost} | {ghost_ratio} | {verdict} |")
     finally:
         engine.close()
     rows += ["", "Median PDF/A (auto) / original: " + ", ".join(
