@@ -101,13 +101,29 @@ def _follow(daemon: Any, stop: threading.Event) -> None:
 
 
 def cmd_add(args: argparse.Namespace) -> int:
-    from ocrwatch.control.lock import DaemonLocks
-    from ocrwatch.daemon import Daemon
-    from ocrwatch.inbox_files import walk
+    return _quietly(args, _add)
+
+
+def _quietly(args: argparse.Namespace, command: Any) -> int:
+    """The config, the log (warnings on the console), then ``command(args, config)`` with
+    descriptor 2 in the log: Leptonica and friends never write through the progress bar."""
     from ocrwatch.logs import setup_logging
+    from ocrwatch.native_stderr import NativeStderr
 
     config = load_config(args)
     setup_logging(config.log_level if config.log_level != "INFO" else "WARNING")
+    native = NativeStderr().start()
+    try:
+        return int(command(args, config))
+    finally:
+        native.close()
+
+
+def _add(args: argparse.Namespace, config: config_mod.Config) -> int:
+    from ocrwatch.control.lock import DaemonLocks
+    from ocrwatch.daemon import Daemon
+    from ocrwatch.inbox_files import walk
+
     files: list[Path] = []
     for path in args.paths:
         path = path.expanduser().absolute()
@@ -160,12 +176,13 @@ def cmd_add(args: argparse.Namespace) -> int:
 def cmd_reread(args: argparse.Namespace) -> int:
     """Read again what was read with other languages: after installing a language or
     changing ``languages``. A file already read as it would be now is left alone."""
+    return _quietly(args, _reread)
+
+
+def _reread(args: argparse.Namespace, config: config_mod.Config) -> int:
     from ocrwatch.control.lock import DaemonLocks
     from ocrwatch.daemon import Daemon
-    from ocrwatch.logs import setup_logging
 
-    config = load_config(args)
-    setup_logging(config.log_level if config.log_level != "INFO" else "WARNING")
     lock = DaemonLocks(config.database)
     try:
         lock.acquire()
