@@ -229,6 +229,9 @@ class Daemon:
             self.restart_needed = tuple(sorted({*self.restart_needed, *diff.restart}))
         if diff.now:
             log.info("configuration reloaded (%s): %s now in effect", why, ", ".join(diff.now))
+        if "outputs" in diff.now:
+            log.info("files read before have the outputs asked for then; `ocrwatch reread "
+                     "--outputs` writes the new ones from the stored text, no page read again")
         if diff.restart:
             log.warning("configuration reloaded (%s): %s changed but take effect only when "
                         "the daemon starts again (`ocrwatch stop`, then `ocrwatch run`)",
@@ -254,6 +257,20 @@ class Daemon:
             self._settler.rescan_seconds = self.config.rescan_minutes * 60
         if keys and self.ctx.after.needed:
             self.ctx.after.start()  # hooks or the batch notice just turned on
+
+    def write_outputs(self) -> dict[str, int]:
+        """Outputs asked for since files were read, from the stored text (no page read)."""
+        from ocrwatch.rewrite import missing_outputs
+
+        pdf = self.ctx.pdf
+        made = PdfMaker(self.config) if pdf is None and "pdf" in self.config.outputs else None
+        try:
+            written = missing_outputs(self.ctx, pdf or made)
+        finally:
+            if made is not None:
+                made.close()
+        return {"files": written.files, "outputs": written.outputs,
+                "skipped": written.skipped}
 
     def reread(self, all_files: bool = False) -> int:
         """Queue again the files read otherwise than now (``all_files``: every file read)."""

@@ -149,3 +149,45 @@ def test_reread_with_new_languages_says_the_daemon_must_restart(
     result = ocrwatch_cli(home, "reread")
     assert result.returncode == 4, result.stderr
     assert "take effect when it starts again" in result.stderr
+
+
+def test_new_outputs_for_files_already_read_from_the_stored_text(
+        home: Home, daemon: DaemonProcess) -> None:
+    """`outputs` gains "txt" and "pdf": `reread --outputs` (asking the running daemon)
+    writes them for the file read before, from its stored text; no page is read again."""
+    first = read(home, "a.png")
+    before = ended(home.database, first, "done")
+    assert before is not None and not first.with_suffix(".txt").exists()
+    rewrite_unseen(config_file(home), 'outputs = ["md", "txt", "pdf"]\n')
+    reloaded = ocrwatch_cli(home, "reload")
+    assert reloaded.returncode == 0, reloaded.stderr
+    logged(daemon, "`ocrwatch reread --outputs` writes the new ones from the stored text")
+    result = ocrwatch_cli(home, "reread", "--outputs")
+    assert result.returncode == 0, result.stderr
+    assert "2 outputs written for 1 file from the stored text" in result.stdout
+    txt, pdf = first.with_suffix(".txt"), first.with_name("a.ocr.pdf")
+    assert "fake text of a.png page 1" in txt.read_text()
+    assert pdf.read_bytes().startswith(b"%PDF")
+    after = ended(home.database, first, "done")
+    assert after is not None and after["finished"] == before["finished"]  # not read again
+    again = ocrwatch_cli(home, "reread", "--outputs")
+    assert "nothing to write" in again.stdout
+
+
+def test_new_outputs_without_a_daemon(home: Home) -> None:
+    write_config(home, 'outputs = ["md"]\n')
+    scan = drop(home.inbox / "b.png", image_bytes("b"))
+    added = ocrwatch_cli(home, "add", "--engine", "fake", "--database", str(home.database),
+                         str(scan))
+    assert added.returncode == 0, added.stderr
+    before = ended(home.database, scan, "done")
+    write_config(home, 'outputs = ["md", "txt"]\n')
+    # The engine would fail b.png's pages now: nothing may be read to write the .txt.
+    result = ocrwatch_cli(home, "reread", "--outputs", "--engine", "fake", "--database",
+                          str(home.database), OCRWATCH_FAKE_FAIL="b.png")
+    assert result.returncode == 0, result.stderr
+    assert "1 output written for 1 file" in result.stdout
+    assert "fake text of b.png page 1" in scan.with_suffix(".txt").read_text()
+    after = ended(home.database, scan, "done")
+    assert after is not None and before is not None
+    assert after["finished"] == before["finished"]

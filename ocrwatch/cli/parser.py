@@ -105,11 +105,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = _sub(sub, "reread", "read again, with a progress bar, the files read with other "
                             "languages (or another engine) than now",
              "ocrwatch reread", "ocrwatch reread --languages eng,deu",
-             "ocrwatch reread --all")
+             "ocrwatch reread --all", "ocrwatch reread --outputs    # after adding \"pdf\"")
     _common(p)
     _overrides(p)
     p.add_argument("--all", action="store_true",
                    help="every file read so far, also those read as they would be now")
+    p.add_argument("--outputs", action="store_true",
+                   help="only write the outputs asked for since files were read (say "
+                        "\"pdf\" added to `outputs`), from the stored text: no page is "
+                        "read again")
     # With a daemon running, it queues the files again itself (`ocrwatch status` shows them).
 
     p = _sub(sub, "search", "search the text of every page read so far",

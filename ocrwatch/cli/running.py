@@ -187,8 +187,18 @@ def _reread(args: argparse.Namespace, config: config_mod.Config) -> int:
     try:
         lock.acquire()
     except DaemonRunning:
+        if args.outputs:
+            from ocrwatch.control.client import request
+
+            return _said_outputs(request("outputs", timeout=3600))
         return _reread_by_the_daemon(args, config)
     daemon = Daemon(config, watch=False)
+    if args.outputs:
+        try:  # no start: nothing is read, only written from the index
+            return _said_outputs(daemon.write_outputs())
+        finally:
+            daemon.close()
+            lock.release()
     try:
         daemon.start()
         stale = (daemon.jobs.read_otherwise("") if args.all
@@ -207,6 +217,19 @@ def _reread(args: argparse.Namespace, config: config_mod.Config) -> int:
         daemon.close()
         lock.release()
     return 1 if _summarise(states, "read again") else 0
+
+
+def _said_outputs(written: dict[str, int]) -> int:
+    files, outputs, skipped = (int(written.get(k, 0)) for k in ("files", "outputs", "skipped"))
+    if files:
+        echo(f"{plural(outputs, 'output')} written for {plural(files, 'file')} from the "
+             "stored text (no page read again)")
+    else:
+        echo("nothing to write: every file read has the outputs asked for")
+    if skipped:
+        echo(f"{plural(skipped, 'file')} left alone: gone, changed since read (read again "
+             "by the daemon), or without stored text", err=True)
+    return 0
 
 
 def _reread_by_the_daemon(args: argparse.Namespace, config: config_mod.Config) -> int:

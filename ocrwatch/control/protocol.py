@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 
 MAX_LINE = 64 * 1024  # a request is a short JSON line; anything longer is refused
 COMMANDS = ("ping", "status", "pause", "resume", "stop", "rescan", "retry", "web", "reload",
-            "reread")
+            "reread", "outputs")
 
 
 @runtime_checkable
@@ -56,6 +56,7 @@ class Commands:
             "web": self._web,
             "reload": self._reload,
             "reread": self._reread,
+            "outputs": self._outputs,
         }
 
     def handle_line(self, line: bytes) -> dict[str, Any]:
@@ -114,6 +115,13 @@ class Commands:
             raise OcrwatchError("this daemon cannot read files again; stop it and run "
                                 "`ocrwatch reread`")
         return int(reread(bool(req.get("all", False))))
+
+    def _outputs(self, _req: dict[str, Any]) -> Any:
+        write = getattr(self.target, "write_outputs", None)
+        if write is None:
+            raise OcrwatchError("this daemon cannot write outputs again; stop it and run "
+                                "`ocrwatch reread --outputs`")
+        return write()
 
     def _retry(self, req: dict[str, Any]) -> int:
         raw = req.get("paths")
