@@ -695,6 +695,17 @@ def test_markdown_to_text_strips_markup_and_keeps_math() -> None:
     assert markdown_to_text("") == ""
 
 
+def test_markdown_to_text_follows_commonmark_where_regexes_did_not() -> None:
+    """Escapes, code spans and list markers as a Markdown viewer shows them (the text is
+    parsed by markdown-it-py): an escaped star is a star, a code span keeps its stars."""
+    assert markdown_to_text(r"Price \*not emphasis\* and `x*y*z` and 5 \_ 6") == (
+        "Price *not emphasis* and x*y*z and 5 _ 6\n")
+    assert markdown_to_text("- one\n- **two**\n  - nested\n\n3. third\n4. fourth") == (
+        "- one\n- two\n  - nested\n\n3. third\n4. fourth\n")
+    assert markdown_to_text("[see (this) page](http://x/(y)) and <b>bold</b>") == (
+        "see (this) page and bold\n")
+
+
 def test_repeats_itself_spots_the_model_looping() -> None:
     assert repeats_itself("Intro.\n" + "the same line again\n" * 40)
     assert repeats_itself("Total " + "0" * 400)
