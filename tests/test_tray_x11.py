@@ -639,7 +639,8 @@ def test_status_submenu_while_a_pdf_is_read(xsession: X) -> None:
             x.xdotool("key", "Escape", "Escape")
             x.close_menu(menu)
             later = re.search(r"minutes\.pdf, page ([2-9]|1[0-6]) of 16", words)
-            return (shot, menu.union(sub), words) if later and "pages/s" in words else None
+            rate = re.search(r"pages/(s|min)", words)
+            return (shot, menu.union(sub), words) if later and rate else None
 
         shot, area, words = wait_for(submenu_shows_progress,
                                      60, "the submenu to show the PDF's progress",
