@@ -22,11 +22,12 @@ from typing import Any
 from ocrwatch import __version__, pipeline
 from ocrwatch.config import Config
 from ocrwatch.config import reload as reloading
-from ocrwatch.db import Database, display_path
+from ocrwatch.db import display_path
 from ocrwatch.engines import Choice, Engine, choose, create
 from ocrwatch.errors import OcrwatchError
 from ocrwatch.follow import Follower
 from ocrwatch.hooks import AfterDone
+from ocrwatch.indexhealth import IndexGuard, open_index
 from ocrwatch.jobfiles import Seen
 from ocrwatch.jobs import JobQueue
 from ocrwatch.languages import locale_note
@@ -61,7 +62,10 @@ class Daemon:
         self._reload_lock = threading.Lock()
         self.restart_needed: tuple[str, ...] = ()  # keys changed that wait for a restart
         self.log_file = log_file
-        self.db = Database(config.database, origin=config.origin("database"))
+        # Checked and, when damaged, set aside and rebuilt from the sidecars by the daemon
+        # proper (``ocrwatch run`` holds the index's lock); watched while it runs.
+        self.db, self.index_note = open_index(config, repair=watch)
+        self.index_guard = IndexGuard(self.db)
         self.jobs = JobQueue(self.db)
         self.thumbs = Thumbnails(config.cache_dir / "thumbnails")
         self.follower = Follower(self.jobs, config, self.thumbs)
@@ -114,6 +118,7 @@ class Daemon:
         self.ctx.after.start()
         self.scheduler.start()
         if self._watch:
+            self.index_guard.start()
             settler = Settler(self.config.inbox, self.config.settle_seconds, self.consider,
                               lambda path: pipeline.gone(self.ctx, path),
                               rescan_seconds=self.config.rescan_minutes * 60,
@@ -148,6 +153,7 @@ class Daemon:
             web.close()
         if self._watcher is not None:
             self._watcher.stop()
+        self.index_guard.close(timeout=10)
         self.scheduler.close()
         self.ctx.after.close()
         if self.ctx.pdf is not None:
@@ -399,5 +405,6 @@ class Daemon:
             reading=self.reading(), languages=tuple(self.config.languages),
             restart_needed=self.restart_needed,
             progress=self.progress(str(engine_facts.get("state", ""))),
+            index_note=self.index_guard.note or self.index_note,
             pages_per_second=self.scheduler.rate.per_second(),
         )

@@ -38,6 +38,7 @@ from ocrwatch.lifecycle import Lifecycle
 from ocrwatch.outcome import fail, refuse
 from ocrwatch.outputs import PdfMaker
 from ocrwatch.pages import Limits, check_size, iter_pages
+from ocrwatch.reindex import known_by_sidecars
 from ocrwatch.safeopen import (
     NotRegular,
     open_failure,
@@ -107,6 +108,8 @@ def consider(ctx: Context, path: Path) -> Seen | None:
             sha = file_sha256(fh)
             if new and ctx.follower.relocated(path, st, sha):
                 return Seen.UNCHANGED  # the same content, moved while nothing watched
+            if new and (known := known_by_sidecars(ctx.config, ctx.jobs, path, st, sha)):
+                return known  # its sidecars say what it holds: the index had lost it
     except (FileNotFoundError, NotRegular):
         return None  # gone again before we looked, or not a file: nothing to do
     except OSError as exc:

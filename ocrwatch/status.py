@@ -163,6 +163,7 @@ class Status:
     pages_per_second: float | None = None  # pages read over the last minute
     restart_needed: tuple[str, ...] = ()  # config keys changed that wait for a restart
     progress: Progress = field(default_factory=Progress)  # pages left, rate, ETA, waiting
+    index_note: str | None = None  # the index file was damaged, deleted or replaced
 
     @property
     def in_queue(self) -> int:
@@ -209,6 +210,7 @@ class Status:
             progress=Progress.from_dict(data.get("progress")),
             pages_per_second=float(pps) if (pps := data.get("pages_per_second")) is not None
             else None,
+            index_note=text("index_note"),
         )
 
 
@@ -265,6 +267,8 @@ def format_status(status: Status) -> str:
             line += f" ({server['last_error']})"
         lines.append(line)
     lines += [f"  inbox:   {folder}" for folder in status.inbox]
+    if status.index_note:
+        lines.append(f"  index:   {status.index_note}")
     if status.last_result:
         lines.append(f"  last:    {status.last_result}")
     if status.recent_failures:

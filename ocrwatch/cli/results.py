@@ -115,8 +115,7 @@ def cmd_reindex(args: argparse.Namespace) -> int:
 
     from ocrwatch.control.lock import DaemonLocks
     from ocrwatch.db import Database
-    from ocrwatch.inbox_files import walk
-    from ocrwatch.reindex import count_pages, from_sidecars, rebuild_fts
+    from ocrwatch.reindex import count_pages, from_sidecars, rebuild_fts, restorable
 
     config = config_mod.load(getattr(args, "config", None))
     path, origin = database_arg(args)
@@ -143,7 +142,7 @@ def cmd_reindex(args: argparse.Namespace) -> int:
     try:
         db = Database(path, origin=origin)
         try:
-            with tqdm(total=sum(1 for _ in walk(config.inbox)), unit="file",
+            with tqdm(total=len(restorable(config)), unit="file",
                       desc="from sidecars", file=sys.stderr) as bar:
                 restored = from_sidecars(config, db, bar.update)
         finally:
