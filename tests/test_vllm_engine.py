@@ -7,6 +7,7 @@ only vLLM is replaced. The colour of a page tells it how to misbehave (see
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
@@ -244,6 +245,34 @@ def test_a_killed_worker_is_replaced_on_the_next_batch(engine: VllmEngine) -> No
     (result,) = engine.recognize([page(0)])
     assert result.error is None
     assert engine.worker_pid not in (None, pid)
+
+
+def test_session_members_finds_a_process_in_a_group_of_its_own() -> None:
+    """The session's processes, from psutil's table: also one that left the process group
+    (as vLLM's engine process does), never an ended one."""
+    import subprocess
+    import sys
+
+    from ocrwatch.engines.vllm.worker import session_members
+
+    code = ("import os, subprocess, sys, time\n"
+            "child = subprocess.Popen([sys.executable, '-c', "
+            "'import os, time; os.setpgid(0, 0); time.sleep(60)'])\n"
+            "print(child.pid, flush=True)\ntime.sleep(60)\n")
+    leader = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    try:
+        assert leader.stdout is not None
+        child = int(leader.stdout.readline())
+        wait_for(lambda: os.getpgid(child) == child, 10, "the child's own process group")
+        assert sorted(session_members(leader.pid)) == sorted([leader.pid, child])
+        assert session_members(1) == []
+    finally:
+        os.killpg(leader.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child, signal.SIGKILL)
+        leader.wait(timeout=30)
+    wait_for(lambda: session_members(leader.pid) == [], 10, "the session to be gone")
 
 
 def test_a_killed_worker_takes_its_helper_processes_with_it() -> None:
