@@ -374,6 +374,7 @@ class Daemon:
     def status(self) -> Status:
         counts = self.jobs.counts()
         midnight = _dt.datetime.combine(_dt.date.today(), _dt.time()).timestamp()
+        prepared = self.jobs.prepared_since(midnight)
         busy = self.scheduler.busy()
         if self.stopping:
             state = "stopping"
@@ -392,6 +393,7 @@ class Daemon:
             state=state, paused=self.paused,
             queued=counts["queued"], running=counts["running"], done=counts["done"],
             failed=counts["failed"], pages_today=self.jobs.pages_since(midnight),
+            turned_today=prepared[0], blank_today=prepared[1],
             engine=EngineStatus.from_dict(
                 {**engine_facts, "name": self.choice.name, "why": self.choice.why}),
             last_result=str(last_result) if last_result else None,

@@ -149,6 +149,8 @@ class Status:
     done: int = 0
     failed: int = 0
     pages_today: int = 0
+    turned_today: int = 0  # of those, pages turned upright to be read
+    blank_today: int = 0  # and pages recorded blank without reading
     engine: EngineStatus = field(default_factory=EngineStatus)
     last_result: str | None = None
     recent_failures: tuple[Failure, ...] = ()
@@ -196,6 +198,7 @@ class Status:
             state=str(data.get("state", "idle")), paused=bool(data.get("paused", False)),
             queued=num("queued"), running=num("running"), done=num("done"),
             failed=num("failed"), pages_today=num("pages_today"),
+            turned_today=num("turned_today"), blank_today=num("blank_today"),
             engine=EngineStatus.from_dict(data.get("engine") or {}),
             last_result=text("last_result"),
             recent_failures=tuple(Failure.from_dict(f)
@@ -248,7 +251,10 @@ def format_status(status: Status) -> str:
     if progress.pages_per_second is None and status.pages_per_second is not None:
         progress = replace(progress, pages_per_second=status.pages_per_second)  # older daemon
     lines += progress_lines(progress)
-    lines.append(f"  today:   {status.pages_today} pages")
+    prepared = [f"{n} {what}" for n, what in ((status.turned_today, "turned upright"),
+                                               (status.blank_today, "blank")) if n]
+    lines.append(f"  today:   {status.pages_today} pages"
+                 + (f" ({', '.join(prepared)})" if prepared else ""))
     eng = f"  engine:  {engine.name} ({engine.state})"
     if engine.why:
         eng += f", {engine.why}"

@@ -55,6 +55,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     on, off = ("\033[1;33m", "\033[0m") if sys.stdout.isatty() else ("[", "]")
     for hit in hits:
         where = safe(hit.path) + (f"  (page {hit.page} of {hit.pages})" if hit.pages > 1 else "")
+        if hit.turned:
+            where += f"  (turned {hit.turned}° to read)"
         snippet = safe(" ".join(hit.snippet.split()))
         # The highlight markers are controls too: turn the escaped forms into colour.
         for marker, shown in zip(HIGHLIGHT, (on, off), strict=True):
