@@ -166,6 +166,7 @@ class Status:
     restart_needed: tuple[str, ...] = ()  # config keys changed that wait for a restart
     progress: Progress = field(default_factory=Progress)  # pages left, rate, ETA, waiting
     index_note: str | None = None  # the index file was damaged, deleted or replaced
+    counts_note: str | None = None  # the counts come from memory: the index was locked
 
     @property
     def in_queue(self) -> int:
@@ -208,7 +209,7 @@ class Status:
             pid=int(pid) if pid is not None else None, version=text("version"),
             reading=tuple(Reading.from_dict(r) for r in data.get("reading") or ()),
             languages=tuple(str(x) for x in data.get("languages") or ()),
-            language_note=text("language_note"),
+            language_note=text("language_note"), counts_note=text("counts_note"),
             restart_needed=tuple(str(k) for k in data.get("restart_needed") or ()),
             progress=Progress.from_dict(data.get("progress")),
             pages_per_second=float(pps) if (pps := data.get("pages_per_second")) is not None
@@ -244,6 +245,8 @@ def format_status(status: Status) -> str:
         f"ocrwatch {status.version or '?'} (PID {status.pid or '?'}): {status.state}",
         queue,
     ]
+    if status.counts_note:
+        lines.append(f"  counts:  {status.counts_note}")
     lines += [f"  reading: {r.text}" for r in status.reading[:5]]
     if len(status.reading) > 5:
         lines.append(f"  reading: and {len(status.reading) - 5} more files")
