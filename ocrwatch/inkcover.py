@@ -14,9 +14,10 @@ side at the measuring size) is more than ``TILE_INK`` ink. One short line of tex
 covers under 0.1% of a page but a quarter or more of the squares it crosses; a 7 pt
 word alone on an A4 page still fills 10% of one, while grain, dust and show-through
 left after the filters stay under 2% of every square of the scan-like blank backs.
-The levels were measured (docs/outputs.md): the corpus's 25 pages have 0.54% ink and more (a faint typescript, tapus_06); scan-like
-blank backs made from its pages (benchmarks/cases.py: grain, sensor noise, dust, the
-front showing through mirrored at 10-20% of its darkness) 0.000-0.031%.
+The levels were measured (docs/outputs.md): the corpus's 25 pages have 0.54% ink and
+more (a faint typescript, tapus_06); scan-like blank backs made from its pages
+(benchmarks/cases.py: grain, sensor noise, dust, the front showing through mirrored at
+10-20% of its darkness) 0.000-0.031%.
 """
 
 from __future__ import annotations
@@ -64,7 +65,8 @@ def _measure(image: Image.Image) -> tuple[float, float]:
         return 0.0, 0.0
     mask = grey.point(lambda value: 255 if value < limit else 0)
     squares = mask.reduce(TILE) if min(mask.size) >= TILE else mask
-    densest = float(squares.getextrema()[1]) / 255  # type: ignore[index]
+    _, darkest = squares.getextrema()
+    densest = float(darkest) / 255  # type: ignore[arg-type]
     return ink / total, densest
 
 

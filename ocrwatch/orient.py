@@ -32,6 +32,9 @@ CHECK_MARGIN = 8.0  # mean word confidence points the turned band must win by
 MIN_CHECK_WORDS = 3  # a band with fewer words decides nothing
 
 
+MAX_SIDE = 3600  # pixels: the longest side OSD looks at (A4 at 300 dpi is 3508)
+
+
 @dataclass(frozen=True)
 class Orientation:
     """How far to turn a page clockwise (0, 90, 180, 270) to make it upright."""
@@ -96,6 +99,13 @@ class Detector:
         """The turn that makes ``image`` upright (0 when unsure or OSD is missing)."""
         if self.osd is None:
             return Orientation(0, -1.0)
+        # A page larger than A4 at 300 dpi is looked at reduced to about that size: the
+        # turn does not depend on the size, and OSD (which cannot be interrupted) on a
+        # 7000-pixel page took over 10 s, all of it in the way of a stop.
+        factor = -(-max(image.size) // MAX_SIDE)
+        if factor > 1:
+            image = image.reduce(factor)
+            dpi = max(72, (dpi or 300) // factor)
         api = self._api("osd")
         try:
             api.SetImage(image)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from PIL import Image
+from PIL import Image, ImageDraw
 
 from ocrwatch import fsmove
 from ocrwatch.control.client import read_line
@@ -454,6 +454,9 @@ def test_sigterm_during_a_giant_page_stops_at_once(
     # Random dots: Tesseract takes tens of seconds on a page like this.
     side = 7000
     noise = Image.frombytes("1", (side, side), random.Random(7).randbytes(side // 8 * side))
+    # A solid block of ink, so that the page is not taken for a blank back (noise alone
+    # averages to an even grey, as paper grain does) and reaches Tesseract.
+    ImageDraw.Draw(noise).rectangle((3000, 3000, 4000, 3400), fill=0)
     giant = home.inbox / "giant.png"
     noise.save(giant)
     daemon = daemon_process(engine="tesseract").start()
