@@ -38,7 +38,7 @@ from ocrwatch.progress import PageCounts, Progress, Waiting, estimate
 from ocrwatch.scheduler import Scheduler
 from ocrwatch.settle import Settler
 from ocrwatch.status import EngineStatus, Reading, Status
-from ocrwatch.status_facts import IndexFacts, SettingWriter, StatusReader
+from ocrwatch.status_facts import IndexFacts, SettingWriter, StatusReader, read_facts
 from ocrwatch.thumbs import Thumbnails
 from ocrwatch.watch import Watcher
 
@@ -370,11 +370,12 @@ class Daemon:
 
         return count_pages(path, self.config)
 
-    def progress(self, engine_state: str) -> Progress:
-        """Pages done and left, the rate, the ETA, and what waits and why."""
+    def progress(self, engine_state: str, facts: IndexFacts) -> Progress:
+        """Pages done and left, the rate, the ETA, and what waits and why (the index's part
+        from ``facts``: status never waits on the index's lock)."""
         reading = self.reading()
         in_hand = {r.path for r in reading}
-        others = [(p, state, not_before) for p, state, not_before in self.jobs.unfinished()
+        others = [(p, state, not_before) for p, state, not_before in facts.unfinished
                   if display_path(p) not in in_hand]
         now = _dt.datetime.now().timestamp()
         waiting: list[Waiting] = []
@@ -404,17 +405,14 @@ class Daemon:
             queued=self._page_counts.pages(p for p, _, _ in others),
             pages_done=max(0, self.scheduler.rate.total - self._batch_base),
             pages_per_second=self.scheduler.rate.per_second(),
-            average_pages=self.jobs.average_pages(), waiting=tuple(waiting))
+            average_pages=facts.average_pages, waiting=tuple(waiting))
 
     def status(self) -> Status:
         midnight = _dt.datetime.combine(_dt.date.today(), _dt.time()).timestamp()
         if self._facts is not None:
             facts, counts_note = self._facts.read(midnight)
         else:
-            facts, counts_note = IndexFacts(self.jobs.counts(), self.jobs.pages_since(midnight),
-                                           self.jobs.last_result(),
-                                           tuple(self.jobs.failures(10)),
-                                           self.jobs.prepared_since(midnight)), None
+            facts, counts_note = read_facts(self.jobs, midnight, None), None
         counts = {"queued": 0, "running": 0, "done": 0, "failed": 0, **facts.counts}
         prepared = facts.prepared
         busy = self.scheduler.busy()
@@ -448,8 +446,8 @@ class Daemon:
             if self.choice.name == "tesseract" else None,
             reading=self.reading(), languages=tuple(self.config.languages),
             restart_needed=self.restart_needed,
-            progress=self.progress(str(engine_facts.get("state", ""))),
+            progress=self.progress(str(engine_facts.get("state", "")), facts),
             index_note=self.index_guard.note or self.index_note,
             pages_per_second=self.scheduler.rate.per_second(),
-            kept=tuple(self.jobs.kept(10)),
+            kept=facts.kept,
         )

@@ -42,6 +42,19 @@ class IndexFacts:
     failures: tuple[Failure, ...] = ()
     prepared: tuple[int, int] = (0, 0)  # pages turned upright, recorded blank, since
     read_at: float | None = None  # time.time() of the read; None: never read
+    # For the progress: queued and running files (path, state, not before), the pages
+    # per file read so far, and the done files whose original was kept.
+    unfinished: tuple[tuple[Path, str, float], ...] = ()
+    average_pages: float | None = None
+    kept: tuple[Failure, ...] = ()
+
+
+def read_facts(jobs: JobQueue, since: float, read_at: float | None) -> IndexFacts:
+    """Everything status needs from the index, in one place (the daemon's own connection
+    or status's read-only one)."""
+    return IndexFacts(jobs.counts(), jobs.pages_since(since), jobs.last_result(),
+                      tuple(jobs.failures(10)), jobs.prepared_since(since), read_at,
+                      tuple(jobs.unfinished()), jobs.average_pages(), tuple(jobs.kept(10)))
 
 
 class StatusReader:
@@ -63,9 +76,7 @@ class StatusReader:
                 raise OcrwatchError("the daemon is stopping")
             jobs = JobQueue(self._connection())
             with jobs.db.time_limit(WAIT_SECONDS * 2):
-                facts = IndexFacts(jobs.counts(), jobs.pages_since(since),
-                                   jobs.last_result(), tuple(jobs.failures(10)),
-                                   jobs.prepared_since(since), time.time())
+                facts = read_facts(jobs, since, time.time())
             self._last = facts
             return facts, None
         except (sqlite3.Error, OcrwatchError) as exc:
