@@ -897,3 +897,42 @@ def test_mixed_pages_fill_every_slot_and_a_freed_slot_is_taken_at_once() -> None
         assert took < 2 * 0.3 + 1.2, took
     finally:
         eng.close()
+
+
+def test_the_daemon_holds_files_while_the_card_is_busy_and_says_why(tmp_path: Path) -> None:
+    from ocrwatch.daemon import Daemon
+    from ocrwatch.status import format_status
+    from ocrwatch.tray.menu import status_lines
+
+    config = Config(inbox=[tmp_path / "inbox"], database=tmp_path / "index.sqlite3",
+                    settle_seconds=0.3, engine="vllm")
+    config.vllm.idle_sleep_seconds = config.vllm.idle_stop_seconds = 0
+    config.vllm.standby = False
+    card = Card(11 * 1024)
+    eng = VllmEngine(config, backend="fake", card_mib=16 * 1024, others_mib=card)
+    inbox = config.inbox[0]
+    inbox.mkdir(parents=True)
+    files = []
+    for i in range(3):
+        path = inbox / f"scan{i}.png"
+        text_page([f"page {i}"]).save(path)
+        files.append(path)
+    with Daemon(config, engine=eng) as daemon:
+        wait_for(lambda: eng.state == "waiting", 30, "the engine waiting for the card")
+        status = daemon.status()
+        why = "the GPU is busy: 11.0 GiB held by other programs"
+        assert why in format_status(status)
+        assert any(why in line for line in status_lines(status))
+        assert status.failed == 0 and status.done == 0
+        assert why in str(status.to_dict()["engine"]["waiting_reason"])  # status --json
+        card.asked.clear()
+        wait_for(lambda: len(card.asked) >= 2, 10, "the card asked again while waiting")
+        assert daemon.status().failed == 0  # still held, none failed
+        card.others_mib = 1024  # the other program ends
+
+        def done(path: Path) -> bool:
+            job = daemon.jobs.known(path)
+            return job is not None and job.state.value == "done"
+
+        wait_for(lambda: all(done(p) for p in files), 30, "every file read")
+        assert "GPU is busy" not in format_status(daemon.status())

@@ -49,6 +49,8 @@ def status_lines(status: Status) -> list[str]:
     if status.pages_per_second is not None:
         lines.append(f"Rate: {status.pages_per_second:.2f} pages/s (last minute)")
     lines.append(f"Engine: {engine.name} ({engine.state})")
+    if engine.facts.get("waiting_reason"):
+        lines.append(f"Waiting: {engine.facts['waiting_reason']}")
     if status.languages:
         lines.append(f"Languages: {', '.join(status.languages)}")
     mb = engine.gpu_memory_mb

@@ -59,7 +59,7 @@ class VllmEngine(lightonocr.LightOnOCREngine, Feeder):
             card_mib = gpu.card_memory_mib() if backend == "vllm" else 16 * 1024
         if card_mib is None:
             raise EngineUnavailable(
-                "no NVIDIA GPU was found (nvidia-smi is missing or failed). Install the NVIDIA "
+                "no NVIDIA GPU was found (the NVIDIA driver did not answer). Install the NVIDIA "
                 "driver, or use engine = \"tesseract\" to read pages on the CPU."
             )
         device_gib = card_mib / 1024

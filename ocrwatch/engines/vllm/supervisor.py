@@ -288,7 +288,7 @@ def memory_kept(worker: Worker, held_mib: Callable[[list[int]], int | None],
                 wait: float = 3.0) -> int | None:
     """GPU memory a sleeping worker still holds, if more than a sleep leaves; else None.
 
-    Checked from outside (nvidia-smi): a sleep that left the weights or the KV cache on
+    Checked from outside (NVML): a sleep that left the weights or the KV cache on
     the card would keep the memory an idle daemon promises to give back.
     """
     deadline = time.monotonic() + wait
