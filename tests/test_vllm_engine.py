@@ -823,7 +823,9 @@ def test_pausing_while_the_card_is_busy_hands_the_pages_back() -> None:
 # -- the standby worker --------------------------------------------------------------------------
 
 
-def test_after_the_idle_stop_a_standby_process_waits_and_becomes_the_next_worker() -> None:
+def test_after_the_idle_stop_a_standby_process_waits_and_becomes_the_next_worker(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("INFO", logger="ocrwatch.engines.vllm.feeder")
     config = Config()
     config.vllm.idle_sleep_seconds = 0
     config.vllm.idle_stop_seconds = 0.3
@@ -841,6 +843,7 @@ def test_after_the_idle_stop_a_standby_process_waits_and_becomes_the_next_worker
         ready = wait_for(lambda: (eng.describe().get("standby") or {}).get("ready"), 10,
                          "the standby's imports done")
         assert ready
+        wait_for(lambda: "vLLM standby ready" in caplog.text, 10, "the log saying so")
         rss = eng.describe()["standby"]["rss_mb"]
         assert isinstance(rss, int) and rss > 0
         (result,) = eng.recognize([page(1)])

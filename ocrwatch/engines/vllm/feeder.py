@@ -246,7 +246,12 @@ class Feeder:
                 holding = self._busy is not None and self._clock() < self._hold_until
                 if (self._queue.pending and not holding) or self._commands:
                     return
-            wait_fds([self._wake_r], idle_wait)
+                standby = self._standby
+            waiting_on: list[Any] = [self._wake_r]
+            if standby is not None and not standby.info:
+                waiting_on.append(standby.conn)
+            if standby is not None and standby.conn in wait_fds(waiting_on, idle_wait):
+                self._standby_said(standby)
             return
         timeout = 0.2 if idle_wait is None else min(0.2, max(0.0, idle_wait))
         try:
@@ -409,6 +414,19 @@ class Feeder:
             self._standby = standby
         log.info("vLLM standby process started (PID %d): vLLM imported, no GPU memory.",
                  standby.pid)
+
+    def _standby_said(self, standby: Standby) -> None:
+        """The standby's one message: its imports are done, or (end of pipe) it died."""
+        if standby.poll_ready():
+            log.info("vLLM standby ready: imports took %.1f s; it holds %s MiB of RAM and "
+                     "nothing on the GPU.", standby.info.get("import_seconds", 0.0),
+                     standby.rss_mib())
+            return
+        log.warning("The vLLM standby process ended; the next page starts a fresh worker.")
+        with self._cond:
+            if self._standby is standby:
+                self._standby = None
+        standby.end()
 
     def _end_standby(self) -> None:
         with self._cond:
