@@ -99,12 +99,12 @@ def test_plan_for_a_16_gb_card_is_the_sum_of_its_measured_parts() -> None:
     assert plan.total_gib <= plan.budget_gib
     # ... and one page more would not fit: the most pages the budget holds.
     assert plan.total_gib + page * plan.kv_bytes_per_token / GIB > plan.budget_gib
-    assert plan.max_num_seqs == 21  # with max_tokens 4096 (8 under the old fixed rule)
+    assert plan.max_num_seqs == 20  # with max_tokens 4096 (8 under the old fixed rule)
     assert plan.max_num_batched_tokens == 4096  # one A4 page or seven cards a step
     assert image_tokens(1088, 1540) <= plan.max_num_batched_tokens
     assert plan.max_model_len >= 3080 + 4096
-    assert plan.cudagraph_sizes == [1, 2, 4, 8, 16, 21]  # none above max_num_seqs
-    assert plan_memory(16.0, 16.0, 500).max_num_seqs == 25  # shorter pages: more of them
+    assert plan.cudagraph_sizes == [1, 2, 4, 8, 16, 20]  # none above max_num_seqs
+    assert plan_memory(16.0, 16.0, 500).max_num_seqs == 23  # shorter pages: more of them
     assert plan_memory(40.0, 40.0, 500).max_num_seqs == SEQS_CAP
 
 

@@ -159,7 +159,8 @@ class VllmEngine(lightonocr.LightOnOCREngine, Feeder):
                 facts["last_error"] = self._last_error
             worker, state, standby = self._worker, self._state, self._standby
         if standby is not None:
-            facts["standby"] = {"pid": standby.pid, "ready": standby.poll_ready(),
+            # Only the feeder reads the standby's pipe; its message sets ``info``.
+            facts["standby"] = {"pid": standby.pid, "ready": bool(standby.info),
                                 "rss_mb": standby.rss_mib()}
         if worker is not None and self._backend == "vllm":
             facts["gpu_memory_mb"] = gpu.processes_mib(worker.members())

@@ -74,7 +74,9 @@ class Standby:
         return [self.pid, *worker.session_members(self.pid)]
 
     def poll_ready(self) -> bool:
-        """Whether its imports are done (reads the standby's one message if it came)."""
+        """Whether its imports are done (reads the standby's one message if it came).
+
+        Called by the feeder thread only: one reader of the pipe."""
         if not self.info:
             with contextlib.suppress(EOFError, OSError):
                 if self.conn.poll(0):

@@ -21,6 +21,8 @@ Protocol (tuples over the pipe):
 parent sends                               worker answers
 =========================================  ==========================================
 (after start, nothing)                     ("ok", info) or ("error", kind, msg)
+a standby (settings["standby"]): nothing    ("standby", info) once vLLM is imported
+("start", settings) to a standby            ("ok", info) or ("error", kind, msg)
 ("add", id, image, params)                 ("done", id, output) when the page ends,
                                            or ("refused", id, msg) at once
 ("sleep",) / ("wake",)                     ("ok", seconds taken)
