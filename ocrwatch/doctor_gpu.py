@@ -69,7 +69,8 @@ def check_gpu(config: Config, smi: list[Gpu] | str) -> list[Check]:
         plan = plan_memory(default_budget(card_gib, config.vllm.gpu_memory_gb), card_gib,
                            config.vllm.max_tokens, others_gib=others,
                            device_gib=card.total_mb / 1024,
-                           kv_cache_dtype=config.vllm.kv_cache_dtype)
+                           kv_cache_dtype=config.vllm.kv_cache_dtype,
+                           eager=config.vllm.enforce_eager)
     except GpuBusy as exc:
         checks.append(Check("GPU memory", False, str(exc).split(". Pages")[0],
                             "close programs holding GPU memory (`nvidia-smi` lists them); "

@@ -70,7 +70,7 @@ class VllmEngine(lightonocr.LightOnOCREngine, Feeder):
         def replan(others_gib: float, model_dir: str | None) -> MemoryPlan:
             return plan_memory(budget, card_gib, cfg.max_tokens, others_gib=others_gib,
                                device_gib=device_gib, model_dir=model_dir or local,
-                               kv_cache_dtype=cfg.kv_cache_dtype)
+                               kv_cache_dtype=cfg.kv_cache_dtype, eager=cfg.enforce_eager)
 
         # The plan of an empty card bounds the callers; each start plans again within what
         # other programs leave then (the feeder).

@@ -42,13 +42,16 @@ CONTEXT_GIB = 0.90
 # The weights in bf16 when the model folder has none to measure (load_format = "dummy"):
 # vLLM's "Model loading took 1.88 GiB" (gpu_start.txt).
 WEIGHTS_GIB = 1.88
-# One step's working memory above context, weights and KV cache at a 4096-token step.
-# The corpus's real scans, vLLM given 13.0 GiB (utilization 0.0926), peaked at 16.16 GiB
-# (gpu_tests.txt, run 1): the 2.2 to 3.2 GiB that runs went past vLLM's reservation
-# (../shared/design.md, "How many pages the card holds"; gpu_tests.txt) and about 1.2 GiB
-# of activations and buffers vLLM reserves itself. The GPU benchmarks print vLLM's own
-# split (weights, activations, CUDA graphs) beside the peak, to check this figure.
-WORKING_GIB_AT_STEP = 3.5
+# One step's working memory above context, weights and KV cache at a 4096-token step,
+# decode steps as CUDA graphs (the default): the card's peak less the KV cache was 3.78 to
+# 3.90 GiB (plain vLLM at 8, 16 and 24 pages, the engine on the 64-page drop, the worst
+# page of 1540x1540 px writing 4096 tokens: gpu_daemon.txt, gpu_tests.txt at d38e036),
+# less context and weights: 1.0 to 1.12 GiB, of which vLLM counts 0.13 GiB of activations
+# and 0.09 GiB of CUDA graphs itself; the rest is the vision encoder and the allocator.
+WORKING_GIB_AT_STEP = 1.4
+# The same without CUDA graphs (vllm.enforce_eager, the GPU tests): the corpus's real
+# scans peaked 5.86 GiB above the KV cache (gpu_tests.txt at d38e036): 3.08 GiB working.
+WORKING_GIB_EAGER = 3.5
 STEP_TOKENS = 4096
 # 8192-token steps peaked 9.4 GiB higher than 4096 (24.6 against 15.2 GiB): the encoder's
 # attention over one step's image tokens grows faster than linearly. Squared, as an
@@ -107,9 +110,10 @@ def weights_gib(model_dir: str | None) -> float:
     return WEIGHTS_GIB
 
 
-def working_gib(step_tokens: int) -> float:
+def working_gib(step_tokens: int, eager: bool = False) -> float:
     """One step's working memory (activations, encoder, graphs, sampler) at this step."""
-    return float(WORKING_GIB_AT_STEP * (step_tokens / STEP_TOKENS) ** WORKING_EXPONENT)
+    at_step = WORKING_GIB_EAGER if eager else WORKING_GIB_AT_STEP
+    return float(at_step * (step_tokens / STEP_TOKENS) ** WORKING_EXPONENT)
 
 
 @dataclass(frozen=True)
@@ -169,12 +173,14 @@ def _gib(value: float) -> str:
 
 def plan_memory(budget_gib: float, card_gib: float, max_tokens: int, *,
                 others_gib: float = 0.0, device_gib: float | None = None,
-                model_dir: str | None = None, kv_cache_dtype: str = "auto") -> MemoryPlan:
+                model_dir: str | None = None, kv_cache_dtype: str = "auto",
+                eager: bool = False) -> MemoryPlan:
     """Turn a memory budget into vLLM's settings.
 
     ``card_gib`` is the card's size as planned; ``device_gib`` the real card's, when a
     smaller card is emulated on a larger one (vLLM's utilization is a share of the real
-    one). ``others_gib`` is what other programs hold now. Raises :class:`GpuBusy` when
+    one). ``others_gib`` is what other programs hold now; ``eager``: no CUDA graphs
+    (``vllm.enforce_eager``), which needs more working memory. Raises :class:`GpuBusy` when
     they leave too little, EngineUnavailable when the budget itself is too small.
     """
     device_gib = device_gib or card_gib
@@ -187,9 +193,9 @@ def plan_memory(budget_gib: float, card_gib: float, max_tokens: int, *,
     smallest_step = math.ceil(MAX_PROMPT_TOKENS / 256) * 256  # the largest page in one step
     # The measured step when the budget holds it with room for pages, else the largest page.
     step = STEP_TOKENS
-    if CONTEXT_GIB + weights + working_gib(step) + 2 * worst > usable:
+    if CONTEXT_GIB + weights + working_gib(step, eager) + 2 * worst > usable:
         step = smallest_step
-    fixed = CONTEXT_GIB + weights + working_gib(step)
+    fixed = CONTEXT_GIB + weights + working_gib(step, eager)
     need = fixed + worst
     if need > usable:
         if budget_gib < need or others_gib <= 0:
