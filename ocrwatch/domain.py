@@ -27,6 +27,9 @@ class Page:
     count: int | None = None  # pages in the source file, when known (for progress)
     # Set when the page needs no engine: "" for a blank page, a PDF's own text layer.
     text: str | None = None
+    # The image as the engine will send it, made by the engine's ``prepare_page`` in a
+    # preparer thread so that no request waits on it (the remote engine's data URL).
+    payload: str | None = None
 
     @property
     def size(self) -> tuple[int, int]:
@@ -42,6 +45,9 @@ class PageText:
     warnings: list[str] = field(default_factory=list)
     error: str | None = None  # set when this page could not be read; the file then fails
     layout: PageLayout | None = None  # word boxes, when the engine found them
+    # Set when the text may not be the whole page (a model's empty answer): the file is
+    # done, but its original must not be archived or deleted; the reason says why.
+    keep_original: str | None = None
 
 
 class State(StrEnum):

@@ -236,9 +236,12 @@ class Scheduler:
         count = 0
         try:
             opened = pipeline.open_pages(self.ctx, job, self.engine.max_side)
+            prepare = getattr(self.engine, "prepare_page", None)
             with contextlib.closing(opened):  # the file is closed however the loop ends
                 for page in opened:
                     work.total = page.count
+                    if prepare is not None and page.text is None:
+                        page = prepare(page)  # e.g. encoded here, off the request path
                     with self._cond:
                         while (self._waiting >= self._max_waiting and not self._stopping
                                and not self._paused):

@@ -121,3 +121,15 @@ def text_to_markdown(text: str) -> str:
             stripped = re.sub(r"^(\d+)([.)]) ", r"\1\\\2 ", stripped)
         lines.append(stripped + ("  " if stripped else ""))
     return "\n".join(lines).replace("  \n\n", "\n\n").rstrip() + "\n"
+
+
+# C0 and C1 control characters but tab and newline, and DEL; \r is folded into \n and the
+# Unicode line and paragraph separators become newlines (str.splitlines would split on
+# each of them, and a form feed would make a page read back from a sidecar two).
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_NEWLINES = re.compile(r"\r\n?|[\u2028\u2029]")
+
+
+def strip_controls(text: str) -> str:
+    """``text`` without control characters (tab and newline kept, CR as newline)."""
+    return _CONTROLS.sub("", _NEWLINES.sub("\n", text))

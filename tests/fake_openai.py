@@ -8,7 +8,12 @@ which page an answer belongs to. How it misbehaves is scripted:
 - ``mode = "ok"``: answer (after ``delay`` seconds);
 - ``"busy"``: HTTP 503 (``busy_left`` times, then "ok"; -1: always);
 - ``"hang"``: take the request and never answer until ``release()``;
-- ``"drop"``: take the request and close the connection without a word.
+- ``"drop"``: take the request and close the connection without a word;
+- ``"content"``: answer 200 with ``content`` as the message's content (any JSON value);
+- ``"huge"``: a valid answer of ``huge_bytes`` bytes (counted in ``bytes_sent`` as sent);
+- ``"trickle"``: a valid answer, one byte every ``delay`` seconds (``trickle_headers``:
+  the status line and headers too);
+- ``"gzip"``: a valid answer of ``huge_bytes`` bytes, gzip-compressed whatever was asked.
 
 The colour of the top-left pixel scripts a page whatever the mode (see the constants).
 Run as a program (``python fake_openai.py --port 0``) it prints its port and serves until
@@ -20,6 +25,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import gzip
 import io
 import json
 import socket
@@ -61,6 +67,12 @@ class FakeServer:
         self.busy_left = busy_left
         self.models = [MODEL] if models is None else models
         self.api_key = api_key
+        self.content: Any = ""  # mode "content": the message's content, as JSON
+        self.huge_bytes = 50 * 1024 * 1024
+        self.trickle_headers = False
+        self.bytes_sent = 0  # of the "huge" and "trickle" answers
+        self.times_file: Any = None  # open text file: "arrived answered" per chat request
+        self.metrics: str | None = None  # GET /metrics answers this text, as vLLM's does
         self.lock = threading.Lock()
         self.requests: list[dict[str, Any]] = []
         self.times: list[float] = []  # when each chat request arrived
@@ -134,6 +146,12 @@ def _handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
         protocol_version = "HTTP/1.1"  # keep-alive, as vLLM's server
         timeout = 20  # an idle kept-alive connection ends at last, and its thread with it
 
+        def setup(self) -> None:
+            super().setup()
+            # Headers and body go in separate writes: without this, Nagle's algorithm holds
+            # the body back for the client's delayed ACK (40 ms a request on Linux).
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
@@ -161,6 +179,14 @@ def _handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
                 server.probes += 1
             if not self.authorised():
                 return
+            if self.path == "/metrics" and server.metrics is not None:
+                data = server.metrics.encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                return
             if self.path != "/v1/models":
                 self.reply(404, {"detail": "Not Found"})
                 return
@@ -170,7 +196,8 @@ def _handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             with server.lock:
-                server.times.append(time.monotonic())
+                arrived = time.monotonic()
+                server.times.append(arrived)
                 server.requests.append(body)
                 server.headers.append(dict(self.headers))
                 server.active += 1
@@ -199,12 +226,79 @@ def _handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
                     self.reply(503, {"error": {"message": "the engine is overloaded"}},
                                {"Retry-After": server.retry_after})
                     return
+                if mode in ("huge", "trickle", "content", "gzip"):
+                    self.hostile(mode, body)
+                    return
                 if server.delay:
                     time.sleep(server.delay)
                 self.answer(body)
             finally:
                 with server.lock:
                     server.active -= 1
+                    if server.times_file is not None:  # monotonic: the same clock machine-wide
+                        server.times_file.write(f"{arrived:.6f} "
+                                                f"{time.monotonic():.6f}\n")
+                        server.times_file.flush()
+
+        def hostile(self, mode: str, body: dict[str, Any]) -> None:
+            """A 200 answer that is too large, too slow or of the wrong shape."""
+            def completion(content: Any) -> bytes:
+                return json.dumps({"id": "x", "object": "chat.completion",
+                                   "model": body["model"], "choices": [{
+                                       "index": 0, "finish_reason": "stop",
+                                       "message": {"role": "assistant",
+                                                   "content": content}}]}).encode()
+
+            self.close_connection = True
+            with contextlib.suppress(OSError):  # the client hanging up is the point
+                if mode == "content":
+                    data = completion(server.content)
+                elif mode == "gzip":  # a bomb: a few hundred KiB that expand a thousandfold
+                    packed = gzip.compress(completion(" " * server.huge_bytes), 1)
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Encoding", "gzip")
+                    self.send_header("Content-Length", str(len(packed)))
+                    self.end_headers()
+                    self.wfile.write(packed)
+                    return
+                elif mode == "huge":
+                    head, tail = completion("@@").split(b"@@")
+                    size = server.huge_bytes
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(head) + size + len(tail)))
+                    self.end_headers()
+                    self.wfile.write(head)
+                    block = b"x" * 65536
+                    while size > 0 and not server.released.is_set():
+                        n = min(size, len(block))
+                        self.wfile.write(block[:n])
+                        size -= n
+                        with server.lock:
+                            server.bytes_sent += n
+                    self.wfile.write(tail)
+                    return
+                else:  # trickle
+                    data = completion("# A page sent slowly")
+                    head = (f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                            f"Content-Length: {len(data)}\r\n\r\n").encode()
+                    if not server.trickle_headers:
+                        self.wfile.write(head)
+                        head = b""
+                    for i in range(len(head + data)):
+                        if server.released.wait(server.delay):
+                            return
+                        self.wfile.write((head + data)[i:i + 1])
+                        self.wfile.flush()
+                        with server.lock:
+                            server.bytes_sent += 1
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
 
         def answer(self, body: dict[str, Any]) -> None:
             if self.path != "/v1/chat/completions":
@@ -254,8 +348,12 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--mode", default="ok", choices=("ok", "busy", "hang", "drop"))
     parser.add_argument("--delay", type=float, default=0.0)
+    parser.add_argument("--times", help="append each chat request's arrival and answer "
+                                        "times (time.monotonic) to this file")
     args = parser.parse_args()
     server = FakeServer(mode=args.mode, delay=args.delay, port=args.port)
+    if args.times:
+        server.times_file = open(args.times, "a")  # noqa: SIM115 (open until killed)
     print(server.port, flush=True)
     with contextlib.suppress(KeyboardInterrupt):  # killed with SIGKILL in tests anyway
         server.serve()

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from fake_openai import FakeServer
+from helpers import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -33,13 +34,78 @@ def test_the_remote_benchmark_runs_end_to_end_on_a_fake_server(tmp_path: Path) -
             line]
     assert [r.split(" | ")[0] for r in rows] == [
         "| ocrwatch daemon, remote engine", "| seeds' client: plain HTTP, base64 PNG",
-        "| plain HTTP client, base64 PNG"]
+        "| plain httpx client, kept-alive, base64 PNG"]
     for row in rows:
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert cells[2:4] == ["6", "0"], row  # pages read, pages failed
-        assert float(cells[5]) > 0
+        assert float(cells[6]) > 0  # pages/s
     assert re.search(r"# command: .*gpu_remote\.py --url", report)
+    daemon = [c.strip() for c in rows[0].strip("|").split("|")]
+    assert float(daemon[7]) >= float(daemon[6])  # from the first file queued: no settle
+    assert re.search(r"from the first file queued: \d\.\d{3} \(goal at least 0\.97", report)
+    stages = re.search(r"engine stages, median ms a page: (.*)", report)
+    assert stages is not None
+    assert [p.split()[0] for p in stages.group(1).split(", ")] == [
+        "encode", "queue", "send", "wait", "read", "parse"]
     inbox = tmp_path / "work" / "daemon_4" / "inbox"
     assert sorted(p.name for p in inbox.glob("*.md")) == [
         "a4_00.md", "card_00.md", "doc_0.md", "warmup.md"]
     assert (inbox / "doc_0.md").read_text().count("<!-- page") == 4
+
+
+def test_an_empty_answer_is_a_page_read_and_only_errors_are_failures(tmp_path: Path) -> None:
+    """Random weights often write nothing: each such answer is a page the model left empty
+    (as the daemon writes it), not a failure, in every run."""
+    out = tmp_path / "remote.txt"
+    with FakeServer(mode="content") as server:
+        server.content = ""
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "benchmarks" / "gpu_remote.py"), "--url", server.url,
+             "--drop", "1,1,0", "--concurrency", "2", "--settle", "0.3",
+             "--out", str(out), "--work", str(tmp_path / "work"), "--timeout", "120"],
+            capture_output=True, text=True, timeout=240, cwd=ROOT)
+        assert done.returncode == 0, done.stdout + done.stderr
+    rows = [[c.strip() for c in line.strip("|").split("|")]
+            for line in out.read_text().splitlines()
+            if line.startswith("| ") and "pages/s" not in line]
+    assert [r[2:4] for r in rows] == [["2", "0"]] * 3, rows  # pages read, failed
+    assert [r[4] for r in rows[1:]] == ["2", "2"]  # the plain clients' empty answers
+    assert "0 failed, 2 empty" in done.stdout
+
+
+def test_the_overhead_benchmark_runs_the_daemon_beside_a_plain_client(tmp_path: Path) -> None:
+    out = tmp_path / "remote_overhead.txt"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "remote_overhead.py"), "--runs", "1",
+         "--drop", "1,0,1", "--delay", "0.2", "--concurrency", "2", "--settle", "0.3",
+         "--out", str(out), "--work", str(tmp_path / "work")],
+        capture_output=True, text=True, timeout=240, cwd=ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = out.read_text()
+    ratio = re.search(r"daemon / plain client at the same concurrency: (\d+\.\d+)", report)
+    assert ratio is not None and float(ratio.group(1)) > 0
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in report.splitlines()
+            if line.startswith("| ") and "pages/s" not in line]
+    assert [(r[0], r[4]) for r in rows] == [
+        ("ocrwatch daemon, remote engine", "0"),
+        ("plain httpx client, kept-alive, base64 PNG", "0")]  # failures
+    assert re.search(r"engine stages, .*: encode [\d.]+, queue [\d.]+, send [\d.]+, "
+                     r"wait [\d.]+, read [\d.]+, parse [\d.]+", report)
+    assert re.search(r"prepare [\d.]+, write [\d.]+", report)
+
+
+def test_the_servers_occupancy_is_read_from_vllms_metrics() -> None:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from gpu_remote import Occupancy
+
+    with FakeServer() as server:
+        server.metrics = ("# HELP vllm:num_requests_running Running.\n"
+                          'vllm:num_requests_running{engine="0",model_name="m"} 6.0\n'
+                          'vllm:num_requests_waiting{engine="0",model_name="m"} 2.0\n')
+        with Occupancy([server.url, server.url]) as occupancy:  # summed over servers
+            wait_for(lambda: len(occupancy.samples) >= 2, 10, "two samples")
+        assert occupancy.busy_means() == (12.0, 4.0)
+        server.metrics = None  # a server without /metrics: no figure rather than zeros
+        with Occupancy([server.url]) as occupancy:
+            wait_for(lambda: not occupancy.sampling(), 10, "the sampler to give up")
+        assert occupancy.busy_means() is None

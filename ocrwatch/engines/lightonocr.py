@@ -12,7 +12,7 @@ import math
 
 from ocrwatch.domain import PageText
 from ocrwatch.engines.base import BatchPolicy
-from ocrwatch.textutil import markdown_to_text, repeats_itself
+from ocrwatch.textutil import markdown_to_text, repeats_itself, strip_controls
 
 # The model was made for pages whose longest side is 1540 px: every page is fitted to it,
 # a smaller one enlarged and a larger one shrunk (pages.scale_to, with the engine's
@@ -48,11 +48,22 @@ def loop_warning(finish: str) -> str:
     return "the model repeated itself on this page; the text may hold repeated lines"
 
 
+EMPTY_ANSWER = "the model's answer for this page was empty"
+
+
 def page_text(markdown: str, warnings: list[str] | None = None) -> PageText:
-    """The model's Markdown as the sidecars and the index want it."""
-    markdown = markdown.strip()
-    return PageText(markdown=markdown + "\n" if markdown else "",
-                    text=markdown_to_text(markdown), warnings=list(warnings or []))
+    """The model's Markdown as the sidecars and the index want it: no control characters
+    (an ESC or NUL from a model or server is never written), and a page the model left
+    empty marked so that its file's original is kept."""
+    warnings = list(warnings or [])
+    cleaned = strip_controls(markdown).strip()
+    if len(cleaned) < len(markdown.strip()):
+        removed = len(markdown.strip()) - len(cleaned)
+        warnings.append(f"{removed} control character{'s' if removed != 1 else ''} removed "
+                        "from the model's answer")
+    return PageText(markdown=cleaned + "\n" if cleaned else "",
+                    text=strip_controls(markdown_to_text(cleaned)), warnings=warnings,
+                    keep_original=None if cleaned else EMPTY_ANSWER)
 
 
 def failed_page(reason: str) -> PageText:

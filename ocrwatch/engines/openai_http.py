@@ -12,14 +12,19 @@ from __future__ import annotations
 import base64
 import io
 import ipaddress
+import json
 import logging
 import ssl
+import time
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import httpx
 
+from ocrwatch.engines import http_deadline
 from ocrwatch.errors import EngineUnavailable
+from ocrwatch.textutil import strip_controls
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -32,6 +37,12 @@ CONNECT_TIMEOUT = 10.0  # a server that takes longer to accept a connection is d
 PROBE_TIMEOUT = 10.0
 RETRY_AFTER_CAP = 30.0  # the longest Retry-After honoured, in seconds
 BUSY = (429, 502, 503, 504)  # overloaded, or a router in front with nothing behind it
+# An answer's size is bounded by max_tokens: a token is a few characters, at most a few
+# dozen bytes once JSON-escaped (\uXXXX pairs); vLLM's own fields add a few hundred.
+BYTES_PER_TOKEN = 64
+ANSWER_OVERHEAD = 64 * 1024
+ERROR_BODY_CAP = 64 * 1024  # what is read of an error answer, for its message
+IDENTITY = {"Accept-Encoding": "identity"}  # answers uncompressed, so the cap holds
 
 
 class PageFailed(Exception):
@@ -49,6 +60,26 @@ class Retry(Exception):
 
 class ServerError(Exception):
     """HTTP 500 and the like: the server failed on this request."""
+
+
+@dataclass
+class Timing:
+    """Where one request's time went, in seconds (``time.monotonic()`` differences)."""
+
+    send: float = 0.0  # the request written (headers and image)
+    wait: float = 0.0  # from the request sent to the answer's headers: the server's work
+    read: float = 0.0  # the answer's body received
+    parse: float = 0.0  # JSON decoded and checked
+    marks: dict[str, float] = field(default_factory=dict)
+
+    def trace(self, event: str, info: dict[str, Any]) -> None:
+        """httpcore's trace hook: the time of each step of the exchange."""
+        self.marks[event] = time.monotonic()
+
+
+def answer_cap(max_tokens: int) -> int:
+    """The most bytes an answer of ``max_tokens`` tokens can take."""
+    return ANSWER_OVERHEAD + BYTES_PER_TOKEN * max_tokens
 
 
 def make_client(cfg: RemoteConfig, urls: list[str]) -> httpx.Client:
@@ -78,12 +109,12 @@ def make_client(cfg: RemoteConfig, urls: list[str]) -> httpx.Client:
 
             verify.load_verify_locations(cafile=certifi.where())
     connections = cfg.concurrency + len(urls)  # pages, plus one probe each
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+    # HTTP/1.1 with keep-alive: vLLM's server (uvicorn) speaks no HTTP/2.
     return httpx.Client(
         headers=headers,
-        verify=verify,
+        transport=http_deadline.transport(verify=verify, limits=limits),
         timeout=httpx.Timeout(cfg.timeout_seconds, connect=CONNECT_TIMEOUT),
-        limits=httpx.Limits(max_connections=connections,
-                            max_keepalive_connections=connections),
         follow_redirects=False,
     )
 
@@ -102,27 +133,54 @@ def chat_body(cfg: RemoteConfig, image_url: str, temperature: float) -> dict[str
     return body
 
 
-def post_chat(client: httpx.Client, base: str, body: dict[str, Any]) -> tuple[str, str]:
-    """One chat completion: its text and finish reason, or the exception that says what next."""
+def post_chat(client: httpx.Client, base: str, body: dict[str, Any], *, seconds: float,
+              timing: Timing | None = None) -> tuple[str, str]:
+    """One chat completion: its text and finish reason, or the exception that says what next.
+
+    The whole exchange ends within ``seconds`` however the server sends its answer, and
+    no more of the answer is read than ``max_tokens`` tokens can take.
+    """
     url = f"{base}/chat/completions"
+    timing = timing or Timing()
+    cap = answer_cap(int(body["max_tokens"]))
+    started = time.monotonic()
     try:
-        response = client.post(url, json=body)
+        with http_deadline.deadline(started + seconds), client.stream(
+                "POST", url, json=body, headers=IDENTITY,
+                extensions={"trace": timing.trace}) as response:
+            status = response.status_code
+            headed = time.monotonic()
+            encoding = response.headers.get("Content-Encoding", "identity").lower()
+            raw: bytes | None = None
+            if encoding in ("", "identity"):
+                raw = _read_capped(response, cap if status == 200 else ERROR_BODY_CAP)
+            elif status == 200:
+                # Asked for none: a compressed answer could expand a thousandfold in memory.
+                raise PageFailed(f"the server compressed its answer ({encoding}) although "
+                                 "asked not to; it was not read")
+            timing.read = time.monotonic() - headed
     except httpx.TimeoutException as exc:
-        raise Retry(f"{base} gave no answer in time ({_kind(exc)})",
-                     down=True) from exc
+        raise Retry(f"{base} gave no answer in time (none whole within {seconds:g} s, "
+                    f"remote.timeout_seconds; {_kind(exc)})", down=True) from exc
     except httpx.HTTPError as exc:
         if isinstance(exc, httpx.ConnectError) and _certificate_problem(exc):
             raise EngineUnavailable(_certificate_message(base, exc)) from exc
         raise Retry(_transport_reason(base, exc), down=True) from exc
-    status = response.status_code
+    sent = timing.marks.get("http11.send_request_body.complete", started)
+    timing.send = sent - started
+    timing.wait = headed - sent
     if status == 200:
+        if raw is None:
+            raise PageFailed(
+                f"the server's answer is larger than {cap:,} bytes, more than "
+                f"remote.max_tokens ({body['max_tokens']}) tokens can take; it was not "
+                "read. Check that remote.url points at the OCR model's server.")
+        t = time.monotonic()
         try:
-            choice = response.json()["choices"][0]
-            return str(choice["message"]["content"] or ""), str(
-                choice.get("finish_reason") or "stop")
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
-            raise PageFailed(f"the server's answer has no text ({exc!r})") from exc
-    detail = _error_detail(response)
+            return parse_answer(raw)
+        finally:
+            timing.parse = time.monotonic() - t
+    detail = _error_detail(raw or b"")
     if status in (401, 403):
         raise EngineUnavailable(_key_message(base, status))
     if status == 404:
@@ -138,6 +196,38 @@ def post_chat(client: httpx.Client, base: str, body: dict[str, Any]) -> tuple[st
     raise PageFailed(f"the server answered HTTP {status}: {detail}")
 
 
+def _read_capped(response: httpx.Response, cap: int) -> bytes | None:
+    """The body, or None once it passes ``cap`` bytes (the rest is never read: leaving
+    the stream unread closes the connection)."""
+    chunks: list[bytes] = []
+    size = 0
+    for chunk in response.iter_raw():  # as sent: nothing is decompressed
+        size += len(chunk)
+        if size > cap:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def parse_answer(raw: bytes) -> tuple[str, str]:
+    """A chat completion's text and finish reason; :class:`PageFailed` for any other shape."""
+    try:
+        data: Any = json.loads(raw)
+    except ValueError as exc:
+        raise PageFailed(f"the server's answer is not JSON ({exc})") from exc
+    choices = data.get("choices") if isinstance(data, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise PageFailed("the server's answer holds no choices[0]: not a chat completion")
+    message = choices[0].get("message")
+    content = message.get("content") if isinstance(message, dict) else None
+    if not isinstance(content, str):
+        kind = "null" if content is None else type(content).__name__
+        raise PageFailed(f"the server's answer has no text: message.content is {kind}, "
+                         "not a string")
+    finish = choices[0].get("finish_reason")
+    return content, finish if isinstance(finish, str) and finish else "stop"
+
+
 def probe(client: httpx.Client, base: str,
           model: str) -> tuple[str | None, EngineUnavailable | None]:
     """``GET /models``: None when the server answers and serves ``model``, else the
@@ -145,7 +235,13 @@ def probe(client: httpx.Client, base: str,
     problem: str | None = None
     fatal: EngineUnavailable | None = None
     try:
-        response = client.get(f"{base}/models", timeout=PROBE_TIMEOUT)
+        with http_deadline.deadline(time.monotonic() + PROBE_TIMEOUT), client.stream(
+                "GET", f"{base}/models", timeout=PROBE_TIMEOUT, headers=IDENTITY) as response:
+            if response.headers.get("Content-Encoding", "identity").lower() not in (
+                    "", "identity"):
+                raise httpx.DecodingError("the server compressed its answer although "
+                                          "asked not to")
+            listing = _read_capped(response, ERROR_BODY_CAP * 16)
     except httpx.HTTPError as exc:
         problem = _transport_reason(base, exc)
         if isinstance(exc, httpx.ConnectError) and _certificate_problem(exc):
@@ -156,9 +252,9 @@ def probe(client: httpx.Client, base: str,
             fatal = EngineUnavailable(_key_message(base, response.status_code))
         elif response.status_code != 200:
             problem = f"GET /models answered HTTP {response.status_code}: " \
-                      f"{_error_detail(response)}"
+                      f"{_error_detail(listing or b'')}"
         else:
-            served = _served_models(response)
+            served = _served_models(listing or b"")
             if served is not None and model not in served:
                 problem = (f"it serves {', '.join(served) or 'no model'}, not "
                            f"{model!r}")
@@ -215,11 +311,11 @@ def _sends_in_clear(url: str) -> bool:
         return True
 
 
-def _served_models(response: httpx.Response) -> list[str] | None:
+def _served_models(body: bytes) -> list[str] | None:
     """The model ids in a ``/models`` answer, or ``None`` when it does not list any."""
     try:
-        data = response.json()["data"]
-        return [str(m["id"]) for m in data]
+        data = json.loads(body)["data"]
+        return [strip_controls(str(m["id"])) for m in data]
     except (ValueError, KeyError, TypeError):
         return None
 
@@ -231,15 +327,15 @@ def _retry_after(response: httpx.Response) -> float:
         return 0.0  # an HTTP date: rare from model servers; the backoff applies
 
 
-def _error_detail(response: httpx.Response) -> str:
-    raw = response.text
+def _error_detail(body: bytes) -> str:
+    raw = body.decode("utf-8", errors="replace")
     try:
-        data: Any = response.json()
+        data: Any = json.loads(raw)
         message = (data.get("error", {}).get("message") if isinstance(data.get("error"), dict)
                    else data.get("error")) or data.get("message") or data.get("detail") or raw
-        return str(message)[:300]
+        return strip_controls(str(message)[:300])
     except (ValueError, AttributeError):
-        return raw[:300]
+        return strip_controls(raw[:300])
 
 
 def data_url(image: Image.Image) -> str:

@@ -25,10 +25,13 @@ httpx gives keep-alive connections, separate connect and read timeouts and verif
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import random
+import statistics
 import threading
 import time
+from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -45,6 +48,7 @@ from ocrwatch.engines.openai_http import (
     PageFailed,
     Retry,
     ServerError,
+    Timing,
     chat_body,
     data_url,
     make_client,
@@ -90,6 +94,32 @@ class _Server:
         return facts
 
 
+STAGES = ("encode", "queue", "send", "wait", "read", "parse")
+
+
+class Stages:
+    """Where each page's time goes in the engine, the last few thousand pages of each stage:
+    encode (image to data URL, in a preparer thread), queue (waiting for a request slot
+    and a fit server), send, wait (the server's work), read (the answer's body), parse."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._seconds: dict[str, deque[float]] = {s: deque(maxlen=4096) for s in STAGES}
+
+    def add(self, stage: str, seconds: float) -> None:
+        with self._lock:
+            self._seconds[stage].append(seconds)
+
+    def medians_ms(self) -> dict[str, float]:
+        with self._lock:
+            return {s: round(statistics.median(v) * 1000, 2)
+                    for s, v in self._seconds.items() if v}
+
+    def pages(self) -> int:
+        with self._lock:
+            return len(self._seconds["parse"])
+
+
 def backoff(failures: int, base: float, cap: float) -> float:
     """Full-jitter exponential backoff: uniform in [0, min(cap, base * 2**failures))."""
     return random.uniform(0.0, min(cap, base * 2.0 ** max(0, failures)))
@@ -117,6 +147,7 @@ class RemoteEngine(lightonocr.LightOnOCREngine):
         self._closed = False
         self._pages = 0
         self._last_error: str | None = None
+        self.stages = Stages()
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -184,6 +215,10 @@ class RemoteEngine(lightonocr.LightOnOCREngine):
             health.close(PROBE_TIMEOUT + CONNECT_TIMEOUT)
         if client is not None:
             client.close()
+        if self.stages.pages():
+            log.info("remote engine, median ms a page over %d answers: %s",
+                     self.stages.pages(), ", ".join(
+                         f"{k} {v:.2f}" for k, v in self.stages.medians_ms().items()))
 
     def describe(self) -> dict[str, object]:
         with self._cond:
@@ -194,6 +229,7 @@ class RemoteEngine(lightonocr.LightOnOCREngine):
                 "in_flight": sum(s.outstanding for s in self._servers)}
             if self._last_error:
                 facts["last_error"] = self._last_error
+        facts["stage_ms"] = self.stages.medians_ms()
         return facts
 
     # -- health -------------------------------------------------------------------------
@@ -317,9 +353,20 @@ class RemoteEngine(lightonocr.LightOnOCREngine):
 
     # -- one page -----------------------------------------------------------------------
 
+    def prepare_page(self, page: Page) -> Page:
+        """In the daemon's preparer threads: the page as it will be sent, so that no
+        request slot waits on encoding."""
+        started = time.monotonic()
+        url = data_url(page.image)
+        self.stages.add("encode", time.monotonic() - started)
+        return dataclasses.replace(page, payload=url)
+
     def _read(self, client: httpx.Client, page: Page) -> PageText:
+        url = page.payload
+        if url is None:  # not through the daemon's preparers (doctor, tests)
+            url = self.prepare_page(page).payload
+            assert url is not None
         with self._slots:
-            url = data_url(page.image)
             try:
                 text, finish = self._ask(client, url, self._cfg.temperature)
                 warnings: list[str] = []
@@ -350,11 +397,18 @@ class RemoteEngine(lightonocr.LightOnOCREngine):
         deadline = time.monotonic() + self._cfg.retry_seconds
         server_errors = 0
         tries = 0
+        queued = time.monotonic()
         while True:
             server = self._acquire(deadline)
             failure: Retry | None = None
+            timing = Timing()
             try:
-                return post_chat(client, server.url, body)
+                self.stages.add("queue", time.monotonic() - queued)
+                answer = post_chat(client, server.url, body,
+                                   seconds=self._cfg.timeout_seconds, timing=timing)
+                for stage in ("send", "wait", "read", "parse"):
+                    self.stages.add(stage, getattr(timing, stage))
+                return answer
             except Retry as exc:
                 failure = exc
             except ServerError as exc:
@@ -370,4 +424,5 @@ class RemoteEngine(lightonocr.LightOnOCREngine):
             # Jitter spreads the retries of many pages and many daemons over time.
             if self._stop.wait(backoff(tries - 1, BACKOFF_BASE, BACKOFF_CAP)):
                 raise EngineError("the remote engine was closed; start the daemon again.")
+            queued = time.monotonic()
 
