@@ -345,6 +345,8 @@ def main() -> None:
     parser.add_argument("--prepare-only", action="store_true",
                         help="only the page preparation rates (no GPU needed)")
     parser.add_argument("--skip-plain", action="store_true", help="no plain vLLM runs")
+    parser.add_argument("--plain-seqs", type=int, nargs="+", default=list(PLAIN_SEQS),
+                        help="plain vLLM's max_num_seqs settings (default 8 16 24)")
     parser.add_argument("--plain-log", type=Path, help="plain vLLM's output goes here")
     parser.add_argument("--plain", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--plain-step", type=int, default=4096, help=argparse.SUPPRESS)
@@ -389,7 +391,7 @@ def main() -> None:
         step = saved["alone"]["max_num_batched_tokens"]
         length = saved["alone"]["max_model_len"]
         meta.update(plain_step=step, plain_len=length)
-        for seqs in () if args.skip_plain else PLAIN_SEQS:
+        for seqs in () if args.skip_plain else args.plain_seqs:
             sampler.settle(3.0)
             saved["plain"].append(run_plain(args.model, folder, args.tokens, seqs, step, length,
                                             sampler, args.plain_log))
