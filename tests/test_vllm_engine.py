@@ -105,7 +105,10 @@ def test_plan_for_a_16_gb_card_is_the_sum_of_its_measured_parts() -> None:
     assert image_tokens(1088, 1540) <= plan.max_num_batched_tokens
     assert plan.max_model_len >= 3080 + 4096
     assert plan.cudagraph_sizes == [1, 2, 4, 8, 16, 24]  # none above max_num_seqs
-    assert plan_memory(16.0, 16.0, 500).max_num_seqs == 29  # shorter pages: more of them
+    assert plan_memory(12.0, 12.0, 500).max_num_seqs > plan_memory(12.0, 12.0, 4096).max_num_seqs
+    assert plan_memory(16.0, 16.0, 500).max_num_seqs == SEQS_CAP  # no gain measured past it
+    # Capped, the KV cache is what those pages need, not all the budget allows.
+    assert plan_memory(16.0, 16.0, 500).total_gib < 16.0 - MARGIN_GIB - 1.0
     # Without CUDA graphs a step needs more working memory: fewer pages.
     eager = plan_memory(16.0, 16.0, 4096, eager=True)
     assert eager.fixed_gib == pytest.approx(CONTEXT_GIB + WEIGHTS_GIB + WORKING_GIB_EAGER)
@@ -114,8 +117,8 @@ def test_plan_for_a_16_gb_card_is_the_sum_of_its_measured_parts() -> None:
 
 
 def test_fp8_kv_cache_halves_the_bytes_per_token_and_holds_more_pages() -> None:
-    bf16 = plan_memory(16.0, 16.0, 4096)
-    fp8 = plan_memory(16.0, 16.0, 4096, kv_cache_dtype="fp8")
+    bf16 = plan_memory(12.0, 12.0, 4096)
+    fp8 = plan_memory(12.0, 12.0, 4096, kv_cache_dtype="fp8")
     assert fp8.kv_bytes_per_token * 2 == bf16.kv_bytes_per_token
     assert fp8.max_num_seqs > bf16.max_num_seqs and fp8.kv_cache_dtype == "fp8"
     assert Config().vllm.kv_cache_dtype == "auto"  # off by default

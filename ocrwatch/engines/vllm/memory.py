@@ -60,9 +60,10 @@ WORKING_EXPONENT = 2.0
 # Room kept free on a shared card: programs beside ocrwatch grow, and the allocator
 # rounds up.
 MARGIN_GIB = 0.5
-# More pages in flight pay while a step is overhead-bound (8 -> 16 pages: 3.51 -> 4.27
-# pages/s); 32 bounds the CUDA graphs captured and the prepared pages kept in memory.
-SEQS_CAP = 32
+# More pages in flight pay while a step is overhead-bound: plain vLLM read 3.33, 4.19 and
+# 4.46 pages/s with 8, 16 and 24; the engine read 4.37 with 22 and with 27 (gpu_daemon.txt).
+# Past 24 a page more only takes memory from the desktop.
+SEQS_CAP = 24
 # Output a page is planned for when it has max_tokens room: a dense page of Markdown.
 # A page that writes more takes KV from others; vLLM then pauses one and recomputes it
 # later, so nothing is lost, only time.
