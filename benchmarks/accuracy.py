@@ -18,8 +18,18 @@ truth drawn as a born-digital PDF with DejaVu Sans. Exits 1 unless, in every cas
 mean CER is at most ``--max-ratio`` times plain Tesseract's, and born-digital PDFs come
 out with CER <= 0.01 at >= 50 pages/s.
 
+Scanner realities (``--scan``): every corpus page turned 90, 180 and 270 degrees (a
+sheet fed sideways or upside down) and skewed 2 and 5 degrees (fed crooked), PDF pages
+drawn at ``pdf_dpi`` into a multi-page TIFF first. Each variant's CER is set against the
+same file's upright CER (goal: within ``--max-turn-ratio``, 1.1x), plain ``tesseract``'s
+CER on the variant is shown beside it, and the cost of preparing a page (ink coverage,
+orientation, skew) is timed on its own, in this process, beside the daemon's s/page.
+With ``--pdf``, the searchable PDF is written too and ``pdftotext`` (default mode) of it
+is scored beside the ``.txt``. ``--quick`` takes four files of the corpus.
+
     python benchmarks/accuracy.py --corpus ../shared/corpus
     python benchmarks/accuracy.py --corpus ../shared/corpus --cases dpi100 --limit 3
+    python benchmarks/accuracy.py --corpus ../shared/corpus --scan --pdf [--quick]
 """
 
 from __future__ import annotations
@@ -59,7 +69,14 @@ CASES = {
              "across the page, slight blur, JPEG quality 85, 72 dpi",
     "born-digital": "each ground truth drawn as a PDF with DejaVu Sans (fpdf2), the text "
                     "layer real",
+    "turn90": "each page turned 90 degrees clockwise (PNG; PDF pages as a TIFF at pdf_dpi)",
+    "turn180": "each page turned 180 degrees (upside down)",
+    "turn270": "each page turned 270 degrees clockwise",
+    "skew2": "each page turned 2 degrees counter-clockwise on white (fed crooked)",
+    "skew5": "each page turned 5 degrees counter-clockwise on white",
 }
+SCAN_CASES = ("turn90", "turn180", "turn270", "skew2", "skew5")
+QUICK_FILES = ("ehri_eng_03.jpg", "tapus_06.jpg", "ocrd_deu_02.jpg", "tess_eurotext.tif")
 BORN_DIGITAL_MAX_CER = 0.01
 BORN_DIGITAL_MIN_PAGES_PER_S = 50.0
 
@@ -80,6 +97,9 @@ class Result:
     plain_seconds: float  # every `tesseract` command (and PDF rasterising)
     daemon_text: str
     plain_text: str
+    layer: Score | None = None  # pdftotext (default mode) of the searchable PDF
+    turned: tuple[int, ...] = ()  # each page's recorded turn
+    skews: tuple[float, ...] = ()  # each page's recorded straightening
 
 
 def _isolated_env(root: Path, workers: int) -> dict[str, str]:
@@ -97,31 +117,65 @@ def _isolated_env(root: Path, workers: int) -> dict[str, str]:
     return env
 
 
+@dataclass
+class Run:
+    """What one ``ocrwatch add`` of a file gave."""
+
+    text: str
+    pages: int
+    inside: float  # seconds, job queued -> done inside the daemon
+    wall: float  # seconds of the whole command
+    txt_path: Path
+    turned: tuple[int, ...]
+    skews: tuple[float, ...]
+
+
 def run_daemon(item: Item, languages: str, engine: str, root: Path,
-               workers: int) -> tuple[str, int, float, float]:
+               workers: int, *, pdf: bool = False) -> tuple[str, int, float, float]:
     """Text, pages, seconds inside the daemon and wall seconds of ``ocrwatch add``."""
+    run = run_daemon_full(item, languages, engine, root, workers, pdf=pdf)
+    return run.text, run.pages, run.inside, run.wall
+
+
+def run_daemon_full(item: Item, languages: str, engine: str, root: Path,
+                    workers: int, *, pdf: bool = False) -> Run:
     database = root / "ocrwatch.sqlite3"
     cmd = [sys.executable, "-m", "ocrwatch", "add", "--engine", engine,
            "--languages", languages.replace("+", ","), "--database", str(database),
            "--inbox", str(root / "inbox"), "--output-dir", str(root / "out"), str(item.path)]
+    env = _isolated_env(root, workers)
+    if pdf:
+        env.update(OCRWATCH_OUTPUTS="md,txt,pdf", OCRWATCH_PDFA="never")
     start = time.perf_counter()
-    proc = subprocess.run(cmd, env=_isolated_env(root, workers), capture_output=True,
+    proc = subprocess.run(cmd, env=env, capture_output=True,
                           text=True, check=False)
     wall = time.perf_counter() - start
     conn = sqlite3.connect(database)
     try:
         row = conn.execute(
-            "SELECT state, reason, pages, txt_path, created, finished FROM jobs WHERE path = ?",
-            (os.fsencode(item.path.absolute()),),
+            "SELECT state, reason, pages, txt_path, created, finished, id FROM jobs "
+            "WHERE path = ?", (os.fsencode(item.path.absolute()),),
         ).fetchone()
+        prep = conn.execute("SELECT turned, skew FROM pages WHERE job_id = ? ORDER BY page",
+                            (row[6],)).fetchall() if row else []
     finally:
         conn.close()
     if row is None or row[0] != "done":
         reason = row[1] if row else proc.stderr.strip()[-2000:]
         raise SystemExit(f"ocrwatch could not read {item.path.name}: {reason}")
-    _, _, pages, txt_path, created, finished = row
-    text = Path(os.fsdecode(txt_path)).read_text(encoding="utf-8")
-    return text, int(pages), float(finished) - float(created), wall
+    _, _, pages, txt_path, created, finished, _ = row
+    txt = Path(os.fsdecode(txt_path))
+    text = txt.read_text(encoding="utf-8")
+    return Run(text, int(pages), float(finished) - float(created), wall, txt,
+               tuple(int(t) for t, _ in prep), tuple(float(k) for _, k in prep))
+
+
+def pdf_layer_text(txt: Path) -> str:
+    """``pdftotext`` (its default mode, as viewers' copy and paste read) of the PDF that
+    was written beside ``txt``."""
+    pdf = txt.with_suffix(".ocr.pdf")
+    return subprocess.run(["pdftotext", str(pdf), "-"], capture_output=True, text=True,
+                          check=True).stdout
 
 
 def rasterise(pdf: Path, dpi: int, folder: Path) -> list[Path]:
@@ -173,6 +227,8 @@ def build_case(case: str, items: list[Item], folder: Path) -> list[Item]:
         if case == "born-digital":
             path = cases.born_digital([item.truth.read_text(encoding="utf-8")],
                                       folder / f"{stem}.born-digital.pdf")
+        elif case in SCAN_CASES:
+            path = _scan_variant(case, item.path, folder, stem)
         elif item.path.suffix.lower() == ".pdf":
             continue  # the derived image cases start from single images
         elif case in ("dpi100", "dpi150"):
@@ -200,6 +256,117 @@ def build_case(case: str, items: list[Item], folder: Path) -> list[Item]:
     return out
 
 
+def _scan_variant(case: str, src: Path, folder: Path, stem: str) -> Path:
+    """The file turned or skewed; a PDF's pages drawn first, the result a TIFF."""
+    from ocrwatch.config import Config
+
+    def one(page: Path, out: Path) -> Path:
+        if case.startswith("turn"):
+            return cases.turned(page, out, int(case[4:]))
+        return cases.skewed(page, out, float(case[4:]))
+
+    if src.suffix.lower() != ".pdf":
+        return one(src, folder / f"{stem}.{case}.png")
+    from PIL import Image
+
+    drawn = folder / f"{stem}-drawn"
+    drawn.mkdir(exist_ok=True)
+    pages = [Image.open(one(p, p.with_suffix(f".{case}.png")))
+             for p in rasterise(src, Config().pdf_dpi, drawn)]
+    out = folder / f"{stem}.{case}.tif"
+    pages[0].save(out, save_all=True, append_images=pages[1:], compression="tiff_deflate",
+                  dpi=(Config().pdf_dpi,) * 2)
+    return out
+
+
+def prep_costs(paths: list[Path]) -> dict[str, list[float]]:
+    """Seconds per page of each preparation step, measured here on each file's pages."""
+    from ocrwatch import deskew, inkcover, orient
+    from ocrwatch.config import Config
+    from ocrwatch.pages import iter_pages
+
+    detector = orient.Detector(None, ["eng"])
+    out: dict[str, list[float]] = {"ink coverage": [], "orientation (OSD)": [],
+                                   "skew": [], "all three": []}
+    for path in paths:
+        for page in iter_pages(path, Config(), None):
+            t0 = time.perf_counter()
+            inkcover.coverage(page.image)
+            t1 = time.perf_counter()
+            found = detector.detect(page.image, page.dpi)
+            t2 = time.perf_counter()
+            deskew.skew_angle(orient.turn(page.image, found.turn))
+            t3 = time.perf_counter()
+            out["ink coverage"].append(t1 - t0)
+            out["orientation (OSD)"].append(t2 - t1)
+            out["skew"].append(t3 - t2)
+            out["all three"].append(t3 - t0)
+    detector.close()
+    return out
+
+
+def scan_report(by_case: dict[str, list[Result]], max_ratio: float) -> tuple[list[str], bool]:
+    """Each turned or skewed file's CER against its upright CER."""
+    upright = {r.item.path.name: r for r in by_case.get("corpus", [])}
+    present = [c for c in SCAN_CASES if by_case.get(c)]
+    lines = ["", "## scanner realities: turned and skewed pages against the upright page", "",
+             f"goal: each variant's CER <= {max_ratio:.2f} x the upright page's "
+             "(+0.002 for rounding on near-perfect pages); turn = what ocrwatch recorded "
+             "(degrees clockwise), skew = the straightening it recorded; plain = the "
+             "`tesseract` command on the variant", "",
+             "| file | upright CER | " + " | ".join(
+                 f"{c} CER (ratio) | {c} plain" for c in present) + " | recorded |",
+             "|---|--:|" + "--:|--:|" * len(present) + "---|"]
+    ok_all, misses, ratios = True, [], []
+    for name, up in upright.items():
+        cells, recorded = [f"{up.daemon.cer:.4f}"], []
+        for case in present:
+            match = [r for r in by_case[case]
+                     if r.item.path.name.startswith(name.rsplit(".", 1)[0] + ".")]
+            if not match:
+                cells += ["-", "-"]
+                continue
+            r = match[0]
+            ratio = r.daemon.cer / up.daemon.cer if up.daemon.cer else float("inf")
+            ok = r.daemon.cer <= max_ratio * up.daemon.cer + 0.002
+            ok_all &= ok
+            ratios.append(ratio if up.daemon.cer else 1.0)
+            if not ok:
+                misses.append(f"{name} {case} ({r.daemon.cer:.4f} vs {up.daemon.cer:.4f})")
+            ran = bool(r.plain_seconds or r.plain_text)
+            cells += [f"{r.daemon.cer:.4f} ({_ratio(r.daemon.cer, up.daemon.cer)})"
+                      + ("" if ok else " MISS"), f"{r.plain.cer:.4f}" if ran else "-"]
+            recorded.append(f"{case}: turn {','.join(map(str, r.turned))} skew "
+                            f"{','.join(f'{k:g}' for k in r.skews)}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " | " + "; ".join(recorded) + " |")
+    lines += ["", f"median ratio {median(ratios):.3f}, worst {max(ratios, default=0):.3f}; "
+              f"within the goal: {len(ratios) - len(misses)} of {len(ratios)}; misses: "
+              + (", ".join(misses) or "none")]
+    return lines, ok_all
+
+
+def layer_report(by_case: dict[str, list[Result]]) -> list[str]:
+    """pdftotext (default mode) of each searchable PDF against the file's .txt."""
+    lines = ["", "## the searchable PDF's text layer: `pdftotext` (default mode) against the "
+             ".txt", "", "| case | file | CER .txt | CER pdftotext | ratio |",
+             "|---|---|--:|--:|--:|"]
+    worst, within, total = 0.0, 0, 0
+    for case, results in by_case.items():
+        for r in results:
+            if r.layer is None:
+                continue
+            total += 1
+            ratio = r.layer.cer / r.daemon.cer if r.daemon.cer else (
+                1.0 if r.layer.cer == 0 else float("inf"))
+            worst = max(worst, ratio)
+            within += r.layer.cer <= 1.1 * r.daemon.cer + 0.002
+            lines.append(f"| {case} | {r.item.path.name} | {r.daemon.cer:.4f} "
+                         f"| {r.layer.cer:.4f} | {_ratio(r.layer.cer, r.daemon.cer)} |")
+    lines += ["", f"within 1.1x of the .txt (+0.002): {within} of {total}; worst ratio "
+              f"{worst:.3f}"]
+    return lines
+
+
 def _mean_cer(results: list[Result], daemon: bool) -> float:
     values = [(r.daemon if daemon else r.plain).cer for r in results]
     return sum(values) / len(values) if values else 0.0
@@ -218,11 +385,14 @@ def table(results: list[Result]) -> list[str]:
         "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for r in results:
+        ran = bool(r.plain_seconds or r.plain_text)  # plain tesseract was run on it
         lines.append(
             f"| {r.item.path.name} | {r.languages} | {r.pages} | {r.daemon.cer:.4f} "
-            f"| {r.plain.cer:.4f} | {_ratio(r.daemon.cer, r.plain.cer)} "
-            f"| {r.daemon.recall:.3f} | {r.plain.recall:.3f} "
-            f"| {r.daemon_seconds / r.pages:.2f} | {r.plain_seconds / r.pages:.2f} |"
+            f"| {f'{r.plain.cer:.4f}' if ran else '-'} "
+            f"| {_ratio(r.daemon.cer, r.plain.cer) if ran else '-'} "
+            f"| {r.daemon.recall:.3f} | {f'{r.plain.recall:.3f}' if ran else '-'} "
+            f"| {r.daemon_seconds / r.pages:.2f} "
+            f"| {f'{r.plain_seconds / r.pages:.2f}' if ran else '-'} |"
         )
     d = sum((r.daemon for r in results), Score(0, 0, 0, 0))
     p = sum((r.plain for r in results), Score(0, 0, 0, 0))
@@ -234,6 +404,20 @@ def table(results: list[Result]) -> list[str]:
         f"| {sum(r.plain_seconds for r in results) / pages:.2f} |"
     )
     return lines
+
+
+def _commit() -> str:
+    """The commit the benchmark ran at (and whether the tree had changes)."""
+    here = Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(["git", "-C", str(here), "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain",
+                                "--untracked-files=no"], capture_output=True, text=True,
+                               check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + (" with uncommitted changes" if dirty else "")
 
 
 def _daemon_tesseract() -> str:
@@ -273,6 +457,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-ratio", type=float, default=1.0,
                         help="fail when a case's mean CER is more than this times "
                              "tesseract's (default 1.0)")
+    parser.add_argument("--scan", action="store_true",
+                        help="scanner realities: the corpus upright and its pages turned "
+                             "90/180/270 and skewed 2/5 degrees (the cases "
+                             + ", ".join(SCAN_CASES) + ")")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"only {', '.join(QUICK_FILES)}")
+    parser.add_argument("--pdf", action="store_true",
+                        help="write the searchable PDF too and score pdftotext of it")
+    parser.add_argument("--plain-variants", action="store_true",
+                        help="also run plain tesseract on the turned and skewed pages "
+                             "(default: on the upright corpus only, to save time)")
+    parser.add_argument("--max-turn-ratio", type=float, default=1.1,
+                        help="goal for a turned or skewed page's CER over its upright "
+                             "CER (default 1.1)")
     parser.add_argument("--out", type=Path, default=None, metavar="FILE",
                         help="where to save the report (default benchmarks/results/"
                              "accuracy.txt)")
@@ -282,6 +480,10 @@ def main(argv: list[str] | None = None) -> int:
 
     pdf_dpi = Config().pdf_dpi
     items = corpus(args.corpus)
+    if args.scan:
+        args.cases = ["corpus", *SCAN_CASES]
+    if args.quick:
+        args.files = [*(args.files or []), *QUICK_FILES]
     if args.files:
         items = [i for i in items if i.path.name in set(args.files)]
     if args.limit:
@@ -305,15 +507,22 @@ def main(argv: list[str] | None = None) -> int:
             for item in build_case(case, items, case_root / "files"):
                 languages = langs_of(item)
                 truth = item.truth.read_text(encoding="utf-8")
-                text, pages, inside, wall = run_daemon(item, languages, args.engine,
-                                                       case_root, args.workers)
-                plain, plain_seconds = run_plain(item, languages, pdf_dpi, case_root)
+                run = run_daemon_full(item, languages, args.engine, case_root, args.workers,
+                                      pdf=args.pdf)
+                text, pages, inside, wall = run.text, run.pages, run.inside, run.wall
+                if case in SCAN_CASES and not args.plain_variants:
+                    plain, plain_seconds = "", 0.0
+                else:
+                    plain, plain_seconds = run_plain(item, languages, pdf_dpi, case_root)
                 result = Result(item, languages, pages, score(truth, text),
                                 score(truth, plain), inside, wall, plain_seconds, text,
-                                plain)
+                                plain, turned=run.turned, skews=run.skews)
+                if args.pdf:
+                    result.layer = score(truth, pdf_layer_text(run.txt_path))
                 results.append(result)
                 print(f"{case} {item.path.name}: CER {result.daemon.cer:.4f} ocrwatch, "
-                      f"{result.plain.cer:.4f} tesseract", file=sys.stderr, flush=True)
+                      + (f"{result.plain.cer:.4f} tesseract" if plain_seconds else
+                         "tesseract not run"), file=sys.stderr, flush=True)
 
     all_results = [r for rs in by_case.values() for r in rs]
     n_pdf = sum(1 for r in all_results if r.item.path.suffix.lower() == ".pdf")
@@ -321,6 +530,7 @@ def main(argv: list[str] | None = None) -> int:
         f"ocrwatch accuracy: {len(items)} files from {args.corpus}, cases "
         f"{', '.join(args.cases)}",
         [
+            f"commit:   {_commit()}",
             f"ocrwatch: engine {args.engine}, {_daemon_tesseract()} (tesserocr), "
             f"{args.workers} page(s) at once; data "
             f"{_data_sources({r.languages for r in all_results})}",
@@ -373,6 +583,10 @@ def main(argv: list[str] | None = None) -> int:
                     f"{book[0].pages if book else pages} pages in one file; median of the "
                     f"files {median(rates):.1f}, where one file's fixed costs weigh on 1-2 "
                     "pages)")
+        if case in SCAN_CASES:  # judged against the upright page below, not plain tesseract
+            summary.append(f"| {case} | {len(results)} | {pages} | {mean_d:.4f} | - | - "
+                           f"| {d.cer:.4f} | - | {rate:.2f} | see the scanner table |")
+            continue
         verdicts.append(ok)
         verdict = "PASS" if ok else "FAIL"
         lines.append(f"requirement, {note}: {verdict} (mean {mean_d:.4f} vs {mean_p:.4f}, "
@@ -381,6 +595,21 @@ def main(argv: list[str] | None = None) -> int:
                        f"| {_ratio(mean_d, mean_p)} | {d.cer:.4f} | {p.cer:.4f} "
                        f"| {rate:.2f} | {verdict} |")
     lines += ["", "## summary", "", *summary]
+    if any(by_case.get(c) for c in SCAN_CASES):
+        scan_lines, scan_ok = scan_report(by_case, args.max_turn_ratio)
+        lines += scan_lines
+        verdicts.append(scan_ok)
+        costs = prep_costs([i.path for i in items])
+        reading = [r.daemon_seconds / r.pages for r in by_case.get("corpus", [])]
+        lines += ["", "## cost of preparing a page (measured here, one thread, each step "
+                  "on every upright corpus page)", "",
+                  "| step | median ms/page | max ms/page |", "|---|--:|--:|"]
+        lines += [f"| {step} | {median(v) * 1000:.0f} | {max(v, default=0) * 1000:.0f} |"
+                  for step, v in costs.items()]
+        lines.append(f"| (reading by the daemon, for scale: s/page median) | "
+                     f"{median(reading) * 1000:.0f} | {max(reading, default=0) * 1000:.0f} |")
+    if args.pdf:
+        lines += layer_report(by_case)
     ok = all(verdicts)
     print("\n".join(lines))
     target = save("accuracy.txt", lines, args.out)

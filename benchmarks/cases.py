@@ -98,3 +98,116 @@ def born_digital(texts: Sequence[str], out: Path, font: Path = DEJAVU) -> Path:
             pdf.multi_cell(w=0, h=5, text=line, new_x="LMARGIN", new_y="NEXT")
     pdf.output(str(out))
     return out
+
+
+def turned(src: Path, out: Path, clockwise: int) -> Path:
+    """The page as a sheet fed sideways or upside down: turned ``clockwise`` degrees."""
+    image, dpi = _open(src)
+    method = {90: Image.Transpose.ROTATE_270, 180: Image.Transpose.ROTATE_180,
+              270: Image.Transpose.ROTATE_90}[clockwise]
+    image.transpose(method).save(out, "PNG", dpi=(round(dpi),) * 2)
+    return out
+
+
+def skewed(src: Path, out: Path, degrees: float) -> Path:
+    """The page as a sheet fed crooked: turned ``degrees`` counter-clockwise on white."""
+    image, dpi = _open(src)
+    white = 255 if image.mode == "L" else (255, 255, 255)
+    image.rotate(degrees, resample=Image.Resampling.BICUBIC, expand=True,
+                 fillcolor=white).save(out, "PNG", dpi=(round(dpi),) * 2)
+    return out
+
+
+def _paper(size: tuple[int, int], rng: random.Random, tint: tuple[int, int, int],
+           grain: float, noise: float) -> Image.Image:
+    """Scanned paper: a tint, low-frequency grain (fibres, uneven whiteness) and sensor
+    noise."""
+    width, height = size
+    coarse = Image.effect_noise((max(1, width // 8), max(1, height // 8)), grain)
+    coarse = coarse.resize(size, Image.Resampling.BICUBIC)
+    fine = Image.effect_noise(size, noise)
+    seed_shift = rng.randint(-3, 3)
+    layers = []
+    for channel in tint:
+        base = Image.new("L", size, max(0, min(255, channel + seed_shift)))
+        # effect_noise is centred on 128: subtract that back out.
+        layer = ImageChops.add(base, coarse, scale=1.0, offset=-128)
+        layers.append(ImageChops.add(layer, fine, scale=1.0, offset=-128))
+    return Image.merge("RGB", layers)
+
+
+def blank_back(src: Path, out: Path, seed: int) -> Path:
+    """The blank back of the page's sheet as a scanner gives it: paper grain, sensor
+    noise, a few specks of dust and the front's print showing through faintly, mirrored."""
+    rng = random.Random(seed)
+    front, dpi = _open(src)
+    front = ImageOps.mirror(front.convert("L"))
+    paper = _paper(front.size, rng, (246, 244, 238), grain=rng.uniform(6, 12),
+                   noise=rng.uniform(4, 8))
+    # Show-through: the print at 10-20% of its darkness, blurred by the paper.
+    depth = rng.uniform(0.10, 0.20)
+    ghost = front.filter(ImageFilter.GaussianBlur(2)).point(
+        lambda v: round(255 - (255 - v) * depth))
+    page = ImageChops.multiply(paper, Image.merge("RGB", (ghost, ghost, ghost)))
+    for _ in range(rng.randint(20, 60)):  # dust: specks of 1-3 pixels
+        x, y = rng.randrange(page.width), rng.randrange(page.height)
+        r = rng.randint(0, 2)
+        page.paste((40, 40, 40), (x, y, min(page.width, x + r + 1), min(page.height, y + r + 1)))
+    page.save(out, "JPEG", quality=90, dpi=(round(dpi),) * 2)
+    return out
+
+
+def noisy(src: Path, out: Path, seed: int) -> Path:
+    """The page on yellowed paper with grain, speckle and a red rubber stamp."""
+    from PIL import ImageDraw
+
+    rng = random.Random(seed)
+    image, dpi = _open(src)
+    grey = image.convert("L")
+    paper = _paper(grey.size, rng, (236, 224, 178), grain=10.0, noise=8.0)
+    page = ImageChops.multiply(paper, Image.merge("RGB", (grey, grey, grey)))
+    draw = ImageDraw.Draw(page)
+    for _ in range(page.width * page.height // 4000):  # speckle: dark dots of 1-2 pixels
+        x, y = rng.randrange(page.width), rng.randrange(page.height)
+        size = rng.randint(0, 1)
+        draw.rectangle((x, y, x + size, y + size), fill=(60, 55, 40))
+    # A round stamp in a corner, in red ink.
+    r = min(page.size) // 10
+    cx, cy = page.width - 2 * r, page.height - 2 * r
+    draw.ellipse((cx - r, cy - r, cx + r, cy + r), outline=(200, 40, 40), width=max(2, r // 12))
+    draw.ellipse((cx - r * 2 // 3, cy - r * 2 // 3, cx + r * 2 // 3, cy + r * 2 // 3),
+                 outline=(200, 40, 40), width=max(2, r // 20))
+    page.save(out, "JPEG", quality=88, dpi=(round(dpi),) * 2)
+    return out
+
+
+def paper_texture(out: Path, seed: int, size: tuple[int, int] = (2480, 3508)) -> Path:
+    """Yellowed paper alone (A4 at 300 dpi): grain, speckle and no text."""
+    rng = random.Random(seed)
+    page = _paper(size, rng, (236, 224, 178), grain=12.0, noise=8.0)
+    px = page.load()
+    assert px is not None
+    for _ in range(size[0] * size[1] // 4000):
+        x, y = rng.randrange(size[0]), rng.randrange(size[1])
+        px[x, y] = (70, 65, 50)
+    page.save(out, "JPEG", quality=88, dpi=(300, 300))
+    return out
+
+
+def halftone(out: Path, size: tuple[int, int] = (1240, 1754), pitch: int = 12) -> Path:
+    """A printed photograph's halftone screen on yellowed paper: rows of dots whose size
+    follows a smooth picture, no text."""
+    import math
+
+    from PIL import ImageDraw
+
+    page = Image.new("RGB", size, (236, 224, 178))
+    draw = ImageDraw.Draw(page)
+    for y in range(0, size[1], pitch):
+        for x in range(0, size[0], pitch):
+            tone = 0.5 + 0.5 * math.sin(x / 150) * math.cos(y / 200)
+            r = tone * pitch * 0.45
+            if r > 0.6:
+                draw.ellipse((x - r, y - r, x + r, y + r), fill=(60, 50, 40))
+    page.save(out, "PNG")
+    return out

@@ -20,11 +20,11 @@ from typing import Any
 
 from ocrwatch import __version__, pipeline
 from ocrwatch.config import Config
-from ocrwatch.db import Database
 from ocrwatch.engines import Choice, Engine, choose, create
 from ocrwatch.errors import OcrwatchError
 from ocrwatch.follow import Follower
 from ocrwatch.hooks import AfterDone
+from ocrwatch.indexhealth import IndexGuard, open_index
 from ocrwatch.jobfiles import Seen
 from ocrwatch.jobs import JobQueue
 from ocrwatch.languages import locale_note
@@ -53,7 +53,10 @@ class Daemon:
     ) -> None:
         self.config = config
         self.log_file = log_file
-        self.db = Database(config.database, origin=config.origin("database"))
+        # Checked and, when damaged, set aside and rebuilt from the sidecars by the daemon
+        # proper (``ocrwatch run`` holds the index's lock); watched while it runs.
+        self.db, self.index_note = open_index(config, repair=watch)
+        self.index_guard = IndexGuard(self.db)
         self.jobs = JobQueue(self.db)
         self.thumbs = Thumbnails(config.cache_dir / "thumbnails")
         self.follower = Follower(self.jobs, config, self.thumbs)
@@ -103,6 +106,7 @@ class Daemon:
         self.ctx.after.start()
         self.scheduler.start()
         if self._watch:
+            self.index_guard.start()
             settler = Settler(self.config.inbox, self.config.settle_seconds, self.consider,
                               lambda path: pipeline.gone(self.ctx, path),
                               rescan_seconds=self.config.rescan_minutes * 60,
@@ -136,6 +140,7 @@ class Daemon:
             web.close()
         if self._watcher is not None:
             self._watcher.stop()
+        self.index_guard.close(timeout=10)
         self.scheduler.close()
         self.ctx.after.close()
         if self.ctx.pdf is not None:
@@ -239,6 +244,7 @@ class Daemon:
     def status(self) -> Status:
         counts = self.jobs.counts()
         midnight = _dt.datetime.combine(_dt.date.today(), _dt.time()).timestamp()
+        prepared = self.jobs.prepared_since(midnight)
         busy = self.scheduler.busy()
         if self.stopping:
             state = "stopping"
@@ -257,6 +263,7 @@ class Daemon:
             state=state, paused=self.paused,
             queued=counts["queued"], running=counts["running"], done=counts["done"],
             failed=counts["failed"], pages_today=self.jobs.pages_since(midnight),
+            turned_today=prepared[0], blank_today=prepared[1],
             engine=EngineStatus.from_dict(
                 {**engine_facts, "name": self.choice.name, "why": self.choice.why}),
             last_result=str(last_result) if last_result else None,
@@ -268,5 +275,6 @@ class Daemon:
             language_note=locale_note(self.config.languages)
             if self.choice.name == "tesseract" else None,
             reading=self.reading(), languages=tuple(self.config.languages),
+            index_note=self.index_guard.note or self.index_note,
             pages_per_second=self.scheduler.rate.per_second(),
         )

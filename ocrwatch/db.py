@@ -15,7 +15,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,14 @@ from typing import Any
 import sqlite_utils
 
 from ocrwatch import paths
-from ocrwatch.errors import ConfigError, OcrwatchError, SearchTimeout, TransientError
+from ocrwatch.errors import (
+    ConfigError,
+    IndexDamaged,
+    OcrwatchError,
+    SearchTimeout,
+    TransientError,
+)
+from ocrwatch.fsmove import move_no_replace
 from ocrwatch.migrations import MIGRATIONS
 from ocrwatch.private import private_dir, private_file
 
@@ -44,6 +51,35 @@ def _transient(exc: BaseException) -> TransientError | None:
         return TransientError("the index was busy (another ocrwatch process was writing it); "
                               "will try again")
     return None
+
+
+def is_damage(exc: BaseException) -> bool:
+    """Whether SQLite says the file is damaged (a malformed page) or no database at all."""
+    if not isinstance(exc, sqlite3.DatabaseError):
+        return False
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
+    return "malformed" in str(exc) or "not a database" in str(exc)
+
+
+def damaged_message(path: Path, detail: str) -> str:
+    return (f"the index {path} is damaged (SQLite: {detail}). Start the daemon "
+            "(`ocrwatch run`): it keeps the damaged file aside and rebuilds the index from "
+            "the sidecars; `ocrwatch doctor` checks it")
+
+
+def integrity_problem(conn: sqlite3.Connection) -> str | None:
+    """What ``PRAGMA quick_check`` finds wrong (every page is visited; its cost:
+    benchmarks/index_check.py), or None when the file is sound."""
+    try:
+        rows = conn.execute("PRAGMA quick_check(5)").fetchall()
+    except sqlite3.DatabaseError as exc:
+        if not is_damage(exc):
+            raise  # busy, unreadable...: not a verdict on the file's pages
+        return str(exc)
+    found = [str(r[0]) for r in rows]
+    return None if found == ["ok"] else "; ".join(found)
 
 
 PROGRESS_STEPS = 10_000  # SQLite steps between two looks at the clock (well under 1 ms)
@@ -69,11 +105,15 @@ def _make_private(path: Path) -> None:
 class Database:
     """A thread-safe handle on the ocrwatch SQLite file."""
 
-    def __init__(self, path: Path | str, *, readonly: bool = False, origin: str = "") -> None:
+    damaged: str | None = None  # what SQLite said when it last found the file damaged
+
+    def __init__(self, path: Path | str, *, readonly: bool = False, origin: str = "",
+                 check: bool = False) -> None:
         """Open (and with ``readonly`` False, create or upgrade) the index at ``path``.
 
         ``origin`` says where the path came from (a flag, a variable, a config file) so
-        that a message about a bad file names the place to change it.
+        that a message about a bad file names the place to change it. ``check``: run
+        SQLite's integrity check first; a damaged SQLite file raises IndexDamaged.
         """
         self.path = Path(path) if str(path) != ":memory:" else Path(":memory:")
         named = f" (set by {origin})" if origin else ""
@@ -105,6 +145,9 @@ class Database:
                 conn = self._connect(path, readonly, immutable=True)
             conn.execute("PRAGMA foreign_keys = ON")
             conn.execute("PRAGMA busy_timeout = 30000")
+            if check and (problem := integrity_problem(conn)) is not None:
+                conn.close()
+                raise IndexDamaged(damaged_message(self.path, problem))
             if readonly and not conn.execute(
                     "SELECT 1 FROM sqlite_master WHERE name = '_migrations'").fetchone():
                 conn.close()
@@ -115,6 +158,8 @@ class Database:
                 conn.execute("PRAGMA journal_mode = WAL")
                 conn.execute("PRAGMA synchronous = NORMAL")
         except sqlite3.DatabaseError as exc:
+            if check and is_damage(exc) and is_sqlite(self.path):
+                raise IndexDamaged(damaged_message(self.path, str(exc))) from None
             if "not a database" in str(exc) or "malformed" in str(exc):
                 raise ConfigError(
                     f"{path}{named} is not an ocrwatch index (SQLite: {exc}). Name the index "
@@ -130,9 +175,14 @@ class Database:
         self.conn = conn
         self.db = sqlite_utils.Database(conn)
         self._closed = False
+        self.readonly = readonly
+        self.identity = file_identity(self.path)
         if not readonly:
             try:
                 self.migrate()
+            except IndexDamaged:
+                conn.close()
+                raise
             except sqlite3.OperationalError as exc:
                 conn.close()
                 raise OcrwatchError(
@@ -192,9 +242,11 @@ class Database:
                 raise OcrwatchError("the index is closed")
             try:
                 self.conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as exc:
+            except sqlite3.DatabaseError as exc:
                 if (transient := _transient(exc)) is not None:
                     raise transient from exc
+                if (damage := self._damage(exc)) is not None:
+                    raise damage from exc
                 raise
             try:
                 yield self.conn
@@ -202,14 +254,18 @@ class Database:
                 self._rollback()
                 if (transient := _transient(exc)) is not None:
                     raise transient from exc
+                if (damage := self._damage(exc)) is not None:
+                    raise damage from exc
                 raise
             else:
                 try:
                     self.conn.execute("COMMIT")
-                except sqlite3.OperationalError as exc:
+                except sqlite3.DatabaseError as exc:
                     self._rollback()
                     if (transient := _transient(exc)) is not None:
                         raise transient from exc
+                    if (damage := self._damage(exc)) is not None:
+                        raise damage from exc
                     raise
 
     def _rollback(self) -> None:
@@ -221,11 +277,24 @@ class Database:
             except sqlite3.Error as exc:
                 log.warning("could not roll back a transaction: %s", exc)
 
+    def _damage(self, exc: BaseException) -> IndexDamaged | None:
+        """The error as IndexDamaged when SQLite says the file is damaged; remembered in
+        :attr:`damaged` so that the daemon sets the file aside and rebuilds the index."""
+        if not is_damage(exc):
+            return None
+        self.damaged = str(exc)
+        return IndexDamaged(damaged_message(self.path, str(exc)))
+
     def query(self, sql: str, params: tuple[Any, ...] | dict[str, Any] = ()) -> list[sqlite3.Row]:
         with self._lock:
-            cur = self.conn.execute(sql, params)
-            cur.row_factory = sqlite3.Row
-            return list(cur.fetchall())
+            try:
+                cur = self.conn.execute(sql, params)
+                cur.row_factory = sqlite3.Row
+                return list(cur.fetchall())
+            except sqlite3.DatabaseError as exc:
+                if (damage := self._damage(exc)) is not None:
+                    raise damage from None
+                raise
 
     @contextmanager
     def time_limit(self, seconds: float | None) -> Iterator[None]:
@@ -268,6 +337,47 @@ class Database:
                 (key, value),
             )
 
+    def write_back(self, clear: Callable[[], None]) -> None:
+        """Write the open database to its path again and carry on with that file: the file
+        there was deleted, moved or replaced while open, and this connection still holds
+        every row. ``clear`` frees the path (sets aside what is there, never deleting it)
+        once the copy is made and before it is put in place."""
+        with self._lock:
+            if self._closed or self.readonly:
+                raise OcrwatchError("the index is closed")
+            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.restoring")
+            private_dir(self.path.parent, ours=self.path.parent == paths.data_dir())
+            tmp.unlink(missing_ok=True)
+            try:
+                copy = sqlite3.connect(str(tmp))
+                try:
+                    self.conn.backup(copy)  # SQLite's online backup: a consistent copy
+                finally:
+                    copy.close()
+                private_file(tmp)
+                fd = os.open(tmp, os.O_RDONLY | os.O_CLOEXEC)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                clear()
+                move_no_replace(tmp, self.path)
+            except BaseException:
+                tmp.unlink(missing_ok=True)  # this connection still holds everything
+                raise
+            # Closing checkpoints into the old file and removes its -wal and -shm by
+            # name; ``clear`` left only this connection's own side files at the path.
+            with contextlib.suppress(sqlite3.Error):
+                self.conn.close()
+            conn = self._connect(self.path, False)
+            for pragma in ("foreign_keys = ON", "busy_timeout = 30000",
+                           "journal_mode = WAL", "synchronous = NORMAL"):
+                conn.execute(f"PRAGMA {pragma}")
+            self.conn = conn
+            self.db = sqlite_utils.Database(conn)
+            self.identity = file_identity(self.path)
+            self.damaged = None
+
     def close(self) -> None:
         with self._lock:
             if self._closed:
@@ -276,6 +386,26 @@ class Database:
             with contextlib.suppress(sqlite3.Error):
                 self.conn.execute("PRAGMA optimize")
             self.conn.close()
+
+
+def is_sqlite(path: Path) -> bool:
+    """Whether the file starts as an SQLite database does (ours to set aside if damaged)."""
+    try:
+        with path.open("rb") as fh:
+            return fh.read(len(SQLITE_HEADER)) == SQLITE_HEADER
+    except OSError:
+        return False
+
+
+def file_identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of the file at ``path`` now, or None when nothing is there."""
+    if str(path) == ":memory:":
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def encode_path(path: Path) -> bytes:

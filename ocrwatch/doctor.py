@@ -23,7 +23,7 @@ from ocrwatch.config import Config
 from ocrwatch.doctor_check import Check
 from ocrwatch.doctor_desktop import check_desktop, check_tray
 from ocrwatch.doctor_gpu import _reachable, _smi, _wants_gpu, check_gpu, check_model, check_vllm
-from ocrwatch.errors import EngineUnavailable
+from ocrwatch.errors import EngineUnavailable, OcrwatchError
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +150,36 @@ def check_folders(config: Config) -> list[Check]:
     return checks
 
 
+def check_index(config: Config) -> list[Check]:
+    """The index file passes SQLite's integrity check; files set aside are named."""
+    from ocrwatch.db import Database, integrity_problem
+    from ocrwatch.indexhealth import set_aside_files
+
+    path = config.database
+    checks = []
+    if path.is_file():
+        try:
+            db = Database(path, readonly=True)
+        except OcrwatchError as exc:
+            problem: str | None = str(exc)
+        else:
+            try:
+                problem = integrity_problem(db.conn)
+            finally:
+                db.close()
+        checks.append(Check("index file", problem is None,
+                            f"{path} is sound (SQLite quick_check)" if problem is None
+                            else f"{path} is damaged: {problem}",
+                            "start the daemon (`ocrwatch run`): it keeps the damaged file "
+                            "aside and rebuilds the index from the sidecars"))
+    aside = set_aside_files(path)
+    if aside:
+        checks.append(Check("index file", True, "kept aside (damaged, or found in the "
+                            "index's place while ocrwatch ran; remove them once you no longer "
+                            "need them): " + ", ".join(p.name for p in aside)))
+    return checks
+
+
 def check_disk(config: Config) -> list[Check]:
     seen: dict[int, Path] = {}
     for p in [*config.inbox, config.database.parent,
@@ -204,6 +234,7 @@ def run_checks(config: Config, *,
         ("Tesseract", lambda: check_tesseract(config)),
         ("OCR servers", lambda: check_remote(config)),
         ("folders", lambda: check_folders(config)),
+        ("index file", lambda: check_index(config)),
         ("PDF output", lambda: check_pdf(config)),
         ("free disk", lambda: check_disk(config)),
         ("display and tray", check_tray),

@@ -27,6 +27,11 @@ class Page:
     count: int | None = None  # pages in the source file, when known (for progress)
     # Set when the page needs no engine: "" for a blank page, a PDF's own text layer.
     text: str | None = None
+    # What preparing the scan did (ocrwatch/scanprep.py): recorded in the page's row.
+    blank: bool = False  # too little ink to hold text: recorded blank, not read
+    turned: int = 0  # degrees turned clockwise to stand upright (0, 90, 180, 270)
+    skew: float = 0.0  # degrees turned counter-clockwise to straighten it
+    upright: tuple[int, int] | None = None  # its size once turned, before straightening
     # The image as the engine will send it, made by the engine's ``prepare_page`` in a
     # preparer thread so that no request waits on it (the remote engine's data URL).
     payload: str | None = None
@@ -45,6 +50,11 @@ class PageText:
     warnings: list[str] = field(default_factory=list)
     error: str | None = None  # set when this page could not be read; the file then fails
     layout: PageLayout | None = None  # word boxes, when the engine found them
+    # From the page's preparation (Page.blank, turned, skew), kept in its index row.
+    blank: bool = False
+    turned: int = 0
+    skew: float = 0.0
+    nonwords: bool = False  # mostly not words: paper texture or noise read as text
     # Set when the text may not be the whole page (a model's empty answer): the file is
     # done, but its original must not be archived or deleted; the reason says why.
     keep_original: str | None = None

@@ -60,3 +60,7 @@ class SearchError(OcrwatchError):
 
 class SearchTimeout(SearchError):
     """A search ran past its time bound and was stopped."""
+
+
+class IndexDamaged(OcrwatchError):
+    """The index file is damaged (SQLite found a malformed page)."""

@@ -95,11 +95,26 @@ class Follower:
             return False
         if job.sha256 is not None and sha256 is not None and job.sha256 != sha256:
             return False
+        if not self._sidecars_left(job.id):
+            # Deleted with its sidecars (or with the whole inbox): this is a copy, not a
+            # move, and following it would leave the new file without any. Read as a
+            # copy, it gets sidecars made from the stored text (nothing is read again).
+            log.info("%s has the content of %s, which is gone with its sidecars: "
+                     "a copy, given sidecars of its own", path, job.path)
+            self.jobs.drop_sidecar_names(job.id)
+            return False
         log.info("%s is %s, moved: the index follows without reading it again", path,
                  job.path)
         return self.moved(job.path, path)
 
     # -- sidecars and thumbnails ---------------------------------------------------------
+    def _sidecars_left(self, job_id: int) -> bool:
+        """Whether a job's recorded sidecars (or its searchable PDF) are still on disk, or
+        it has none recorded (queued, failed): only then is there something to follow."""
+        own = self.jobs.own_sidecars(job_id)
+        pdfs = {pdf_path(p.with_suffix("")) for p in own}
+        return not own or any(os.path.lexists(p) for p in own | pdfs)
+
     def _place_sidecars(self, moved: Moved) -> None:
         """Move a moved file's sidecars to where a fresh read would have put them."""
         if moved.md_path is None or moved.txt_path is None:

@@ -38,6 +38,7 @@ class Hit:
     md_path: str | None
     job_id: int = 0
     mtime: float | None = None  # the file's modification time (seconds since the epoch)
+    turned: int = 0  # degrees the page was turned clockwise to read it upright
 
     def as_dict(self) -> dict[str, object]:
         data = asdict(self)
@@ -91,10 +92,10 @@ def replace_pages(conn: sqlite3.Connection, job_id: int, pages: list[PageText]) 
     transaction: the queue completes a job and indexes its pages at once."""
     conn.execute("DELETE FROM pages WHERE job_id = ?", (job_id,))
     conn.executemany(
-        "INSERT INTO pages(job_id, page, text, markdown, warnings, cjk) "
-        "VALUES (?, ?, ?, ?, ?, ?)",
+        "INSERT INTO pages(job_id, page, text, markdown, warnings, cjk, turned, skew, "
+        "blank, nonwords) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [(job_id, i, p.text, p.markdown, warnings_json(p.warnings),
-          1 if _CJK.search(p.text) else 0)
+          1 if _CJK.search(p.text) else 0, p.turned, p.skew, int(p.blank), int(p.nonwords))
          for i, p in enumerate(pages, 1)],
     )
 
@@ -102,10 +103,13 @@ def replace_pages(conn: sqlite3.Connection, job_id: int, pages: list[PageText]) 
 def pages_of(db: Database, job_id: int) -> list[PageText]:
     """The pages stored for a job, in order."""
     rows = db.query(
-        "SELECT text, markdown, warnings FROM pages WHERE job_id = ? ORDER BY page", (job_id,)
+        "SELECT text, markdown, warnings, turned, skew, blank, nonwords FROM pages "
+        "WHERE job_id = ? ORDER BY page", (job_id,)
     )
     return [PageText(markdown=r["markdown"], text=r["text"],
-                     warnings=json.loads(r["warnings"]) if r["warnings"] else [])
+                     warnings=json.loads(r["warnings"]) if r["warnings"] else [],
+                     turned=int(r["turned"]), skew=float(r["skew"]), blank=bool(r["blank"]),
+                     nonwords=bool(r["nonwords"]))
             for r in rows]
 
 
@@ -168,7 +172,7 @@ def _search(db: Database, query: str, *, limit: int, offset: int,
     extra, fparams = filters.sql()
     base = (
         "SELECT j.id AS job_id, j.display AS path, p.page AS page, j.pages AS pages, "
-        "j.md_path AS md_path, j.mtime_ns AS mtime_ns, "
+        "j.md_path AS md_path, j.mtime_ns AS mtime_ns, p.turned AS turned, "
     )
     try:
         if not query:
@@ -188,7 +192,8 @@ def _search(db: Database, query: str, *, limit: int, offset: int,
                     base + "snippet(pages_tri, 0, ?, ?, '…', 16) AS snippet, "
                     "pages_tri.rank AS score FROM pages_tri "
                     "JOIN pages p ON p.id = pages_tri.rowid JOIN jobs j ON j.id = p.job_id "
-                    f"WHERE pages_tri MATCH ? {extra} ORDER BY pages_tri.rank LIMIT ? OFFSET ?"
+                    f"WHERE pages_tri MATCH ? AND NOT p.nonwords {extra} "
+                    "ORDER BY pages_tri.rank LIMIT ? OFFSET ?"
                 )
                 rows = db.query(sql, (*HIGHLIGHT, match, *fparams, limit, offset))
             else:
@@ -198,7 +203,7 @@ def _search(db: Database, query: str, *, limit: int, offset: int,
                 sql = (
                     base + "substr(p.text, max(1, instr(p.text, ?) - 20), 60) AS snippet, "
                     f"0.0 AS score FROM pages p JOIN jobs j ON j.id = p.job_id "
-                    f"WHERE p.cjk AND {where} "
+                    f"WHERE p.cjk AND NOT p.nonwords AND {where} "
                     f"{extra} ORDER BY p.id DESC LIMIT ? OFFSET ?"
                 )
                 rows = db.query(sql, (terms[0], *terms, *fparams, limit, offset))
@@ -212,7 +217,8 @@ def _search(db: Database, query: str, *, limit: int, offset: int,
                 base + "snippet(pages_fts, 0, ?, ?, '…', 12) AS snippet, "
                 "pages_fts.rank AS score FROM pages_fts "
                 "JOIN pages p ON p.id = pages_fts.rowid JOIN jobs j ON j.id = p.job_id "
-                f"WHERE pages_fts MATCH ? {extra} ORDER BY pages_fts.rank LIMIT ? OFFSET ?"
+                f"WHERE pages_fts MATCH ? AND NOT p.nonwords {extra} "
+                "ORDER BY pages_fts.rank LIMIT ? OFFSET ?"
             )
             rows = db.query(sql, (*HIGHLIGHT, _fts_query(query), *fparams, limit, offset))
     except sqlite3.OperationalError as exc:
@@ -234,7 +240,8 @@ def _ns(seconds: float) -> int:
 def _hit(r: sqlite3.Row, snippet: str) -> Hit:
     mtime = r["mtime_ns"]
     return Hit(r["path"], r["page"], r["pages"] or 0, snippet, float(r["score"]),
-               _md(r["md_path"]), int(r["job_id"]), mtime / 1e9 if mtime is not None else None)
+               _md(r["md_path"]), int(r["job_id"]), mtime / 1e9 if mtime is not None else None,
+               int(r["turned"] or 0))
 
 
 def _md(raw: bytes | None) -> str | None:

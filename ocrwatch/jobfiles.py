@@ -275,6 +275,19 @@ class JobFiles:
             conn.execute("UPDATE jobs SET md_path = ?, txt_path = ? WHERE id = ?",
                          (encode_path(md), encode_path(txt), job_id))
 
+    def drop_sidecar_names(self, job_id: int) -> None:
+        """Forget a job's sidecar names (they are gone): another file may take them, and
+        the job's later removal cannot mistake that file's sidecars for its own."""
+        with self.db.transaction() as conn:
+            conn.execute("UPDATE jobs SET md_path = NULL, txt_path = NULL WHERE id = ?",
+                         (job_id,))
+
+    def sidecars_owned(self, md: Path, txt: Path) -> bool:
+        """Whether a job has these sidecar names recorded."""
+        return bool(self.db.query(
+            "SELECT 1 FROM jobs WHERE md_path = ? OR txt_path = ? LIMIT 1",
+            (encode_path(md), encode_path(txt))))
+
     def own_sidecars(self, job_id: int) -> set[Path]:
         rows = self.db.query("SELECT md_path, txt_path FROM jobs WHERE id = ?", (job_id,))
         return {decode_path(v) for r in rows for v in (r["md_path"], r["txt_path"]) if v}

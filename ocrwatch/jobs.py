@@ -237,6 +237,15 @@ class JobQueue(JobFiles):
         )
         return int(rows[0]["n"])
 
+    def prepared_since(self, since: float) -> tuple[int, int]:
+        """Pages of files done since ``since`` that were turned upright, and recorded
+        blank."""
+        rows = self.db.query(
+            "SELECT COALESCE(SUM(p.turned != 0), 0) AS turned, COALESCE(SUM(p.blank), 0) "
+            "AS blank FROM pages p JOIN jobs j ON j.id = p.job_id "
+            "WHERE j.state = 'done' AND j.finished >= ?", (since,))
+        return int(rows[0]["turned"]), int(rows[0]["blank"])
+
     def last_result(self) -> Path | None:
         rows = self.db.query(
             "SELECT md_path FROM jobs WHERE state = 'done' AND md_path IS NOT NULL "

@@ -7,6 +7,7 @@ engine gives its own word boxes; text from the model is placed on Tesseract's bo
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 Box = tuple[int, int, int, int]  # left, top, right, bottom; pixels, y down
@@ -29,6 +30,21 @@ class PageLayout:
     height: int
     words: tuple[Word, ...] = ()
     by_line: bool = False  # each Word is a whole line: word positions were not found
+    # A page deskewed before reading: it was turned ``angle`` degrees counter-clockwise
+    # about its centre (Pillow's ``rotate(angle, expand=True)``) into an image of
+    # ``read_size``, in whose pixels the boxes are; ``width`` x ``height`` stay the page's.
+    angle: float = 0.0
+    read_size: tuple[int, int] | None = None
+
+    def to_page(self, x: float, y: float) -> tuple[float, float]:
+        """A point of the boxes' image in the page's own pixels (y down)."""
+        if not self.angle or self.read_size is None:
+            return x, y
+        # The inverse of a counter-clockwise turn by angle, in y-down pixels.
+        a = math.radians(self.angle)
+        dx, dy = x - self.read_size[0] / 2, y - self.read_size[1] / 2
+        return (self.width / 2 + dx * math.cos(a) - dy * math.sin(a),
+                self.height / 2 + dx * math.sin(a) + dy * math.cos(a))
 
     def lines(self) -> dict[int, list[Word]]:
         """Words grouped by line number, in order."""

@@ -137,6 +137,20 @@ def _m007_cjk_trigrams(db: sqlite_utils.Database) -> None:
     )
 
 
+def _m008_page_scan(db: sqlite_utils.Database) -> None:
+    # What preparing a scanned page did: turned upright (degrees clockwise), straightened
+    # (degrees counter-clockwise), recorded blank without reading; and whether its
+    # reading is mostly not words (then kept out of search).
+    db.executescript(
+        """
+        ALTER TABLE pages ADD COLUMN turned INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE pages ADD COLUMN skew REAL NOT NULL DEFAULT 0;
+        ALTER TABLE pages ADD COLUMN blank INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE pages ADD COLUMN nonwords INTEGER NOT NULL DEFAULT 0;
+        """
+    )
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite_utils.Database], None]]] = [
     ("001_jobs", _m001_jobs),
     ("002_pages", _m002_pages),
@@ -145,6 +159,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite_utils.Database], None]]] = [
     ("005_names", _m005_names),
     ("006_read_with", _m006_read_with),
     ("007_cjk_trigrams", _m007_cjk_trigrams),
+    ("008_page_scan", _m008_page_scan),
 ]
 
 

@@ -21,7 +21,7 @@ from ocrwatch.errors import InputError, OcrwatchError, TransientError
 from ocrwatch.hooks import Finished
 from ocrwatch.lifecycle import output_folder
 from ocrwatch.safeopen import original_mode, source_root
-from ocrwatch.sidecar import pdf_path, write_sidecars
+from ocrwatch.sidecar import pdf_path, sidecar_mark, write_sidecars
 
 if TYPE_CHECKING:
     from ocrwatch.pipeline import Context, Verdict
@@ -81,7 +81,10 @@ def publish(ctx: Context, job: Job, pages: list[PageText], engine: str) -> Path 
         source = source_root(job.path, ctx.config.inbox, ctx.config.follow_symlinks)
         md, txt = write_sidecars(stem, pages, tuple(ctx.config.outputs), prepared,
                                  root=ctx.config.output_dir or source,
-                                 original_mode=original_mode(job.path, source))
+                                 original_mode=original_mode(job.path, source),
+                                 mark=sidecar_mark(job.path, job.sha256, engine,
+                                                  ctx.read_with)
+                                 if job.sha256 else None)
         if not ctx.jobs.complete(job.id, pages, engine=engine, md_path=md, txt_path=txt,
                                  sha256=job.sha256, read_with=ctx.read_with):
             # The content changed (it is queued again) or the file is gone: then

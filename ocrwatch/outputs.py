@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from ocrwatch import pdfout
+from ocrwatch import pdfout, scanprep
 from ocrwatch.align import place_text
 from ocrwatch.config import Config
 from ocrwatch.domain import PageText
@@ -92,13 +92,17 @@ class PdfMaker:
             if page.index not in missing:
                 continue
             warnings: list[str] = []
+            read = pages[page.index]
+            # Turned and straightened as when it was read: the boxes fall under its text.
+            page = scanprep.again(page, read.turned, read.skew)
             if reader is not None:
                 boxes = reader.layout(page)
             else:
                 boxes = PageLayout(page.image.width, page.image.height)
                 warnings.append(why)
-            layout, placed = place_text(pages[page.index].text, boxes)
-            out[page.index] = replace(pages[page.index], layout=layout,
+            layout, placed = place_text(read.text, boxes)
+            out[page.index] = replace(pages[page.index],
+                                      layout=scanprep.on_page(layout, page),
                                       warnings=[*pages[page.index].warnings, *warnings,
                                                 *placed])
         return out
@@ -121,7 +125,8 @@ class PdfMaker:
 
                 notes = pdfout.write(source, [p.layout for p in pages], tmp, is_pdf=is_pdf,
                                      pdfa=self.pdfa(), render=render,
-                                     open_source=lambda: self._open(source))
+                                     open_source=lambda: self._open(source),
+                                     turns=[p.turned for p in pages])
             # Never readable by more people than the original.
             with contextlib.suppress(OSError):
                 os.chmod(tmp, 0o644 & (mode | 0o600))

@@ -38,12 +38,14 @@ from ocrwatch.lifecycle import Lifecycle
 from ocrwatch.outcome import fail, refuse
 from ocrwatch.outputs import PdfMaker
 from ocrwatch.pages import Limits, check_size, iter_pages
+from ocrwatch.reindex import known_by_sidecars
 from ocrwatch.safeopen import (
     NotRegular,
     open_failure,
     open_file_beneath,
     source_root,
 )
+from ocrwatch.scanprep import ScanPrep, blank_result, finish
 from ocrwatch.sidecar import remove_stale_temps
 from ocrwatch.textutil import text_to_markdown
 from ocrwatch.thumbs import Thumbnails
@@ -67,6 +69,14 @@ class Context:
     # Originals moved or deleted on purpose after reading: their "gone" event must not
     # drop them from the index. (set.add and set.discard are atomic: no lock needed.)
     retired: set[Path] = field(default_factory=set)
+    # Blank pages, orientation and skew (made from ``config`` when not given). The fake
+    # engine (tests only) reads no pixels: its pages go to it as decoded.
+    scan: ScanPrep | None = None
+
+    def __post_init__(self) -> None:
+        if self.scan is None:
+            object.__setattr__(self, "scan", ScanPrep(self.config,
+                                                      enabled=self.engine_name != "fake"))
 
 
 # -- 0. start-up --------------------------------------------------------------------
@@ -107,6 +117,8 @@ def consider(ctx: Context, path: Path) -> Seen | None:
             sha = file_sha256(fh)
             if new and ctx.follower.relocated(path, st, sha):
                 return Seen.UNCHANGED  # the same content, moved while nothing watched
+            if new and (known := known_by_sidecars(ctx.config, ctx.jobs, path, st, sha)):
+                return known  # its sidecars say what it holds: the index had lost it
     except (FileNotFoundError, NotRegular):
         return None  # gone again before we looked, or not a file: nothing to do
     except OSError as exc:
@@ -193,6 +205,8 @@ def open_pages(ctx: Context, job: Job, max_side: int | None) -> Generator[Page, 
     with open_source(ctx, job.path) as fh:
         for page in iter_pages(job.path, ctx.config, max_side, fh, text_layer=True):
             _still_there(fh, job.path)  # a deleted file is not read to its end
+            assert ctx.scan is not None
+            page = ctx.scan.prepare(page)  # blank recorded, turned upright, straightened
             if job.sha256:
                 ctx.thumbs.save(job.sha256, page.index + 1, page.image)
             yield page
@@ -233,11 +247,15 @@ def read(engine: Engine, name: str, pages: Sequence[Page]) -> tuple[list[PageTex
     Pages that need no engine (blank, or taken from a PDF's own text layer) are
     answered here, the rest by the engine (:func:`recognize`).
     """
-    given = {n: PageText(markdown=text_to_markdown(p.text) if p.text else "",
-                         text=p.text.strip() + "\n" if p.text else "")
+    given = {n: blank_result() if p.blank else
+             PageText(markdown=text_to_markdown(p.text) if p.text else "",
+                      text=p.text.strip() + "\n" if p.text else "")
              for n, p in enumerate(pages) if p.text is not None}
     rest = [p for n, p in enumerate(pages) if n not in given]
     answers, unavailable = recognize(engine, name, rest) if rest else ([], None)
+    if unavailable is None:
+        answers = [finish(a, p) if a.error is None else a
+                   for a, p in zip(answers, rest, strict=True)]
     got = iter(answers)
     return [given[n] if n in given else next(got) for n in range(len(pages))], unavailable
 

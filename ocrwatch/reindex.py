@@ -6,7 +6,12 @@ trigram and name tables are emptied and filled again in one transaction, in chun
 progress bar moves. From the sidecars, each original in the watched folders whose
 ``.txt`` (and ``.md``) are found where ocrwatch writes them gets its job back as done,
 with its pages split at the form feeds (``.txt``) and page markers (``.md``): nothing is
-read by the engine again.
+read by the engine again. A sidecar ocrwatch marked (:data:`ocrwatch.sidecar.MARK_ATTR`)
+says for which content it was written: one for other content is stale, and its original
+is queued to be read again over it (never beside it).
+
+The daemon does the same for each new file whose marked sidecars are found
+(:func:`known_by_sidecars`): an index lost while nothing watched costs no reading.
 """
 
 from __future__ import annotations
@@ -23,9 +28,10 @@ from ocrwatch.db import Database
 from ocrwatch.domain import PageText
 from ocrwatch.errors import OcrwatchError
 from ocrwatch.inbox_files import walk
+from ocrwatch.jobfiles import Seen
 from ocrwatch.jobs import JobQueue, file_sha256
 from ocrwatch.lifecycle import output_folder
-from ocrwatch.sidecar import sidecar_paths
+from ocrwatch.sidecar import read_mark, sidecar_paths
 
 log = logging.getLogger(__name__)
 
@@ -89,24 +95,82 @@ def split_pages(txt: str, md: str | None) -> list[PageText]:
     return [PageText(markdown=m, text=t) for m, t in zip(markdowns, texts, strict=True)]
 
 
+def _is_file(path: Path) -> bool:
+    """``path.is_file()``, False for a name too long for the file system (a 255-byte
+    original's ``NAME.png.txt``) rather than an error."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
+
+
 def _sidecars_of(original: Path, config: Config, taken: set[Path]) -> tuple[Path, Path] | None:
     folder = output_folder(config, original)
     for stem in (original.name, original.stem):
         md, txt = sidecar_paths(folder / stem)
-        if txt not in taken and txt.is_file():
+        if txt not in taken and _is_file(txt):
             return md, txt
     return None
 
 
-def from_sidecars(config: Config, db: Database, progress: Progress | None = None
-                  ) -> Restored:
-    """Give every original with sidecars its job and pages back (no engine involved)."""
+def archived(config: Config) -> list[Path]:
+    """Originals archived after reading (``on_success = "archive"``) whose sidecars went
+    with them: beside them in the archive (without ``output_dir``)."""
+    archive = config.archive_dir
+    if config.on_success != "archive" or archive is None or config.output_dir is not None \
+            or not archive.is_dir():
+        return []
+    return sorted(walk([archive]))
+
+
+def results_of_deleted(config: Config) -> list[tuple[Path, Path, Path]]:
+    """``on_success = "delete"``: the ``(result, .md, .txt)`` of each original deleted
+    after its reading, known by the marked ``.txt`` it left beside where it was (the
+    index entry named the result: the searchable PDF, else the ``.md``, else the
+    ``.txt``). Only marked sidecars say which original they had."""
+    if config.on_success != "delete" or config.output_dir is not None:
+        return []
+    out: list[tuple[Path, Path, Path]] = []
+    for root in config.inbox:
+        for folder, dirs, names in os.walk(root, followlinks=False):
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            for name in sorted(names):
+                if not name.endswith(".txt") or name.startswith("."):
+                    continue
+                txt = Path(folder) / name
+                mark = read_mark(txt)
+                if mark is None or mark.get("name") is None \
+                        or os.path.lexists(txt.parent / str(mark["name"])):
+                    continue  # not ours, or its original is there (restored as such)
+                stem = txt.with_suffix("")
+                md = stem.with_name(stem.name + ".md")
+                pdf = stem.with_name(stem.name + ".ocr.pdf")
+                result = next((p for p in (pdf, md) if _is_file(p)), txt)
+                out.append((result, md, txt))
+    return out
+
+
+def restorable(config: Config) -> list[Path]:
+    """The originals :func:`from_sidecars` looks at: the watched folders', then the
+    archive's."""
+    return sorted(walk(config.inbox)) + archived(config)
+
+
+def from_sidecars(config: Config, db: Database, progress: Progress | None = None, *,
+                  originals: list[Path] | None = None, marked: bool = False,
+                  deleted: bool = True) -> Restored:
+    """Give every original with sidecars its job and pages back (no engine involved).
+
+    ``originals``: those to look at (default :func:`restorable`); ``marked``: only
+    sidecars that carry ocrwatch's mark count; ``deleted``: also the entries of
+    originals deleted after reading (:func:`results_of_deleted`).
+    """
     if config.output_dir is not None and config.output_layout == "date":
         raise OcrwatchError("sidecars filed by date (output_layout = \"date\") do not say "
                             "which original they belong to; read the files again instead "
                             "(`ocrwatch add` on the inbox)")
     jobs = JobQueue(db)
-    originals = sorted(walk(config.inbox))
+    originals = restorable(config) if originals is None else originals
     # Full-name sidecars first (scan.pdf.md), so that scan.md goes to the file that had it.
     taken: set[Path] = set()
     found: dict[Path, tuple[Path, Path]] = {}
@@ -125,23 +189,100 @@ def from_sidecars(config: Config, db: Database, progress: Progress | None = None
         if original not in found:
             missing.append(original)
         elif jobs.known(original) is None:
-            md, txt = found[original]
             try:
-                text = txt.read_text(encoding="utf-8")
-                markdown = md.read_text(encoding="utf-8") if md.is_file() else None
                 st = os.stat(original)
                 sha = file_sha256(original)
+                restored = _restore(jobs, original, st, sha, found[original], marked=marked,
+                                    queue=any(original.is_relative_to(i) for i in config.inbox))
             except (OSError, UnicodeDecodeError) as exc:
                 log.warning("cannot restore %s from its sidecars: %s", original, exc)
+                restored = None
+            if restored is None:
                 missing.append(original)
-                continue
-            read = split_pages(text, markdown)
-            job_id = jobs.restore(original, st, sha)
-            jobs.complete(job_id, read, engine="sidecars",
-                          md_path=md if markdown is not None else None, txt_path=txt,
-                          sha256=sha)
-            files += 1
-            pages += len(read)
+            elif restored:
+                files += 1
+                pages += restored
         if progress is not None:
             progress(1)
+    if deleted:
+        for result, md, txt in results_of_deleted(config):
+            if jobs.known(result) is not None or jobs.sidecars_owned(md, txt):
+                continue
+            try:
+                pages += _restore_result(jobs, result, md, txt)
+                files += 1
+            except (OSError, UnicodeDecodeError) as exc:
+                log.warning("cannot restore %s from its sidecars: %s", result, exc)
     return Restored(files, pages, missing)
+
+
+def _restore_result(jobs: JobQueue, result: Path, md: Path, txt: Path) -> int:
+    """The entry of an original deleted after reading, named by its result."""
+    mark = read_mark(txt) or {}
+    text = txt.read_text(encoding="utf-8")
+    markdown = md.read_text(encoding="utf-8") if _is_file(md) else None
+    read = split_pages(text, markdown)
+    sha = str(mark.get("sha256"))
+    job_id = jobs.restore(result, os.stat(result), sha)
+    jobs.complete(job_id, read, engine=mark.get("engine") or "sidecars",
+                  md_path=md if markdown is not None else None, txt_path=txt, sha256=sha,
+                  read_with=mark.get("read_with"))
+    return len(read)
+
+
+
+def known_by_sidecars(config: Config, jobs: JobQueue, original: Path, st: os.stat_result,
+                      sha: str) -> Seen | None:
+    """A new file whose sidecars ocrwatch marked are found where it writes them (its
+    index was lost): restored from them (UNCHANGED), or, when they were written for other
+    content, queued to be read over them (NEW). None: no marked sidecars, read it."""
+    if config.output_dir is not None and config.output_layout == "date":
+        return None  # sidecars filed by date name no original
+    folder = output_folder(config, original)
+    pair = next((pair for stem in (original.name, original.stem)
+                 if _is_file((pair := sidecar_paths(folder / stem))[1])
+                 and read_mark(pair[1]) is not None and not jobs.sidecars_owned(*pair)), None)
+    if pair is None:
+        return None
+    try:
+        restored = _restore(jobs, original, st, sha, pair, marked=True)
+    except (OSError, UnicodeDecodeError) as exc:
+        log.warning("cannot restore %s from its sidecars: %s", original, exc)
+        return None
+    if restored is None:
+        return None
+    return Seen.UNCHANGED if restored else Seen.NEW
+
+
+def _restore(jobs: JobQueue, original: Path, st: os.stat_result, sha: str,
+             pair: tuple[Path, Path], *, marked: bool, queue: bool = True) -> int | None:
+    """Restore ``original`` from its sidecars; the pages restored, 0 when they are stale
+    (marked for other content: with ``queue``, queued, the names kept for its reading),
+    None when they do not count (``marked`` and not marked by ocrwatch)."""
+    md, txt = pair
+    mark = read_mark(txt)
+    if mark is None and marked:
+        return None
+    if mark is not None and mark.get("name") != os.fsdecode(original.name):
+        return None  # another original's (scan.png's scan.md, for scan.pdf): never taken
+    if mark is not None and mark["sha256"] != sha:
+        if not queue:
+            return None  # an archived original is read again only when put back
+        jobs.offer(original, st.st_size, st.st_mtime_ns, sha, dev=st.st_dev, inode=st.st_ino)
+        job = jobs.known(original)
+        if job is not None:
+            jobs.reserve_sidecars(job.id, md, txt)
+        log.info("%s changed since its sidecars were written: read again over them",
+                 original)
+        return 0
+    text = txt.read_text(encoding="utf-8")
+    markdown = md.read_text(encoding="utf-8") if _is_file(md) else None
+    read = split_pages(text, markdown)
+    job_id = jobs.restore(original, st, sha)
+    jobs.complete(job_id, read, engine=(mark or {}).get("engine") or "sidecars",
+                  md_path=md if markdown is not None else None, txt_path=txt, sha256=sha,
+                  read_with=(mark or {}).get("read_with"))
+    if marked:
+        log.info("%s restored from its sidecars (%d page%s): not read again", original,
+                 len(read), "" if len(read) == 1 else "s")
+    return len(read)

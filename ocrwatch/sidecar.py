@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import secrets
 from pathlib import Path
@@ -17,6 +18,30 @@ from ocrwatch.safeopen import open_dir_beneath
 MD_SUFFIX = ".md"
 TXT_SUFFIX = ".txt"
 PDF_SUFFIX = ".ocr.pdf"
+# An extended attribute on each sidecar saying that ocrwatch wrote it, for which content
+# and how it was read: an index lost while nothing watched is rebuilt from these, and
+# the file is not read again beside a second pair. Where the file system keeps no
+# extended attributes, sidecars go unmarked (and are then read again in that case).
+MARK_ATTR = "user.ocrwatch"
+
+
+def sidecar_mark(original: Path, sha256: str, engine: str, read_with: str | None) -> bytes:
+    """The mark for the sidecars of ``original``: its name (``scan.png``, not the
+    ``scan.pdf`` beside it), its content, and how it was read."""
+    return json.dumps({"name": os.fsdecode(original.name), "sha256": sha256,
+                       "engine": engine, "read_with": read_with},
+                      separators=(",", ":")).encode()
+
+
+def read_mark(path: Path) -> dict[str, str | None] | None:
+    """The mark ocrwatch put on a sidecar it wrote, or None (not ours, or unmarked)."""
+    try:
+        data = json.loads(os.getxattr(path, MARK_ATTR, follow_symlinks=False))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("sha256"), str):
+        return None
+    return {k: v if isinstance(v, str) else None for k, v in data.items()}
 
 
 def render_markdown(pages: list[PageText]) -> str:
@@ -66,7 +91,8 @@ def _open_folder(folder: Path, root: Path | None) -> int:
     return open_dir_beneath(root, folder, create=True)
 
 
-def _write_temp(dirfd: int, path: Path, content: str, mode: int) -> str:
+def _write_temp(dirfd: int, path: Path, content: str, mode: int,
+                mark: bytes | None = None) -> str:
     """``content`` in a synced temporary file in ``dirfd``, ready to be renamed over
     ``path``; returns its name in that folder.
 
@@ -86,6 +112,9 @@ def _write_temp(dirfd: int, path: Path, content: str, mode: int) -> str:
             fh.write(content)
             fh.flush()
             os.fchmod(fh.fileno(), mode)
+            if mark is not None:
+                with contextlib.suppress(OSError):  # no extended attributes there
+                    os.setxattr(fh.fileno(), MARK_ATTR, mark)
             os.fsync(fh.fileno())
     except BaseException:
         with contextlib.suppress(OSError):
@@ -132,14 +161,16 @@ def new_temp(path: Path) -> Path:
 
 def write_all_atomic(files: list[tuple[Path, str]],
                      prepared: list[tuple[Path, Path]] | None = None, *,
-                     root: Path | None = None, mode: int | None = None) -> None:
+                     root: Path | None = None, mode: int | None = None,
+                     mark: bytes | None = None) -> None:
     """Like :func:`write_atomic` for several files: every one is written before any is
     renamed into place, so a full disk never leaves a new ``.md`` beside an old ``.txt``.
     ``prepared`` holds (temporary file, final path) pairs already written by the caller.
 
     ``root``: the folder the files must stay under; no symbolic link below it is followed
     (a subfolder swapped for a link to elsewhere gets an InputError, nothing written
-    there). ``mode``: the files' mode (default: 0666 masked by the umask).
+    there). ``mode``: the files' mode (default: 0666 masked by the umask). ``mark``: the
+    value of :data:`MARK_ATTR` on each of ``files``.
     """
     mode = sidecar_mode(0o666) if mode is None else mode
     temps: list[tuple[int, str, Path]] = []
@@ -164,7 +195,7 @@ def write_all_atomic(files: list[tuple[Path, str]],
         for path, content in files:
             current = path
             dirfd = folder_of(path)
-            temps.append((dirfd, _write_temp(dirfd, path, content, mode), path))
+            temps.append((dirfd, _write_temp(dirfd, path, content, mode, mark), path))
         for dirfd, name, path in temps:
             current = path
             # Replaces the name itself: a link planted at ``path`` is replaced, not followed.
@@ -197,13 +228,14 @@ def pdf_path(stem: Path) -> Path:
 
 def write_sidecars(stem: Path, pages: list[PageText], outputs: tuple[str, ...] = ("md", "txt"),
                    prepared: list[tuple[Path, Path]] | None = None, *,
-                   root: Path | None = None, original_mode: int | None = None
-                   ) -> tuple[Path | None, Path | None]:
+                   root: Path | None = None, original_mode: int | None = None,
+                   mark: bytes | None = None) -> tuple[Path | None, Path | None]:
     """Write ``STEM.md`` and ``STEM.txt`` (those in ``outputs``) with the ``prepared``
     files, all or none; returns the paths of the ``.md`` and ``.txt`` written.
 
     Their mode is at most the original's (``original_mode``), masked by 0666 and the
-    umask: the text of a private scan stays private. ``root``: see write_all_atomic.
+    umask: the text of a private scan stays private. ``root``, ``mark``: see
+    write_all_atomic.
     """
     md, txt = sidecar_paths(stem)
     files = []
@@ -211,7 +243,7 @@ def write_sidecars(stem: Path, pages: list[PageText], outputs: tuple[str, ...] =
         files.append((md, render_markdown(pages)))
     if "txt" in outputs:
         files.append((txt, render_text(pages)))
-    write_all_atomic(files, prepared, root=root, mode=sidecar_mode(original_mode))
+    write_all_atomic(files, prepared, root=root, mode=sidecar_mode(original_mode), mark=mark)
     return (md if "md" in outputs else None), (txt if "txt" in outputs else None)
 
 

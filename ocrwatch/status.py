@@ -134,6 +134,8 @@ class Status:
     done: int = 0
     failed: int = 0
     pages_today: int = 0
+    turned_today: int = 0  # of those, pages turned upright to be read
+    blank_today: int = 0  # and pages recorded blank without reading
     engine: EngineStatus = field(default_factory=EngineStatus)
     last_result: str | None = None
     recent_failures: tuple[Failure, ...] = ()
@@ -146,6 +148,7 @@ class Status:
     languages: tuple[str, ...] = ()
     language_note: str | None = None  # the desktop's language left out for want of data
     pages_per_second: float | None = None  # pages read over the last minute
+    index_note: str | None = None  # the index file was damaged, deleted or replaced
 
     @property
     def in_queue(self) -> int:
@@ -176,6 +179,7 @@ class Status:
             state=str(data.get("state", "idle")), paused=bool(data.get("paused", False)),
             queued=num("queued"), running=num("running"), done=num("done"),
             failed=num("failed"), pages_today=num("pages_today"),
+            turned_today=num("turned_today"), blank_today=num("blank_today"),
             engine=EngineStatus.from_dict(data.get("engine") or {}),
             last_result=text("last_result"),
             recent_failures=tuple(Failure.from_dict(f)
@@ -188,6 +192,7 @@ class Status:
             language_note=text("language_note"),
             pages_per_second=float(pps) if (pps := data.get("pages_per_second")) is not None
             else None,
+            index_note=text("index_note"),
         )
 
 
@@ -215,7 +220,10 @@ def format_status(status: Status) -> str:
         lines.append(f"  reading: and {len(status.reading) - 5} more files")
     if status.pages_per_second is not None:
         lines.append(f"  rate:    {status.pages_per_second:.2f} pages/s over the last minute")
-    lines.append(f"  today:   {status.pages_today} pages")
+    prepared = [f"{n} {what}" for n, what in ((status.turned_today, "turned upright"),
+                                               (status.blank_today, "blank")) if n]
+    lines.append(f"  today:   {status.pages_today} pages"
+                 + (f" ({', '.join(prepared)})" if prepared else ""))
     eng = f"  engine:  {engine.name} ({engine.state})"
     if engine.why:
         eng += f", {engine.why}"
@@ -235,6 +243,8 @@ def format_status(status: Status) -> str:
             line += f" ({server['last_error']})"
         lines.append(line)
     lines += [f"  inbox:   {folder}" for folder in status.inbox]
+    if status.index_note:
+        lines.append(f"  index:   {status.index_note}")
     if status.last_result:
         lines.append(f"  last:    {status.last_result}")
     if status.recent_failures:

@@ -30,7 +30,7 @@ from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from ocrwatch.db import Database, decode_path
+from ocrwatch.db import Database, decode_path, file_identity
 from ocrwatch.errors import OcrwatchError, SearchError
 from ocrwatch.index import Filters, Hit, search
 from ocrwatch.opener import open_file
@@ -86,6 +86,7 @@ class SearchServer:
         self._port = port
         self._write_token_file = write_token_file
         self._db: Database | None = None
+        self._retired: list[Database] = []
         self._httpd: ThreadingHTTPServer | None = None
         self._serving: _Serving | None = None
         self._lock = threading.Lock()
@@ -128,8 +129,8 @@ class SearchServer:
             serving.close(timeout=10)
         if httpd is not None:
             httpd.server_close()
-        if db is not None:
-            db.close()
+        for old in [*self._retired, *([db] if db is not None else [])]:
+            old.close()
         if self._write_token_file and httpd is not None:
             with contextlib.suppress(OSError):
                 if token_file().read_text().strip() == self.url:
@@ -157,7 +158,21 @@ class SearchServer:
     @property
     def db(self) -> Database:
         assert self._db is not None
+        if file_identity(self.database) not in (None, self._db.identity):
+            self._reopen()
         return self._db
+
+    def _reopen(self) -> None:
+        """The index was written back under a new inode (ocrwatch/indexhealth.py): read
+        that one, not the lost file this connection still holds."""
+        with self._lock:
+            old = self._db
+            if self._closed or old is None or file_identity(self.database) == old.identity:
+                return
+            db = Database(self.database, readonly=True, origin="the search page")
+            db.conn.execute("PRAGMA query_only = ON")
+            self._db = db
+            self._retired.append(old)  # a request may be reading it: closed with the server
 
     def relative(self, path: Path) -> str:
         for root in self.inbox:

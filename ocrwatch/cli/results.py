@@ -55,6 +55,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     on, off = ("\033[1;33m", "\033[0m") if sys.stdout.isatty() else ("[", "]")
     for hit in hits:
         where = safe(hit.path) + (f"  (page {hit.page} of {hit.pages})" if hit.pages > 1 else "")
+        if hit.turned:
+            where += f"  (turned {hit.turned}° to read)"
         snippet = safe(" ".join(hit.snippet.split()))
         # The highlight markers are controls too: turn the escaped forms into colour.
         for marker, shown in zip(HIGHLIGHT, (on, off), strict=True):
@@ -115,8 +117,7 @@ def cmd_reindex(args: argparse.Namespace) -> int:
 
     from ocrwatch.control.lock import DaemonLocks
     from ocrwatch.db import Database
-    from ocrwatch.inbox_files import walk
-    from ocrwatch.reindex import count_pages, from_sidecars, rebuild_fts
+    from ocrwatch.reindex import count_pages, from_sidecars, rebuild_fts, restorable
 
     config = config_mod.load(getattr(args, "config", None))
     path, origin = database_arg(args)
@@ -143,7 +144,7 @@ def cmd_reindex(args: argparse.Namespace) -> int:
     try:
         db = Database(path, origin=origin)
         try:
-            with tqdm(total=sum(1 for _ in walk(config.inbox)), unit="file",
+            with tqdm(total=len(restorable(config)), unit="file",
                       desc="from sidecars", file=sys.stderr) as bar:
                 restored = from_sidecars(config, db, bar.update)
         finally:

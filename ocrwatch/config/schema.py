@@ -83,6 +83,10 @@ class Config:
     follow_symlinks: bool = False
     pdf_dpi: int = 200
     pdf_text: str = "auto"  # a PDF page's own text: "auto" when real, "text" always, "ocr" never
+    # Scanner realities (docs/outputs.md has what each costs per page):
+    rotate_pages: bool = True  # turn sideways and upside-down pages upright (Tesseract OSD)
+    deskew: bool = True  # straighten pages skewed by 1-10 degrees
+    skip_blank: bool = True  # record pages with next to no ink blank, without reading them
     max_pages: int = 2000
     max_pixels: int = 200_000_000  # per page, after decoding
     max_file_mb: float = 2048.0

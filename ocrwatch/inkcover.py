@@ -1,0 +1,57 @@
+"""How much of a page is ink: a scanned blank back is recorded blank, never read.
+
+A blank sheet through a scanner is not one colour: paper grain, sensor noise, dust
+and the faint mirrored print of the other side's text all show. Vision-language
+models invent whole pages for such images, so they are not sent to any engine.
+
+Ink here is what is much darker than the paper: the page is shrunk by a box filter
+(grain and sensor noise average out), specks are removed by a median filter, and a
+pixel counts as ink when it is at least ``INK_DEPTH`` darker than the paper's own
+brightness (show-through through 80 g/m² paper is 5-20% darker, print 60-90%).
+A page is blank when the ink covers less than ``BLANK_COVERAGE`` of it, away from
+the edges where scanners leave a shadow. Both levels were measured (docs/outputs.md):
+the corpus's 25 pages have 0.54% ink and more (a faint typescript, tapus_06); scan-like
+blank backs made from its pages (benchmarks/cases.py: grain, sensor noise, dust, the
+front showing through mirrored at 10-20% of its darkness) 0.000-0.031%.
+"""
+
+from __future__ import annotations
+
+from PIL import Image, ImageFilter
+
+WORK_SIDE = 1000  # pixels: the longest side the page is measured at
+INK_DEPTH = 0.3  # share of the paper's brightness a pixel must be darker by
+BLANK_COVERAGE = 0.001  # under 0.1% ink: blank (a line of 12 pt text is about 0.1%)
+EDGE = 0.03  # share of each side left out: a scanner's shadow at the sheet's edge
+
+
+def coverage(image: Image.Image) -> float:
+    """The share of the page (0-1) covered by ink, away from its edges."""
+    grey = image.convert("L")
+    factor = max(1, round(max(grey.size) / WORK_SIDE))
+    if factor > 1:
+        grey = grey.reduce(factor)
+    width, height = grey.size
+    dx, dy = round(width * EDGE), round(height * EDGE)
+    if width - 2 * dx >= 8 and height - 2 * dy >= 8:
+        grey = grey.crop((dx, dy, width - dx, height - dy))
+    grey = grey.filter(ImageFilter.MedianFilter(3))
+    histogram = grey.histogram()
+    total = sum(histogram)
+    if not total:
+        return 0.0
+    # The paper: the brightness that half the page is at least as bright as.
+    seen, paper = 0, 255
+    for value in range(255, -1, -1):
+        seen += histogram[value]
+        if seen * 2 >= total:
+            paper = value
+            break
+    limit = paper * (1 - INK_DEPTH)
+    ink = sum(histogram[value] for value in range(256) if value < limit)
+    return ink / total
+
+
+def is_blank(image: Image.Image) -> bool:
+    """Whether the page holds (next to) no ink: a blank sheet as a scanner gives it."""
+    return coverage(image) < BLANK_COVERAGE
