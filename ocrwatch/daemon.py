@@ -20,6 +20,7 @@ from typing import Any
 
 from ocrwatch import __version__, pipeline
 from ocrwatch.config import Config
+from ocrwatch.db import encode_path
 from ocrwatch.engines import Choice, Engine, choose, create
 from ocrwatch.errors import OcrwatchError
 from ocrwatch.follow import Follower
@@ -34,6 +35,7 @@ from ocrwatch.pipeline import Context
 from ocrwatch.scheduler import Scheduler
 from ocrwatch.settle import Settler
 from ocrwatch.status import EngineStatus, Reading, Status
+from ocrwatch.status_facts import IndexFacts, SettingWriter, StatusReader
 from ocrwatch.thumbs import Thumbnails
 from ocrwatch.watch import Watcher
 
@@ -62,6 +64,11 @@ class Daemon:
         self.follower = Follower(self.jobs, config, self.thumbs)
         self._web: Any = None  # the search page's server, started on first use
         self._web_lock = threading.Lock()
+        # Status and pause answer from memory while the index is locked (status_facts).
+        self._facts = (StatusReader(config.database)
+                       if str(config.database) != ":memory:" else None)
+        self._paused_flag = SettingWriter(lambda v: self.db.set_setting("paused", v),
+                                          "paused")
         if engine is None:
             self.choice = choose(config)
             self.engine: Engine = create(config, self.choice.name)
@@ -103,6 +110,7 @@ class Daemon:
         if recovered:
             log.info("%d files were being read when ocrwatch last stopped: reading them again",
                      recovered)
+        self.ctx.after.was_done = self._was_done
         self.ctx.after.start()
         self.scheduler.start()
         if self._watch:
@@ -113,6 +121,10 @@ class Daemon:
                               follow=self.follower)
             self._watcher = Watcher(settler, observer=self.config.observer)
             self._watcher.start()
+        from ocrwatch.secrets_check import exposed_secrets
+
+        for warning in exposed_secrets(self.config):
+            log.warning("%s", warning)
         log.info("ocrwatch %s watching %s with the %s engine (%s)%s", __version__,
                  ", ".join(str(p) for p in self.config.inbox), self.choice.name,
                  self.choice.why, "; paused" if self.paused else "")
@@ -143,6 +155,9 @@ class Daemon:
         self.index_guard.close(timeout=10)
         self.scheduler.close()
         self.ctx.after.close()
+        self._paused_flag.close()
+        if self._facts is not None:
+            self._facts.close()
         if self.ctx.pdf is not None:
             self.ctx.pdf.close()
         self.engine.close()
@@ -158,13 +173,13 @@ class Daemon:
     # -- control ---------------------------------------------------------------------
     def pause(self) -> None:
         """Finish the batch in flight, then read nothing more; keep watching and queueing."""
-        self.db.set_setting("paused", "1")
         self.scheduler.pause()
+        self._paused_flag.set("1")  # saved for the next start as soon as the index can be
         log.info("paused: files are still queued, none is read until resume")
 
     def resume(self) -> None:
-        self.db.set_setting("paused", "0")
         self.scheduler.resume()
+        self._paused_flag.set("0")
         log.info("resumed")
 
     @property
@@ -173,6 +188,14 @@ class Daemon:
 
     def web_url(self) -> str:
         """The search page's address with its token; the server starts on first use."""
+        return str(self._search_server().url)
+
+    def web_launch(self) -> str:
+        """What a browser is given to open the page: a private file with a one-time code
+        (a command line is readable by every local user, the token must not be on it)."""
+        return str(self._search_server().launch_url())
+
+    def _search_server(self) -> Any:
         from ocrwatch.web import SearchServer
 
         with self._web_lock:
@@ -184,7 +207,7 @@ class Daemon:
                                       follow_symlinks=self.config.follow_symlinks)
                 server.start()
                 self._web = server
-            return str(self._web.url)
+            return self._web
 
     @property
     def abandoned(self) -> list[str]:
@@ -234,6 +257,14 @@ class Daemon:
         """The files whose pages are being read now (``ocrwatch add`` shows progress)."""
         return self.scheduler.reading()
 
+    def _was_done(self, source: Path, md: Path | None) -> bool:
+        """Whether the index holds ``source`` (or its Markdown, moved with it) as done."""
+        keys = [encode_path(source)] + ([encode_path(md)] if md is not None else [])
+        marks = ", ".join("?" * len(keys))
+        return bool(self.db.query(
+            f"SELECT 1 FROM jobs WHERE state = 'done' AND (path IN ({marks}) "
+            f"OR md_path IN ({marks})) LIMIT 1", (*keys, *keys)))
+
     def is_idle(self) -> bool:
         """Nothing in hand and nothing queued (the batch notification waits for this)."""
         if self.scheduler.busy():
@@ -242,9 +273,16 @@ class Daemon:
         return counts["queued"] == 0 and counts["running"] == 0
 
     def status(self) -> Status:
-        counts = self.jobs.counts()
         midnight = _dt.datetime.combine(_dt.date.today(), _dt.time()).timestamp()
-        prepared = self.jobs.prepared_since(midnight)
+        if self._facts is not None:
+            facts, counts_note = self._facts.read(midnight)
+        else:
+            facts, counts_note = IndexFacts(self.jobs.counts(), self.jobs.pages_since(midnight),
+                                           self.jobs.last_result(),
+                                           tuple(self.jobs.failures(10)),
+                                           self.jobs.prepared_since(midnight)), None
+        counts = {"queued": 0, "running": 0, "done": 0, "failed": 0, **facts.counts}
+        prepared = facts.prepared
         busy = self.scheduler.busy()
         if self.stopping:
             state = "stopping"
@@ -258,16 +296,16 @@ class Daemon:
             engine_facts = dict(self.engine.describe())
         except Exception as exc:  # status must answer even when the engine is sick
             engine_facts = {"state": f"error: {exc}"}
-        last_result = self.scheduler.last_result or self.jobs.last_result()
+        last_result = self.scheduler.last_result or facts.last_result
         return Status(
             state=state, paused=self.paused,
             queued=counts["queued"], running=counts["running"], done=counts["done"],
-            failed=counts["failed"], pages_today=self.jobs.pages_since(midnight),
+            failed=counts["failed"], pages_today=facts.pages_today,
             turned_today=prepared[0], blank_today=prepared[1],
             engine=EngineStatus.from_dict(
                 {**engine_facts, "name": self.choice.name, "why": self.choice.why}),
             last_result=str(last_result) if last_result else None,
-            recent_failures=tuple(self.jobs.failures(10)),
+            recent_failures=facts.failures, counts_note=counts_note,
             inbox=tuple(str(p) for p in self.config.inbox),
             database=str(self.config.database),
             log_file=str(self.log_file) if self.log_file else None,

@@ -150,6 +150,16 @@ def check_folders(config: Config) -> list[Check]:
     return checks
 
 
+def check_secrets(config: Config) -> list[Check]:
+    from ocrwatch.secrets_check import exposed_secrets
+
+    if not config.remote.api_key:
+        return []
+    return [Check("config file", False, w, "chmod 600 the config file")
+            for w in exposed_secrets(config)] or [
+        Check("config file", True, "the remote.api_key is readable by you alone")]
+
+
 def check_index(config: Config) -> list[Check]:
     """The index file passes SQLite's integrity check; files set aside are named."""
     from ocrwatch.db import Database, integrity_problem
@@ -234,6 +244,7 @@ def run_checks(config: Config, *,
         ("Tesseract", lambda: check_tesseract(config)),
         ("OCR servers", lambda: check_remote(config)),
         ("folders", lambda: check_folders(config)),
+        ("secrets", lambda: check_secrets(config)),
         ("index file", lambda: check_index(config)),
         ("PDF output", lambda: check_pdf(config)),
         ("free disk", lambda: check_disk(config)),

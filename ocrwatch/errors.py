@@ -26,6 +26,11 @@ class InputError(OcrwatchError):
     """
 
 
+class OverBudget(InputError):
+    """Preparing a page took more time or memory than its budget (``prepare_seconds``,
+    ``prepare_memory_mb``): the file fails, the others go on."""
+
+
 class TransientError(OcrwatchError):
     """Something that may work later (disk full, file busy): retried with backoff."""
 

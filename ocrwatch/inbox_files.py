@@ -62,6 +62,36 @@ def looks_complete(path: Path) -> bool:
         return size >= declared
     if head[:4] in (b"II*\x00", b"MM\x00*"):
         return _tiff_complete(path, size, "<" if head[:2] == b"II" else ">")
+    if head[:6] in (b"GIF87a", b"GIF89a"):
+        return tail.endswith(b";")  # the GIF trailer
+    if head[4:8] == b"ftyp":
+        return _boxes_complete(path, size)
+    return True
+
+
+def _boxes_complete(path: Path, size: int) -> bool:
+    """Whether an ISO base media file (HEIC, AVIF) is all there: its top-level boxes,
+    each stating its length, reach exactly its end."""
+    try:
+        with path.open("rb") as fh:
+            where = 0
+            for _ in range(10_000):
+                if where == size:
+                    return True
+                fh.seek(where)
+                header = fh.read(16)
+                if len(header) < 8:
+                    return False
+                length = int.from_bytes(header[:4], "big")
+                if length == 1 and len(header) == 16:
+                    length = int.from_bytes(header[8:16], "big")
+                elif length == 0:
+                    return True  # the last box runs to the end of the file
+                if length < 8 or where + length > size:
+                    return False
+                where += length
+    except OSError:
+        return True  # let the reader report the real problem
     return True
 
 

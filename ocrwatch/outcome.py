@@ -85,8 +85,10 @@ def publish(ctx: Context, job: Job, pages: list[PageText], engine: str) -> Path 
                                  mark=sidecar_mark(job.path, job.sha256, engine,
                                                   ctx.read_with)
                                  if job.sha256 else None)
+        ctx.after.expect(job.path, md, txt, pdf, len(pages))  # on_done survives a kill now
         if not ctx.jobs.complete(job.id, pages, engine=engine, md_path=md, txt_path=txt,
                                  sha256=job.sha256, read_with=ctx.read_with):
+            ctx.after.forget(job.path)
             # The content changed (it is queued again) or the file is gone: then
             # these outputs belong to nothing.
             if not ctx.jobs.exists(job.id):
@@ -96,9 +98,11 @@ def publish(ctx: Context, job: Job, pages: list[PageText], engine: str) -> Path 
             log.info("%s changed or went away while it was read: result dropped", job.display)
             return None
     except (TransientError, InputError) as exc:
+        ctx.after.forget(job.path)
         refuse(ctx, job, exc)
         return None
     except OSError as exc:
+        ctx.after.forget(job.path)
         if not is_disk_full(exc):
             raise
         ctx.jobs.defer(job.id, "the disk is full", ctx.config.max_attempts, job.sha256)

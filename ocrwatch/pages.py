@@ -6,6 +6,7 @@ file called ``scan.png`` fails with a plain reason instead of a decoder tracebac
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -19,6 +20,7 @@ from typing import BinaryIO
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from ocrwatch import memory
+from ocrwatch.budget import Budget, unlimited
 from ocrwatch.config import Config
 from ocrwatch.domain import Page
 from ocrwatch.errors import InputError, TransientError
@@ -26,7 +28,11 @@ from ocrwatch.errors import InputError, TransientError
 log = logging.getLogger(__name__)
 
 # Extensions the watcher picks up. The content decides how a file is decoded.
-IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".jpe", ".tif", ".tiff", ".bmp", ".webp"})
+IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".jpe", ".tif", ".tiff", ".bmp", ".webp",
+                            ".gif", ".avif", ".heic", ".heif"})
+# A picture that moves, or a burst of photos, is one page: its first (or primary) image.
+# Pages come from PDFs and multi-page TIFFs; a GIF's frames are an animation.
+SINGLE_IMAGE_KINDS = frozenset({"gif", "avif", "heic"})
 PDF_SUFFIXES = frozenset({".pdf"})
 SUFFIXES = IMAGE_SUFFIXES | PDF_SUFFIXES
 
@@ -39,11 +45,31 @@ _MAGIC: list[tuple[bytes, str]] = [
     (b"II+\x00", "tiff"),  # BigTIFF
     (b"MM\x00+", "tiff"),
     (b"BM", "bmp"),
+    (b"GIF87a", "gif"),
+    (b"GIF89a", "gif"),
 ]
+# ISO base media files (HEIF): the brands of the "ftyp" box say what they hold.
+_AVIF_BRANDS = frozenset({b"avif", b"avis"})
+_HEIC_BRANDS = frozenset({b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"mif1",
+                          b"msf1"})
+
+
+def _bmff_kind(head: bytes) -> str | None:
+    """avif or heic from an ISO base media file's brands, else None."""
+    if head[4:8] != b"ftyp":
+        return None
+    size = int.from_bytes(head[:4], "big")
+    brands = [head[8:12]] + [head[i:i + 4] for i in range(16, min(size, len(head)) - 3, 4)]
+    if any(b in _AVIF_BRANDS for b in brands):
+        return "avif"
+    if any(b in _HEIC_BRANDS for b in brands):
+        return "heic"
+    return None
 
 
 def sniff(path: Path, fh: BinaryIO | None = None) -> str:
-    """The file's real type from its first bytes: pdf, png, jpeg, tiff, bmp or webp.
+    """The file's real type from its first bytes: pdf, png, jpeg, tiff, bmp, webp, gif,
+    avif or heic.
 
     ``fh``: the file already opened (safely, by the daemon); else ``path`` is opened.
     """
@@ -72,19 +98,23 @@ def sniff(path: Path, fh: BinaryIO | None = None) -> str:
             return kind
     if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
         return "webp"
+    bmff = _bmff_kind(head)
+    if bmff is not None:
+        return bmff
     # Some PDF writers put junk before the header; readers accept it within 1 KiB.
     if b"%PDF-" in head:
         return "pdf"
     raise InputError(
         f"not an image or PDF: its content does not match its name {path.suffix!r} "
-        "(ocrwatch reads PNG, JPEG, TIFF, BMP, WebP and PDF)"
+        "(ocrwatch reads PNG, JPEG, TIFF, BMP, WebP, GIF, AVIF, HEIC and PDF)"
     )
 
 
 def os_error(exc: OSError, verb: str) -> Exception:
     import errno
 
-    if exc.errno in (errno.ENOSPC, errno.EAGAIN, errno.EBUSY, errno.EIO, errno.ENOMEM):
+    if exc.errno in (errno.ENOSPC, errno.EAGAIN, errno.EBUSY, errno.EIO, errno.ENOMEM,
+                     errno.EMFILE, errno.ENFILE, errno.ENOBUFS):
         return TransientError(f"could not {verb} the file: {exc.strerror}; will try again")
     return InputError(f"could not {verb} the file: {exc.strerror or exc}")
 
@@ -208,8 +238,33 @@ def _damaged(where: str, exc: BaseException) -> InputError:
     )
 
 
+def _decoder_for(kind: str) -> None:
+    """Make sure Pillow can decode ``kind``; else say what to install."""
+    if kind == "heic":
+        try:
+            import pillow_heif
+        except ImportError:
+            raise InputError(
+                "a HEIC photo, and pillow-heif (its decoder) is not installed: install it "
+                "into ocrwatch's environment (`pipx inject ocrwatch pillow-heif`, or "
+                "`pip install pillow-heif`) and run `ocrwatch retry` on the file, or save "
+                "the photo as JPEG") from None
+        pillow_heif.register_heif_opener()
+    elif kind == "avif":
+        from PIL import features
+
+        if not features.check("avif"):
+            raise InputError(
+                "an AVIF image, and this Pillow was built without AVIF: upgrade Pillow "
+                "(11.3 or later reads AVIF) and run `ocrwatch retry` on the file, or save "
+                "the image as PNG or JPEG")
+
+
 def _image_pages(path: Path, limits: Limits, max_side: int | None,
-                 fh: BinaryIO | None = None) -> Iterator[Page]:
+                 fh: BinaryIO | None = None, budget: Budget | None = None,
+                 kind: str = "") -> Iterator[Page]:
+    budget = budget or unlimited()
+    _decoder_for(kind)
     try:
         with warnings.catch_warnings():
             # Our own pixel limit applies; Pillow's bomb warning would only duplicate it.
@@ -232,7 +287,8 @@ def _image_pages(path: Path, limits: Limits, max_side: int | None,
         raise _damaged("the image", exc) from exc
     with opened:
         try:
-            frames = getattr(opened, "n_frames", 1)  # a TIFF reads every frame's header
+            # A TIFF reads every frame's header.
+            frames = 1 if kind in SINGLE_IMAGE_KINDS else getattr(opened, "n_frames", 1)
         except _DECODE_ERRORS as exc:
             raise _damaged("the image", exc) from exc
         if frames > limits.max_pages:
@@ -242,6 +298,7 @@ def _image_pages(path: Path, limits: Limits, max_side: int | None,
             )
         for index in range(frames):
             where = f"page {index + 1}" if frames > 1 else "the image"
+            budget.page()
             try:
                 opened.seek(index)
             except _DECODE_ERRORS as exc:
@@ -249,6 +306,9 @@ def _image_pages(path: Path, limits: Limits, max_side: int | None,
             frame = opened
             _check_pixels(frame.width, frame.height, limits, where)
             _check_shape(frame.width, frame.height, where)
+            # Decoded, then converted to RGB: both held at once for a moment.
+            budget.allow(where, "its pixels",
+                         frame.width * frame.height * (_bytes_per_pixel(frame.mode) + 3))
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", Image.DecompressionBombWarning)
@@ -279,8 +339,53 @@ def _image_pages(path: Path, limits: Limits, max_side: int | None,
                 image = scale_to(image, max_side)
             if memory.big(image.size) or factor < 1.0:
                 memory.give_back()
+            budget.check(where, "decoding it")
+            budget.pause()
             yield Page(source=path, index=index, image=image, dpi=dpi,
                        count=frames, text="" if blank(image) else None)
+            budget.resume()
+
+
+def _bytes_per_pixel(mode: str) -> int:
+    try:
+        depth = 4 if mode in ("I", "F") else 2 if "16" in mode else 1
+        return max(1, Image.getmodebands(mode) * depth)
+    except (KeyError, ValueError):
+        return 4
+
+
+# A progressive JPEG holds ten scans or so (libjpeg's default script has 10, mozjpeg's
+# a dozen); each scan is decoded over the whole image, so a file of tiny scans repeated
+# makes decoding take minutes (50,000 scans: 331 s). libjpeg-turbo's tools refuse such
+# files with -maxscans; this limit is far above any real one.
+MAX_JPEG_SCANS = 256
+
+
+def check_scans(path: Path, fh: BinaryIO | None = None) -> None:
+    """Refuse a JPEG with more scans than any real one, counted from its bytes before it
+    is decoded: a start-of-scan marker (FF DA) can appear nowhere else, since inside
+    compressed data an FF byte is always followed by 00 or a restart marker."""
+    scans = 0
+    tail = b""
+    try:
+        if fh is not None:
+            fh.seek(0)
+            source = fh
+        else:
+            source = path.open("rb")
+        with contextlib.ExitStack() as stack:
+            if fh is None:
+                stack.enter_context(source)
+            while chunk := source.read(1 << 20):
+                scans += (tail + chunk).count(b"\xff\xda")
+                tail = chunk[-1:]
+                if scans > MAX_JPEG_SCANS:
+                    raise InputError(
+                        f"the JPEG holds over {MAX_JPEG_SCANS} scans (a real one has about "
+                        "ten): decoding it would take minutes. It is refused as a scan "
+                        "bomb; if it is genuine, save it again as a baseline JPEG")
+    except OSError as exc:
+        raise os_error(exc, "read") from exc
 
 
 def count_pages(path: Path, config: Config) -> int:
@@ -327,6 +432,7 @@ def iter_pages(path: Path, config: Config, max_side: int | None,
     through it, and ``path`` only names the pages.
     """
     limits = Limits.from_config(config)
+    budget = Budget(config.prepare_seconds, config.prepare_memory_mb)
     kind = sniff(path, fh)
     try:
         size = os.fstat(fh.fileno()).st_size if fh is not None else path.stat().st_size
@@ -337,6 +443,8 @@ def iter_pages(path: Path, config: Config, max_side: int | None,
         from ocrwatch.pdfpages import pdf_pages
 
         yield from pdf_pages(path, limits, max_side, config.pdf_dpi, fh,
-                             config.pdf_text if text_layer else "ocr")
+                             config.pdf_text if text_layer else "ocr", budget)
     else:
-        yield from _image_pages(path, limits, max_side, fh)
+        if kind == "jpeg":
+            check_scans(path, fh)
+        yield from _image_pages(path, limits, max_side, fh, budget, kind)

@@ -198,15 +198,31 @@ def _image_pdf(open_source: SourceOpener, render: Callable[[], Iterable[Page]]
     return img2pdf.convert(pngs), why
 
 
+# Content bytes of a page beyond which its text is not built to see whether it has some:
+# PDFium's text of 10 MB of content takes 1.6 GB and seconds (ocrwatch.pdftext).
+TEXT_CHECK_BYTES = 4 << 20
+
+
 def _pages_with_text(fh: BinaryIO) -> set[int]:
-    """Pages of the PDF in ``fh`` that have text of their own (born digital, or OCRed)."""
+    """Pages of the PDF in ``fh`` that have text of their own (born digital, or OCRed).
+
+    A page whose content is too large to look at counts as having text: no layer is
+    added over what may already be there.
+    """
     import pypdfium2 as pdfium
 
+    from ocrwatch.pdfpages import ContentSizes
+
+    sizes = ContentSizes(fh, TEXT_CHECK_BYTES)
     found = set()
-    with PDFIUM:
+    with contextlib.closing(sizes), PDFIUM:
         doc = pdfium.PdfDocument(fh)
         try:
             for index in range(len(doc)):
+                size = sizes(index)
+                if size is None or size > TEXT_CHECK_BYTES:
+                    found.add(index)
+                    continue
                 page = doc[index]
                 textpage = page.get_textpage()
                 try:

@@ -6,6 +6,7 @@ images (limits, scaling, blank pages) are in :mod:`ocrwatch.pages`.
 
 from __future__ import annotations
 
+import io
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,9 +15,11 @@ from typing import BinaryIO
 from PIL import Image
 
 from ocrwatch import memory
+from ocrwatch.budget import Budget, unlimited
 from ocrwatch.domain import Page
 from ocrwatch.errors import InputError
 from ocrwatch.pages import Limits, blank, os_error, scale_to, to_rgb
+from ocrwatch.pdfdraw import draw
 from ocrwatch.pdfium_lock import PDFIUM
 
 log = logging.getLogger(__name__)
@@ -77,14 +80,58 @@ def _pdf_open_error(path: Path, exc: Exception, fh: BinaryIO | None = None) -> I
                       "writing it, it is read again once it changes")
 
 
+class ContentSizes:
+    """Each page's content bytes (:func:`ocrwatch.pdftext.content_size`), measured when
+    asked (so within that page's budget), with qpdf on a handle of its own (PDFium's
+    place in an open file does not move). None for a page qpdf cannot read."""
+
+    def __init__(self, source: BinaryIO | Path, limit: int) -> None:
+        import pikepdf
+
+        self.limit = limit
+        self._pdf: pikepdf.Pdf | None = None
+        try:
+            if isinstance(source, Path):
+                self._pdf = pikepdf.open(source)
+            elif isinstance(source, io.BytesIO):
+                self._pdf = pikepdf.open(io.BytesIO(source.getvalue()))
+            else:
+                self._pdf = pikepdf.open(f"/proc/self/fd/{source.fileno()}")
+        except (pikepdf.PdfError, OSError, ValueError, RecursionError) as exc:
+            log.debug("the pages' content cannot be measured (%s)", exc)
+
+    def __call__(self, index: int) -> int | None:
+        import pikepdf
+
+        from ocrwatch import pdftext
+
+        if self._pdf is None:
+            return None
+        try:
+            if index >= len(self._pdf.pages):
+                return None
+            return pdftext.content_size(self._pdf.pages[index], self.limit)
+        except (pikepdf.PdfError, OSError, ValueError, RecursionError) as exc:
+            log.debug("page %d's content cannot be measured (%s)", index + 1, exc)
+            return None
+
+    def close(self) -> None:
+        if self._pdf is not None:
+            self._pdf.close()
+            self._pdf = None
+
+
 def pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int,
-              fh: BinaryIO | None = None, pdf_text: str = "ocr") -> Iterator[Page]:
+              fh: BinaryIO | None = None, pdf_text: str = "ocr",
+              budget: Budget | None = None) -> Iterator[Page]:
     import pypdfium2 as pdfium
 
     from ocrwatch import pdftext
 
+    budget = budget or unlimited()
     doc = pdf_document(path, fh)
     assert isinstance(doc, pdfium.PdfDocument)
+    sizes: ContentSizes | None = None
     try:
         with PDFIUM:
             count = len(doc)
@@ -95,33 +142,46 @@ def pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int,
                 f"the PDF has {count} pages, over the limit of {limits.max_pages}; raise "
                 "max_pages in the config if this file is genuine"
             )
+        if pdf_text != "ocr":
+            limit = int(min(budget.memory, 1 << 62) // pdftext.TEXTPAGE_BYTES_PER_CHAR)
+            sizes = ContentSizes(fh if fh is not None else path, limit)
         for index in range(count):
             where = f"page {index + 1}"
             own_text: str | None = None
+            budget.page()
+            content = None
+            if sizes is not None:
+                # Unmeasured (qpdf cannot read it): assumed too large to check.
+                measured = sizes(index)
+                content = measured if measured is not None else 1 << 62
             try:
                 with PDFIUM:  # released before the page is handed on (yield)
                     page = doc[index]
                     try:
                         width_pt, height_pt = page.get_size()
                         _check_pdf_size(width_pt, height_pt, where)
-                        decision = pdftext.decide(page, pdf_text)
+                        decision = pdftext.decide(page, pdf_text, content=content,
+                                                  budget=budget, where=where)
                         own_text = decision.text
                         if own_text is None:
                             log.debug("%s %s read with OCR: %s", path.name, where,
                                       decision.reason)
                             scale = render_scale(width_pt, height_pt, dpi, limits)
-                            bitmap = page.render(scale=scale, draw_annots=True)
-                            image = to_rgb(bitmap.to_pil())  # a copy: PDFium's buffer is BGR
-                            del bitmap
+                            budget.check(where, "checking its text layer")
+                            # A copy: PDFium's buffer is BGR.
+                            image = to_rgb(draw(page, scale, budget, where))
                     finally:
                         page.close()
             except pdfium.PdfiumError as exc:
                 raise InputError(f"{where} of the PDF cannot be drawn ({exc})") from None
+            budget.check(where, "drawing it")
             if own_text is not None:
                 log.debug("%s %s: %s", path.name, where, decision.reason)
                 # Nothing to draw: the text is the page's own.
+                budget.pause()
                 yield Page(source=path, index=index, image=Image.new("RGB", (1, 1), "white"),
                            dpi=None, count=count, text=own_text)
+                budget.resume()
                 continue
             render_dpi = round(scale * 72)
             if max_side is not None and max(image.size) != max_side:
@@ -129,9 +189,13 @@ def pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int,
                 image = scale_to(image, max_side)
             if memory.big(image.size):
                 memory.give_back()
+            budget.pause()
             yield Page(source=path, index=index, image=image, dpi=render_dpi, count=count,
                        text="" if blank(image) else None)
+            budget.resume()
     finally:
+        if sizes is not None:
+            sizes.close()
         with PDFIUM:
             doc.close()
 

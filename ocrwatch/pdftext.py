@@ -29,6 +29,10 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
+from ocrwatch.budget import Budget, unlimited
+from ocrwatch.errors import OverBudget
+from ocrwatch.pdfdraw import draw
+
 log = logging.getLogger(__name__)
 
 MIN_CHARS = 16  # non-space characters for a layer to count as the page's text
@@ -41,6 +45,13 @@ SEEN_LEVEL = 16  # a grey level difference that counts as ink (of 255)
 MIN_SIZE = 2.0  # points: a font's line height below which no one reads it
 MAX_PICTURE_SHARE = 0.5  # page area covered by images, beyond which the picture rules
 PICTURE_CAPTION_CHARS = 400  # ...unless the layer holds this much visible text
+# A dense broadsheet page holds about 100,000 characters: a layer beyond this is no page's
+# text, and checking it would take longer than reading the page.
+MAX_LAYER_CHARS = 300_000
+# What PDFium keeps per character of a page's text (measured: 1.6 GB for 10.2 million
+# characters); a page's content streams bound its characters, so this is the memory its
+# text may need, known before PDFium builds it.
+TEXTPAGE_BYTES_PER_CHAR = 170
 
 _BAD_CATEGORIES = frozenset({"Cc", "Co", "Cn", "Cs"})
 _EDGE = string.punctuation + "«»„“”‘’‚‹›¡¿…–—·•§°"
@@ -94,60 +105,164 @@ def _overlap(a: tuple[float, float, float, float], b: tuple[float, float, float,
     return _area((max(a[0], b[0]), max(a[1], b[1]), min(a[2], b[2]), min(a[3], b[3])))
 
 
-def _hidden_share(page: Any, textpage: Any) -> float:
+def _hidden_share(page: Any, textpage: Any, budget: Budget, where: str) -> float:
     """The share of the layer's characters that change nothing on the drawn page.
 
     The page is drawn as it is and with every text object made invisible; a run of
-    characters is seen when its box differs between the two. The text objects' render modes are
-    put back as they were, so the page draws as before for OCR.
+    characters is seen when its box differs between the two. The text objects' render
+    modes are put back as they were, so the page draws as before for OCR.
+
+    One pass over the characters: each run (one text object on one line, as PDFium's own
+    text rectangles) is looked at once. PDFium's per-rectangle look-ups scan every
+    character of the page, which made this quadratic (10 MB of text: hours).
     """
+    import ctypes
+
     import pypdfium2.raw as pdfium_c
     from PIL import ImageChops
 
     width, height = page.get_size()
     # At most SEEN_PIXELS drawn, however large the page (a poster's letters are large).
     scale = min(SEEN_SCALE, (SEEN_PIXELS / max(float(width) * float(height), 1.0)) ** 0.5)
-    shown = page.render(scale=scale, grayscale=True).to_pil()
+    shown = draw(page, scale, budget, where, grayscale=True)
     modes = []
     try:
-        for obj in page.get_objects(max_depth=4):
+        for n, obj in enumerate(page.get_objects(max_depth=4)):
+            if n % 4096 == 0:
+                budget.check(where, "listing its text objects")
             if pdfium_c.FPDFPageObj_GetType(obj.raw) == pdfium_c.FPDF_PAGEOBJ_TEXT:
                 modes.append((obj, pdfium_c.FPDFTextObj_GetTextRenderMode(obj.raw)))
                 pdfium_c.FPDFTextObj_SetTextRenderMode(
                     obj.raw, pdfium_c.FPDF_TEXTRENDERMODE_INVISIBLE)
-        bare = page.render(scale=scale, grayscale=True).to_pil()
+        bare = draw(page, scale, budget, where, grayscale=True)
     finally:
         for obj, mode in modes:
             pdfium_c.FPDFTextObj_SetTextRenderMode(obj.raw, mode)
     ink = ImageChops.difference(shown, bare).point(lambda v: 255 if v > SEEN_LEVEL else 0)
-    height = float(height)
+    page_height = float(height)
+    tp = textpage.raw
+    left, right, bottom, top = (ctypes.c_double() for _ in range(4))
+    loose = pdfium_c.FS_RECTF()
     seen = hidden = 0
-    # PDFium's text rectangles: one per run of characters of one text object on one line,
-    # so text hidden any way is a rectangle of its own; each counts for its characters.
-    for index in range(textpage.count_rects()):
-        left, bottom, right, top = textpage.get_rect(index)
-        chars = sum(1 for c in textpage.get_text_bounded(left, bottom, right, top)
-                    if not c.isspace())
-        box = (max(int(left * scale) - 1, 0), max(int((height - top) * scale) - 1, 0),
-               min(int(right * scale) + 2, ink.width),
-               min(int((height - bottom) * scale) + 2, ink.height))
-        if (_line_height(textpage, left, bottom, right, top) >= MIN_SIZE
-                and box[2] > box[0] and box[3] > box[1] and ink.crop(box).getbbox() is not None):
+
+    def judge(run: list[Any]) -> None:
+        nonlocal seen, hidden
+        _obj, first, x0, y0, x1, y1, chars = run
+        box = (max(int(x0 * scale) - 1, 0), max(int((page_height - y1) * scale) - 1, 0),
+               min(int(x1 * scale) + 2, ink.width),
+               min(int((page_height - y0) * scale) + 2, ink.height))
+        # The font's line height (its loose box): a full stop's own box is tiny in any
+        # size of print.
+        size = (loose.top - loose.bottom
+                if pdfium_c.FPDFText_GetLooseCharBox(tp, first, loose) else y1 - y0)
+        if (size >= MIN_SIZE and box[2] > box[0] and box[3] > box[1]
+                and ink.crop(box).getbbox() is not None):
             seen += chars
         else:
             hidden += chars  # nothing drawn there, or a speck of ink no one can read
+
+    run: list[Any] | None = None  # text object, first index, x0, y0, x1, y1, characters
+    for index in range(pdfium_c.FPDFText_CountChars(tp)):
+        if index % 4096 == 0:
+            budget.check(where, "checking its text layer")
+        code = pdfium_c.FPDFText_GetUnicode(tp, index)
+        if code == 0 or chr(code).isspace() or pdfium_c.FPDFText_IsGenerated(tp, index) == 1:
+            continue
+        obj = ctypes.cast(pdfium_c.FPDFText_GetTextObject(tp, index), ctypes.c_void_p).value
+        pdfium_c.FPDFText_GetCharBox(tp, index, left, right, bottom, top)
+        x0, x1, y0, y1 = left.value, right.value, bottom.value, top.value
+        # The same object on the same line (the boxes overlap in height) extends the run.
+        if run is not None and run[0] == obj and y0 < run[5] and y1 > run[3]:
+            run[2], run[3] = min(run[2], x0), min(run[3], y0)
+            run[4], run[5] = max(run[4], x1), max(run[5], y1)
+            run[6] += 1
+            continue
+        if run is not None:
+            judge(run)
+        run = [obj, index, x0, y0, x1, y1, 1]
+    if run is not None:
+        judge(run)
     return hidden / (seen + hidden) if seen + hidden else 0.0
 
 
-def _line_height(textpage: Any, left: float, bottom: float, right: float, top: float) -> float:
-    """The font's line height (its loose box) at a rectangle of text, in points: a full
-    stop's own box is tiny in any size of print."""
-    index = textpage.get_index((left + right) / 2, (bottom + top) / 2,
-                               (right - left) / 2 + 1, (top - bottom) / 2 + 1)
-    if index is None or index < 0:
-        return float(top - bottom)
-    loose = textpage.get_charbox(index, loose=True)
-    return float(loose[3] - loose[1])
+_DO = re.compile(rb"/([^\s/\[\]()<>{}%]+)\s*Do\b")
+_CHUNK = 1 << 20
+
+
+def content_size(page: Any, limit: int) -> int:
+    """The bytes of a page's content streams, each form it draws counted once per use:
+    an upper bound on the characters of its text (each needs a byte of a string), known
+    without PDFium building the text. ``page`` is a pikepdf Page. Counting stops once
+    past ``limit``; a deflate stream is measured in pieces, never held decoded whole.
+    """
+    import pikepdf
+
+    memo: dict[tuple[int, int], int] = {}
+
+    def stream_size(stream: Any, resources: Any, depth: int) -> int:
+        key = stream.objgen
+        if key != (0, 0) and key in memo:
+            return memo[key]
+        if depth > 12:
+            return limit + 1  # forms nested this deep: no page of text
+        memo[key] = limit + 1  # a form that draws itself counts as too much
+        uses: dict[bytes, int] = {}
+        total = 0
+        tail = b""
+        for piece in _pieces(stream, pikepdf):
+            data = tail + piece
+            for match in _DO.finditer(data):
+                if match.end() > len(tail):  # not counted with the piece before
+                    uses[match[1]] = uses.get(match[1], 0) + 1
+            tail = data[-64:]
+            total += len(piece)
+            if total > limit:
+                break
+        forms = resources.get("/XObject") if resources is not None else None
+        if forms is not None:
+            for name, count in uses.items():
+                form = forms.get("/" + name.decode("latin-1"))
+                if (total > limit or not isinstance(form, pikepdf.Stream)
+                        or form.get("/Subtype") != pikepdf.Name.Form):
+                    continue
+                total += count * stream_size(form, form.get("/Resources", resources),
+                                             depth + 1)
+        memo[key] = total
+        return total
+
+    contents = page.obj.get("/Contents")
+    streams = ([contents] if isinstance(contents, pikepdf.Stream)
+               else list(contents) if isinstance(contents, pikepdf.Array) else [])
+    resources = page.obj.get("/Resources")
+    total = 0
+    for stream in streams:
+        if isinstance(stream, pikepdf.Stream) and total <= limit:
+            total += stream_size(stream, resources, 0)
+    return total
+
+
+def _pieces(stream: Any, pikepdf: Any) -> Any:
+    """A stream's decoded bytes in pieces of at most a megabyte."""
+    import zlib
+
+    filters = stream.get("/Filter")
+    if filters == pikepdf.Name.FlateDecode and stream.get("/DecodeParms") is None:
+        inflate = zlib.decompressobj()
+        data = stream.read_raw_bytes()
+        while data:
+            try:
+                piece = inflate.decompress(data, _CHUNK)
+            except zlib.error:
+                return
+            yield piece
+            data = inflate.unconsumed_tail
+        return
+    try:
+        whole = stream.read_bytes()
+    except pikepdf.PdfError:
+        return
+    for start in range(0, len(whole), _CHUNK):
+        yield whole[start:start + _CHUNK]
 
 
 def _picture_share(page: Any) -> float:
@@ -163,13 +278,22 @@ def _picture_share(page: Any) -> float:
                / max(_area(page_box), 1.0))
 
 
-def decide(page: Any, mode: str = "auto") -> Decision:
+def decide(page: Any, mode: str = "auto", *, content: int | None = None,
+           budget: Budget | None = None, where: str = "the page") -> Decision:
     """Whether ``page`` (a pypdfium2 PdfPage) is taken from its text layer.
 
-    Never raises for a bad layer: anything doubtful is read with OCR instead.
+    ``content``: the bytes of the page's content streams (see :func:`content_size`), an
+    upper bound on its characters. Never raises for a bad layer: anything doubtful is
+    read with OCR instead. Raises OverBudget when checking it takes too long.
     """
     if mode == "ocr":
         return Decision(None, "pdf_text = ocr")
+    budget = budget or unlimited()
+    if content is not None and content * TEXTPAGE_BYTES_PER_CHAR > budget.memory:
+        # PDFium's text of such a page could take gigabytes: the layer is not looked at.
+        return Decision(None, "its content cannot be measured" if content >= 1 << 62
+                        else f"its content is {content / 1e6:.1f} MB, too much text to "
+                             "check within prepare_memory_mb")
     try:
         textpage = page.get_textpage()
     except Exception as exc:  # a damaged layer is no reason to fail the page
@@ -187,9 +311,17 @@ def decide(page: Any, mode: str = "auto") -> Decision:
         if solid < MIN_CHARS:
             return Decision(None, "no text layer" if not solid
                             else "almost no text in its layer")
+        if solid > MAX_LAYER_CHARS:
+            return Decision(None, f"its layer holds {solid} characters, more than a page "
+                                  f"shows (at most {MAX_LAYER_CHARS})")
+        reason = garbage(text)  # the cheaper check first
+        if reason is not None:
+            return Decision(None, reason)
         try:
-            hidden = _hidden_share(page, textpage)
+            hidden = _hidden_share(page, textpage, budget, where)
             covered = _picture_share(page)
+        except OverBudget:
+            raise
         except Exception as exc:
             return Decision(None, f"its objects cannot be listed ({exc})")
     finally:
@@ -200,9 +332,6 @@ def decide(page: Any, mode: str = "auto") -> Decision:
                               "earlier OCR layer, or text that says what the page does not)")
     if covered > MAX_PICTURE_SHARE and solid < PICTURE_CAPTION_CHARS:
         return Decision(None, "the page is mostly a picture")
-    reason = garbage(text)
-    if reason is not None:
-        return Decision(None, reason)
     return Decision(text, "its text layer")
 
 

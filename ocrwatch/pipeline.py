@@ -35,7 +35,7 @@ from ocrwatch.hooks import AfterDone
 from ocrwatch.jobfiles import Seen
 from ocrwatch.jobs import JobQueue, file_sha256
 from ocrwatch.lifecycle import Lifecycle
-from ocrwatch.outcome import fail, refuse
+from ocrwatch.outcome import defer, fail, refuse
 from ocrwatch.outputs import PdfMaker
 from ocrwatch.pages import Limits, check_size, iter_pages
 from ocrwatch.reindex import known_by_sidecars
@@ -43,6 +43,7 @@ from ocrwatch.safeopen import (
     NotRegular,
     open_failure,
     open_file_beneath,
+    resource_shortage,
     source_root,
 )
 from ocrwatch.scanprep import ScanPrep, blank_result, finish
@@ -122,6 +123,10 @@ def consider(ctx: Context, path: Path) -> Seen | None:
     except (FileNotFoundError, NotRegular):
         return None  # gone again before we looked, or not a file: nothing to do
     except OSError as exc:
+        if resource_shortage(exc):  # not the file's fault: offered again, never failed
+            log.warning("cannot open %s now (%s); will try again", path.name, exc.strerror)
+            raise TransientError(f"cannot open {path.name} now: {exc.strerror}; will try "
+                                 "again") from None
         ctx.jobs.reject(path, open_failure(exc))
         return None
     except InputError as exc:  # a link below the inbox, a file over max_file_mb
@@ -184,7 +189,10 @@ def identify(ctx: Context, job: Job) -> Job | None:
         refuse(ctx, job, exc)
         return None
     except OSError as exc:
-        fail(ctx, job, open_failure(exc))
+        if resource_shortage(exc):
+            defer(ctx, job, f"cannot open the file now: {exc.strerror}; will try again")
+        else:
+            fail(ctx, job, open_failure(exc))
         return None
     return replace(job, sha256=sha, size=st.st_size, mtime_ns=st.st_mtime_ns)
 
@@ -234,6 +242,8 @@ def open_error(job: Job, exc: Exception) -> tuple[str | None, str | None]:
         return None, str(exc)
     if isinstance(exc, MemoryError):
         return "not enough memory to decode this file; lower max_pixels", None
+    if isinstance(exc, OSError) and resource_shortage(exc):
+        return None, f"cannot open the file now: {exc.strerror}; will try again"
     if isinstance(exc, OSError):  # opening it: gone, unreadable
         return open_failure(exc), None
     log.error("cannot read %s", job.display, exc_info=exc)

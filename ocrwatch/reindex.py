@@ -31,7 +31,7 @@ from ocrwatch.inbox_files import walk
 from ocrwatch.jobfiles import Seen
 from ocrwatch.jobs import JobQueue, file_sha256
 from ocrwatch.lifecycle import output_folder
-from ocrwatch.sidecar import read_mark, sidecar_paths
+from ocrwatch.sidecar import fitting, read_mark, sidecar_paths
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ def _is_file(path: Path) -> bool:
 
 def _sidecars_of(original: Path, config: Config, taken: set[Path]) -> tuple[Path, Path] | None:
     folder = output_folder(config, original)
-    for stem in (original.name, original.stem):
+    for stem in (fitting(original.name), fitting(original.stem)):
         md, txt = sidecar_paths(folder / stem)
         if txt not in taken and _is_file(txt):
             return md, txt
@@ -179,7 +179,7 @@ def from_sidecars(config: Config, db: Database, progress: Progress | None = None
             if original in found:
                 continue
             pair = _sidecars_of(original, config, taken)
-            if pair is None or (exact and pair[1].name != original.name + ".txt"):
+            if pair is None or (exact and pair[1].name != fitting(original.name) + ".txt"):
                 continue
             found[original] = pair
             taken.add(pair[1])
@@ -239,7 +239,7 @@ def known_by_sidecars(config: Config, jobs: JobQueue, original: Path, st: os.sta
     if config.output_dir is not None and config.output_layout == "date":
         return None  # sidecars filed by date name no original
     folder = output_folder(config, original)
-    pair = next((pair for stem in (original.name, original.stem)
+    pair = next((pair for stem in (fitting(original.name), fitting(original.stem))
                  if _is_file((pair := sidecar_paths(folder / stem))[1])
                  and read_mark(pair[1]) is not None and not jobs.sidecars_owned(*pair)), None)
     if pair is None:

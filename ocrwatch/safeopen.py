@@ -220,6 +220,16 @@ def source_root(path: Path, inboxes: list[Path], follow_symlinks: bool) -> Path 
     return None if follow_symlinks else root_of(path, inboxes)
 
 
+# Out of descriptors or memory for a moment (another program, a flood of connections):
+# the file is not at fault, so it is tried again later, never failed for good.
+RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS,
+                             errno.EAGAIN})
+
+
+def resource_shortage(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in RESOURCE_ERRNOS
+
+
 def open_failure(exc: OSError) -> str:
     """A plain reason, with what to do, for a file that cannot be opened."""
     if isinstance(exc, FileNotFoundError):

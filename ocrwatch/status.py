@@ -149,6 +149,7 @@ class Status:
     language_note: str | None = None  # the desktop's language left out for want of data
     pages_per_second: float | None = None  # pages read over the last minute
     index_note: str | None = None  # the index file was damaged, deleted or replaced
+    counts_note: str | None = None  # the counts come from memory: the index was locked
 
     @property
     def in_queue(self) -> int:
@@ -189,7 +190,7 @@ class Status:
             pid=int(pid) if pid is not None else None, version=text("version"),
             reading=tuple(Reading.from_dict(r) for r in data.get("reading") or ()),
             languages=tuple(str(x) for x in data.get("languages") or ()),
-            language_note=text("language_note"),
+            language_note=text("language_note"), counts_note=text("counts_note"),
             pages_per_second=float(pps) if (pps := data.get("pages_per_second")) is not None
             else None,
             index_note=text("index_note"),
@@ -215,6 +216,8 @@ def format_status(status: Status) -> str:
         f"ocrwatch {status.version or '?'} (PID {status.pid or '?'}): {status.state}",
         queue,
     ]
+    if status.counts_note:
+        lines.append(f"  counts:  {status.counts_note}")
     lines += [f"  reading: {r.text}" for r in status.reading[:5]]
     if len(status.reading) > 5:
         lines.append(f"  reading: and {len(status.reading) - 5} more files")

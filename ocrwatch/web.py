@@ -7,10 +7,13 @@ nothing to keep up to date). The page itself (HTML, CSS, JavaScript) ships in
 ``ocrwatch/data/search/``; it fetches nothing from the internet.
 
 Safety, as Jupyter does it: the server listens on 127.0.0.1 at a free port; every request
-needs the secret token, which comes in the opened URL once and is then kept in a cookie
-(HttpOnly, SameSite=Strict) for that port; the token is also written to a file only the
-user can read. A request whose Host header is not 127.0.0.1 or localhost at our port is
-refused (DNS rebinding). The index is opened read-only (``mode=ro`` and
+needs the secret token, kept in a cookie (HttpOnly, SameSite=Strict) for that port. The
+browser is never given the token on its command line (which every local user can read in
+/proc/PID/cmdline): it opens a 0600 file (:meth:`SearchServer.launch_url`) that sends it
+on with a one-time code, exchanged for the cookie on first use and void after that or
+after ``CODE_SECONDS``. The token is also written to a file only the user can read, for
+scripts. No token or code is ever logged. A request whose Host header is not 127.0.0.1
+or localhost at our port is refused (DNS rebinding). The index is opened read-only (``mode=ro`` and
 ``query_only``): no request writes anything. Thumbnails and files are served or opened
 only for jobs in the index.
 """
@@ -19,6 +22,8 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import hmac
+import html
 import logging
 import os
 import secrets
@@ -34,6 +39,7 @@ from ocrwatch.db import Database, decode_path, file_identity
 from ocrwatch.errors import OcrwatchError, SearchError
 from ocrwatch.index import Filters, Hit, search
 from ocrwatch.opener import open_file
+from ocrwatch.private import private_dir
 from ocrwatch.safeopen import LinkRefused, open_beneath, source_root
 from ocrwatch.threads import Service
 from ocrwatch.thumbs import Thumbnails
@@ -43,17 +49,26 @@ from ocrwatch.web_params import (
     MAX_PAGE,
     TYPES,
     as_typed,
+    launch_folder,
     parse_day,
     snippet_html,
     token_file,
     whole,
 )
+from ocrwatch.web_server import BoundedServer
 
 log = logging.getLogger(__name__)
 
 PER_PAGE = 20
 MAX_PER_PAGE = 100
 TIME_LIMIT = 5.0  # seconds a page's query may take
+CODE_SECONDS = 300.0  # a one-time code not used by then is void (a browser may start slowly)
+LAUNCH_PAGE = """<!doctype html>
+<meta charset="utf-8"><meta name="referrer" content="no-referrer">
+<meta http-equiv="refresh" content="0;url={address}">
+<title>ocrwatch search</title>
+<p><a href="{address}">Open ocrwatch's search page</a> (this link works once).</p>
+"""
 Opener = Callable[[Path, "int | None"], None]
 
 
@@ -91,6 +106,7 @@ class SearchServer:
         self._serving: _Serving | None = None
         self._lock = threading.Lock()
         self._closed = False
+        self._codes: dict[str, tuple[float, Path]] = {}  # one-time code: (expiry, page)
 
     # -- lifecycle -----------------------------------------------------------------------
     def start(self) -> None:
@@ -103,13 +119,50 @@ class SearchServer:
             db.conn.execute("PRAGMA query_only = ON")  # no request can write, whatever it does
             self._db = db
             handler = type("Handler", (_Handler,), {"app": self})
-            self._httpd = ThreadingHTTPServer(("127.0.0.1", self._port), handler)
-            self._httpd.daemon_threads = True
+            self._httpd = BoundedServer(("127.0.0.1", self._port), handler)
             self._serving = _Serving(self._httpd)
             self._serving.start()
             if self._write_token_file:
                 self._save_url()
         log.info("search page at http://127.0.0.1:%d/", self.port)
+
+    # -- opening the page in a browser ---------------------------------------------------
+    def launch_url(self) -> str:
+        """A ``file://`` address for the browser's command line: a 0600 page in the
+        private runtime folder that forwards to the page with a fresh one-time code.
+        Another user sees only the file's name, which they cannot open."""
+        code = secrets.token_urlsafe(24)
+        folder = private_dir(launch_folder(), ours=True)
+        _remove_old_pages(folder)
+        target = folder / f"search-{secrets.token_hex(8)}.html"
+        address = f"http://127.0.0.1:{self.port}/?code={code}"
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(LAUNCH_PAGE.format(address=html.escape(address, quote=True)))
+        with self._lock:
+            self._sweep_codes()
+            self._codes[code] = (time.monotonic() + CODE_SECONDS, target)
+        return target.as_uri()
+
+    def redeem(self, code: str) -> bool:
+        """True once for a code handed out and not yet used or expired."""
+        with self._lock:
+            self._sweep_codes()
+            found = next((k for k in self._codes if hmac.compare_digest(k, code)), None)
+            if found is None:
+                return False
+            _deadline, page = self._codes.pop(found)
+        with contextlib.suppress(OSError):
+            page.unlink()  # it has done its work; the code in it is spent
+        return True
+
+    def _sweep_codes(self) -> None:
+        now = time.monotonic()
+        for code, (deadline, page) in list(self._codes.items()):
+            if deadline < now:
+                del self._codes[code]
+                with contextlib.suppress(OSError):
+                    page.unlink()
 
     def _save_url(self) -> None:
         target = token_file()
@@ -131,6 +184,12 @@ class SearchServer:
             httpd.server_close()
         for old in [*self._retired, *([db] if db is not None else [])]:
             old.close()
+        with self._lock:
+            pages = [page for _deadline, page in self._codes.values()]
+            self._codes.clear()
+        for page in pages:
+            with contextlib.suppress(OSError):
+                page.unlink()
         if self._write_token_file and httpd is not None:
             with contextlib.suppress(OSError):
                 if token_file().read_text().strip() == self.url:
@@ -286,3 +345,15 @@ class SearchServer:
             return None
 
 
+
+
+def _remove_old_pages(folder: Path) -> None:
+    """Pages left by a server that stopped without removing them (a crash): their codes
+    died with it; those older than CODE_SECONDS are removed (younger ones may be another
+    server's, still to be opened)."""
+    now = time.time()
+    with contextlib.suppress(OSError):
+        for page in folder.glob("search-*.html"):
+            with contextlib.suppress(OSError):
+                if now - page.lstat().st_mtime > CODE_SECONDS:
+                    page.unlink()

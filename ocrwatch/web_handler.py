@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import contextlib
 import hmac
+import io
 import json
 import logging
+import re
+import socket
+import time
 from http import HTTPStatus
 from http.cookies import SimpleCookie
 from http.server import BaseHTTPRequestHandler
@@ -28,8 +32,12 @@ log = logging.getLogger(__name__)
 
 
 # An idle or trickling connection holds a thread: it is closed after this long without a
-# byte, so that no local user (no token needed to connect) can pile them up.
+# byte, so that no local user (no token needed to connect) can pile them up...
 IDLE_TIMEOUT = 5.0
+# ... and a whole request (its line, headers and body; on a kept-alive connection, from
+# the last answer on) must arrive within this, however slowly its bytes come.
+REQUEST_SECONDS = 10.0
+_SECRET = re.compile(r"((?:token|code)=)[^&\s]+", re.IGNORECASE)
 MAX_BODY = 4096  # bytes of a POST's body
 STATIC = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8",
           "style.css": "text/css; charset=utf-8", "favicon.svg": "image/svg+xml"}
@@ -42,8 +50,22 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     timeout = IDLE_TIMEOUT  # per read and write on the connection (StreamRequestHandler)
 
+    def setup(self) -> None:
+        super().setup()
+        self.deadline = time.monotonic() + REQUEST_SECONDS
+        # Reads go through a deadline: a byte every few seconds no longer keeps a
+        # connection (and its thread and descriptor) for ever.
+        plain, self.rfile = self.rfile, io.BufferedReader(_DeadlineReader(self.connection,
+                                                                            self))
+        plain.close()  # the socket's own reader: its reference to the socket goes
+
+    def handle_one_request(self) -> None:
+        super().handle_one_request()
+        self.deadline = time.monotonic() + REQUEST_SECONDS  # the next request's time
+
     def log_message(self, format: str, *args: Any) -> None:
-        log.debug("search page: " + format, *args)
+        # The request line holds ?token=... or ?code=...: never in the log.
+        log.debug("search page: %s", _SECRET.sub(r"\1…", format % args))
 
     # -- checks --------------------------------------------------------------------------
     def _host_ok(self) -> bool:
@@ -76,6 +98,12 @@ class _Handler(BaseHTTPRequestHandler):
             return False
         return True
 
+    def _gone(self, exc: BaseException) -> None:
+        """The client closed mid-answer (a query typed further, a tab closed): nothing
+        to answer, nothing to print."""
+        self.close_connection = True
+        log.debug("search page: the client went away mid-answer (%s)", exc)
+
     # -- replies -------------------------------------------------------------------------
     def _send(self, status: HTTPStatus, body: bytes, ctype: str,
               extra: dict[str, str] | None = None) -> None:
@@ -104,10 +132,15 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         url = urlsplit(self.path)
         query = parse_qs(url.query)
+        if url.path == "/" and "code" in query and self._host_ok():
+            self._redeem(query["code"][0])
+            return
         if not self._allowed(query):
             return
         try:
             self._get(url.path, query)
+        except (ConnectionError, TimeoutError) as exc:
+            self._gone(exc)
         except SearchError as exc:
             self._send_json({"error": str(exc)}, HTTPStatus.BAD_REQUEST)
         except OcrwatchError as exc:
@@ -117,13 +150,25 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json({"error": "the search failed inside ocrwatch; see its log"},
                             HTTPStatus.INTERNAL_SERVER_ERROR)
 
+    def _redeem(self, code: str) -> None:
+        """A one-time code from the launch page: the token's cookie, once."""
+        if not self.app.redeem(code):
+            self._send_text(HTTPStatus.FORBIDDEN, "refused: this link has been used "
+                            "already or is too old; open the page again from the tray's "
+                            "Search… or with `ocrwatch search --web`")
+            return
+        self._set_cookie()
+
+    def _set_cookie(self) -> None:
+        # Keep the token in a cookie and out of the address bar and history.
+        cookie = (f"{self._cookie_name()}={self.app.token}; HttpOnly; SameSite=Strict; "
+                  "Path=/")
+        self._send(HTTPStatus.SEE_OTHER, b"", "text/plain",
+                   {"Location": "/", "Set-Cookie": cookie})
+
     def _get(self, path: str, query: dict[str, list[str]]) -> None:
         if path == "/" and "token" in query:
-            # Keep the token in a cookie and out of the address bar and history.
-            cookie = (f"{self._cookie_name()}={self.app.token}; HttpOnly; SameSite=Strict; "
-                      "Path=/")
-            self._send(HTTPStatus.SEE_OTHER, b"", "text/plain",
-                       {"Location": "/", "Set-Cookie": cookie})
+            self._set_cookie()
             return
         if path in ("/", "/index.html"):
             path = "/static/index.html"
@@ -159,6 +204,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         try:
             self._post(url.path)
+        except (ConnectionError, TimeoutError) as exc:
+            self._gone(exc)
         except Exception:
             log.exception("search page: %s failed", url.path)
             self._send_json({"error": "the action failed inside ocrwatch; see its log"},
@@ -208,3 +255,26 @@ class _Handler(BaseHTTPRequestHandler):
         self._send_text(HTTPStatus.METHOD_NOT_ALLOWED, "only GET and POST /api/open")
 
     do_PUT = do_DELETE = do_PATCH = _refuse_method
+
+
+class _DeadlineReader(io.RawIOBase):
+    """The connection's bytes, each read bounded by the idle timeout and all of them by
+    the handler's ``deadline``; past it, TimeoutError (the handler closes the
+    connection, as for any read timeout)."""
+
+    def __init__(self, sock: socket.socket, handler: _Handler) -> None:
+        self.sock = sock
+        self.handler = handler
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        left = self.handler.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the request did not arrive in time")
+        self.sock.settimeout(min(left, IDLE_TIMEOUT))
+        try:
+            return self.sock.recv_into(buffer)
+        finally:
+            self.sock.settimeout(IDLE_TIMEOUT)  # answers get the idle timeout per write

@@ -18,12 +18,18 @@ MAX_PAGE = 1_000_000  # pages of hits
 # File types offered by the page's filter, and the name endings each stands for.
 TYPES: dict[str, tuple[str, ...]] = {
     "pdf": (".pdf",), "jpeg": (".jpg", ".jpeg"), "png": (".png",), "tiff": (".tif", ".tiff"),
-    "webp": (".webp",), "bmp": (".bmp",),
+    "webp": (".webp",), "bmp": (".bmp",), "gif": (".gif",), "avif": (".avif",),
+    "heic": (".heic", ".heif"),
 }
 
 
 def token_file() -> Path:
     return paths.runtime_dir() / "search-url"
+
+
+def launch_folder() -> Path:
+    """Where the 0600 pages that hand a browser its one-time code are written."""
+    return paths.runtime_dir() / "search-open"
 
 
 def whole(text: object, what: str, low: int = 0, high: int = MAX_ID) -> int:

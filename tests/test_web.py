@@ -7,6 +7,7 @@ import json
 import os
 import stat
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -163,8 +164,11 @@ def test_the_tray_opens_the_daemons_page(tmp_path: Path, home: Path) -> None:
     opened: list[str] = []
     with Daemon(config, engine=FakeEngine()) as daemon:
         tray.TrayController(daemon, opener=lambda p: opened.append(str(p))).open_search()
-        assert len(opened) == 1 and opened[0] == daemon.web_url()
-        base, token = opened[0].split("?token=")
+        # The browser is handed a private page with a one-time code, never the token.
+        assert len(opened) == 1 and opened[0].startswith("file://")
+        launch = Path(urllib.parse.urlsplit(opened[0]).path)
+        assert os.stat(launch).st_mode & 0o777 == 0o600 and "?code=" in launch.read_text()
+        base, token = daemon.web_url().split("?token=")
         request = urllib.request.Request(base + "api/folders",
                                          headers={"X-Ocrwatch-Token": token})
         with urllib.request.urlopen(request, timeout=10) as reply:

@@ -83,13 +83,18 @@ def _search_web(args: argparse.Namespace) -> int:
     from ocrwatch.control.client import request
 
     try:
-        url = str(request("web")["url"])
+        answer = request("web")
+        url, launch = str(answer["url"]), str(answer.get("open") or answer["url"])
     except DaemonNotRunning:
-        url = ""
+        url = launch = ""
     if url:
-        echo(url)
-        if not args.no_open:
-            webbrowser.open(url)
+        # The browser gets a private file with a one-time code, never the token: its
+        # command line can be read by every local user.
+        if args.no_open:
+            echo(url)
+        else:
+            echo(launch)
+            webbrowser.open(launch)
         return 0
     from ocrwatch.thumbs import Thumbnails
     from ocrwatch.web import SearchServer
@@ -98,10 +103,11 @@ def _search_web(args: argparse.Namespace) -> int:
     path, _origin = database_arg(args)
     with SearchServer(path, Thumbnails(config.cache_dir / "thumbnails"),
                       inbox=config.inbox, follow_symlinks=config.follow_symlinks) as server:
-        echo(server.url)
+        launch = server.url if args.no_open else server.launch_url()
+        echo(launch)
         echo("no daemon runs: serving the search page from here; Ctrl-C stops it", err=True)
         if not args.no_open:
-            webbrowser.open(server.url)
+            webbrowser.open(launch)
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
         try:

@@ -162,6 +162,10 @@ def _validate_outputs(config: Config, fail: typing.Callable[[str, str], None]) -
             fail("on_done", f"= {config.on_done!r}: {config.on_done[0]!r} is not a program "
                             "that can be run (give its full path, executable; the list is an "
                             "argv, never a shell line: [\"/path/to/program\", \"arg\"]).")
+        from ocrwatch.hookshell import check as check_hook
+
+        if (refused := check_hook(config.on_done)) is not None:
+            fail("on_done", f"= {config.on_done!r}: {refused}.")
     if config.on_done_timeout <= 0:
         fail("on_done_timeout", "must be greater than 0 (seconds).")
     if config.on_done_timeout > ON_DONE_TIMEOUT_MAX:

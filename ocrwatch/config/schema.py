@@ -90,6 +90,8 @@ class Config:
     max_pages: int = 2000
     max_pixels: int = 200_000_000  # per page, after decoding
     max_file_mb: float = 2048.0
+    prepare_seconds: float = 60.0  # what preparing one page may take (decode, text check)
+    prepare_memory_mb: float = 1024.0  # ...and the memory it may need
     failed_dir: Path | None = None  # None: failed files stay where they are
     max_attempts: int = 5  # transient failures (full disk...) before giving up
     log_level: str = "INFO"
@@ -133,6 +135,8 @@ RANGES: dict[str, tuple[float, float]] = {
     "max_pages": (1, 100_000),
     "max_pixels": (1, 2_000_000_000),
     "max_file_mb": (0.001, 1_048_576),
+    "prepare_seconds": (0.1, 24 * 3600),
+    "prepare_memory_mb": (16, 1_048_576),
     "max_attempts": (1, 1000),
     "vllm.gpu_memory_gb": (0, 4096),
     "vllm.card_gb": (0, 4096),

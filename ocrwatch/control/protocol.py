@@ -97,7 +97,10 @@ class Commands:
         web_url = getattr(self.target, "web_url", None)
         if web_url is None:
             raise OcrwatchError("this daemon has no search page")
-        return {"url": str(web_url())}
+        launch = getattr(self.target, "web_launch", None)
+        # "url" (with the token) for scripts of this user; "open" for a browser's command
+        # line, which other users can read: a private file with a one-time code.
+        return {"url": str(web_url()), "open": str(launch() if launch else web_url())}
 
     def _retry(self, req: dict[str, Any]) -> int:
         raw = req.get("paths")

@@ -141,9 +141,11 @@ class TrayController:
 
     def open_search(self) -> None:
         """The search page in the default browser (its server starts on first use)."""
-        web_url = getattr(self.target, "web_url", None)
-        if web_url is not None:
-            self.open(str(web_url()))
+        # Never the token on the browser's command line: a one-time code in a 0600 file.
+        launch = getattr(self.target, "web_launch", None) or getattr(self.target, "web_url",
+                                                                    None)
+        if launch is not None:
+            self.open(str(launch()))
 
     def open_inbox(self, index: int = 0) -> None:
         inbox = self._status.inbox or (str(paths.default_inbox()),)

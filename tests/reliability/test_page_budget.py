@@ -26,8 +26,11 @@ except SystemExit as exc:
     rc = exc.code
 status = open("/proc/self/status").read()
 rss = next(line for line in status.splitlines() if line.startswith("VmRSS:"))
+# VmHWM is this process's own peak; ru_maxrss also carries the parent's RSS at the fork
+# (a pytest process grown to 700 MB failed these bounds).
+peak = next(line for line in status.splitlines() if line.startswith("VmHWM:"))
 print(json.dumps({"rc": rc, "rss_mb": int(rss.split()[1]) // 1024,
-                  "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}))
+                  "peak_mb": int(peak.split()[1]) // 1024}))
 """
 
 
@@ -124,6 +127,10 @@ def rss():
     status = open("/proc/self/status").read()
     return int(next(l for l in status.splitlines() if l.startswith("VmRSS:")).split()[1]) // 1024
 
+def peak():  # this process's own (ru_maxrss also carries the parent's at the fork)
+    status = open("/proc/self/status").read()
+    return int(next(l for l in status.splitlines() if l.startswith("VmHWM:")).split()[1]) // 1024
+
 inbox, database, path = map(Path, sys.argv[1:4])
 daemon = Daemon(Config(inbox=[inbox], database=database, engine="tesseract", workers=1),
                 watch=False)
@@ -145,7 +152,7 @@ try:
         time.sleep(0.1)
         idle = min(idle, rss())
     print(json.dumps({"state": job.state.value, "before_mb": before, "idle_mb": idle,
-                      "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}))
+                      "peak_mb": peak()}))
 finally:
     daemon.close()
 """
