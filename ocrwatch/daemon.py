@@ -100,12 +100,17 @@ class Daemon:
         if self._started:
             raise OcrwatchError("the daemon was started already")
         self._started = True
+        # qpdf (pikepdf) counts every PDF's pages a second time: loaded once here, not
+        # inside the first PDF's reading (25-80 ms).
+        import pikepdf  # noqa: F401
         if self._watch:
             for folder in self.config.inbox:
                 folder.mkdir(parents=True, exist_ok=True)
             pipeline.tidy(self.config)
         if recover:
             self.ctx.lifecycle.recover()
+            if self._watch:  # the daemon itself (`add` names its own on_success)
+                self.ctx.lifecycle.resume()
         recovered = self.jobs.recover() if recover else 0
         if recovered:
             log.info("%d files were being read when ocrwatch last stopped: reading them again",
@@ -315,4 +320,5 @@ class Daemon:
             reading=self.reading(), languages=tuple(self.config.languages),
             index_note=self.index_guard.note or self.index_note,
             pages_per_second=self.scheduler.rate.per_second(),
+            kept=tuple(self.jobs.kept(10)),
         )

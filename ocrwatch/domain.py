@@ -60,6 +60,18 @@ class PageText:
     keep_original: str | None = None
 
 
+DOUBT_NOTE = "doubtful text: "  # the warning a keep_original is kept as in the index
+
+
+def doubt_of(page: PageText) -> str | None:
+    """Why ``page``'s original must be kept (its ``keep_original``), also for pages read
+    back from the index, where that reason is one of its warnings."""
+    if page.keep_original:
+        return page.keep_original
+    return next((w[len(DOUBT_NOTE):] for w in page.warnings if w.startswith(DOUBT_NOTE)),
+                None)
+
+
 class State(StrEnum):
     QUEUED = "queued"
     RUNNING = "running"
@@ -77,6 +89,8 @@ class Job:
     state: State
     attempts: int
     reason: str | None = None
+    retire: str | None = None  # what on_success still owes a done file (migration 008)
+    retire_reason: str | None = None
 
     @property
     def display(self) -> str:

@@ -74,6 +74,8 @@ def job_from_row(row: object) -> Job:
         state=State(r["state"]),  # type: ignore[index]
         attempts=r["attempts"],  # type: ignore[index]
         reason=r["reason"],  # type: ignore[index]
+        retire=r["retire"],  # type: ignore[index]
+        retire_reason=r["retire_reason"],  # type: ignore[index]
     )
 
 
@@ -86,6 +88,10 @@ class JobFiles:
     # -- discovery -----------------------------------------------------------------
     def known(self, path: Path) -> Job | None:
         rows = self.db.query("SELECT * FROM jobs WHERE path = ?", (encode_path(path),))
+        return job_from_row(rows[0]) if rows else None
+
+    def get(self, job_id: int) -> Job | None:
+        rows = self.db.query("SELECT * FROM jobs WHERE id = ?", (job_id,))
         return job_from_row(rows[0]) if rows else None
 
     def is_current(self, path: Path, size: int, mtime_ns: int) -> bool:

@@ -133,11 +133,14 @@ class JobQueue(JobFiles):
 
     def complete(self, job_id: int, pages: list[PageText], *, engine: str,
                  md_path: Path | None, txt_path: Path | None,
-                 sha256: str | None = None, read_with: str | None = None) -> bool:
+                 sha256: str | None = None, read_with: str | None = None,
+                 retire: str | None = None, retire_reason: str | None = None) -> bool:
         """Replace the job's index rows and mark it done, in one transaction.
 
         With ``sha256``, nothing is stored when the file's content changed meanwhile (the
-        job was queued again for the new content): returns False then.
+        job was queued again for the new content): returns False then. ``retire``: what
+        on_success still owes the original ("pending", or "kept" with ``retire_reason``),
+        recorded with ``done`` so that a crash right after cannot lose it.
         """
         now = time.time()
         warnings = [f"page {i}: {w}" for i, p in enumerate(pages, 1) for w in p.warnings]
@@ -150,14 +153,17 @@ class JobQueue(JobFiles):
             conn.execute(
                 "UPDATE jobs SET state = 'done', reason = NULL, pages = ?, engine = ?, "
                 "warnings = ?, md_path = ?, txt_path = ?, updated = ?, finished = ?, "
-                "read_with = coalesce(?, read_with) WHERE id = ?",
+                "read_with = coalesce(?, read_with), retire = ?, retire_reason = ? "
+                "WHERE id = ?",
                 (
                     len(pages), engine, warnings_json(warnings),
                     encode_path(md_path) if md_path else None,
                     encode_path(txt_path) if txt_path else None,
-                    now, now, read_with, job_id,
+                    now, now, read_with, retire, retire_reason, job_id,
                 ),
             )
+            # Moves journalled for an earlier version of this file are no longer its own.
+            conn.execute("DELETE FROM moves WHERE job_id = ?", (job_id,))
         return True
 
     def reuse(self, sha256: str, exclude_job: int,
@@ -229,6 +235,15 @@ class JobQueue(JobFiles):
             (limit,),
         )
         return [Failure(r["display"], r["reason"] or "", r["finished"]) for r in rows]
+
+    def kept(self, limit: int = 10) -> list[Failure]:
+        """Done files whose original on_success left in place, and why (newest first)."""
+        if not any(r["name"] == "retire" for r in self.db.query("PRAGMA table_info(jobs)")):
+            return []  # an index of an older version, opened read-only (not migrated)
+        rows = self.db.query(
+            "SELECT display, retire_reason, finished FROM jobs WHERE state = 'done' "
+            "AND retire IN ('kept', 'failed') ORDER BY finished DESC LIMIT ?", (limit,))
+        return [Failure(r["display"], r["retire_reason"] or "", r["finished"]) for r in rows]
 
     def pages_since(self, since: float) -> int:
         rows = self.db.query(

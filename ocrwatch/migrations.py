@@ -151,6 +151,15 @@ def _m008_page_scan(db: sqlite_utils.Database) -> None:
     )
 
 
+def _m009_retire(db: sqlite_utils.Database) -> None:
+    # What on_success still owes a done file, kept in the row that says "done" (one
+    # transaction): "pending" (to archive or delete: a crash before it is resumed at
+    # start), "kept" (the read was not complete enough to part with the original) or
+    # "failed" (archiving or deleting failed, e.g. a full disk); with the reason.
+    db.execute("ALTER TABLE jobs ADD COLUMN retire TEXT")
+    db.execute("ALTER TABLE jobs ADD COLUMN retire_reason TEXT")
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite_utils.Database], None]]] = [
     ("001_jobs", _m001_jobs),
     ("002_pages", _m002_pages),
@@ -160,6 +169,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite_utils.Database], None]]] = [
     ("006_read_with", _m006_read_with),
     ("007_cjk_trigrams", _m007_cjk_trigrams),
     ("008_page_scan", _m008_page_scan),
+    ("009_retire", _m009_retire),
 ]
 
 

@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ocrwatch.db import is_disk_full
-from ocrwatch.domain import Job, PageText
+from ocrwatch.domain import DOUBT_NOTE, Job, PageText, doubt_of
 from ocrwatch.errors import InputError, OcrwatchError, TransientError
 from ocrwatch.hooks import Finished
-from ocrwatch.lifecycle import output_folder
-from ocrwatch.safeopen import original_mode, source_root
+from ocrwatch.lifecycle import move_failure, output_folder
+from ocrwatch.retire import why_keep
+from ocrwatch.safeopen import original_mode, root_of, source_root
 from ocrwatch.sidecar import pdf_path, sidecar_mark, write_sidecars
 
 if TYPE_CHECKING:
@@ -79,15 +80,22 @@ def publish(ctx: Context, job: Job, pages: list[PageText], engine: str) -> Path 
             else:
                 prepared.append((tmp, pdf))
         source = source_root(job.path, ctx.config.inbox, ctx.config.follow_symlinks)
+        pages = [_noted(p) for p in pages]
         md, txt = write_sidecars(stem, pages, tuple(ctx.config.outputs), prepared,
                                  root=ctx.config.output_dir or source,
                                  original_mode=original_mode(job.path, source),
                                  mark=sidecar_mark(job.path, job.sha256, engine,
                                                   ctx.read_with)
                                  if job.sha256 else None)
+        retire, keep = None, None
+        if ctx.config.on_success != "keep":
+            # Only a complete, verified read may part with the original.
+            keep = why_keep(ctx.config, job.path, pages, {"md": md, "txt": txt, "pdf": pdf})
+            retire = "kept" if keep else "pending"
         ctx.after.expect(job.path, md, txt, pdf, len(pages))  # on_done survives a kill now
         if not ctx.jobs.complete(job.id, pages, engine=engine, md_path=md, txt_path=txt,
-                                 sha256=job.sha256, read_with=ctx.read_with):
+                                 sha256=job.sha256, read_with=ctx.read_with,
+                                 retire=retire, retire_reason=keep):
             ctx.after.forget(job.path)
             # The content changed (it is queued again) or the file is gone: then
             # these outputs belong to nothing.
@@ -110,18 +118,22 @@ def publish(ctx: Context, job: Job, pages: list[PageText], engine: str) -> Path 
     result = md or txt or pdf
     log.info("done: %s (%d page%s) -> %s", job.display, len(pages),
              "" if len(pages) == 1 else "s", result.name if result else "")
-    return after_success(ctx, job, md, txt, pdf, len(pages)) or result
+    if keep:
+        log.warning("%s: the original is kept, not %s: %s", job.display,
+                    "archived" if ctx.config.on_success == "archive" else "deleted", keep)
+    return after_success(ctx, job, md, txt, pdf, len(pages), owed=retire == "pending") \
+        or result
 
 
 def after_success(ctx: Context, job: Job, md: Path | None, txt: Path | None,
-                  pdf: Path | None, pages: int) -> Path | None:
-    """on_success (keep, archive, delete), then on_done and the batch count.
+                  pdf: Path | None, pages: int, *, owed: bool = True) -> Path | None:
+    """on_success (keep, archive, delete) when ``owed``, then on_done and the batch count.
 
     Returns the Markdown sidecar's new place when it moved with the original.
     """
     original: Path | None = job.path
     moved: Path | None = None
-    if ctx.config.on_success != "keep":
+    if ctx.config.on_success != "keep" and owed:
         ctx.retired.add(job.path)
         try:
             # The order tells "delete" which result stands for the file: PDF, .md, .txt.
@@ -129,9 +141,11 @@ def after_success(ctx: Context, job: Job, md: Path | None, txt: Path | None,
                                            [p for p in (txt, md, pdf) if p is not None],
                                            job.sha256)
         except (OSError, OcrwatchError) as exc:
-            # The result is safe; the original stays where it is and is not read again.
+            # The result is safe; the original stays where it is and is not read again;
+            # the job row says "failed" and why, and the next start tries again.
             log.warning("%s is done but could not be %s: %s", job.display,
-                        "archived" if ctx.config.on_success == "archive" else "deleted", exc)
+                        "archived" if ctx.config.on_success == "archive" else "deleted",
+                        move_failure(exc) if isinstance(exc, OSError) else exc)
             outcome = None
         if outcome is None or outcome.original == job.path:
             ctx.retired.discard(job.path)  # still there: its removal is the user's
@@ -149,7 +163,8 @@ def fail(ctx: Context, job: Job, reason: str) -> None:
     if not ctx.jobs.fail(job.id, reason, job.sha256):
         return  # the file changed or went away meanwhile: this failure is moot
     ctx.after.failed(job.path, reason)
-    if ctx.config.failed_dir is not None:
+    if ctx.config.failed_dir is not None and root_of(job.path, ctx.config.inbox) is not None:
+        # Only a watched folder's files: one named to `ocrwatch add` stays where it is.
         from ocrwatch.failed import move_failed
 
         move_failed(job.path, reason, ctx.config)
@@ -167,6 +182,14 @@ def refuse(ctx: Context, job: Job, exc: TransientError | InputError) -> None:
         defer(ctx, job, str(exc))
     else:
         fail(ctx, job, str(exc))
+
+
+def _noted(page: PageText) -> PageText:
+    """A doubtful page's doubt kept among its warnings, so that the index row says it and
+    a copy that reuses these pages keeps its original too."""
+    if page.keep_original is None or doubt_of(replace(page, keep_original=None)) is not None:
+        return page
+    return replace(page, warnings=[*page.warnings, DOUBT_NOTE + page.keep_original])
 
 
 def _valid_text(page: PageText) -> PageText:

@@ -393,14 +393,15 @@ def count_pages(path: Path, config: Config) -> int:
     kind = sniff(path)
     if kind == "pdf":
         from ocrwatch.pdfium_lock import PDFIUM
-        from ocrwatch.pdfpages import pdf_document  # pypdfium2 loads when a PDF comes
+        from ocrwatch.pdfpages import page_tree_count, pdf_document  # loads pypdfium2
 
         doc = pdf_document(path)
         with PDFIUM:
             try:
-                return len(doc)  # type: ignore[arg-type]
+                count = len(doc)  # type: ignore[arg-type]
             finally:
                 doc.close()  # type: ignore[attr-defined]
+        return max(count, page_tree_count(path) or 0)  # the larger: both are read
     try:
         with Image.open(path) as image:
             return int(getattr(image, "n_frames", 1))

@@ -47,6 +47,74 @@ def pdf_document(path: Path, fh: BinaryIO | None = None) -> object:
         raise os_error(exc, "open") from exc
 
 
+def page_tree_count(path: Path, fh: BinaryIO | None = None) -> int | None:
+    """The pages qpdf finds walking the page tree (through pikepdf), or None when it
+    cannot open the file: a second reader beside PDFium, which believes the root's
+    ``/Count`` (a page tree saying 1 page for 2 gives PDFium one page)."""
+    import pikepdf
+
+    try:
+        if fh is not None:
+            fh.seek(0)
+            with pikepdf.open(fh) as pdf:
+                return len(pdf.pages)
+        with pikepdf.open(path) as pdf:
+            return len(pdf.pages)
+    except Exception:  # damaged, encrypted...: PDFium's error says what is wrong
+        return None
+
+
+def _rewritten(fh: BinaryIO | None, path: Path) -> BinaryIO | None:
+    """The PDF rewritten by qpdf (its page tree counted again), in an anonymous
+    temporary file, or None when qpdf cannot."""
+    import tempfile
+
+    import pikepdf
+
+    out = tempfile.TemporaryFile()  # noqa: SIM115 - handed to the caller, who closes it
+    try:
+        if fh is not None:
+            fh.seek(0)
+        with pikepdf.open(fh if fh is not None else path) as pdf:
+            pdf.save(out)
+        out.seek(0)
+        return out
+    except Exception as exc:
+        out.close()
+        log.warning("%s: qpdf cannot rewrite it (%s)", path.name, exc)
+        return None
+
+
+def open_all_pages(path: Path, fh: BinaryIO | None = None
+                   ) -> tuple[object, BinaryIO | None, int | None]:
+    """The PDF opened with PDFium so that every page is there: when qpdf finds more
+    pages in the page tree than PDFium (a ``/Count`` that lies), PDFium opens qpdf's
+    rewrite instead. Returns the document, the rewrite to close after it (or None) and
+    qpdf's count."""
+    import pypdfium2 as pdfium
+
+    doc = pdf_document(path, fh)
+    assert isinstance(doc, pdfium.PdfDocument)
+    with PDFIUM:
+        count = len(doc)
+    tree = page_tree_count(path, fh)
+    if tree is None or tree <= count:
+        return doc, None, tree
+    log.warning("%s: its page tree says %d page%s, qpdf finds %d: reading qpdf's %d",
+                path.name, count, "" if count == 1 else "s", tree, tree)
+    rewrite = _rewritten(fh, path)
+    if rewrite is None:
+        return doc, None, tree
+    try:
+        again = pdf_document(path, rewrite)
+    except Exception:
+        rewrite.close()
+        return doc, None, tree
+    with PDFIUM:
+        doc.close()
+    return again, rewrite, tree
+
+
 def _pdf_markers(path: Path, limit: int = 64 << 20,
                  fh: BinaryIO | None = None) -> tuple[bool, bool, bool]:
     """Whether the file mentions /Encrypt, an empty page tree, a non-empty one.
@@ -129,7 +197,7 @@ def pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int,
     from ocrwatch import pdftext
 
     budget = budget or unlimited()
-    doc = pdf_document(path, fh)
+    doc, rewrite, _tree = open_all_pages(path, fh)
     assert isinstance(doc, pdfium.PdfDocument)
     sizes: ContentSizes | None = None
     try:
@@ -198,6 +266,8 @@ def pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int,
             sizes.close()
         with PDFIUM:
             doc.close()
+        if rewrite is not None:
+            rewrite.close()
 
 
 def _check_pdf_size(width_pt: float, height_pt: float, where: str) -> None:

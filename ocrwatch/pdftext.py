@@ -15,7 +15,9 @@ read with OCR, when:
   same in both is hidden, whatever hides it: an invisible render mode (an earlier OCR's
   layer), white on white, an image or a filled shape drawn over it, a clip, a place
   off the page or a size too small to read. Such text may say anything;
-- the page is mostly a picture, whose text the layer does not hold.
+- the page is mostly a picture, whose text the layer does not hold;
+- a picture covers a large share of it (``MAX_SCAN_SHARE``): a scan pasted beside real
+  text holds words the layer does not, and OCR reads the whole page, both.
 
 ``pdf_text = "text"`` takes any layer that has text; ``"ocr"`` reads every page.
 """
@@ -52,6 +54,10 @@ MAX_LAYER_CHARS = 300_000
 # characters); a page's content streams bound its characters, so this is the memory its
 # text may need, known before PDFium builds it.
 TEXTPAGE_BYTES_PER_CHAR = 170
+# Images over this share of the page may be scans of text beside the layer's text: the
+# page is read with OCR, so that their words are read too (a logo or a small photo,
+# under it, leaves the layer in charge).
+MAX_SCAN_SHARE = 0.2
 
 _BAD_CATEGORIES = frozenset({"Cc", "Co", "Cn", "Cs"})
 _EDGE = string.punctuation + "«»„“”‘’‚‹›¡¿…–—·•§°"
@@ -332,6 +338,9 @@ def decide(page: Any, mode: str = "auto", *, content: int | None = None,
                               "earlier OCR layer, or text that says what the page does not)")
     if covered > MAX_PICTURE_SHARE and solid < PICTURE_CAPTION_CHARS:
         return Decision(None, "the page is mostly a picture")
+    if covered > MAX_SCAN_SHARE:
+        return Decision(None, f"an image covers {covered:.0%} of the page: its words are "
+                              "read with OCR, with the rest")
     return Decision(text, "its text layer")
 
 

@@ -168,6 +168,14 @@ def gone(ctx: Context, path: Path) -> None:
     if path.absolute() in ctx.retired:
         ctx.retired.discard(path.absolute())
         return  # archived or deleted after reading: its index entry stays
+    try:
+        if ctx.lifecycle.journalled(path.absolute()):
+            # Archived, but recording where to failed (a full disk): no user's deletion.
+            ctx.lifecycle.recover(path.absolute())
+            return
+    except OcrwatchError as exc:
+        log.warning("%s was archived, but the index cannot say so yet: %s", path, exc)
+        return
     ctx.follower.gone(path)
 
 
@@ -266,8 +274,18 @@ def read(engine: Engine, name: str, pages: Sequence[Page]) -> tuple[list[PageTex
     if unavailable is None:
         answers = [finish(a, p) if a.error is None else a
                    for a, p in zip(answers, rest, strict=True)]
-    got = iter(answers)
+    got = iter([_doubted(a) for a in answers])
     return [given[n] if n in given else next(got) for n in range(len(pages))], unavailable
+
+
+def _doubted(answer: PageText) -> PageText:
+    """An empty answer for a page that is not blank (blank pages never reach the
+    engine) may be a failure in disguise: indexed as it is, but marked, so that the
+    original is kept."""
+    if answer.error or answer.keep_original or answer.markdown.strip() or answer.text.strip():
+        return answer
+    return replace(answer, keep_original="the engine's answer was empty, though the page is "
+                                 "not blank")
 
 
 def recognize(engine: Engine, name: str,

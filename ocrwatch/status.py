@@ -148,6 +148,9 @@ class Status:
     languages: tuple[str, ...] = ()
     language_note: str | None = None  # the desktop's language left out for want of data
     pages_per_second: float | None = None  # pages read over the last minute
+    # Done files whose original was not archived or deleted (an incomplete read, a
+    # full disk...), and why.
+    kept: tuple[Failure, ...] = ()
     index_note: str | None = None  # the index file was damaged, deleted or replaced
     counts_note: str | None = None  # the counts come from memory: the index was locked
 
@@ -161,6 +164,7 @@ class Status:
         out = asdict(self)
         out["engine"] = self.engine.to_dict()
         out["recent_failures"] = [asdict(f) for f in self.recent_failures]
+        out["kept"] = [asdict(f) for f in self.kept]
         out["inbox"] = list(self.inbox)
         out["reading"] = [asdict(r) for r in self.reading]
         out["languages"] = list(self.languages)
@@ -193,6 +197,7 @@ class Status:
             language_note=text("language_note"), counts_note=text("counts_note"),
             pages_per_second=float(pps) if (pps := data.get("pages_per_second")) is not None
             else None,
+            kept=tuple(Failure.from_dict(f) for f in data.get("kept") or ()),
             index_note=text("index_note"),
         )
 
@@ -211,6 +216,7 @@ def format_status(status: Status) -> str:
                  *([languages] if languages else []),
                  f"  index:   {status.database}", f"  log:     {status.log_file}"]
         lines += [f"  failed:  {f.path}: {f.reason}" for f in status.recent_failures]
+        lines += [f"  kept:    {f.path}: {f.reason}" for f in status.kept]
         return "\n".join(lines)
     lines = [
         f"ocrwatch {status.version or '?'} (PID {status.pid or '?'}): {status.state}",
@@ -253,5 +259,8 @@ def format_status(status: Status) -> str:
     if status.recent_failures:
         lines.append("  recent failures (retry with `ocrwatch retry --all-failed`):")
         lines += [f"    {f.path}: {f.reason}" for f in status.recent_failures[-5:]]
+    if status.kept:
+        lines.append("  originals kept, not archived or deleted:")
+        lines += [f"    {f.path}: {f.reason}" for f in status.kept[:5]]
     lines.append(f"  log:     {status.log_file or '?'}")
     return "\n".join(lines)

@@ -96,9 +96,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-tray", action="store_true", help="never show a tray icon")
 
     p = _sub(sub, "add", "read files or folders once, with a progress bar, then exit",
-             "ocrwatch add ~/Downloads/letter.pdf", "ocrwatch add --engine tesseract ~/Scans")
+             "ocrwatch add ~/Downloads/letter.pdf", "ocrwatch add --engine tesseract ~/Scans",
+             "ocrwatch add --on-success archive ~/OCR-Inbox/old")
     _common(p)
     _overrides(p)
+    p.add_argument("--on-success", choices=("keep", "archive", "delete"), default="keep",
+                   help="what becomes of each file once it is completely read: kept where "
+                        "it is (the default: the configured on_success is not applied to "
+                        "the files named here), archived to archive_dir, or deleted")
     p.add_argument("paths", nargs="+", type=Path, metavar="PATH")
 
     p = _sub(sub, "reread", "read again, with a progress bar, the files read with other "

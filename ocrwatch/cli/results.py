@@ -203,7 +203,8 @@ def _offline_status(args: argparse.Namespace) -> Status:
             counts = jobs.counts()
             status = replace(status, queued=counts["queued"], running=counts["running"],
                              done=counts["done"], failed=counts["failed"],
-                             recent_failures=tuple(jobs.failures(10)))
+                             recent_failures=tuple(jobs.failures(10)),
+                             kept=tuple(jobs.kept(10)))
         finally:
             db.close()
     return status

@@ -92,6 +92,12 @@ def cmd_add(args: argparse.Namespace) -> int:
     from ocrwatch.logs import setup_logging
 
     config = load_config(args)
+    # The files named here are the user's: moved or deleted only when this command
+    # line says so, whatever the configured on_success.
+    config.on_success = args.on_success
+    if config.on_success == "archive" and config.archive_dir is None:
+        raise OcrwatchError("--on-success archive needs archive_dir in the config: the "
+                            "folder the originals go to")
     setup_logging(config.log_level if config.log_level != "INFO" else "WARNING")
     files: list[Path] = []
     for path in args.paths:
@@ -129,13 +135,14 @@ def cmd_add(args: argparse.Namespace) -> int:
                  "hidden files are not read", err=True)
         if not added:
             return 1
-        _progress(daemon, added, config)
-        states = {p: daemon.jobs.known(p) for p in added}
+        ids = _ids(daemon, added)
+        _progress(daemon, ids, config)
+        states = {p: daemon.jobs.get(i) for p, i in ids.items()}
     finally:
         daemon.close()
         if alone:
             lock.release()
-    failed = _summarise(states, "read")
+    failed = _summarise(states, "read", config.on_success)
     if failed:
         echo(f"ocrwatch: {plural(len(failed), 'file')} could not be read (reasons above); "
              "fix them and run `ocrwatch add` again", err=True)
@@ -150,6 +157,8 @@ def cmd_reread(args: argparse.Namespace) -> int:
     from ocrwatch.logs import setup_logging
 
     config = load_config(args)
+    # Read again, not handled again: an archived file would be archived a second time.
+    config.on_success = "keep"
     setup_logging(config.log_level if config.log_level != "INFO" else "WARNING")
     lock = DaemonLocks(config.database)
     try:
@@ -169,20 +178,43 @@ def cmd_reread(args: argparse.Namespace) -> int:
         echo(f"reading {plural(len(paths), 'file')} again with {daemon.read_with}",
              err=True)
         daemon.jobs.retry(paths)
-        added = daemon.add(paths)
-        _progress(daemon, added, config)
-        states = {p: daemon.jobs.known(p) for p in added}
+        ids = _ids(daemon, daemon.add(paths))
+        _progress(daemon, ids, config)
+        states = {p: daemon.jobs.get(i) for p, i in ids.items()}
     finally:
         daemon.close()
         lock.release()
     return 1 if _summarise(states, "read again") else 0
 
 
-def _summarise(states: dict[Path, Any], verb: str) -> list[Path]:
-    """Print how many files were read (``verb``) and why each failure failed; the failed."""
+def _ids(daemon: Any, paths: list[Path]) -> dict[Path, int]:
+    """Each file's job id: followed by id, a file archived or deleted after its read
+    is still counted (its job row then names where it went)."""
+    out = {}
+    for path in paths:
+        job = daemon.jobs.known(path)
+        if job is not None:
+            out[path] = job.id
+    return out
+
+
+def _summarise(states: dict[Path, Any], verb: str, on_success: str = "keep") -> list[Path]:
+    """Print how many files were read (``verb``), what became of each original that
+    was to be archived or deleted, and why each failure failed; returns the failed."""
     failed = [(p, j.reason) for p, j in states.items() if j is not None and j.state == "failed"]
-    done = sum(1 for j in states.values() if j is not None and j.state == "done")
-    echo(f"{done} {verb}, {len(failed)} failed")
+    done = {p: j for p, j in states.items() if j is not None and j.state == "done"}
+    lost = [p for p, j in states.items() if j is None]
+    line = f"{len(done)} {verb}, {len(failed)} failed"
+    kept = {p: j for p, j in done.items() if j.retire in ("kept", "failed", "pending")}
+    if on_success != "keep":
+        gone = len(done) - len(kept)
+        line += f", {gone} {'archived' if on_success == 'archive' else 'deleted'}"
+        line += f", {len(kept)} kept" if kept else ""
+    if lost:
+        line += f", {len(lost)} no longer in the index"
+    echo(line)
+    for path, job in kept.items():
+        echo(f"  kept: {safe(path)}: {safe(job.retire_reason or 'not archived yet')}")
     for path, reason in failed:
         echo(f"  failed: {safe(path)}: {safe(reason)}")
     return [p for p, _ in failed]
@@ -200,10 +232,11 @@ def _page_counts(paths: list[Path], config: config_mod.Config) -> dict[Path, int
     return counts
 
 
-def _progress(daemon: Any, paths: list[Path], config: config_mod.Config) -> None:
+def _progress(daemon: Any, ids: dict[Path, int], config: config_mod.Config) -> None:
     """A progress bar in pages (tqdm: rate and time left) until every file is finished."""
     from tqdm import tqdm
 
+    paths = list(ids)
     counts = _page_counts(paths, config)
     with tqdm(total=sum(counts.values()), unit="page", desc="reading", file=sys.stderr,
               dynamic_ncols=True, mininterval=0.5 if sys.stderr.isatty() else 5.0,
@@ -212,7 +245,7 @@ def _progress(daemon: Any, paths: list[Path], config: config_mod.Config) -> None
             reading = {r.path: r.done for r in daemon.reading()}
             pages = finished = 0
             for path in paths:
-                job = daemon.jobs.known(path)
+                job = daemon.jobs.get(ids[path])
                 if job is None or job.state in ("done", "failed"):
                     finished += 1
                     pages += counts[path]
