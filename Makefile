@@ -18,7 +18,7 @@ TRAY_DEBIAN := gcc pkg-config python3-dev libgirepository1.0-dev libcairo2-dev g
 TRAY_FEDORA := gcc pkg-config python3-devel gobject-introspection-devel cairo-gobject-devel gtk3 libayatana-appindicator-gtk3
 TRAY_ARCH := gcc pkgconf gobject-introspection cairo gtk3 libayatana-appindicator
 
-.PHONY: run test lint clean tray-extra gpu-extra
+.PHONY: run start test lint clean tray-extra tray-help gpu-extra
 
 $(BIN)/python:
 	@echo "ocrwatch: setting up $(VENV) (a minute or two the first time; log: $(LOG))"
@@ -36,14 +36,22 @@ $(VENV)/.dev: $(VENV)/.base
 
 # The tray extra builds PyGObject against the system's GTK. Without its system packages
 # the daemon runs all the same, without a tray menu: say what to install, in one line.
+# The hint is said once (the .tray-hint stamp), in one short line; `make tray-help` repeats it.
 $(VENV)/.tray: $(VENV)/.base
 	@if ! { command -v cc >/dev/null || command -v gcc >/dev/null; } \
 	    || ! pkg-config --exists $(TRAY_PKGCONFIG) 2>/dev/null; then \
-		echo "ocrwatch: no tray menu until these are installed (then run make again): Debian/Ubuntu: sudo apt install $(TRAY_DEBIAN); Fedora: sudo dnf install $(TRAY_FEDORA); Arch: sudo pacman -S $(TRAY_ARCH)"; \
+		if [ ! -e $(VENV)/.tray-hint ]; then touch $(VENV)/.tray-hint; \
+		echo "ocrwatch: the tray has no menu until its system packages are installed: \`make tray-help\`"; fi; \
 	elif $(PIP) -e '.[tray]' >>$(LOG) 2>&1; then touch $@; \
 	else echo "ocrwatch: the tray extra (PyGObject) did not build; the daemon runs without a tray menu. Why: $(LOG)"; fi
 
 tray-extra: $(VENV)/.tray
+
+tray-help:
+	@echo "The tray's menu (PyGObject) needs these; install them, then run make again:"
+	@echo "  Debian/Ubuntu: sudo apt install $(TRAY_DEBIAN)"
+	@echo "  Fedora: sudo dnf install $(TRAY_FEDORA)"
+	@echo "  Arch: sudo pacman -S $(TRAY_ARCH)"
 
 $(VENV)/.gpu: $(VENV)/.base
 	@echo "ocrwatch: installing the GPU engine (vLLM, a few GB)"
@@ -62,12 +70,20 @@ link: $(VENV)/.base
 	elif [ -L "$$target" ] && [ -e "$$target" ]; then :; \
 	else mkdir -p "$(LINK_DIR)" && ln -sfn "$$want" "$$target" && \
 		case ":$$PATH:" in *":$(LINK_DIR):"*) echo "ocrwatch: linked $$target: \`ocrwatch\` now works in any shell";; \
-		*) echo "ocrwatch: linked $$target; $(LINK_DIR) is not on your PATH: add it with  echo 'export PATH=\"$(LINK_DIR):\$$PATH\"' >> ~/.profile  and log in again";; esac; fi
+		*) echo "ocrwatch: linked $$target"; sh tools/ensure-path.sh "$(LINK_DIR)";; esac; fi
 
 .PHONY: link
 
+# `make run` holds this terminal and says so; `make start` runs the daemon in the
+# background, as the login autostart does, and returns.
 run: $(VENV)/.base tray-extra gpu-extra link
+	@echo "ocrwatch: the daemon runs in this terminal until Ctrl-C; use another one for \`ocrwatch status\`, or \`make start\` to run it in the background"
 	@$(BIN)/ocrwatch run
+
+start: $(VENV)/.base tray-extra gpu-extra link
+	@if $(BIN)/ocrwatch status >/dev/null 2>&1; then echo "ocrwatch: the daemon already runs (\`ocrwatch status\`)"; \
+	else setsid $(BIN)/ocrwatch run >/dev/null 2>&1 < /dev/null & \
+	echo "ocrwatch: the daemon runs in the background; \`ocrwatch status\` shows it, \`ocrwatch stop\` ends it, its log: \`ocrwatch status\` names it"; fi
 
 lint: $(VENV)/.dev tray-extra
 	$(BIN)/ruff check ocrwatch tests benchmarks

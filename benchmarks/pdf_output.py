@@ -4,7 +4,8 @@ Synthetic pages of known text (Pillow's built-in font, every word drawn on its o
 each word's true box is known) at 200 dpi, saved as PNG. For each page:
 
 - ocrwatch, Tesseract engine: the engine's read (with its word boxes), then the PDF
-  written alone (timed), plain and PDF/A (Ghostscript);
+  written alone (timed), plain and PDF/A (pikepdf), and Ghostscript's PDF/A of the plain
+  PDF beside it;
 - ocrwatch, model path: the known text as the model's reading, placed on Tesseract's
   word boxes by alignment (the layout pass and alignment timed with the writing);
 - plain alternative: the ``tesseract`` command writing ``txt`` and writing ``pdf`` on the
@@ -14,7 +15,13 @@ The layer's text is compared with the truth (CER of ``pdftotext``'s output, whit
 folded) and every word's box from ``pdftotext -bbox`` with its true box (distance of the
 centres, in points). Medians over the pages.
 
-    python benchmarks/pdf_output.py [--pages 12]
+Then the size of the searchable PDF against the original's, with ``pdfa = "auto"``
+(PDF/A-2b by pikepdf, streams kept), for real scans of the corpus (``../shared/corpus``:
+its JPEGs, a PNG made losslessly from one of them, its PDFs), side by side with the same
+file's plain PDF (no PDF/A), the text layer's own bytes, and Ghostscript's PDF/A of the
+plain PDF (the route ``pdfa = "auto"`` took before).
+
+    python benchmarks/pdf_output.py [--pages 12] [--corpus ../shared/corpus] [--sizes-only]
 """
 
 from __future__ import annotations
@@ -185,10 +192,11 @@ def _measure_page(n: int, tmp: Path, engine: Any, gs: str | None,
     rows["pdf"].append(_time(lambda: pdfout.write(
         src, [read.layout], plain, is_pdf=False, pdfa=False, render=list,
         open_source=lambda: src.open("rb"))))
+    rows["pdfa"].append(_time(lambda: pdfout.write(
+        src, [read.layout], pdfa, is_pdf=False, pdfa=True, render=list,
+        open_source=lambda: src.open("rb"))))
     if gs:
-        rows["pdfa"].append(_time(lambda: pdfout.write(
-            src, [read.layout], pdfa, is_pdf=False, pdfa=True, render=list,
-            open_source=lambda: src.open("rb"))))
+        rows["pdfa_gs"].append(_time(lambda: pdfout.to_pdfa(plain, tmp / f"g{n}.pdf", gs)))
 
     def model_path() -> None:
         placed, _ = place_text(truth_text, engine.layout(page))
@@ -228,7 +236,7 @@ def run(pages: int, out: Path | None) -> list[str]:
     try:
         for poor in (False, True):
             rows: dict[str, list[float]] = {k: [] for k in (
-                "read", "pdf", "pdfa", "model_pdf", "img2pdf", "tess_txt", "tess_pdf",
+                "read", "pdf", "pdfa", "pdfa_gs", "model_pdf", "img2pdf", "tess_txt", "tess_pdf",
                 "cer_tess", "cer_model", "cer_cli", "off_tess", "off_model", "off_cli")}
             with tempfile.TemporaryDirectory(prefix="ocrwatch-pdfbench-") as tmp_name:
                 for n in range(pages):
@@ -262,7 +270,8 @@ def _table(title: str, rows: dict[str, list[float]]) -> list[str]:
         "|---|--:|",
         f"| ocrwatch Tesseract read (with word boxes) | {ms('read')} |",
         f"| ocrwatch PDF writing alone (pikepdf + img2pdf) | {ms('pdf')} |",
-        f"| ocrwatch PDF/A writing alone (+ Ghostscript) | {ms('pdfa')} |",
+        f"| ocrwatch PDF/A writing alone (pikepdf, validated; pdfa = \"auto\") | {ms('pdfa')} |",
+        f"| Ghostscript PDF/A of the plain PDF (the route before) | {ms('pdfa_gs')} |",
         f"| ocrwatch model path: Tesseract word boxes + alignment + PDF | {ms('model_pdf')} |",
         f"| plain `img2pdf` of the page (no text layer) | {ms('img2pdf')} |",
         f"| `tesseract page.png out txt` | {ms('tess_txt')} |",
@@ -283,12 +292,104 @@ def _table(title: str, rows: dict[str, list[float]]) -> list[str]:
     ]
 
 
+def _sources(corpus: Path, tmp: Path) -> list[tuple[str, Path]]:
+    """JPEG scans, a PNG made losslessly from the first, and the PDFs of the corpus."""
+    jpegs = sorted(p for p in corpus.glob("*.jp*g"))[:4]
+    out = [("JPEG", p) for p in jpegs]
+    if jpegs:
+        png = tmp / (jpegs[0].stem + ".png")
+        with Image.open(jpegs[0]) as im:
+            im.save(png, optimize=True)
+        out.append(("PNG", png))
+    out += [("PDF", p) for p in sorted(corpus.glob("*.pdf"))]
+    return out
+
+
+def sizes(corpus: Path) -> list[str]:
+    """The searchable PDF's size against the original's, pdfa = "auto", real scans."""
+    from contextlib import AbstractContextManager
+    from typing import BinaryIO
+
+    from ocrwatch import pdfout
+    from ocrwatch.config import Config
+    from ocrwatch.engines.tesseract import TesseractEngine
+    from ocrwatch.pages import iter_pages
+
+    gs = pdfout.ghostscript()
+    config = Config(workers=1)
+    engine = TesseractEngine(config)
+    rows = ["", "## Size of the searchable PDF against the original (pdfa = \"auto\")", "",
+            f"Corpus: {corpus.name}; Ghostscript: {gs or 'not installed'}; sizes in bytes; "
+            "'layer' is the plain PDF minus the same PDF without a text layer.", "",
+            "| input | file | original | no layer | plain PDF | layer | PDF/A (auto) | "
+            "auto / original | auto / (original + layer) | PDF/A by Ghostscript | "
+            "Ghostscript / original | PDF/A? |",
+            "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|"]
+    ratios: dict[str, list[float]] = {}
+    try:
+        with tempfile.TemporaryDirectory(prefix="ocrwatch-pdfsize-") as tmp_name:
+            tmp = Path(tmp_name)
+            for kind, src in _sources(corpus, tmp):
+                is_pdf = kind == "PDF"
+                pages = list(iter_pages(src, config, None))
+                layouts = [engine.layout(p) for p in pages]
+
+                def opener(path: Path = src) -> AbstractContextManager[BinaryIO]:
+                    return path.open("rb")
+
+                def render(path: Path = src) -> list[Any]:
+                    return list(iter_pages(path, config, None))
+
+                bare, plain, auto = tmp / "bare.pdf", tmp / "plain.pdf", tmp / "auto.pdf"
+                pdfout.write(src, [None] * len(layouts), bare, is_pdf=is_pdf, pdfa=False,
+                             render=render, open_source=opener)
+                pdfout.write(src, layouts, plain, is_pdf=is_pdf, pdfa=False, render=render,
+                             open_source=opener)
+                notes = pdfout.write(src, layouts, auto, is_pdf=is_pdf, pdfa=True,
+                                     render=render, open_source=opener)
+                is_pdfa = not any(n.startswith("not PDF/A") for n in notes)
+                original, layer = src.stat().st_size, plain.stat().st_size - bare.stat().st_size
+                got = auto.stat().st_size
+                ghost = "-"
+                ghost_ratio = "-"
+                if gs:
+                    gpdf = tmp / "gs.pdf"
+                    pdfout.to_pdfa(plain, gpdf, gs)
+                    ghost = str(gpdf.stat().st_size)
+                    ghost_ratio = f"{gpdf.stat().st_size / original:.2f}x"
+                ratios.setdefault(kind, []).append(got / original)
+                verdict = "yes" if is_pdfa else "no: " + notes[-1]
+                rows.append(f"| {kind} | {src.name} | {original} | {bare.stat().st_size} | "
+                            f"{plain.stat().st_size} | {layer} | {got} | "
+                            f"{got / original:.3f}x | {got / (original + layer):.3f}x | "
+                            f"{ghost} | {ghost_ratio} | {verdict} |")
+    finally:
+        engine.close()
+    rows += ["", "Median PDF/A (auto) / original: " + ", ".join(
+        f"{kind} {median(v):.3f}x" for kind, v in ratios.items()) + "."]
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pages", type=int, default=12)
+    parser.add_argument("--corpus", type=Path,
+                        default=Path(__file__).resolve().parents[2] / "shared" / "corpus")
+    parser.add_argument("--sizes-only", action="store_true",
+                        help="only the size table (real scans of the corpus)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    print("\n".join(run(args.pages, args.out)))
+    if args.sizes_only:
+        lines = header("Searchable PDF: size against the original", [
+            "each corpus file read with Tesseract for its word boxes, then written three "
+            "ways"]) + sizes(args.corpus)
+        save("pdf_size.txt", lines, args.out)
+    else:
+        lines = run(args.pages, args.out)
+        if args.corpus.is_dir():
+            lines += sizes(args.corpus)
+            save("pdf_output.txt", lines, args.out)
+    print("\n".join(lines))
 
 
 if __name__ == "__main__":

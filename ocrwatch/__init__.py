@@ -1,5 +1,13 @@
-"""ocrwatch: turn a folder into a searchable archive."""
+"""ocrwatch: turn a folder into a searchable archive.
+
+For scripts: ``ocrwatch.read(path)`` reads a file's pages, ``ocrwatch.search(query)``
+searches what the daemon has read (:mod:`ocrwatch.api`).
+"""
 
 from __future__ import annotations
 
 __version__ = "0.1.0"
+
+from ocrwatch.api import read, search
+
+__all__ = ["__version__", "read", "search"]

@@ -14,13 +14,15 @@ import datetime as _dt
 import logging
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ocrwatch import __version__, pipeline
 from ocrwatch.config import Config
-from ocrwatch.db import encode_path
+from ocrwatch.config import reload as reloading
+from ocrwatch.db import display_path, encode_path
 from ocrwatch.engines import Choice, Engine, choose, create
 from ocrwatch.errors import OcrwatchError
 from ocrwatch.follow import Follower
@@ -32,6 +34,7 @@ from ocrwatch.languages import locale_note
 from ocrwatch.lifecycle import Lifecycle
 from ocrwatch.outputs import PdfMaker
 from ocrwatch.pipeline import Context
+from ocrwatch.progress import PageCounts, Progress, Waiting, estimate
 from ocrwatch.scheduler import Scheduler
 from ocrwatch.settle import Settler
 from ocrwatch.status import EngineStatus, Reading, Status
@@ -52,8 +55,13 @@ class Daemon:
         engine: Engine | None = None,
         watch: bool = True,
         log_file: Path | None = None,
+        reload_from: Callable[[], Config] | None = None,
     ) -> None:
         self.config = config
+        # How the configuration was loaded (file, environment, flags): `reload` does it again.
+        self._reload_from = reload_from
+        self._reload_lock = threading.Lock()
+        self.restart_needed: tuple[str, ...] = ()  # keys changed that wait for a restart
         self.log_file = log_file
         # Checked and, when damaged, set aside and rebuilt from the sidecars by the daemon
         # proper (``ocrwatch run`` holds the index's lock); watched while it runs.
@@ -89,7 +97,10 @@ class Daemon:
         self.scheduler = Scheduler(self.ctx, self.engine,
                                    paused=self.db.get_setting("paused") == "1")
         self._stopping = threading.Event()
+        self._page_counts = PageCounts(self._count_pages)
+        self._batch_base = 0  # the rate's page total when this stretch of work began
         self._watcher: Watcher | None = None
+        self._settler: Settler | None = None
         self._watch = watch
         self._started = False
         self._closed = False
@@ -124,6 +135,7 @@ class Daemon:
                               lambda path: pipeline.gone(self.ctx, path),
                               rescan_seconds=self.config.rescan_minutes * 60,
                               follow=self.follower)
+            self._settler = settler
             self._watcher = Watcher(settler, observer=self.config.observer)
             self._watcher.start()
         from ocrwatch.secrets_check import exposed_secrets
@@ -229,11 +241,87 @@ class Daemon:
         self.scheduler.wake()
         return count
 
+    def reload(self, why: str = "asked") -> dict[str, list[str]]:
+        """Load the configuration again and take what can change live; name the rest.
+
+        A configuration that does not load (a typo mid-edit) changes nothing: the
+        ConfigError is logged and raised to the caller."""
+        if self._reload_from is None:
+            raise OcrwatchError("this daemon was not started from a configuration it can "
+                                "load again")
+        with self._reload_lock:
+            try:
+                new = self._reload_from()
+            except OcrwatchError as exc:
+                log.error("configuration not reloaded (%s): %s; the daemon keeps running "
+                          "with the one it has", why, exc)
+                raise
+            diff = reloading.changes(self.config, new)
+            reloading.apply(self.config, new, diff.now)
+            self._apply_live(diff.now)
+            self.restart_needed = tuple(sorted({*self.restart_needed, *diff.restart}))
+        if diff.now:
+            log.info("configuration reloaded (%s): %s now in effect", why, ", ".join(diff.now))
+        if "outputs" in diff.now:
+            log.info("files read before have the outputs asked for then; `ocrwatch reread "
+                     "--outputs` writes the new ones from the stored text, no page read again")
+        if diff.restart:
+            log.warning("configuration reloaded (%s): %s changed but take effect only when "
+                        "the daemon starts again (`ocrwatch stop`, then `ocrwatch run`)",
+                        why, ", ".join(diff.restart))
+        if not diff:
+            log.info("configuration reloaded (%s): nothing changed", why)
+        return {"applied": list(diff.now), "restart_needed": list(self.restart_needed)}
+
+    def _apply_live(self, keys: tuple[str, ...]) -> None:
+        if "log_level" in keys:
+            logging.getLogger().setLevel(self.config.log_level.upper())
+        if "outputs" in keys:
+            wants_pdf = "pdf" in self.config.outputs
+            if wants_pdf != (self.ctx.pdf is not None):
+                old = self.ctx.pdf
+                # The context is frozen: files already in hand finish with the one they got.
+                self.ctx = replace(self.ctx, pdf=PdfMaker(self.config) if wants_pdf else None)
+                self.scheduler.ctx = self.ctx
+                if old is not None:
+                    old.close()
+        if self._settler is not None:
+            self._settler.settle = self.config.settle_seconds
+            self._settler.rescan_seconds = self.config.rescan_minutes * 60
+        if keys and self.ctx.after.needed:
+            self.ctx.after.start()  # hooks or the batch notice just turned on
+
+    def write_outputs(self) -> dict[str, int]:
+        """Outputs asked for since files were read, from the stored text (no page read)."""
+        from ocrwatch.rewrite import missing_outputs
+
+        pdf = self.ctx.pdf
+        made = PdfMaker(self.config) if pdf is None and "pdf" in self.config.outputs else None
+        try:
+            written = missing_outputs(self.ctx, pdf or made)
+        finally:
+            if made is not None:
+                made.close()
+        return {"files": written.files, "outputs": written.outputs,
+                "skipped": written.skipped}
+
+    def reread(self, all_files: bool = False) -> int:
+        """Queue again the files read otherwise than now (``all_files``: every file read)."""
+        stale = self.jobs.read_otherwise("" if all_files else (self.read_with or ""))
+        paths = [j.path for j in stale if j.path.exists()]
+        count = self.jobs.retry(paths) if paths else 0
+        self.scheduler.wake()
+        return count
+
     # -- discovery (called from the watcher thread and by `ocrwatch add`) -------------
     def consider(self, path: Path) -> Seen | None:
         """A finished file: record it as a job unless its content is already known."""
+        idle = not self.scheduler.busy()
         seen = pipeline.consider(self.ctx, path)
         if seen is not None and seen is not Seen.UNCHANGED:
+            if idle:  # a new stretch of work: its pages done (and its rate) count from here
+                self._batch_base = self.scheduler.rate.total
+                self.scheduler.rate.mark_start()
             self.scheduler.wake()
         return seen
 
@@ -277,6 +365,49 @@ class Daemon:
         counts = self.jobs.counts()
         return counts["queued"] == 0 and counts["running"] == 0
 
+    def _count_pages(self, path: Path) -> int:
+        from ocrwatch.pages import count_pages
+
+        return count_pages(path, self.config)
+
+    def progress(self, engine_state: str, gpu_busy: str | None = None) -> Progress:
+        """Pages done and left, the rate, the ETA, and what waits and why."""
+        reading = self.reading()
+        in_hand = {r.path for r in reading}
+        others = [(p, state, not_before) for p, state, not_before in self.jobs.unfinished()
+                  if display_path(p) not in in_hand]
+        now = _dt.datetime.now().timestamp()
+        waiting: list[Waiting] = []
+        if self._settler is not None:
+            settling, incomplete = self._settler.waiting()
+            if settling:
+                waiting.append(Waiting("settling", settling, "still being written or just "
+                                       f"arrived; read once unchanged for "
+                                       f"{self.config.settle_seconds:g} s"))
+            if incomplete:
+                waiting.append(Waiting("incomplete", incomplete, "the file has no end yet "
+                                       "(a scan being written?); waited for up to "
+                                       f"{self.config.settle_seconds * 15:g} s, then read"))
+        queued = [p for p, state, _ in others if state == "queued"]
+        later = [nb for _, state, nb in others if state == "queued" and nb > now]
+        if self.paused and queued:
+            waiting.append(Waiting("paused", len(queued), "`ocrwatch resume` reads them"))
+        if later:
+            at = _dt.datetime.fromtimestamp(min(later)).strftime("%H:%M:%S")
+            waiting.append(Waiting("retrying later", len(later),
+                                   f"a passing problem (see the log); the next at {at}"))
+        if gpu_busy and (queued or reading):  # the vLLM engine waits for room on the card
+            waiting.append(Waiting("GPU busy", len(queued) + len(reading), gpu_busy))
+        elif engine_state in ("starting", "stopped") and (queued or reading) and not self.paused:
+            waiting.append(Waiting("engine starting", len(queued) + len(reading),
+                                   "the engine is loading; reading begins when it is ready"))
+        return estimate(
+            in_hand=[(r.done, r.pages) for r in reading],
+            queued=self._page_counts.pages(p for p, _, _ in others),
+            pages_done=max(0, self.scheduler.rate.total - self._batch_base),
+            pages_per_second=self.scheduler.rate.per_second(),
+            average_pages=self.jobs.average_pages(), waiting=tuple(waiting))
+
     def status(self) -> Status:
         midnight = _dt.datetime.combine(_dt.date.today(), _dt.time()).timestamp()
         if self._facts is not None:
@@ -318,6 +449,9 @@ class Daemon:
             language_note=locale_note(self.config.languages)
             if self.choice.name == "tesseract" else None,
             reading=self.reading(), languages=tuple(self.config.languages),
+            restart_needed=self.restart_needed,
+            progress=self.progress(str(engine_facts.get("state", "")),
+                                   str(engine_facts.get("waiting_reason") or "") or None),
             index_note=self.index_guard.note or self.index_note,
             pages_per_second=self.scheduler.rate.per_second(),
             kept=tuple(self.jobs.kept(10)),

@@ -50,7 +50,7 @@ def check_tesseract(config: Config) -> list[Check]:
                                 f"sudo apt install tesseract-ocr-{lang.replace('_', '-')}; "
                                 "then `ocrwatch reread` reads what was read before again"))
         return checks
-    pkgs = " ".join(f"tesseract-ocr-{lang}" for lang in missing)
+    pkgs = " ".join(f"tesseract-ocr-{lang.replace('_', '-').lower()}" for lang in missing)
     return [Check(
         "Tesseract languages", False,
         f"missing: {', '.join(missing)}; installed: {', '.join(sorted(have)) or 'none'}",
@@ -67,12 +67,15 @@ def check_pdf(config: Config) -> list[Check]:
     gs = shutil.which("gs")
     if config.pdfa == "never":
         return [Check("PDF output", True, "NAME.ocr.pdf, plain PDF (pdfa = \"never\")")]
+    kept = "NAME.ocr.pdf as PDF/A-2b made by pikepdf, the pages kept as they are"
+    if config.pdfa == "auto":
+        return [Check("PDF output", True, kept + "; a file it cannot certify stays plain PDF")]
     if gs is None:
-        return [Check("PDF output", config.pdfa == "auto",
-                      "Ghostscript not found: plain PDF, not PDF/A",
+        return [Check("PDF output", False,
+                      kept + "; Ghostscript, for files pikepdf cannot certify, not found",
                       "Debian/Ubuntu: sudo apt install ghostscript; macOS: brew install "
-                      "ghostscript")]
-    return [Check("PDF output", True, f"NAME.ocr.pdf as PDF/A-2b (Ghostscript {gs})")]
+                      "ghostscript; or set pdfa = \"auto\"")]
+    return [Check("PDF output", True, kept + f"; the rest through Ghostscript ({gs})")]
 
 
 def _nearest_existing(path: Path) -> Path:

@@ -245,6 +245,22 @@ class JobQueue(JobFiles):
             "AND retire IN ('kept', 'failed') ORDER BY finished DESC LIMIT ?", (limit,))
         return [Failure(r["display"], r["retire_reason"] or "", r["finished"]) for r in rows]
 
+    def unfinished(self, limit: int = 10_000) -> list[tuple[Path, str, float]]:
+        """Queued and running files in queue order: (path, state, not before), for the
+        status's pages left."""
+        rows = self.db.query(
+            "SELECT path, state, not_before FROM jobs WHERE state IN ('queued', 'running') "
+            "ORDER BY id LIMIT ?", (limit,))
+        return [(decode_path(r["path"]), str(r["state"]), float(r["not_before"] or 0))
+                for r in rows]
+
+    def average_pages(self) -> float | None:
+        """Pages per file read so far (the guess for a file not counted yet)."""
+        rows = self.db.query("SELECT AVG(pages) AS n FROM jobs WHERE state = 'done' "
+                             "AND pages > 0")
+        value = rows[0]["n"] if rows else None
+        return float(value) if value is not None else None
+
     def pages_since(self, since: float) -> int:
         rows = self.db.query(
             "SELECT COALESCE(SUM(pages), 0) AS n FROM jobs WHERE state = 'done' AND finished >= ?",

@@ -32,6 +32,9 @@ FILE_FORMAT = "%(asctime)s %(levelname)-7s %(threadName)s %(name)s: %(message)s"
 STDERR_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
 # Libraries that are chatty at INFO and say nothing a user needs.
 QUIET = ("PIL", "watchdog", "urllib3", "httpx", "filelock", "asyncio")
+# Libraries whose warnings ocrwatch handles itself and says in one line of its own (img2pdf's
+# three lines on a 16-bit transparent PNG: the page is then embedded losslessly as read).
+FILE_ONLY = ("img2pdf",)
 
 _MARK = "_ocrwatch_handler"
 
@@ -174,7 +177,8 @@ def setup_logging(
     if stderr:
         err = logging.StreamHandler(sys.stderr)
         err.setFormatter(SafeFormatter(STDERR_FORMAT))
-        err.addFilter(lambda record: not is_native(record))  # native chatter: file only
+        err.addFilter(lambda record: not is_native(record)  # native chatter: file only
+                      and not record.name.startswith(FILE_ONLY))
         new.append(err)
     limit = RateLimit()
     for handler in new:
@@ -184,6 +188,9 @@ def setup_logging(
     root.setLevel(numeric)
     for name in QUIET:
         logging.getLogger(name).setLevel(max(numeric, logging.WARNING))
+    # Native libraries' lines reach the file whatever the level: the console never shows
+    # them, and `add` (which logs warnings only) would otherwise lose them.
+    logging.getLogger("ocrwatch.native").setLevel(min(numeric, logging.INFO))
     logging.captureWarnings(True)
     return path
 

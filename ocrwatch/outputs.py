@@ -60,9 +60,8 @@ class PdfMaker:
             yield fh
 
     def pdfa(self) -> bool:
-        if self.config.pdfa == "never":
-            return False
-        return self.config.pdfa == "always" or pdfout.ghostscript() is not None
+        """PDF/A asked for: "auto" and "always" (made by pikepdf, pages kept as they are)."""
+        return self.config.pdfa != "never"
 
     def _place(self, source: Path, pages: list[PageText]) -> list[PageText]:
         """Pages without word positions get them: Tesseract's boxes under their text.
@@ -126,6 +125,7 @@ class PdfMaker:
                 notes = pdfout.write(source, [p.layout for p in pages], tmp, is_pdf=is_pdf,
                                      pdfa=self.pdfa(), render=render,
                                      open_source=lambda: self._open(source),
+                                     reencode=self.config.pdfa == "always",
                                      turns=[p.turned for p in pages])
             # Never readable by more people than the original.
             with contextlib.suppress(OSError):

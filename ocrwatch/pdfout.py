@@ -7,8 +7,11 @@ of code; its method is the same as Tesseract's, which this follows: each word dr
 text render mode 3 (invisible) in a glyphless font (Tesseract's ``pdf.ttf``, 572 bytes,
 Apache-2.0, every character one empty glyph half an em wide), sized to its box's height
 and stretched (``Tz``) to its box's width, so viewers select and find it where it is
-printed. PDF/A-2b is made by Ghostscript when it is installed, with images passed
-through losslessly.
+printed. PDF/A-2b is made by pikepdf (``pikepdf.pdfa``): an sRGB output intent and the
+XMP declaration are added and the written file is validated, with every page's content
+and image stream kept byte for byte; a file it cannot certify (a PDF whose fonts are
+not embedded, say) stays a plain PDF, or with ``pdfa = "always"`` goes through
+Ghostscript, which re-encodes the page images (a 3.1 MB JPEG became 29.6 MB).
 """
 
 from __future__ import annotations
@@ -368,26 +371,53 @@ def to_pdfa(src: Path, out: Path, gs: str) -> None:
                              "\"never\" to write plain PDFs")
 
 
+def keep_as_pdfa(src: Path, out: Path) -> None:
+    """PDF/A-2b by pikepdf, every stream kept as it is; InputError with the validator's
+    first reasons when the file cannot be certified that way."""
+    import pikepdf
+    from pikepdf import pdfa
+
+    with pikepdf.open(src) as pdf:
+        try:
+            pdfa.save(pdf, out, "2b")
+        except pdfa.PdfaError as exc:
+            findings = getattr(getattr(exc, "report", None), "findings", None) or []
+            said = "; ".join(str(getattr(f, "message", f)) for f in findings[:2])
+            raise InputError(f"pikepdf's PDF/A-2b check did not pass ({said or exc})") from None
+
+
 def write(source: Path, layouts: list[PageLayout | None], tmp: Path, *, is_pdf: bool,
           pdfa: bool, render: Callable[[], Iterable[Page]],
-          open_source: SourceOpener, turns: list[int] | None = None) -> list[str]:
-    """The searchable PDF at ``tmp`` (a temporary name, renamed into place by the caller)."""
-    gs = ghostscript() if pdfa else None
-    if pdfa and gs is None:
-        raise InputError("pdfa = \"always\" but Ghostscript is not installed: install it "
-                         "(Debian/Ubuntu: `sudo apt install ghostscript`) or set pdfa = \"auto\"")
-    # The plain PDF before Ghostscript, named like every temporary file (cleaned at start).
-    plain = tmp.with_name(tmp.name.removesuffix(".tmp") + "-plain.tmp") if gs else tmp
+          open_source: SourceOpener, turns: list[int] | None = None,
+          reencode: bool = False) -> list[str]:
+    """The searchable PDF at ``tmp`` (a temporary name, renamed into place by the caller).
+
+    With ``pdfa``, PDF/A-2b that keeps the pages as they are; where that cannot be
+    certified the plain PDF is kept (said in a note), or with ``reencode`` (``pdfa =
+    "always"``) Ghostscript makes the PDF/A, re-encoding the page images."""
+    # The plain PDF first, named like every temporary file (cleaned at start).
+    plain = tmp.with_name(tmp.name.removesuffix(".tmp") + "-plain.tmp") if pdfa else tmp
     try:
         notes = build(source, layouts, plain, is_pdf=is_pdf, render=render,
                       open_source=open_source, turns=turns)
-        if gs is not None:
+        if pdfa:
             try:
-                to_pdfa(plain, tmp, gs)
-            except InputError as exc:
-                # The plain PDF is still good: keep it rather than none.
-                notes.append(f"not PDF/A: {exc}")
-                os.replace(plain, tmp)
+                keep_as_pdfa(plain, tmp)
+            except InputError as kept:
+                gs = ghostscript() if reencode else None
+                if reencode and gs is None:
+                    raise InputError(f"pdfa = \"always\": {kept}, and Ghostscript, which would "
+                                     "re-encode it, is not installed (Debian/Ubuntu: `sudo apt "
+                                     "install ghostscript`); or set pdfa = \"auto\"") from None
+                try:
+                    if gs is None:
+                        raise kept
+                    to_pdfa(plain, tmp, gs)
+                    notes.append(f"PDF/A made by Ghostscript, its page images re-encoded: {kept}")
+                except InputError as exc:
+                    # The plain PDF is still good: keep it rather than none.
+                    notes.append(f"not PDF/A: {exc}")
+                    os.replace(plain, tmp)
     except OSError as exc:
         raise TransientError(f"could not write the PDF of {source.name}: {exc}") from exc
     finally:

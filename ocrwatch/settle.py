@@ -149,6 +149,22 @@ class Settler(Service):
         if kind == "closed":
             entry.closed = True
 
+    def waiting(self, limit: int = 200) -> tuple[int, int]:
+        """Files not handed on yet: (settling, looking incomplete), for the status.
+
+        Read from another thread: a copy of the table, retried if it changed meanwhile."""
+        for _ in range(3):
+            try:
+                entries = list(self.pending.items())
+                break
+            except RuntimeError:  # changed size during the copy
+                continue
+        else:
+            return len(self.pending), 0
+        incomplete = sum(1 for path, entry in entries[:limit]
+                         if entry.size > 0 and not looks_complete(path))
+        return len(entries) - incomplete, incomplete
+
     def _grace(self) -> float:
         return self.settle * GONE_SETTLES + GONE_EXTRA
 

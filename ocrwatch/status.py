@@ -13,9 +13,12 @@ import threading
 import time
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+from ocrwatch.progress import Progress
+from ocrwatch.progress import lines as progress_lines
 
 # The daemon's states; "stopped" is only ever shown by a client when no daemon answers.
 STATES = ("idle", "working", "paused", "stopping", "stopped")
@@ -74,10 +77,22 @@ class PageRate:
         self._times: deque[tuple[float, int]] = deque(maxlen=100_000)
         self._started = time.monotonic()
         self._lock = threading.Lock()
+        self.total = 0  # pages added since start (the status's pages done count from it)
 
     def add(self, pages: int = 1, now: float | None = None) -> None:
         with self._lock:
             self._times.append((time.monotonic() if now is None else now, pages))
+            self.total += pages
+
+    def mark_start(self, now: float | None = None) -> None:
+        """Work begins after a quiet spell: the rate counts from here, not from the daemon's
+        start (an hour idle would make the first minute's rate look slow)."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            while self._times and now - self._times[0][0] > self.window:
+                self._times.popleft()
+            if not self._times:
+                self._started = now
 
     def per_second(self, now: float | None = None) -> float | None:
         """None before the first page: nothing to say yet."""
@@ -151,6 +166,8 @@ class Status:
     # Done files whose original was not archived or deleted (an incomplete read, a
     # full disk...), and why.
     kept: tuple[Failure, ...] = ()
+    restart_needed: tuple[str, ...] = ()  # config keys changed that wait for a restart
+    progress: Progress = field(default_factory=Progress)  # pages left, rate, ETA, waiting
     index_note: str | None = None  # the index file was damaged, deleted or replaced
     counts_note: str | None = None  # the counts come from memory: the index was locked
 
@@ -168,6 +185,8 @@ class Status:
         out["inbox"] = list(self.inbox)
         out["reading"] = [asdict(r) for r in self.reading]
         out["languages"] = list(self.languages)
+        out["restart_needed"] = list(self.restart_needed)
+        out["progress"] = self.progress.to_dict()
         return out
 
     @classmethod
@@ -195,6 +214,8 @@ class Status:
             reading=tuple(Reading.from_dict(r) for r in data.get("reading") or ()),
             languages=tuple(str(x) for x in data.get("languages") or ()),
             language_note=text("language_note"), counts_note=text("counts_note"),
+            restart_needed=tuple(str(k) for k in data.get("restart_needed") or ()),
+            progress=Progress.from_dict(data.get("progress")),
             pages_per_second=float(pps) if (pps := data.get("pages_per_second")) is not None
             else None,
             kept=tuple(Failure.from_dict(f) for f in data.get("kept") or ()),
@@ -202,10 +223,18 @@ class Status:
         )
 
 
+def in_hand(status: Status) -> str:
+    """``8 in hand (3 being read)``: files taken from the queue, and those of them whose
+    pages are being read now (the others are being prepared or wait for the engine)."""
+    if status.state == "stopped" or not status.running:
+        return f"{status.running} running"
+    return f"{status.running} in hand ({len(status.reading)} being read)"
+
+
 def format_status(status: Status) -> str:
     """The text ``ocrwatch status`` prints, for a running daemon or a stopped one."""
     engine = status.engine
-    queue = (f"  queue:   {status.queued} waiting, {status.running} running, "
+    queue = (f"  queue:   {status.queued} waiting, {in_hand(status)}, "
              f"{status.done} done, {status.failed} failed")
     languages = f"  languages: {', '.join(status.languages)}" if status.languages else None
     if languages and status.language_note:
@@ -227,8 +256,10 @@ def format_status(status: Status) -> str:
     lines += [f"  reading: {r.text}" for r in status.reading[:5]]
     if len(status.reading) > 5:
         lines.append(f"  reading: and {len(status.reading) - 5} more files")
-    if status.pages_per_second is not None:
-        lines.append(f"  rate:    {status.pages_per_second:.2f} pages/s over the last minute")
+    progress = status.progress
+    if progress.pages_per_second is None and status.pages_per_second is not None:
+        progress = replace(progress, pages_per_second=status.pages_per_second)  # older daemon
+    lines += progress_lines(progress)
     prepared = [f"{n} {what}" for n, what in ((status.turned_today, "turned upright"),
                                                (status.blank_today, "blank")) if n]
     lines.append(f"  today:   {status.pages_today} pages"
@@ -241,10 +272,11 @@ def format_status(status: Status) -> str:
         lines.append(f"  GPU:     {engine.gpu_memory_mb:.0f} MB held")
     if engine.facts.get("waiting_reason"):  # pages held until the card has room
         lines.append(f"  waiting: {engine.facts['waiting_reason']}")
-    if engine.pages_per_second is not None:
-        lines.append(f"  speed:   {engine.pages_per_second:.2f} pages/s")
     if languages:
         lines.append(languages)
+    if status.restart_needed:
+        lines.append(f"  restart: {', '.join(status.restart_needed)} changed in the config; "
+                     "they take effect when the daemon starts again")
     for server in engine.facts.get("servers") or []:  # the remote engine's servers
         line = (f"  server:  {server.get('url')} {server.get('state')}, "
                 f"{server.get('outstanding', 0)} in flight, {server.get('answered', 0)} answered")

@@ -5,6 +5,9 @@ from __future__ import annotations
 import html
 import re
 
+from markdown_it import MarkdownIt
+from markdown_it.token import Token
+
 # Math is kept exactly as written: emphasis markers inside it are part of the formula.
 _MATH = re.compile(r"(\$\$.+?\$\$|\\\[.+?\\\]|\\\(.+?\\\)|(?<![\\$])\$(?!\s)[^$\n]+?(?<!\s)\$)",
                    re.DOTALL)
@@ -13,19 +16,13 @@ _ROW = re.compile(r"<tr\b.*?>(.*?)</tr>", re.IGNORECASE | re.DOTALL)
 _CELL = re.compile(r"<t([dh])\b.*?>(.*?)</t\1>", re.IGNORECASE | re.DOTALL)
 _BR = re.compile(r"<br\s*/?>", re.IGNORECASE)
 _TAG = re.compile(r"</?[A-Za-z][^<>]*>")
-_HEADER = re.compile(r"^[ \t]{0,3}#{1,6}[ \t]+(.*?)[ \t]*#*[ \t]*$", re.MULTILINE)
-_RULE = re.compile(r"^[ \t]{0,3}([-*_])([ \t]*\1){2,}[ \t]*$\n?", re.MULTILINE)
-_QUOTE = re.compile(r"^[ \t]{0,3}>[ \t]?", re.MULTILINE)
-_IMAGE = re.compile(r"!\[([^\]]*)\]\([^)]*\)")
-_LINK = re.compile(r"\[([^\]]+)\]\([^)]*\)")
-_STRONG = re.compile(r"(\*\*|__)(?=\S)(.+?)(?<=\S)\1", re.DOTALL)
-_EMPH_STAR = re.compile(r"(?<![*\w])\*(?=\S)([^*\n]+?)(?<=\S)\*(?![*\w])")
-_EMPH_UNDER = re.compile(r"(?<![_\w])_(?=\S)([^_\n]+?)(?<=\S)_(?![_\w])")
-_STRIKE = re.compile(r"~~(?=\S)(.+?)(?<=\S)~~")
-_CODE = re.compile(r"`([^`\n]+)`")
-_FENCE = re.compile(r"^[ \t]*(```|~~~).*$\n?", re.MULTILINE)
-_PIPE_RULE = re.compile(r"^[ \t]*\|?[ \t]*:?-{3,}:?[ \t]*(\|[ \t]*:?-{3,}:?[ \t]*)*\|?[ \t]*$\n?",
-                        re.MULTILINE)
+# Markdown is parsed by markdown-it-py (CommonMark, with GFM tables and strikethrough, and
+# the model's HTML); the text is its tokens without the markup. What stays hand-written:
+# finding the math above (set aside so the parser never sees it) and the HTML tables'
+# rows and cells (the model writes them as HTML blocks, which Markdown leaves opaque).
+_MD = MarkdownIt("commonmark", {"html": True}).enable(["table", "strikethrough"])
+_INLINE_DROP = frozenset({"strong_open", "strong_close", "em_open", "em_close", "s_open",
+                          "s_close", "link_open", "link_close"})
 
 
 def _cell_text(cell: str) -> str:
@@ -41,33 +38,61 @@ def _table_to_rows(match: re.Match[str]) -> str:
     return "\n" + "\n".join(rows) + "\n"
 
 
-def _pipe_row(line: str) -> str:
-    """A Markdown pipe-table row as tab-separated cells; other lines unchanged."""
-    stripped = line.strip()
-    if stripped.startswith("|") and stripped.endswith("|") and stripped.count("|") >= 2:
-        return "\t".join(c.strip() for c in stripped[1:-1].split("|"))
-    return line
+def _html_text(fragment: str) -> str:
+    """An HTML fragment's text: tables as tab-separated rows, <br> as a line break."""
+    fragment = _TABLE.sub(_table_to_rows, fragment)
+    fragment = _BR.sub("\n", fragment)
+    return html.unescape(_TAG.sub("", fragment))
+
+
+def _inline(tokens: list[Token]) -> str:
+    out = []
+    for tok in tokens:
+        if tok.type in ("text", "code_inline"):
+            out.append(tok.content)
+        elif tok.type in ("softbreak", "hardbreak"):
+            out.append("\n")
+        elif tok.type == "image":
+            out.append(tok.content)  # its alt text
+        elif tok.type == "html_inline":
+            out.append("\n" if _BR.fullmatch(tok.content.strip()) else "")
+        elif tok.type not in _INLINE_DROP:
+            out.append(tok.content)
+    return "".join(out)
 
 
 def _plain(segment: str) -> str:
-    segment = _TABLE.sub(_table_to_rows, segment)
-    segment = _BR.sub("\n", segment)
-    segment = _TAG.sub("", segment)
-    segment = _FENCE.sub("", segment)
-    segment = _PIPE_RULE.sub("", segment)
-    segment = "\n".join(_pipe_row(line) for line in segment.split("\n"))
-    segment = _HEADER.sub(r"\1", segment)
-    segment = _RULE.sub("", segment)
-    segment = _QUOTE.sub("", segment)
-    segment = _IMAGE.sub(r"\1", segment)
-    segment = _LINK.sub(r"\1", segment)
-    segment = _CODE.sub(r"\1", segment)
-    for _ in range(2):  # nested emphasis such as ***word***
-        segment = _STRONG.sub(r"\2", segment)
-        segment = _EMPH_STAR.sub(r"\1", segment)
-        segment = _EMPH_UNDER.sub(r"\1", segment)
-    segment = _STRIKE.sub(r"\1", segment)
-    return html.unescape(segment)
+    """The text of a stretch of Markdown (no math in it): markup dropped, lines kept."""
+    out: list[str] = []
+    lists: list[int] = []  # depth of the lists the next item is in
+    cell = 0
+    for tok in _MD.parse(segment):
+        kind = tok.type
+        if kind == "inline":
+            out.append(_inline(tok.children or []))
+        elif kind in ("paragraph_close", "heading_close"):
+            out.append("\n" if tok.hidden else "\n\n")  # hidden: a tight list's item
+        elif kind in ("bullet_list_open", "ordered_list_open"):
+            lists.append(len(lists))
+        elif kind in ("bullet_list_close", "ordered_list_close"):
+            lists.pop()
+            out.append("\n")
+        elif kind == "list_item_open":
+            # The item's own marker, as written: "-", "*", "3." (the model's numbering).
+            marker = f"{tok.info}{tok.markup}" if tok.info else tok.markup
+            out.append("  " * (len(lists) - 1) + marker + " ")
+        elif kind in ("code_block", "fence"):
+            out.append(tok.content + "\n")
+        elif kind == "html_block":
+            out.append(_html_text(tok.content) + "\n")
+        elif kind == "tr_open":
+            cell = 0
+        elif kind in ("th_open", "td_open"):
+            out.append("\t" if cell else "")
+            cell += 1
+        elif kind in ("tr_close", "table_close", "hr", "blockquote_close"):
+            out.append("\n")
+    return "".join(out)
 
 
 def markdown_to_text(md: str) -> str:
@@ -76,9 +101,16 @@ def markdown_to_text(md: str) -> str:
     Headers and emphasis lose their markers, HTML tables become tab-separated rows,
     LaTeX math stays exactly as written.
     """
-    parts = _MATH.split(md)
-    out = [part if i % 2 else _plain(part) for i, part in enumerate(parts)]
-    text = "".join(out)
+    # Each formula is set aside behind a placeholder the parser reads as a plain word, and
+    # put back as written: "*" and "_" in it are part of the formula, not emphasis.
+    formulas: list[str] = []
+
+    def aside(match: re.Match[str]) -> str:
+        formulas.append(match.group(0))
+        return f"\ue000{len(formulas) - 1}\ue001"
+
+    text = _plain(_MATH.sub(aside, md.replace("\ue000", "").replace("\ue001", "")))
+    text = re.sub("\ue000(\\d+)\ue001", lambda m: formulas[int(m.group(1))], text)
     lines = [line.rstrip() for line in text.split("\n")]
     return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip() + ("\n" if text.strip() else "")
 

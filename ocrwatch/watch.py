@@ -34,22 +34,21 @@ log = logging.getLogger(__name__)
 NETWORK_FS = frozenset({"nfs", "nfs4", "cifs", "smb3", "smbfs", "fuse.sshfs", "9p", "afpfs",
                         "fuse.rclone", "davfs", "fuse.davfs2", "ncpfs", "glusterfs", "ceph"})
 def fs_type(path: Path) -> str | None:
-    """The file system type holding ``path`` (Linux /proc/mounts), or None."""
+    """The file system type holding ``path`` (psutil's mount table: Linux, macOS, BSD),
+    or None when it cannot be told."""
+    import psutil
+
     try:
-        mounts = Path("/proc/mounts").read_text().splitlines()
-    except OSError:
+        partitions = psutil.disk_partitions(all=True)
+    except (OSError, RuntimeError):
         return None
-    best, best_type = "", None
     target = str(path.resolve())
-    for line in mounts:
-        fields = line.split()
-        if len(fields) < 3:
-            continue
-        mount = fields[1].replace("\\040", " ")
-        if (target == mount or target.startswith(mount.rstrip("/") + "/")) and len(mount) > len(
-            best
-        ):
-            best, best_type = mount, fields[2]
+    best, best_type = "", None
+    for part in partitions:
+        mount = part.mountpoint
+        inside = target == mount or target.startswith(mount.rstrip("/") + "/")
+        if inside and len(mount) > len(best):
+            best, best_type = mount, part.fstype or None
     return best_type
 
 

@@ -10,7 +10,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from helpers import use_home
+from helpers import home_env, use_home
+from hermetic import pytest_configure, pytest_sessionfinish  # noqa: F401  (the run's checks)
+
+# Variables of the user's own set-up that would reach past the private home.
+USER_VARIABLES = ("OCRWATCH_CONFIG", "OCRWATCH_REMOTE_API_KEY")
 
 
 @pytest.fixture
@@ -32,6 +36,19 @@ def _no_leaked_threads(long_lived_threads: tuple[str, ...]) -> Iterator[None]:
             break
         time.sleep(0.05)
     assert not leaked, f"threads left running: {[t.name for t in leaked]}"
+
+
+@pytest.fixture(autouse=True)
+def _private_home(tmp_path_factory: pytest.TempPathFactory,
+                  monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test runs with a HOME, cache and XDG folders of its own (``home`` below gives
+    a test one it names; either way nothing reaches the real home)."""
+    private = tmp_path_factory.mktemp("private-home")
+    for key in USER_VARIABLES:
+        monkeypatch.delenv(key, raising=False)
+    for key, value in home_env(private).items():
+        monkeypatch.setenv(key, value)
+    return private
 
 
 @pytest.fixture

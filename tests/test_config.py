@@ -42,7 +42,9 @@ def test_example_file_documents_every_key_with_its_default(home: Path) -> None:
     example = ROOT / "config.example.toml"
     data = tomllib.loads(example.read_text())
     fields = {f.name for f in dataclasses.fields(cfg.Config)} - schema._INTERNAL
-    assert set(data) == fields
+    # Left out on purpose, shown commented: its default depends on the desktop's locale.
+    assert "\n# languages = " in example.read_text()
+    assert set(data) | {"languages"} == fields and "languages" not in data
     loaded = cfg.load(example, environ={})
     for section, cls in (("vllm", cfg.VllmConfig), ("remote", cfg.RemoteConfig)):
         assert set(data[section]) == {f.name for f in dataclasses.fields(cls)}
@@ -51,7 +53,35 @@ def test_example_file_documents_every_key_with_its_default(home: Path) -> None:
                        else f.default)
             assert getattr(getattr(loaded, section), f.name) == default, f"{section}.{f.name}"
     assert loaded.engine == cfg.Config().engine
+    assert loaded.languages == cfg.Config().languages
     assert loaded.max_pixels == cfg.Config().max_pixels
+
+
+def test_a_copied_example_keeps_the_desktops_language(home: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Copying the example must not pin English: German data installed and a German
+    desktop give ["eng", "deu"] with the example file as with no file at all."""
+    from ocrwatch import languages
+
+    monkeypatch.setattr(languages, "available_languages",
+                        lambda explicit=None: {"eng": Path("eng"), "deu": Path("deu")})
+    monkeypatch.setenv("LANG", "de_DE.UTF-8")
+    monkeypatch.delenv("LC_ALL", raising=False)
+    monkeypatch.delenv("LC_MESSAGES", raising=False)
+    assert cfg.load(ROOT / "config.example.toml", environ={}).languages == ["eng", "deu"]
+
+
+@pytest.mark.parametrize("given", ["eng+fra", "eng,fra", "eng + fra", "eng+fra,eng"])
+def test_languages_take_tesseracts_plus_form_and_commas(home: Path, given: str) -> None:
+    assert cfg.load(overrides={"languages": given}, environ={}).languages == ["eng", "fra"]
+    assert cfg.load(environ={"OCRWATCH_LANGUAGES": given}).languages == ["eng", "fra"]
+
+
+def test_languages_plus_form_in_the_file(home: Path, tmp_path: Path) -> None:
+    path = write(tmp_path, 'languages = "eng+deu"\n')
+    assert cfg.load(path, environ={}).languages == ["eng", "deu"]
+    path = write(tmp_path, 'languages = ["eng+deu", "fra"]\n')
+    assert cfg.load(path, environ={}).languages == ["eng", "deu", "fra"]
 
 
 def test_unknown_key_names_key_file_and_known_keys(home: Path, tmp_path: Path) -> None:

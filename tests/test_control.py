@@ -228,7 +228,8 @@ def test_format_status_mentions_log_and_engine() -> None:
         last_result="/in/y.md",
     ).status()
     text = format_status(st)
-    assert "vllm (asleep)" in text and "912 MB" in text and "1.25 pages/s" in text
+    assert "vllm (asleep)" in text and "912 MB" in text
+    assert "1.25 pages/s" not in text and "speed" not in text  # one rate: the daemon's own
     assert "log:     /tmp/ocrwatch.log" in text
     assert "/in/x.pdf: encrypted" in text
 

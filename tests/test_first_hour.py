@@ -192,8 +192,8 @@ def test_status_says_which_file_and_page_are_being_read(user: Path) -> None:
         out = wait_for(reading_later_page, 120, "status to show a later page of report.pdf")
         assert "  languages: eng, deu" in out, out
         assert "  engine:  fake (ready)" in out, out
-        assert "  rate:    " in out and "pages/s over the last minute" in out, out
-        assert "waiting" in out and "running" in out, out  # the queue
+        assert re.search(r"^  rate:    [\d.]+ pages/(s|min) over the last minute$", out, re.M), out
+        assert "waiting" in out and "in hand (1 being read)" in out, out  # the queue
         import json
         data = json.loads(run(user, "status", "--json", env=env).stdout)
         assert data["languages"] == ["eng", "deu"]
@@ -219,7 +219,7 @@ def test_the_tray_status_submenu_shows_the_same() -> None:
     assert "Reading: minutes.pdf, page 7 of 80" in lines, lines
     assert "Rate: 1.50 pages/s (last minute)" in lines, lines
     assert "Languages: eng, fra" in lines and "Engine: tesseract (ready)" in lines, lines
-    assert lines[0] == "State: working, 3 waiting, 1 running", lines
+    assert lines[0] == "State: working, 3 waiting, 1 in hand (1 being read)", lines
 
 
 def test_add_shows_progress_in_pages(user: Path) -> None:

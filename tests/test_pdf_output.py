@@ -188,8 +188,11 @@ def test_multipage_pdf_in_multipage_pdf_out(tmp_path: Path) -> None:
     assert all(same_pixels(x, y) for x, y in zip(before, after, strict=True))
 
 
-@pytest.mark.skipif(shutil.which("gs") is None, reason="Ghostscript is not installed")
-def test_pdfa_when_ghostscript_is_present(tmp_path: Path) -> None:
+def test_pdfa_is_made_by_pikepdf_without_ghostscript(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ocrwatch import pdfout
+
+    monkeypatch.setattr(pdfout, "ghostscript", lambda: None)
     config, inbox = make_inbox(tmp_path, pdfa="auto")
     src = inbox / "a.png"
     lines, _ = write_page(src, 3)
@@ -201,13 +204,85 @@ def test_pdfa_when_ghostscript_is_present(tmp_path: Path) -> None:
         assert meta.get("pdfaid:conformance") == "B"
         assert "/OutputIntents" in pdf.Root
     # pikepdf's PDF/A-2b validator (an allowlist: it passes only what it knows conforms).
-    pdfa = pytest.importorskip("pikepdf.pdfa", exc_type=ImportError)
+    from pikepdf import pdfa
+
     report = pdfa.validate_written(out, "2b")
     assert report.passed and report.findings == [], report.findings
     text = pdf_text(out)
     assert lines[0] in text
     (image,) = pdf_images(out, tmp_path / "images")
     assert same_pixels(image, Image.open(src))
+
+
+def _jpeg_with_a_profile(path: Path) -> None:
+    """A scan as cameras and scanners write it: JPEG with an ICC profile of its own (the
+    kind Ghostscript's PDF/A re-encoded: 3.17x for a corpus scan)."""
+    from PIL import ImageCms
+
+    image, _ = synthetic_page(page_lines(5))
+    profile = ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB"))
+    image.save(path, quality=85, dpi=(DPI, DPI), icc_profile=profile.tobytes())
+
+
+@pytest.mark.parametrize("kind", ["jpeg", "png", "pdf"])
+def test_pdfa_keeps_every_page_stream_and_the_size(tmp_path: Path, kind: str) -> None:
+    """pdfa = "auto": the PDF/A holds the original's image bytes as they are, and is
+    at most 1.1x the original plus its text layer (Ghostscript's was up to 10x)."""
+    from pikepdf import pdfa
+
+    config, inbox = make_inbox(tmp_path, pdfa="auto")
+    (tmp_path / "plain").mkdir()
+    plain_config, plain_inbox = make_inbox(tmp_path / "plain", pdfa="never")
+    if kind == "jpeg":
+        src = inbox / "scan.jpg"
+        _jpeg_with_a_profile(src)
+    elif kind == "png":
+        src = inbox / "scan.png"
+        write_page(src, 4)
+    else:
+        src = inbox / "scan.pdf"
+        jpg = tmp_path / "page.jpg"
+        _jpeg_with_a_profile(jpg)
+        import img2pdf
+
+        src.write_bytes(img2pdf.convert(str(jpg)))
+    twin = plain_inbox / src.name
+    twin.write_bytes(src.read_bytes())
+    read_one(config, src)
+    read_one(plain_config, twin)
+    out, plain = src.with_suffix(".ocr.pdf"), twin.with_suffix(".ocr.pdf")
+    assert pdfa.validate_written(out, "2b").passed
+    layer = plain.stat().st_size - src.stat().st_size
+    assert out.stat().st_size <= 1.1 * (src.stat().st_size + max(0, layer)), (
+        out.stat().st_size, src.stat().st_size, layer)
+    with pikepdf.open(out) as a, pikepdf.open(plain) as b:
+        (got,) = [img.read_raw_bytes() for img in a.pages[0].Resources.XObject.values()
+                  if img.get("/Subtype") == "/Image"]
+        (want,) = [img.read_raw_bytes() for img in b.pages[0].Resources.XObject.values()
+                   if img.get("/Subtype") == "/Image"]
+        assert got == want  # the same stream as in the plain PDF, byte for byte
+    if kind == "jpeg":
+        assert got == src.read_bytes()
+
+
+def test_a_pdf_pikepdf_cannot_certify_stays_plain_and_says_why(tmp_path: Path) -> None:
+    """A born-digital PDF whose font is not embedded (fpdf2's core Helvetica) is no
+    PDF/A without changing it: with pdfa = "auto" it stays a plain PDF, with a reason."""
+    from fpdf import FPDF
+
+    config, inbox = make_inbox(tmp_path, pdfa="auto")
+    doc = FPDF()
+    doc.add_page()
+    doc.set_font("Helvetica", size=14)
+    doc.cell(text="The harbour office opens at nine")
+    src = inbox / "letter.pdf"
+    doc.output(str(src))
+    warnings = all_warnings(config, src)
+    assert "PDF: not PDF/A: pikepdf's PDF/A-2b check did not pass" in warnings, warnings
+    out = inbox / "letter.ocr.pdf"
+    with pikepdf.open(out) as pdf:
+        assert pdf.open_metadata().get("pdfaid:part") is None
+    assert "harbour office" in pdf_text(out)
 
 
 def test_jpeg_bytes_go_into_the_pdf_unchanged(tmp_path: Path) -> None:
@@ -319,7 +394,9 @@ def test_doctor_says_what_the_pdf_output_needs(tmp_path: Path,
     assert "not needed" in doctor.check_tesseract(vllm_md)[0].detail
     monkeypatch.setenv("PATH", str(tmp_path))  # no Ghostscript on it
     check = doctor.check_pdf(make_config(tmp_path, pdfa="auto"))[0]
-    assert check.ok and "not PDF/A" in check.detail and "apt install ghostscript" in check.fix
+    assert check.ok and "PDF/A-2b made by pikepdf" in check.detail  # Ghostscript not needed
+    always = doctor.check_pdf(make_config(tmp_path, pdfa="always"))[0]
+    assert not always.ok and "apt install ghostscript" in always.fix
 
 
 # -- when the PDF cannot be made as asked ------------------------------------------------
@@ -354,21 +431,28 @@ def test_without_tesseract_data_the_model_text_gets_a_line_layer(tmp_path: Path)
 
 def test_a_failing_ghostscript_leaves_the_plain_pdf(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """pdfa = "always" sends what pikepdf cannot certify through Ghostscript; when that
+    fails too, the plain PDF is kept and the reason said."""
+    from fpdf import FPDF
+
     from ocrwatch import pdfout
 
     false = shutil.which("false")
     assert false is not None
     monkeypatch.setattr(pdfout, "ghostscript", lambda: false)
-    config, inbox = make_inbox(tmp_path, pdfa="auto")
-    src = inbox / "a.png"
-    lines, _ = write_page(src, 3)
+    config, inbox = make_inbox(tmp_path, pdfa="always")
+    doc = FPDF()
+    doc.add_page()
+    doc.set_font("Helvetica", size=14)
+    doc.cell(text="The harbour office opens at nine")
+    src = inbox / "letter.pdf"
+    doc.output(str(src))
     warnings = all_warnings(config, src)
     assert "PDF: not PDF/A: Ghostscript could not make a PDF/A (exit 1" in warnings
-    out = inbox / "a.ocr.pdf"
+    out = inbox / "letter.ocr.pdf"
     with pikepdf.open(out) as pdf:
         assert pdf.open_metadata().get("pdfaid:part") is None
-    text = pdf_text(out)
-    assert lines[0] in text
+    assert "harbour office" in pdf_text(out)
     assert not [p for p in inbox.iterdir() if p.name.startswith(".")]
 
 

@@ -639,7 +639,8 @@ def test_status_submenu_while_a_pdf_is_read(xsession: X) -> None:
             x.xdotool("key", "Escape", "Escape")
             x.close_menu(menu)
             later = re.search(r"minutes\.pdf, page ([2-9]|1[0-6]) of 16", words)
-            return (shot, menu.union(sub), words) if later and "pages/s" in words else None
+            rate = re.search(r"pages/(s|min)", words)
+            return (shot, menu.union(sub), words) if later and rate else None
 
         shot, area, words = wait_for(submenu_shows_progress,
                                      60, "the submenu to show the PDF's progress",
@@ -647,6 +648,81 @@ def test_status_submenu_while_a_pdf_is_read(xsession: X) -> None:
         save_doc(shot, icon, "status", menu=area)
         assert "Languages: eng" in words and "Engine: fake (ready)" in words, words
         assert "State: working" in words, words
+    finally:
+        if d.proc.poll() is None:
+            subprocess.run([*OCRWATCH, "stop"], env=d.env, capture_output=True, timeout=90)
+        if d.proc.poll() is None:
+            d.proc.terminate()
+        d.proc.wait(timeout=60)
+
+
+def _terminal_picture(text: str) -> Image.Image:
+    """``ocrwatch status``'s output as a terminal shows it (monospace, dark on light)."""
+    from PIL import ImageFont
+
+    font_path = next((p for p in ("/usr/share/fonts/truetype/dejavu/DejaVuSansMono.ttf",
+                                  "/usr/share/fonts/TTF/DejaVuSansMono.ttf") if Path(p).exists()),
+                     None)
+    font: Any = (ImageFont.truetype(font_path, 15) if font_path
+                 else ImageFont.load_default())
+    rows = ["$ ocrwatch status", *text.splitlines()]
+    width = max(len(r) for r in rows) * 9 + 24
+    img = Image.new("RGB", (width, len(rows) * 20 + 20), "#fdfdf8")
+    draw = ImageDraw.Draw(img)
+    for n, row in enumerate(rows):
+        draw.text((12, 10 + n * 20), row, fill="#1d1f21", font=font)
+    return img
+
+
+def test_progress_with_an_eta_during_a_50_file_drop(xsession: X) -> None:
+    """The Status submenu and `ocrwatch status` say pages done and left, the rate and when
+    the drop will be read, while 50 scans go through (docs/tray-progress.png and
+    docs/status-progress.png)."""
+    x = xsession
+    d = start_daemon(x)
+    try:
+        wait_icon(x, "idle", "idle-before-drop")
+        make_scans(d.inbox, [f"drop-{n:02d}.png" for n in range(50)])
+
+        def with_eta() -> bool:
+            p = d.status().get("progress") or {}
+            return bool(p.get("eta_seconds")) and p.get("pages_done", 0) >= 4
+        wait_for(with_eta, 90, "an ETA for the drop", ignore=(Exception,), interval=POLL)
+        _shot, icon = wait_icon(x, "working", "working-drop")
+
+        def submenu_shows_eta() -> tuple[Image.Image, Geometry, str] | None:
+            menu = x.open_menu(icon)
+            before = x.visible()
+            x.xdotool("key", "Up", "Up", "Right")
+            sub = wait_for(lambda: next(
+                (g for g in map(x.geometry, x.visible() - before)
+                 if g.w > 80 and g.h > 40), None), 20, "the Status submenu",
+                 ignore=(Exception,), interval=POLL)
+            time.sleep(0.3)  # let the menu finish drawing: only the picture needs it
+            shot = x.screenshot("progress")
+            words = _read_screen(shot.crop((sub.x, sub.y, sub.x + sub.w, sub.y + sub.h)))
+            x.xdotool("key", "Escape", "Escape")
+            x.close_menu(menu)
+            shown = re.search(r"Pages: \d+ done, \d+ left", words) and "Done in: about" in words
+            return (shot, menu.union(sub), words) if shown else None
+
+        shot, area, words = wait_for(submenu_shows_eta, 60, "the submenu to show the ETA",
+                                     ignore=(Exception,), interval=1.0)
+        save_doc(shot, icon, "progress", menu=area)
+        assert re.search(r"Rate: [\d.]+ pages/(s|min) \(last minute\)", words), words
+        assert re.search(r"\d+ in hand \(\d+ being read\)", words), words
+        cli = subprocess.run([*OCRWATCH, "status"], env=d.env, capture_output=True, text=True,
+                             timeout=60)
+        assert cli.returncode == 0, cli.stderr
+        assert re.search(r"pages: +\d+ done, \d+ left, in \d+ files", cli.stdout), cli.stdout
+        assert re.search(r"eta: +about .+ \(done at \d\d:\d\d\)", cli.stdout), cli.stdout
+        assert len(re.findall(r"pages/(s|min)", cli.stdout)) == 1, cli.stdout  # one rate
+        out = os.environ.get("OCRWATCH_SCREENSHOTS")
+        if out:
+            folder = Path(out) if os.path.isabs(out) else ROOT / out
+            # Paths of the throwaway home are shortened to ~ in the picture.
+            shown_text = cli.stdout.replace(str(x.workdir / "home"), "~")
+            _terminal_picture(shown_text).save(folder / "status-progress.png", optimize=True)
     finally:
         if d.proc.poll() is None:
             subprocess.run([*OCRWATCH, "stop"], env=d.env, capture_output=True, timeout=90)

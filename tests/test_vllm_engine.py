@@ -7,6 +7,7 @@ only vLLM is replaced. The colour of a page tells it how to misbehave (see
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
@@ -316,6 +317,34 @@ def test_a_killed_worker_is_replaced_on_the_next_batch(engine: VllmEngine) -> No
     assert engine.worker_pid not in (None, pid)
 
 
+def test_session_members_finds_a_process_in_a_group_of_its_own() -> None:
+    """The session's processes, from psutil's table: also one that left the process group
+    (as vLLM's engine process does), never an ended one."""
+    import subprocess
+    import sys
+
+    from ocrwatch.engines.vllm.worker import session_members
+
+    code = ("import os, subprocess, sys, time\n"
+            "child = subprocess.Popen([sys.executable, '-c', "
+            "'import os, time; os.setpgid(0, 0); time.sleep(60)'])\n"
+            "print(child.pid, flush=True)\ntime.sleep(60)\n")
+    leader = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    try:
+        assert leader.stdout is not None
+        child = int(leader.stdout.readline())
+        wait_for(lambda: os.getpgid(child) == child, 10, "the child's own process group")
+        assert sorted(session_members(leader.pid)) == sorted([leader.pid, child])
+        assert session_members(1) == []
+    finally:
+        os.killpg(leader.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child, signal.SIGKILL)
+        leader.wait(timeout=30)
+    wait_for(lambda: session_members(leader.pid) == [], 10, "the session to be gone")
+
+
 def test_a_killed_worker_takes_its_helper_processes_with_it() -> None:
     # vLLM's engine process holds the GPU memory and may sit in a process group of its
     # own; ending the worker must end it too, or the card stays full.
@@ -564,19 +593,71 @@ def test_the_daemon_streams_through_a_killed_worker_and_indexes_each_page_once(
 # -- idle states -------------------------------------------------------------------------------
 
 
+class StepClock:
+    """A clock the test moves by hand, so that the idle timers fire when it says."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def test_idle_engine_sleeps_then_ends_its_worker_then_restarts() -> None:
-    eng = make_engine(idle_sleep=0.2, idle_stop=0.8)
+    # The idle timers run on the test's clock: under load a real clock let the stop timer
+    # (counted from the last page, as is the sleep timer) fire before the test looked.
+    clock = StepClock()
+    config = Config()
+    config.vllm.idle_sleep_seconds, config.vllm.idle_stop_seconds = 0.2, 0.8
+    eng = VllmEngine(config, backend="fake", card_mib=16 * 1024, clock=clock)
     try:
         eng.recognize([page(0)])
         pid = eng.worker_pid
         assert pid is not None
+        clock.now += 0.3
+        eng._poke()
         assert eng.wait_for_state(["asleep"], 10)
         assert eng.worker_pid == pid  # asleep, still there
+        clock.now += 0.6
+        eng._poke()
         assert eng.wait_for_state(["stopped"], 10)
         assert eng.worker_pid is None and gone(pid)
         assert eng.describe()["gpu_memory_mb"] == 0
         (result,) = eng.recognize([page(1)])
         assert result.error is None and eng.worker_pid not in (None, pid)
+    finally:
+        eng.close()
+
+
+def test_a_worker_being_ended_is_still_named_while_its_state_says_so(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the worker ends, the state and the pid agree: never "asleep" with no worker
+    (the engine used to let go of the worker first and say "stopped" only once it had
+    ended, so a look in between saw an asleep engine without a worker)."""
+    from ocrwatch.engines.vllm import supervisor
+
+    seen: list[tuple[str, int | None]] = []
+    stop = supervisor.Worker.stop
+
+    def watched_stop(self: supervisor.Worker) -> None:
+        seen.append((eng.state, eng.worker_pid))  # what another thread sees meanwhile
+        stop(self)
+
+    monkeypatch.setattr(supervisor.Worker, "stop", watched_stop)
+    clock = StepClock()
+    config = Config()
+    config.vllm.idle_sleep_seconds, config.vllm.idle_stop_seconds = 0.2, 0.8
+    eng = VllmEngine(config, backend="fake", card_mib=16 * 1024, clock=clock)
+    try:
+        eng.recognize([page(0)])
+        pid = eng.worker_pid
+        clock.now += 0.3
+        eng._poke()
+        assert eng.wait_for_state(["asleep"], 10)
+        clock.now += 0.6
+        eng._poke()
+        assert eng.wait_for_state(["stopped"], 10)
+        assert seen == [("asleep", pid)]
     finally:
         eng.close()
 
@@ -714,6 +795,17 @@ def test_markdown_to_text_strips_markup_and_keeps_math() -> None:
     assert "A\tB\n1\t2" in text
     assert "<" not in text and "**" not in text
     assert markdown_to_text("") == ""
+
+
+def test_markdown_to_text_follows_commonmark_where_regexes_did_not() -> None:
+    """Escapes, code spans and list markers as a Markdown viewer shows them (the text is
+    parsed by markdown-it-py): an escaped star is a star, a code span keeps its stars."""
+    assert markdown_to_text(r"Price \*not emphasis\* and `x*y*z` and 5 \_ 6") == (
+        "Price *not emphasis* and x*y*z and 5 _ 6\n")
+    assert markdown_to_text("- one\n- **two**\n  - nested\n\n3. third\n4. fourth") == (
+        "- one\n- two\n  - nested\n\n3. third\n4. fourth\n")
+    assert markdown_to_text("[see (this) page](http://x/(y)) and <b>bold</b>") == (
+        "see (this) page and bold\n")
 
 
 def test_repeats_itself_spots_the_model_looping() -> None:
@@ -937,6 +1029,8 @@ def test_the_daemon_holds_files_while_the_card_is_busy_and_says_why(tmp_path: Pa
         assert any(why in line for line in status_lines(status))
         assert status.failed == 0 and status.done == 0
         assert why in str(status.to_dict()["engine"]["waiting_reason"])  # status --json
+        busy = [w for w in status.progress.waiting if w.what == "GPU busy"]
+        assert busy and busy[0].files == 3 and why in busy[0].why
         card.asked.clear()
         wait_for(lambda: len(card.asked) >= 2, 10, "the card asked again while waiting")
         assert daemon.status().failed == 0  # still held, none failed

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import os
 import queue
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -192,3 +194,17 @@ def test_periodic_rescan(tmp_path: Path) -> None:
         assert ready.get(timeout=15) == path
     finally:
         s.close(timeout=10)
+
+
+@pytest.mark.skipif(shutil.which("findmnt") is None, reason="needs findmnt (util-linux)")
+def test_fs_type_agrees_with_findmnt(tmp_path: Path) -> None:
+    """The file system of a folder, from psutil's mount table, as util-linux says it."""
+    from ocrwatch.watch import fs_type
+
+    for folder in (tmp_path, Path("/proc"), Path("/dev/shm"), Path("/")):
+        if not folder.exists():
+            continue
+        said = subprocess.run(["findmnt", "-n", "-o", "FSTYPE", "--target", str(folder)],
+                              capture_output=True, text=True, timeout=30).stdout.split()
+        # Mounts stacked on one place are listed in order: the last one is what is seen.
+        assert fs_type(folder) == (said[-1] if said else None), folder

@@ -1,7 +1,8 @@
 """The command line: parse, configure logging, call the core, map errors to exit codes.
 
 One module per group of commands: :mod:`~ocrwatch.cli.running`,
-:mod:`~ocrwatch.cli.results`, :mod:`~ocrwatch.cli.steering`; the options are in
+:mod:`~ocrwatch.cli.results`, :mod:`~ocrwatch.cli.steering`, :mod:`~ocrwatch.cli.desktop`;
+the options are in
 :mod:`~ocrwatch.cli.parser`, what they share in :mod:`~ocrwatch.cli.common`.
 """
 
@@ -14,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ocrwatch.cli import results, running, steering
+from ocrwatch.cli import desktop, results, running, steering
 from ocrwatch.cli.common import EXIT_BROKEN_PIPE, echo, log
 from ocrwatch.cli.parser import build_parser
 from ocrwatch.errors import OcrwatchError
@@ -34,6 +35,9 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpa
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = _parse(parser, argv)
+    if args.command is None:  # a bare `ocrwatch`: what it can do, as `--help` says it
+        parser.print_help()
+        return 0
     handler = _command(args.command)
     try:
         code = int(handler(args) or 0)
@@ -63,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _command(name: str) -> Any:
     """The function that carries out ``ocrwatch NAME``."""
-    for module in (running, results, steering):
+    for module in (running, results, steering, desktop):
         handler = getattr(module, f"cmd_{name}", None)
         if handler is not None:
             return handler

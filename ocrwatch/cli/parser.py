@@ -63,7 +63,7 @@ def _overrides(p: argparse.ArgumentParser) -> None:
                    help="write sidecars under DIR instead of beside the originals")
     p.add_argument("--database", type=Path, metavar="FILE", help="index and queue file")
     p.add_argument("--languages", metavar="LANGS",
-                   help="Tesseract languages, comma-separated, e.g. eng,deu,fra")
+                   help="Tesseract languages: eng+deu+fra or eng,deu,fra")
     p.add_argument("--log-level", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
 
 
@@ -86,7 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"ocrwatch {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    # Not required: a bare `ocrwatch` prints this help (cli.main) instead of an error.
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = _sub(sub, "run", "run the daemon in the foreground (with a tray icon when there is "
                          "a display)",
@@ -109,11 +110,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = _sub(sub, "reread", "read again, with a progress bar, the files read with other "
                             "languages (or another engine) than now",
              "ocrwatch reread", "ocrwatch reread --languages eng,deu",
-             "ocrwatch reread --all")
+             "ocrwatch reread --all", "ocrwatch reread --outputs    # after adding \"pdf\"")
     _common(p)
     _overrides(p)
     p.add_argument("--all", action="store_true",
                    help="every file read so far, also those read as they would be now")
+    p.add_argument("--outputs", action="store_true",
+                   help="only write the outputs asked for since files were read (say "
+                        "\"pdf\" added to `outputs`), from the stored text: no page is "
+                        "read again")
+    # With a daemon running, it queues the files again itself (`ocrwatch status` shows them).
 
     p = _sub(sub, "search", "search the text of every page read so far",
              'ocrwatch search invoice "March 2024"',
@@ -166,6 +172,11 @@ def build_parser() -> argparse.ArgumentParser:
                        ("rescan", "look through the watched folders for missed files now")):
         _sub(sub, name, text, f"ocrwatch {name}")
 
+    p = _sub(sub, "reload", "make the running daemon read its config file again (also on "
+                            "SIGHUP and when the file is saved); names what waits for a restart",
+             "ocrwatch reload", "kill -HUP $(pgrep -f 'ocrwatch run')")
+    _common(p)
+
     p = _sub(sub, "retry", "read failed files again",
              "ocrwatch retry ~/OCR-Inbox/scan.pdf", "ocrwatch retry --all-failed")
     _common(p)
@@ -174,9 +185,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all-failed", action="store_true", help="every failed file")
 
     p = _sub(sub, "doctor", "check what the daemon needs and say how to fix gaps",
-             "ocrwatch doctor", "ocrwatch doctor --engine vllm --languages eng,ita")
+             "ocrwatch doctor", "ocrwatch doctor --engine vllm --languages eng+ita",
+             "ocrwatch doctor --json | jq '.[] | select(.ok | not)'")
     _common(p)
     _overrides(p)
+    p.add_argument("--json", action="store_true",
+                   help="print the checks as JSON: a list of {name, ok, detail, fix}")
+
+    p = _sub(sub, "init", "write the example configuration, every key with its default and "
+                          "what it does, to the config file",
+             "ocrwatch init", "ocrwatch init --print > my-config.toml",
+             "ocrwatch init --config ~/ocrwatch.toml")
+    _common(p)
+    p.add_argument("--print", action="store_true", dest="print_only",
+                   help="print it instead of writing a file")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing config file (it is kept as FILE.bak)")
+
+    p = _sub(sub, "completion", "print a shell completion script for bash, zsh or tcsh",
+             "ocrwatch completion bash > ~/.local/share/bash-completion/completions/ocrwatch",
+             "ocrwatch completion zsh > ~/.zfunc/_ocrwatch")
+    p.add_argument("shell", choices=("bash", "zsh", "tcsh"))
+
+    _sub(sub, "manpage", "print the manual page (roff), made from these options",
+         "ocrwatch manpage > ~/.local/share/man/man1/ocrwatch.1", "man <(ocrwatch manpage)")
 
     p = _sub(sub, "autostart", "start the daemon at login (or stop doing so)",
              "ocrwatch autostart enable --now", "ocrwatch autostart disable")

@@ -173,9 +173,17 @@ def cmd_status(args: argparse.Namespace) -> int:
         running = False
     if args.json:
         print(json.dumps({**status.to_dict(), "running": running}, indent=2, default=str))
-    else:
+        if not running:
+            echo("ocrwatch: no daemon is running (start one with `ocrwatch run`)", err=True)
+    elif running:
         echo(format_status(status))
-    return 0
+    else:  # the "no daemon" line on stderr, as for every non-zero status; the index's facts
+        first, _, rest = format_status(status).partition("\n")
+        echo(first, err=True)
+        echo(rest)
+    # What the index says is printed all the same; the status says no daemon runs (5),
+    # as for every command that asks the daemon.
+    return 0 if running else DaemonNotRunning.exit_code
 
 
 def _offline_status(args: argparse.Namespace) -> Status:

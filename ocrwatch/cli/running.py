@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
@@ -32,6 +33,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, config: config_mod.Config, log_file: Path) -> int:
+    from ocrwatch.cli.desktop import config_target
+    from ocrwatch.config.reload import FileWatch
     from ocrwatch.control.lock import DaemonLocks
     from ocrwatch.control.server import ControlServer
     from ocrwatch.daemon import Daemon
@@ -39,7 +42,7 @@ def _run(args: argparse.Namespace, config: config_mod.Config, log_file: Path) ->
     lock = DaemonLocks(config.database)
     lock.acquire()  # raises DaemonRunning naming the other one
     try:
-        daemon = Daemon(config, log_file=log_file)
+        daemon = Daemon(config, log_file=log_file, reload_from=lambda: load_config(args))
         stop = threading.Event()
 
         def on_signal(signum: int, _frame: object) -> None:
@@ -47,12 +50,23 @@ def _run(args: argparse.Namespace, config: config_mod.Config, log_file: Path) ->
             daemon.request_stop()
             stop.set()
 
+        def reload_later(why: str) -> None:
+            # Off the signal handler's (or the watch's) thread: reload takes locks.
+            def run() -> None:
+                with contextlib.suppress(OcrwatchError):  # logged by reload itself
+                    daemon.reload(why)
+            threading.Thread(target=run, name="ocrwatch-reload", daemon=True).start()
+
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
+        signal.signal(signal.SIGHUP, lambda *_: reload_later("SIGHUP"))
+        config_path = config_target(args)
+        watch = FileWatch(config_path, lambda: reload_later(f"{config_path} changed"))
         server = ControlServer(None, daemon)
         try:
             daemon.start()
             server.start()
+            watch.start()
             threading.Thread(target=_follow, args=(daemon, stop), name="ocrwatch-stop-watch",
                              daemon=True).start()
             shown = False
@@ -65,6 +79,7 @@ def _run(args: argparse.Namespace, config: config_mod.Config, log_file: Path) ->
                     pass
         finally:
             daemon.request_stop()
+            watch.close()
             server.close()
             daemon.close()
         log.info("stopped")
@@ -86,19 +101,35 @@ def _follow(daemon: Any, stop: threading.Event) -> None:
 
 
 def cmd_add(args: argparse.Namespace) -> int:
+    return _quietly(args, _add)
+
+
+def _quietly(args: argparse.Namespace, command: Any) -> int:
+    """The config, the log (warnings on the console), then ``command(args, config)`` with
+    descriptor 2 in the log: Leptonica and friends never write through the progress bar."""
+    from ocrwatch.logs import setup_logging
+    from ocrwatch.native_stderr import NativeStderr
+
+    config = load_config(args)
+    setup_logging(config.log_level if config.log_level != "INFO" else "WARNING")
+    native = NativeStderr().start()
+    try:
+        return int(command(args, config))
+    finally:
+        native.close()
+
+
+def _add(args: argparse.Namespace, config: config_mod.Config) -> int:
     from ocrwatch.control.lock import DaemonLocks
     from ocrwatch.daemon import Daemon
     from ocrwatch.inbox_files import walk
-    from ocrwatch.logs import setup_logging
 
-    config = load_config(args)
     # The files named here are the user's: moved or deleted only when this command
     # line says so, whatever the configured on_success.
     config.on_success = args.on_success
     if config.on_success == "archive" and config.archive_dir is None:
         raise OcrwatchError("--on-success archive needs archive_dir in the config: the "
                             "folder the originals go to")
-    setup_logging(config.log_level if config.log_level != "INFO" else "WARNING")
     files: list[Path] = []
     for path in args.paths:
         path = path.expanduser().absolute()
@@ -152,21 +183,31 @@ def cmd_add(args: argparse.Namespace) -> int:
 def cmd_reread(args: argparse.Namespace) -> int:
     """Read again what was read with other languages: after installing a language or
     changing ``languages``. A file already read as it would be now is left alone."""
+    return _quietly(args, _reread)
+
+
+def _reread(args: argparse.Namespace, config: config_mod.Config) -> int:
     from ocrwatch.control.lock import DaemonLocks
     from ocrwatch.daemon import Daemon
-    from ocrwatch.logs import setup_logging
 
-    config = load_config(args)
     # Read again, not handled again: an archived file would be archived a second time.
     config.on_success = "keep"
-    setup_logging(config.log_level if config.log_level != "INFO" else "WARNING")
     lock = DaemonLocks(config.database)
     try:
         lock.acquire()
     except DaemonRunning:
-        raise OcrwatchError("the daemon is running: stop it (`ocrwatch stop`), run "
-                            "`ocrwatch reread`, then start it again") from None
+        if args.outputs:
+            from ocrwatch.control.client import request
+
+            return _said_outputs(request("outputs", timeout=3600))
+        return _reread_by_the_daemon(args, config)
     daemon = Daemon(config, watch=False)
+    if args.outputs:
+        try:  # no start: nothing is read, only written from the index
+            return _said_outputs(daemon.write_outputs())
+        finally:
+            daemon.close()
+            lock.release()
     try:
         daemon.start()
         stale = (daemon.jobs.read_otherwise("") if args.all
@@ -196,6 +237,40 @@ def _ids(daemon: Any, paths: list[Path]) -> dict[Path, int]:
         if job is not None:
             out[path] = job.id
     return out
+
+
+def _said_outputs(written: dict[str, int]) -> int:
+    files, outputs, skipped = (int(written.get(k, 0)) for k in ("files", "outputs", "skipped"))
+    if files:
+        echo(f"{plural(outputs, 'output')} written for {plural(files, 'file')} from the "
+             "stored text (no page read again)")
+    else:
+        echo("nothing to write: every file read has the outputs asked for")
+    if skipped:
+        echo(f"{plural(skipped, 'file')} left alone: gone, changed since read (read again "
+             "by the daemon), or without stored text", err=True)
+    return 0
+
+
+def _reread_by_the_daemon(args: argparse.Namespace, config: config_mod.Config) -> int:
+    """The daemon runs: it queues the files again itself and reads them as it goes."""
+    from ocrwatch.control.client import request
+    from ocrwatch.status import Status
+
+    running = Status.from_dict(request("status"))
+    if running.languages and tuple(config.languages) != running.languages:
+        # Its engine reads with the languages it started with; a reload does not change them.
+        raise DaemonRunning(
+            f"the daemon reads with {'+'.join(running.languages)}, not "
+            f"{'+'.join(config.languages)}: the languages take effect when it starts again "
+            "(`ocrwatch stop`, `ocrwatch run`); then run `ocrwatch reread`")
+    count = int(request("reread", all=bool(args.all)))
+    if count == 0:
+        echo("nothing to read again: every file was read as the daemon reads now")
+    else:
+        echo(f"{plural(count, 'file')} queued again; the daemon reads them now "
+             "(`ocrwatch status` shows how far it is)")
+    return 0
 
 
 def _summarise(states: dict[Path, Any], verb: str, on_success: str = "keep") -> list[Path]:

@@ -5,6 +5,8 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import os
 
 from ocrwatch.cli.common import database_arg, echo, load_config, plural
@@ -39,6 +41,20 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 def cmd_rescan(args: argparse.Namespace) -> int:
     return _control("rescan", "rescanning the watched folders")
+
+
+def cmd_reload(args: argparse.Namespace) -> int:
+    from ocrwatch.control.client import request
+
+    load_config(args)  # a file that does not load: said here, with its key (status 2)
+    answer = request("reload")
+    applied, later = answer.get("applied") or [], answer.get("restart_needed") or []
+    echo("configuration reloaded: " + (", ".join(applied) + " now in effect" if applied
+                                       else "nothing to change now"))
+    if later:
+        echo(f"changed but waiting for a restart (`ocrwatch stop`, `ocrwatch run`): "
+             f"{', '.join(later)}")
+    return 0
 
 
 def cmd_retry(args: argparse.Namespace) -> int:
@@ -88,7 +104,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
     config = load_config(args)
     checks = doctor.run_checks(config)
-    echo(doctor.format_report(checks))
+    if args.json:
+        print(json.dumps([dataclasses.asdict(c) for c in checks], ensure_ascii=False, indent=2))
+    else:
+        echo(doctor.format_report(checks))
     return 0 if all(c.ok for c in checks) else 1
 
 

@@ -26,6 +26,17 @@ from ocrwatch.config.schema import (
 from ocrwatch.errors import ConfigError
 
 
+def split_languages(languages: list[str]) -> list[str]:
+    """``["eng+fra", "deu"]`` -> ``["eng", "fra", "deu"]``: each code once, in order."""
+    codes: list[str] = []
+    for entry in languages:
+        for code in entry.replace("+", ",").split(","):
+            code = code.strip()
+            if code and code not in codes:
+                codes.append(code)
+    return codes
+
+
 def validate(config: Config) -> None:
     """Check values that have the right type but a wrong meaning.
 
@@ -44,8 +55,11 @@ def validate(config: Config) -> None:
         fail("observer", f"= {config.observer!r} is not one of {', '.join(OBSERVERS)}.")
     if not config.inbox:
         fail("inbox", "must name at least one folder to watch.")
-    if not config.languages or any(not lang or "/" in lang for lang in config.languages):
-        fail("languages", "must be a list of Tesseract language codes such as ['eng', 'deu'].")
+    # Tesseract, OCRmyPDF and paperless-ngx write "eng+fra"; a list or "eng,fra" works too.
+    config.languages = split_languages(config.languages)
+    if not config.languages or any("/" in lang for lang in config.languages):
+        fail("languages", "must be Tesseract language codes such as ['eng', 'deu'] "
+                          "(or \"eng+deu\", \"eng,deu\").")
     for key, (low, high) in RANGES.items():
         owner: Any = config
         for part in key.split("."):
@@ -172,12 +186,6 @@ def _validate_outputs(config: Config, fail: typing.Callable[[str, str], None]) -
         # Past the platform's wait limits the daemon could not even stop.
         fail("on_done_timeout", f"= {config.on_done_timeout:g} is out of range: at most "
                                 f"{ON_DONE_TIMEOUT_MAX} seconds (a day).")
-    if config.pdfa == "always" and "pdf" in config.outputs:
-        import shutil
-
-        if shutil.which("gs") is None:
-            fail("pdfa", "= \"always\" needs Ghostscript: install it (Debian/Ubuntu: `sudo apt "
-                         "install ghostscript`) or set pdfa = \"auto\".")
 
 
 def _inside(child: Path, parent: Path) -> bool:

@@ -96,7 +96,7 @@ class Config:
     max_attempts: int = 5  # transient failures (full disk...) before giving up
     log_level: str = "INFO"
     outputs: list[str] = field(default_factory=lambda: ["md", "txt"])
-    pdfa: str = "auto"  # PDF/A-2b when Ghostscript is installed
+    pdfa: str = "auto"  # PDF/A-2b by pikepdf, pages kept; "always": Ghostscript for the rest
     output_layout: str = "mirror"  # output_dir: "mirror" the inbox's tree or by "date"
     on_success: str = "keep"  # the original after a good read: "keep", "archive", "delete"
     archive_dir: Path | None = None

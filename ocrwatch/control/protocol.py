@@ -16,7 +16,8 @@ from ocrwatch.status import Status
 log = logging.getLogger(__name__)
 
 MAX_LINE = 64 * 1024  # a request is a short JSON line; anything longer is refused
-COMMANDS = ("ping", "status", "pause", "resume", "stop", "rescan", "retry", "web")
+COMMANDS = ("ping", "status", "pause", "resume", "stop", "rescan", "retry", "web", "reload",
+            "reread", "outputs")
 
 
 @runtime_checkable
@@ -53,6 +54,9 @@ class Commands:
             "rescan": self._rescan,
             "retry": self._retry,
             "web": self._web,
+            "reload": self._reload,
+            "reread": self._reread,
+            "outputs": self._outputs,
         }
 
     def handle_line(self, line: bytes) -> dict[str, Any]:
@@ -101,6 +105,26 @@ class Commands:
         # "url" (with the token) for scripts of this user; "open" for a browser's command
         # line, which other users can read: a private file with a one-time code.
         return {"url": str(web_url()), "open": str(launch() if launch else web_url())}
+
+    def _reload(self, _req: dict[str, Any]) -> Any:
+        reload = getattr(self.target, "reload", None)
+        if reload is None:
+            raise OcrwatchError("this daemon cannot reload its configuration")
+        return reload("ocrwatch reload")
+
+    def _reread(self, req: dict[str, Any]) -> int:
+        reread = getattr(self.target, "reread", None)
+        if reread is None:
+            raise OcrwatchError("this daemon cannot read files again; stop it and run "
+                                "`ocrwatch reread`")
+        return int(reread(bool(req.get("all", False))))
+
+    def _outputs(self, _req: dict[str, Any]) -> Any:
+        write = getattr(self.target, "write_outputs", None)
+        if write is None:
+            raise OcrwatchError("this daemon cannot write outputs again; stop it and run "
+                                "`ocrwatch reread --outputs`")
+        return write()
 
     def _retry(self, req: dict[str, Any]) -> int:
         raw = req.get("paths")

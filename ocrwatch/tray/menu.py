@@ -18,7 +18,8 @@ from typing import Any
 from ocrwatch import paths
 from ocrwatch.control.protocol import Controllable
 from ocrwatch.errors import OcrwatchError
-from ocrwatch.status import Status
+from ocrwatch.progress import eta_text, rate_text, short
+from ocrwatch.status import Status, in_hand
 from ocrwatch.tray.icon import look
 
 log = logging.getLogger(__name__)
@@ -34,8 +35,9 @@ def tooltip(status: Status) -> str:
         "asleep": "watching the inbox (GPU asleep)",
         "stopping": "stopping",
     }[kind]
-    parts = [f"ocrwatch: {words}", f"{status.in_queue} in queue",
-             f"{status.pages_today} pages today"]
+    parts = [f"ocrwatch: {words}", f"{status.in_queue} in queue"]
+    progress = short(status.progress)
+    parts.append(progress if progress else f"{status.pages_today} pages today")
     if status.failed:
         parts.append(f"{status.failed} failed")
     return ", ".join(parts)
@@ -44,10 +46,17 @@ def tooltip(status: Status) -> str:
 def status_lines(status: Status) -> list[str]:
     """The lines of the menu's Status submenu."""
     engine = status.engine
-    lines = [f"State: {status.state}, {status.queued} waiting, {status.running} running"]
+    lines = [f"State: {status.state}, {status.queued} waiting, {in_hand(status)}"]
     lines += [f"Reading: {r.text}" for r in status.reading[:3]]
-    if status.pages_per_second is not None:
-        lines.append(f"Rate: {status.pages_per_second:.2f} pages/s (last minute)")
+    progress = status.progress
+    if progress.pages_left or progress.pages_done:
+        lines.append(f"Pages: {progress.pages_done} done, {progress.pages_left} left")
+        lines.append(f"Done in: {eta_text(progress)}")
+    rate = progress.pages_per_second
+    rate = status.pages_per_second if rate is None else rate  # (an older daemon's status)
+    if rate is not None:
+        lines.append(f"Rate: {rate_text(rate)} (last minute)")
+    lines += [f"Waiting: {w.files} {w.what} ({w.why})" for w in progress.waiting]
     lines.append(f"Engine: {engine.name} ({engine.state})")
     if engine.facts.get("waiting_reason"):
         lines.append(f"Waiting: {engine.facts['waiting_reason']}")
@@ -55,8 +64,6 @@ def status_lines(status: Status) -> list[str]:
         lines.append(f"Languages: {', '.join(status.languages)}")
     mb = engine.gpu_memory_mb
     lines.append(f"GPU memory held: {mb:.0f} MB" if mb is not None else "GPU memory held: none")
-    if engine.pages_per_second is not None:
-        lines.append(f"Speed: {engine.pages_per_second:.2f} pages/s")
     lines.append(f"Today: {status.pages_today} pages, "
                  f"{status.done} files done, {status.failed} failed")
     return lines

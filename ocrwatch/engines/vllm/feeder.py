@@ -435,15 +435,20 @@ class Feeder:
             standby.end()
 
     def _end_worker(self, why: str) -> None:
+        # The worker stays named until it has ended, and is let go in the same step as the
+        # state turns "stopped": no other thread ever sees "asleep" (or "ready") without one.
         with self._cond:
-            worker, self._worker = self._worker, None
+            worker = self._worker
         if worker is None:
             return
-        worker.stop() if worker.alive() else worker.end()
+        try:
+            worker.stop() if worker.alive() else worker.end()
+        finally:
+            with self._cond:
+                self._worker = None
+                if self._state != "closed":
+                    self._set_state("stopped")
         log.info("vLLM worker ended (%s).", why)
-        with self._cond:
-            if self._state != "closed":
-                self._set_state("stopped")
 
     def _run_command(self, command: _Command) -> None:
         try:

@@ -76,28 +76,25 @@ def _watch_parent(parent: int) -> None:
 
 
 def session_members(session: int) -> list[int]:
-    """Live processes of ``session`` (Linux /proc), this one left out.
+    """Live processes of ``session`` (psutil's process table), this one left out.
 
     vLLM's engine process may move to a process group of its own, but it stays in the
     worker's session, so the session is what gets ended.
     """
+    import psutil
+
     found: list[int] = []
     if session <= 1:
         return found
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return found
-    for name in names:
-        if not name.isdigit() or int(name) == os.getpid():
+    me = os.getpid()
+    for proc in psutil.process_iter(["status"]):
+        if proc.pid == me or proc.info["status"] == psutil.STATUS_ZOMBIE:
             continue
         try:
-            with open(f"/proc/{name}/stat", encoding="ascii", errors="replace") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
+            if os.getsid(proc.pid) == session:  # psutil has no session id: the kernel's
+                found.append(proc.pid)
+        except OSError:  # ended meanwhile
             continue
-        if fields[0] != "Z" and int(fields[3]) == session:  # state, ppid, pgrp, session
-            found.append(int(name))
     return found
 
 

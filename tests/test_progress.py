@@ -1,0 +1,194 @@
+"""Status that answers "when will it be done": pages done and left, one rate with its
+unit, an ETA, and what waits and why, in `ocrwatch status`, `--json` and the tray."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+from helpers import make_config, save_pdf, wait_for
+from reliability.helpers import DaemonProcess, Home, drop, image_bytes, ocrwatch_cli
+
+from ocrwatch import tray
+from ocrwatch.daemon import Daemon
+from ocrwatch.domain import Page, PageText
+from ocrwatch.engines.fake import FakeEngine
+from ocrwatch.progress import PageCounts, Progress, Waiting, estimate, eta_text, lines, rate_text
+from ocrwatch.status import Status
+
+
+def test_estimate_counts_pages_in_hand_and_queued_and_guesses_the_rest() -> None:
+    p = estimate(in_hand=[(3, 10), (0, None)], queued=[4, None, 1], pages_done=7,
+                 pages_per_second=2.0, average_pages=5.0)
+    # 7 left in the first file, 5 guessed for the second, 4 + 5 guessed + 1 queued
+    assert p.pages_left == 7 + 5 + 4 + 5 + 1 and p.pages_guessed == 10
+    assert p.files_left == 5 and p.pages_done == 7
+    assert p.eta_seconds == pytest.approx(22 / 2.0)
+    assert estimate(in_hand=[], queued=[], pages_done=0, pages_per_second=None,
+                    average_pages=None).eta_seconds is None
+
+
+def test_one_rate_with_its_unit_and_an_eta_in_words() -> None:
+    assert rate_text(2.5) == "2.50 pages/s" and rate_text(0.5) == "30.0 pages/min"
+    p = Progress(pages_done=12, pages_left=300, files_left=40, pages_per_second=2.0,
+                 eta_seconds=150.0)
+    assert eta_text(p, now=0).startswith("about 2 min 30 s (done at ")
+    text = "\n".join(lines(p, now=0))
+    assert "pages:   12 done, 300 left, in 40 files" in text
+    assert "rate:    2.00 pages/s over the last minute" in text
+    assert "no estimate" in eta_text(Progress(pages_left=3))
+
+
+def test_page_counts_are_counted_once_and_within_a_budget(tmp_path: Path) -> None:
+    files = [tmp_path / f"{n}.pdf" for n in range(3)]
+    for f in files:
+        f.write_bytes(b"x")
+    counted: list[Path] = []
+
+    def count(path: Path) -> int:
+        counted.append(path)
+        return 4
+
+    counts = PageCounts(count)
+    assert counts.pages(files) == [4, 4, 4]
+    assert counts.pages(files) == [4, 4, 4] and len(counted) == 3  # remembered
+    files[0].write_bytes(b"changed")
+    counts.pages(files)
+    assert len(counted) == 4  # a changed file is counted again
+    assert PageCounts(count, budget=-1).pages(files) == [None, None, None]
+
+
+def test_status_and_tray_show_the_same_progress() -> None:
+    status = Status.from_dict({
+        "state": "working", "queued": 40, "running": 2,
+        "progress": {"pages_done": 12, "pages_left": 300, "files_left": 42,
+                     "pages_per_second": 2.0, "eta_seconds": 150.0,
+                     "waiting": [{"what": "settling", "files": 3, "why": "still written"}]},
+        "engine": {"name": "fake", "state": "ready", "pages_per_second": 9.0}})
+    assert Status.from_dict(status.to_dict()) == status  # the JSON round trip keeps it
+    tip = tray.tooltip(status)
+    assert "12/312 pages, about 2 min 30 s left" in tip
+    menu = tray.status_lines(status)
+    assert "Pages: 12 done, 300 left" in menu
+    assert any(line.startswith("Done in: about 2 min 30 s") for line in menu)
+    assert "Rate: 2.00 pages/s (last minute)" in menu
+    assert "Waiting: 3 settling (still written)" in menu
+    assert not any("Speed" in line for line in menu)  # one rate, not two
+    from ocrwatch.status import format_status
+
+    text = format_status(status)
+    assert text.count("pages/s") == 1 and "speed" not in text
+
+
+# -- a real daemon ---------------------------------------------------------------------------
+@pytest.fixture
+def home(tmp_path: Path) -> Iterator[Home]:
+    h = Home.make(tmp_path)
+    yield h
+    h.cleanup()
+
+
+def truncated_png(text: str) -> bytes:
+    """A PNG cut before its end: it looks like a scan still being written."""
+    data = image_bytes(text)
+    return data[: data.index(b"IEND") - 8 - 200]
+
+
+def status(home: Home) -> dict[str, object]:
+    result = ocrwatch_cli(home, "status", "--json")
+    assert result.returncode == 0, result.stderr
+    return dict(json.loads(result.stdout))
+
+
+def test_a_drop_shows_pages_left_rate_eta_and_what_waits(home: Home) -> None:
+    proc = DaemonProcess(home, OCRWATCH_FAKE_DELAY="0.4").start()
+    try:
+        proc.wait_ready()
+        assert ocrwatch_cli(home, "pause").returncode == 0
+        save_pdf(home.root / "minutes.pdf", [[f"page {n}"] for n in range(1, 6)])
+        drop(home.inbox / "minutes.pdf", (home.root / "minutes.pdf").read_bytes())
+        for n in range(6):
+            drop(home.inbox / f"scan{n}.png", image_bytes(f"scan {n}"))
+
+        def queued_all() -> dict[str, object] | None:
+            s = status(home)
+            return s if s["queued"] == 7 else None
+        paused = wait_for(queued_all, 60, "7 files queued")
+        progress = paused["progress"]
+        assert isinstance(progress, dict)
+        # The PDF's 5 pages are counted, not guessed; six one-page scans.
+        assert progress["pages_left"] == 11 and progress["pages_guessed"] == 0
+        assert {"what": "paused", "files": 7,
+                "why": "`ocrwatch resume` reads them"} in progress["waiting"]
+        assert progress["rate_unit"] == "pages per second, over the last minute"
+        text = ocrwatch_cli(home, "status").stdout
+        assert "pages:   0 done, 11 left, in 7 files" in text
+        assert "waiting: 7 files paused" in text
+
+        # A scan still being written: waiting, and why.
+        drop(home.inbox / "half.png", truncated_png("half"))
+        def incomplete() -> list[object] | None:
+            waits = status(home)["progress"]["waiting"]  # type: ignore[index]
+            return [w for w in waits if w["what"] == "incomplete"] or None  # type: ignore[index]
+        (wait,) = wait_for(incomplete, 30, "the truncated file to be named as waiting")
+        assert wait["files"] == 1 and "no end yet" in wait["why"]  # type: ignore[index]
+
+        assert ocrwatch_cli(home, "resume").returncode == 0
+
+        def with_eta() -> dict[str, object] | None:
+            p = status(home)["progress"]
+            assert isinstance(p, dict)
+            return p if p["eta_seconds"] and p["pages_done"] else None
+        running = wait_for(with_eta, 60, "an ETA once pages are read")
+        assert running["pages_per_second"] > 0  # type: ignore[operator]
+        assert running["pages_done"] + running["pages_left"] >= 11  # type: ignore[operator]
+        text = ocrwatch_cli(home, "status").stdout
+        assert "eta:     about " in text and "(done at " in text
+
+        def finished() -> dict[str, object] | None:
+            s = status(home)
+            p = s["progress"]
+            assert isinstance(p, dict)
+            return p if s["done"] >= 7 and p["pages_left"] == 0 else None
+        end = wait_for(finished, 90, "the drop to be read")
+        assert end["pages_done"] == 11 and end["eta_seconds"] is None
+    finally:
+        proc.close()
+
+
+class StartingEngine(FakeEngine):
+    """The fake engine, "starting" (as a GPU engine loading its model) until let go."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ready = threading.Event()
+
+    def recognize(self, pages: Sequence[Page]) -> list[PageText]:
+        self.ready.wait(30)
+        return super().recognize(pages)
+
+    def describe(self) -> dict[str, object]:
+        return {**super().describe(), "state": "ready" if self.ready.is_set() else "starting"}
+
+
+def test_waiting_names_an_engine_that_is_starting(tmp_path: Path) -> None:
+    engine = StartingEngine()
+    daemon = Daemon(make_config(tmp_path), engine=engine, watch=False)
+    try:
+        daemon.start()
+        scan = drop(tmp_path / "inbox" / "a.png", image_bytes("a"))
+        daemon.add([scan])
+        def starting() -> Waiting | None:
+            return next((w for w in daemon.status().progress.waiting
+                         if w.what == "engine starting"), None)
+        wait = wait_for(starting, 30, "the status to say the engine is starting")
+        assert wait.files == 1 and "loading" in wait.why
+        engine.ready.set()
+        wait_for(lambda: daemon.jobs.counts()["done"] == 1, 30, "the page to be read")
+        assert not [w for w in daemon.status().progress.waiting if w.what == "engine starting"]
+    finally:
+        engine.ready.set()
+        daemon.close()
