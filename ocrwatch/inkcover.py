@@ -9,8 +9,12 @@ Ink here is what is much darker than the paper: the page is shrunk by a box filt
 pixel counts as ink when it is at least ``INK_DEPTH`` darker than the paper's own
 brightness (show-through through 80 g/m² paper is 5-20% darker, print 60-90%).
 A page is blank when the ink covers less than ``BLANK_COVERAGE`` of it, away from
-the edges where scanners leave a shadow. Both levels were measured (docs/outputs.md):
-the corpus's 25 pages have 0.54% ink and more (a faint typescript, tapus_06); scan-like
+the edges where scanners leave a shadow, and no small square of it (``TILE`` pixels a
+side at the measuring size) is more than ``TILE_INK`` ink. One short line of text
+covers under 0.1% of a page but a quarter or more of the squares it crosses; a 7 pt
+word alone on an A4 page still fills 10% of one, while grain, dust and show-through
+left after the filters stay under 2% of every square of the scan-like blank backs.
+The levels were measured (docs/outputs.md): the corpus's 25 pages have 0.54% ink and more (a faint typescript, tapus_06); scan-like
 blank backs made from its pages (benchmarks/cases.py: grain, sensor noise, dust, the
 front showing through mirrored at 10-20% of its darkness) 0.000-0.031%.
 """
@@ -22,11 +26,18 @@ from PIL import Image, ImageFilter
 WORK_SIDE = 1000  # pixels: the longest side the page is measured at
 INK_DEPTH = 0.3  # share of the paper's brightness a pixel must be darker by
 BLANK_COVERAGE = 0.001  # under 0.1% ink: blank (a line of 12 pt text is about 0.1%)
-EDGE = 0.03  # share of each side left out: a scanner's shadow at the sheet's edge
+EDGE = 0.02  # share of each side left out: a scanner's shadow at the sheet's edge
+TILE = 16  # pixels at WORK_SIDE: the square a mark is looked for in (1.6% of the side)
+TILE_INK = 0.05  # a square with more ink than this holds a mark: a word, a stamp, a line
 
 
 def coverage(image: Image.Image) -> float:
     """The share of the page (0-1) covered by ink, away from its edges."""
+    return _measure(image)[0]
+
+
+def _measure(image: Image.Image) -> tuple[float, float]:
+    """The page's ink share and its densest square's ink share, away from its edges."""
     grey = image.convert("L")
     factor = max(1, round(max(grey.size) / WORK_SIDE))
     if factor > 1:
@@ -39,7 +50,7 @@ def coverage(image: Image.Image) -> float:
     histogram = grey.histogram()
     total = sum(histogram)
     if not total:
-        return 0.0
+        return 0.0, 0.0
     # The paper: the brightness that half the page is at least as bright as.
     seen, paper = 0, 255
     for value in range(255, -1, -1):
@@ -49,9 +60,15 @@ def coverage(image: Image.Image) -> float:
             break
     limit = paper * (1 - INK_DEPTH)
     ink = sum(histogram[value] for value in range(256) if value < limit)
-    return ink / total
+    if not ink:
+        return 0.0, 0.0
+    mask = grey.point(lambda value: 255 if value < limit else 0)
+    squares = mask.reduce(TILE) if min(mask.size) >= TILE else mask
+    densest = float(squares.getextrema()[1]) / 255  # type: ignore[index]
+    return ink / total, densest
 
 
 def is_blank(image: Image.Image) -> bool:
     """Whether the page holds (next to) no ink: a blank sheet as a scanner gives it."""
-    return coverage(image) < BLANK_COVERAGE
+    share, densest = _measure(image)
+    return share < BLANK_COVERAGE and densest <= TILE_INK

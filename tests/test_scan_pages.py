@@ -12,7 +12,7 @@ from pathlib import Path
 import helpers
 import pikepdf
 import pytest
-from PIL import Image
+from PIL import Image, ImageDraw, ImageFont
 
 from ocrwatch import deskew, inkcover, orient, pdfout, scanprep
 from ocrwatch.config import Config
@@ -235,6 +235,22 @@ def test_scan_like_blank_backs_are_recorded_blank_without_reading(tmp_path: Path
     for back in backs:
         assert scanprep.BLANK_NOTE in back.with_suffix(".md").read_text(encoding="utf-8")
     assert not inkcover.is_blank(front)
+
+
+@pytest.mark.parametrize(("size", "at", "font"), [
+    ((1600, 1200), (20, 20), 28),  # one line near the top-left corner of a small page
+    ((2480, 3508), (1200, 1700), 28),  # one 7 pt word in the middle of an A4 page
+    ((2480, 3508), (150, 3300), 40),  # a footer line alone at the foot of an A4 page
+])
+def test_a_page_with_one_short_line_is_not_blank(
+        size: tuple[int, int], at: tuple[int, int], font: int) -> None:
+    # Under 0.1% of such a page is ink, as on a blank back: the line's concentrated ink
+    # is what tells it apart, and reading it must not be skipped.
+    page = Image.new("RGB", size, "white")
+    ImageDraw.Draw(page).text(at, "Invoice 1 total due", fill="black",
+                              font=ImageFont.load_default(size=font))
+    assert inkcover.coverage(page) < inkcover.BLANK_COVERAGE
+    assert not inkcover.is_blank(page)
 
 
 @pytest.mark.skipif(not CORPUS.is_dir(), reason="the corpus (../shared/corpus) is not here")
