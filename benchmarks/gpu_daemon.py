@@ -16,8 +16,17 @@ tokens (``ignore_eos``). The drop is benchmarks/gpu_remote.py's: 24 A4 pages sca
    has ended on idle (``idle_stop_seconds`` 10), one more A4 page, timed to its sidecar:
    the first page after an idle stop;
 3. the engine alone, in this process, on the same 64 pages prepared beforehand, fed the
-   daemon's way (``policy.concurrency`` threads, a page each): the figure the daemon is
-   held to (goal: the daemon at least 0.9x of it, with the peak under 16 GiB).
+   daemon's way (``policy.concurrency`` threads, a page each);
+4. plain vLLM on the same 64 pages, each setting in a process of its own:
+   ``LLM.generate`` with every page at once, ``max_num_seqs`` 8, 16 and 24, at
+   utilization 0.0926 of the card (the 16 GB card's budget less 3 GiB, as measured
+   before) and the engine's step size (``max_num_batched_tokens``), ``max_model_len``
+   and CUDA-graph settings; a first pass warms it up, the second is timed. The best of
+   those that peaked under 16 GiB is the figure to beat: goals the daemon at 1.0x of it
+   and the engine alone at 1.05x, each peaking under 16 GiB.
+
+The daemon and the engine plan for a 16 GB card (``vllm.card_gb = 16``): what other
+programs hold on the card counts against it.
 """
 
 from __future__ import annotations
@@ -44,6 +53,13 @@ from ocrwatch.engines.base import gpu_preparers  # noqa: E402
 GIB = 1024.0
 LIMIT_GIB = 16.0
 IDLE_STOP_S = 10.0  # short, so that the run also times the first page after an idle stop
+PLAIN_SEQS = (8, 16, 24)
+PLAIN_UTIL = 0.0926  # of the H200: the 16 GB card's budget less 3 GiB (docs/gpu.md)
+CARD_GB = 16.0  # the card the daemon and the engine plan for
+# vLLM's own account of its memory at start, kept from the logs for the report.
+VLLM_MEMORY_LINES = ("Model loading took", "Available KV cache memory", "reserved",
+                     "Graph capturing finished", "for peak activation", "KV cache size",
+                     "Maximum concurrency")
 
 
 def kind_of(name: str) -> str:
@@ -101,7 +117,11 @@ def run_daemon(model: str, folder: Path, files: dict[str, int], tokens: int, set
         f"torch_compile = {'true' if torch_compile else 'false'}",
         "idle_sleep_seconds = 0.0",
         f"idle_stop_seconds = {IDLE_STOP_S}",
-    ], folder, files, work, settle, sampler, timeout, idle_mark="vLLM worker ended (idle)")
+        f"card_gb = {CARD_GB}",
+        "standby = true",
+        # After the idle stop: the standby's imports done, so the page then dropped pays
+        # only the engine's creation (a page later than 20 s after the stop, as after lunch).
+    ], folder, files, work, settle, sampler, timeout, idle_mark="vLLM standby ready")
 
 
 def run_engine_alone(model: str, folder: Path, files: dict[str, int], tokens: int,
@@ -118,6 +138,7 @@ def run_engine_alone(model: str, folder: Path, files: dict[str, int], tokens: in
     config.vllm.ignore_eos = True
     config.vllm.torch_compile = torch_compile
     config.vllm.idle_sleep_seconds = config.vllm.idle_stop_seconds = 0
+    config.vllm.card_gb = CARD_GB
     engine = VllmEngine(config)
     try:
         t = time.monotonic()
@@ -135,13 +156,100 @@ def run_engine_alone(model: str, folder: Path, files: dict[str, int], tokens: in
         return {"pages": len(pages), "seconds": round(seconds, 2),
                 "rate": round(len(pages) / seconds, 3), "errors": bad[:3],
                 "peak_mib": sampler.peak(since) if sampler else None,
-                "start_s": round(start_s, 1), "most_in_flight": engine.most_in_flight}
+                "start_s": round(start_s, 1), "most_in_flight": engine.most_in_flight,
+                "plan": engine.plan.describe(), "max_num_seqs": engine.plan.max_num_seqs,
+                "max_num_batched_tokens": engine.plan.max_num_batched_tokens,
+                "max_model_len": engine.plan.max_model_len,
+                "planned_gib": round(engine.plan.total_gib, 2)}
     finally:
         engine.close()
 
 
+def drop_pages(folder: Path, files: dict[str, int]) -> list[Any]:
+    """The drop's pages as the daemon's loader gives them, in the daemon's order."""
+    from ocrwatch.config import Config
+    from ocrwatch.engines.lightonocr import MAX_SIDE
+    from ocrwatch.pages import iter_pages
+
+    config = Config()
+
+    def load(name: str) -> list[Any]:
+        return [p.image for p in iter_pages(folder / name, config, MAX_SIDE)]
+
+    with ThreadPoolExecutor(gpu_preparers()) as pool:
+        return [im for ims in pool.map(load, files) for im in ims]
+
+
+def plain_main(model: str, folder: Path, tokens: int, seqs: int, step: int,
+               max_model_len: int) -> None:
+    """One plain vLLM setting on the drop's pages (its own process): RESULT line."""
+    import dataclasses
+
+    from vllm import LLM, SamplingParams
+
+    from ocrwatch.engines.lightonocr import PROMPT
+    from ocrwatch.engines.vllm.backends import _register_model_class, compilation_config
+    from ocrwatch.engines.vllm.memory import plan_memory
+
+    # The drop main() wrote; sorted, its names are in the order they were dropped.
+    images = drop_pages(folder, {p.name: 1 for p in sorted(folder.iterdir())})
+    sizes = dataclasses.replace(plan_memory(16.0, 16.0, tokens), max_num_seqs=seqs)
+    t0 = time.monotonic()
+    _register_model_class(model)
+    llm = LLM(model=model, load_format="dummy", dtype="bfloat16", max_model_len=max_model_len,
+              gpu_memory_utilization=PLAIN_UTIL, max_num_seqs=seqs,
+              max_num_batched_tokens=step, limit_mm_per_prompt={"image": 1},
+              mm_processor_cache_gb=0, enable_prefix_caching=False, seed=0,
+              compilation_config=compilation_config({"cudagraph_sizes": sizes.cudagraph_sizes}))
+    start = time.monotonic() - t0
+    sp = SamplingParams(temperature=0.2, top_p=0.9, max_tokens=tokens, ignore_eos=True)
+    reqs = [{"prompt": PROMPT, "multi_modal_data": {"image": im}} for im in images]
+    passes = []
+    for _ in range(2):  # the first pays vLLM's one-off kernel compiles
+        t = time.monotonic()
+        llm.generate(reqs, sp, use_tqdm=False)
+        passes.append((t, time.monotonic()))
+    (w0, w1), (t1, t2) = passes
+    print("RESULT " + json.dumps({
+        "seqs": seqs, "pages": len(images), "start_s": round(start, 1),
+        "warm_rate": round(len(images) / (w1 - w0), 3), "seconds": round(t2 - t1, 2),
+        "rate": round(len(images) / (t2 - t1), 3), "window": [w0, t2], "timed": [t1, t2]}),
+        flush=True)
+
+
+def run_plain(model: str, folder: Path, tokens: int, seqs: int, step: int, max_model_len: int,
+              sampler: Sampler | None, log: Path | None) -> dict[str, Any]:
+    import subprocess
+
+    cmd = [sys.executable, __file__, model, "--plain", str(seqs), "--tokens", str(tokens),
+           "--plain-step", str(step), "--plain-len", str(max_model_len),
+           "--work", str(folder.parent)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=400)
+    if log is not None:
+        with log.open("a") as f:
+            f.write(f"=== plain vLLM, max_num_seqs {seqs}\n{proc.stdout}\n--- stderr ---\n"
+                    f"{proc.stderr}\n")
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            result: dict[str, Any] = json.loads(line[len("RESULT "):])
+            if sampler is not None:
+                result["peak_mib"] = sampler.peak(*result["window"])
+                result["timed_peak_mib"] = sampler.peak(*result["timed"])
+            result["vllm_memory"] = [ln.split("] ", 1)[-1][:220] for ln in proc.stderr.splitlines()
+                                     if any(k in ln for k in VLLM_MEMORY_LINES)][:8]
+            return result
+    return {"seqs": seqs, "error": f"exit {proc.returncode}: {proc.stderr[-1500:]}"}
+
+
+def best_plain(plain: list[dict[str, Any]], base: int) -> dict[str, Any] | None:
+    """The fastest plain setting whose card peak stayed under the 16 GiB line."""
+    fits = [p for p in plain if "rate" in p and p.get("peak_mib") is not None
+            and (p["peak_mib"] - base) / GIB < LIMIT_GIB]
+    return max(fits, key=lambda p: p["rate"]) if fits else None
+
+
 def report(meta: dict[str, Any], prep: dict[str, Any], daemon: dict[str, Any] | None,
-           alone: dict[str, Any] | None) -> str:
+           alone: dict[str, Any] | None, plain: list[dict[str, Any]] | None = None) -> str:
     base = meta.get("baseline_mib") or 0
 
     def gib(mib: int | None) -> str:
@@ -176,20 +284,46 @@ def report(meta: dict[str, Any], prep: dict[str, Any], daemon: dict[str, Any] | 
     if daemon is not None:
         lines.append(f"| the daemon (`ocrwatch run`), drop to last sidecar | {daemon['pages']} | "
                      f"{daemon['seconds']} | {daemon['rate']:.2f} | {gib(daemon['peak_mib'])} |")
+    for p in plain or []:
+        if "rate" in p:
+            lines.append(f"| plain vLLM, max_num_seqs {p['seqs']}, all pages at once (second "
+                         f"pass; first {p['warm_rate']:.2f}) | {p['pages']} | {p['seconds']} | "
+                         f"{p['rate']:.2f} | {gib(p.get('peak_mib'))} |")
+        else:
+            lines.append(f"| plain vLLM, max_num_seqs {p['seqs']} | failed: "
+                         f"{p['error'][-200:]!r} | | | |")
     lines.append("")
+    best = best_plain(plain or [], base)
+    if best is not None:
+        lines.append(f"best plain setting under {LIMIT_GIB:.0f} GiB: max_num_seqs {best['seqs']}, "
+                     f"{best['rate']:.2f} pages/s (utilization {PLAIN_UTIL}, "
+                     f"{meta.get('plain_step')}-token steps, max_model_len "
+                     f"{meta.get('plain_len')}, the engine's CUDA-graph settings)")
+        if daemon is not None:
+            lines.append(f"daemon / best plain: {daemon['rate'] / best['rate']:.2f}x (goal 1.0x)")
+        if alone is not None:
+            lines.append(f"engine alone / best plain: {alone['rate'] / best['rate']:.2f}x "
+                         "(goal 1.05x)")
+    elif plain:
+        lines.append(f"no plain setting stayed under {LIMIT_GIB:.0f} GiB")
     if daemon is not None:
         lines.append(f"daemon: first file (engine start included) {daemon['first_file_s']} s "
                      f"after launch; failed files {daemon['failed']} {daemon['errors']}")
         lines.append(f"daemon: idle_stop_seconds {IDLE_STOP_S:g}; after the worker had ended on "
-                     f"idle, one more A4 page was read in {daemon['after_idle_stop_s']} s "
-                     "(engine start included; goal 30 s)")
+                     "idle and the standby process had imported vLLM, one more A4 page was "
+                     f"read in {daemon['after_idle_stop_s']} s from its drop to its sidecar "
+                     "(engine creation included; goal 10 s)")
     if alone is not None:
         lines.append(f"engine alone: start {alone['start_s']} s; pages in flight at most "
                      f"{alone['most_in_flight']}; errors {alone['errors']}")
+        lines.append(f"engine's memory plan: {alone.get('plan')}")
+    for p in plain or []:
+        for line in p.get("vllm_memory", [])[:4]:
+            lines.append(f"plain {p['seqs']}, vLLM said: {line}")
     if daemon is not None and alone is not None:
         ratio = daemon["rate"] / alone["rate"]
         peak = (daemon["peak_mib"] - base) / GIB if daemon["peak_mib"] is not None else None
-        lines.append(f"daemon / engine alone: {ratio:.2f}x (goal 0.9x); daemon's peak "
+        lines.append(f"daemon / engine alone: {ratio:.2f}x; daemon's peak "
                      f"{'n/a' if peak is None else f'{peak:.2f}'} GiB (goal under "
                      f"{LIMIT_GIB:.0f} GiB)")
     lines.append(f"memory figures are what each run added to the card; {base} MiB were in use "
@@ -210,7 +344,18 @@ def main() -> None:
                         help="vLLM's torch.compile on (vllm.torch_compile = true)")
     parser.add_argument("--prepare-only", action="store_true",
                         help="only the page preparation rates (no GPU needed)")
+    parser.add_argument("--skip-plain", action="store_true", help="no plain vLLM runs")
+    parser.add_argument("--plain-seqs", type=int, nargs="+", default=list(PLAIN_SEQS),
+                        help="plain vLLM's max_num_seqs settings (default 8 16 24)")
+    parser.add_argument("--plain-log", type=Path, help="plain vLLM's output goes here")
+    parser.add_argument("--plain", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--plain-step", type=int, default=4096, help=argparse.SUPPRESS)
+    parser.add_argument("--plain-len", type=int, default=3840, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.plain:
+        plain_main(args.model, args.work / "drop", args.tokens, args.plain, args.plain_step,
+                   args.plain_len)
+        return
     if not args.prepare_only and not args.model:
         parser.error("give the model folder, or --prepare-only")
     shutil.rmtree(args.work, ignore_errors=True)
@@ -240,8 +385,20 @@ def main() -> None:
         saved["alone"] = run_engine_alone(args.model, folder, files, args.tokens, sampler,
                                           args.torch_compile)
         print("engine alone:", json.dumps(saved["alone"]), flush=True)
+        if args.json:
+            args.json.write_text(json.dumps(saved, indent=1))
+        saved["plain"] = []
+        step = saved["alone"]["max_num_batched_tokens"]
+        length = saved["alone"]["max_model_len"]
+        meta.update(plain_step=step, plain_len=length)
+        for seqs in () if args.skip_plain else args.plain_seqs:
+            sampler.settle(3.0)
+            saved["plain"].append(run_plain(args.model, folder, args.tokens, seqs, step, length,
+                                            sampler, args.plain_log))
+            print("plain:", json.dumps(saved["plain"][-1]), flush=True)
         sampler.stop()
-    emit(report(meta, prep, saved["daemon"], saved["alone"]), args.out, args.json, saved)
+    emit(report(meta, prep, saved["daemon"], saved["alone"], saved.get("plain")), args.out,
+         args.json, saved)
 
 
 if __name__ == "__main__":

@@ -165,11 +165,11 @@ def raw_main(model: str, tokens: int, n: int, strongest: bool, repeats: int) -> 
     total = total_mib() or 16 * GIB
     t0 = time.monotonic()
     if strongest:  # the engine's own settings, every page handed over at once
-        plan = plan_memory(16.0, total / GIB, tokens)
+        plan = plan_memory(16.0, 16.0, tokens, device_gib=total / GIB)
         util = plan.gpu_memory_utilization
         llm = LLM(model=model, load_format="dummy", dtype="bfloat16",
                   max_model_len=plan.max_model_len, gpu_memory_utilization=util,
-                  max_num_seqs=plan.max_num_seqs,
+                  kv_cache_memory_bytes=plan.kv_cache_bytes, max_num_seqs=plan.max_num_seqs,
                   max_num_batched_tokens=plan.max_num_batched_tokens,
                   limit_mm_per_prompt={"image": 1}, mm_processor_cache_gb=0,
                   enable_prefix_caching=False, enable_sleep_mode=True, seed=0)

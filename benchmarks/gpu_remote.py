@@ -73,7 +73,9 @@ def serve_settings(max_tokens: int, card_mib: int | None) -> dict[str, Any]:
     except ImportError:  # the engine as a single module
         from ocrwatch.engines.vllm import plan_memory
     card_gib = (card_mib or 16 * 1024) / GIB
-    plan = plan_memory(min(16.0, card_gib), card_gib, max_tokens)
+    # Planned for a 16 GB card, its KV cache in bytes, as the embedded engine does.
+    plan = plan_memory(min(16.0, card_gib), min(16.0, card_gib), max_tokens,
+                       device_gib=card_gib)
     settings: dict[str, Any] = {
         "gpu-memory-utilization": plan.gpu_memory_utilization,
         "max-model-len": plan.max_model_len,
@@ -83,6 +85,8 @@ def serve_settings(max_tokens: int, card_mib: int | None) -> dict[str, Any]:
     sizes = getattr(plan, "cudagraph_sizes", None)
     if sizes:
         settings["cudagraph-capture-sizes"] = sizes
+    if getattr(plan, "kv_cache_bytes", 0):
+        settings["kv-cache-memory-bytes"] = plan.kv_cache_bytes
     return settings
 
 

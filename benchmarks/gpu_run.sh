@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU checks, from the repository root: the engine benchmark, the daemon benchmark and
 # the GPU tests, each whole, in the order STAGES names (default: "engine daemon tests";
-# "start" runs benchmarks/gpu_start.py, where a start spends its time; "remote" runs
+# "start" runs benchmarks/gpu_start.py, where a start spends its time; "shared" runs
+# benchmarks/gpu_shared.py, the daemon on a card another program shares; "remote" runs
 # benchmarks/gpu_remote.py, which needs the wheels of benchmarks/gpu_wheels.sh).
 # Needs vLLM importable (PYTHONPATH) and make_model.py; see docs/gpu.md for staging.
 #   MAKE_MODEL       path to make_model.py (writes the LightOnOCR-2-1B-shaped folders)
@@ -54,13 +55,21 @@ for stage in ${STAGES:-engine daemon tests}; do
         grep -av "EngineCore\|^INFO\|^WARNING\|^\[W\|^(EngineCore" "$OUT/start_bench.log" | tail -n 45
         ;;
     daemon)
-        timeout "${DAEMON_TIMEOUT:-420}" python3 benchmarks/gpu_daemon.py "$MODELS/full" \
-            --out "$OUT/gpu_daemon.txt" --json "$OUT/gpu_daemon.json" ${DAEMON_ARGS:-} \
-            >"$OUT/daemon_bench.log" 2>&1
+        timeout "${DAEMON_TIMEOUT:-560}" python3 benchmarks/gpu_daemon.py "$MODELS/full" \
+            --out "$OUT/gpu_daemon.txt" --json "$OUT/gpu_daemon.json" \
+            --plain-log "$OUT/plain_vllm.log" ${DAEMON_ARGS:-} >"$OUT/daemon_bench.log" 2>&1
         echo "daemon benchmark: exit $? after $(( $(date +%s) - start )) s" | tee -a "$OUT/summary.txt"
         cp /tmp/ocrwatch-daemon-bench/daemon.log "$OUT/daemon.log" 2>/dev/null
         { echo "== daemon"; start_times "$OUT/daemon.log"; } >>"$OUT/start_times.txt"
         grep -av "EngineCore\|^INFO\|^WARNING\|^\[W\|^(EngineCore" "$OUT/daemon_bench.log" | tail -n 25
+        ;;
+    shared)
+        # The daemon on a card another program shares, and from stopped to read.
+        timeout "${SHARED_TIMEOUT:-400}" python3 benchmarks/gpu_shared.py "$MODELS/full" \
+            --out "$OUT/gpu_shared.txt" --json "$OUT/gpu_shared.json" >"$OUT/shared_bench.log" 2>&1
+        echo "shared-card benchmark: exit $? after $(( $(date +%s) - start )) s" | tee -a "$OUT/summary.txt"
+        cp /tmp/ocrwatch-shared-bench/daemon_shared.log "$OUT/daemon_shared.log" 2>/dev/null
+        grep -av "EngineCore\|^INFO\|^WARNING\|^\[W\|^(EngineCore" "$OUT/shared_bench.log" | tail -n 40
         ;;
     remote)
         # The remote engine against `vllm serve` on the same drop; the embedded daemon's

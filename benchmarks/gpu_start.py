@@ -61,7 +61,7 @@ def child(model: str, mode: str, launched: float, tokens: int) -> None:
     cfg = Config().vllm  # the engine's own settings, as the worker gets them
     cfg.load_format, cfg.max_tokens, cfg.torch_compile = "dummy", tokens, mode == "compile"
     card_gib = (gpu.card_memory_mib() or 16 * 1024) / 1024
-    plan = plan_memory(16.0, card_gib, tokens)
+    plan = plan_memory(16.0, 16.0, tokens, device_gib=card_gib)
     t = time.monotonic()
     backend = VllmBackend(worker_settings(cfg, plan, "vllm", {}, model))
     built = time.monotonic() - t

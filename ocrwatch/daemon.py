@@ -370,7 +370,8 @@ class Daemon:
 
         return count_pages(path, self.config)
 
-    def progress(self, engine_state: str, facts: IndexFacts) -> Progress:
+    def progress(self, engine_state: str, facts: IndexFacts,
+                 gpu_busy: str | None = None) -> Progress:
         """Pages done and left, the rate, the ETA, and what waits and why (the index's part
         from ``facts``: status never waits on the index's lock)."""
         reading = self.reading()
@@ -397,7 +398,9 @@ class Daemon:
             at = _dt.datetime.fromtimestamp(min(later)).strftime("%H:%M:%S")
             waiting.append(Waiting("retrying later", len(later),
                                    f"a passing problem (see the log); the next at {at}"))
-        if engine_state in ("starting", "stopped") and (queued or reading) and not self.paused:
+        if gpu_busy and (queued or reading):  # the vLLM engine waits for room on the card
+            waiting.append(Waiting("GPU busy", len(queued) + len(reading), gpu_busy))
+        elif engine_state in ("starting", "stopped") and (queued or reading) and not self.paused:
             waiting.append(Waiting("engine starting", len(queued) + len(reading),
                                    "the engine is loading; reading begins when it is ready"))
         return estimate(
@@ -446,7 +449,8 @@ class Daemon:
             if self.choice.name == "tesseract" else None,
             reading=self.reading(), languages=tuple(self.config.languages),
             restart_needed=self.restart_needed,
-            progress=self.progress(str(engine_facts.get("state", "")), facts),
+            progress=self.progress(str(engine_facts.get("state", "")), facts,
+                                   str(engine_facts.get("waiting_reason") or "") or None),
             index_note=self.index_guard.note or self.index_note,
             pages_per_second=self.scheduler.rate.per_second(),
             kept=facts.kept,

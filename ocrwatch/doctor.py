@@ -2,7 +2,7 @@
 
 Quick by design: nothing here imports torch or vLLM (that alone takes seconds and may
 touch the GPU). Packages are looked up with ``importlib.util.find_spec`` and their
-versions read from metadata; the GPU is asked through ``nvidia-smi`` with a timeout.
+versions read from metadata; the GPU is asked through NVML (nvidia-ml-py).
 A check that does not apply to this configuration (the GPU when the engine is
 Tesseract, the tray on a headless box) passes and says why.
 """

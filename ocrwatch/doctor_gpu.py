@@ -14,7 +14,7 @@ from pathlib import Path
 from ocrwatch import gpu
 from ocrwatch.config import Config
 from ocrwatch.doctor_check import NET_TIMEOUT, Check, _version
-from ocrwatch.engines.vllm.memory import default_budget, plan_memory
+from ocrwatch.engines.vllm.memory import GpuBusy, default_budget, plan_memory
 from ocrwatch.errors import EngineUnavailable
 from ocrwatch.gpu import Gpu
 
@@ -24,7 +24,7 @@ CUDA13_DRIVER = 580  # vLLM 0.26 wheels are CUDA 13 builds: driver 580 or newer
 
 
 def _smi() -> list[Gpu] | str:
-    """The GPUs ``nvidia-smi`` sees, or why it could not tell."""
+    """The GPUs the driver (NVML) lists, or why it could not tell."""
     return gpu.gpus()
 
 
@@ -46,8 +46,8 @@ def check_gpu(config: Config, smi: list[Gpu] | str) -> list[Check]:
             return [Check("GPU", True, f"no NVIDIA GPU ({smi}): the Tesseract CPU engine will "
                                        "read pages")]
         return [Check("GPU", False, smi,
-                      "install the NVIDIA driver (580 or newer for CUDA 13) so that "
-                      "`nvidia-smi` lists the card, or set engine = \"tesseract\"")]
+                      "install the NVIDIA driver (580 or newer for CUDA 13) and nvidia-ml-py "
+                      "so that the card is found, or set engine = \"tesseract\"")]
     card = smi[0]
     checks = []
     try:
@@ -61,22 +61,28 @@ def check_gpu(config: Config, smi: list[Gpu] | str) -> list[Check]:
         "" if driver_ok else f"vLLM {VLLM_PIN} needs CUDA 13: update the NVIDIA driver to "
                              f"{CUDA13_DRIVER} or newer",
     ))
-    # The engine's own plan: the same budget, the same refusal as at start-up.
-    budget = default_budget(card.total_mb / 1024, config.vllm.gpu_memory_gb)
+    # The engine's own plan as it would start now: the same budget, within what other
+    # programs hold (NVML), the same refusal.
+    card_gib = min(config.vllm.card_gb or card.total_mb / 1024, card.total_mb / 1024)
+    others = (gpu.others_mib([]) or 0) / 1024
     try:
-        plan_memory(budget, card.total_mb / 1024, config.vllm.max_tokens)
+        plan = plan_memory(default_budget(card_gib, config.vllm.gpu_memory_gb), card_gib,
+                           config.vllm.max_tokens, others_gib=others,
+                           device_gib=card.total_mb / 1024,
+                           kv_cache_dtype=config.vllm.kv_cache_dtype,
+                           eager=config.vllm.enforce_eager)
+    except GpuBusy as exc:
+        checks.append(Check("GPU memory", False, str(exc).split(". Pages")[0],
+                            "close programs holding GPU memory (`nvidia-smi` lists them); "
+                            "until then files wait, none fails"))
+        return checks
     except EngineUnavailable as exc:
         checks.append(Check("GPU memory budget", False, str(exc).split(". ")[0],
-                            "set vllm.gpu_memory_gb to at least 7, or use a larger card"))
+                            "raise vllm.gpu_memory_gb, lower vllm.max_tokens, or use a "
+                            "larger card"))
         return checks
-    need = min(card.total_mb, round(budget * 1024))
-    free_ok = card.free_mb >= need
-    checks.append(Check(
-        "GPU memory free", free_ok,
-        f"{card.free_mb} MB free of {card.total_mb} MB (the engine's budget is {need} MB)",
-        "" if free_ok else "close programs holding GPU memory (`nvidia-smi` lists them), "
-                           "or lower vllm.gpu_memory_gb in the config (7 at least)",
-    ))
+    checks.append(Check("GPU memory", True,
+                        f"{plan.describe()}; {others:.1f} GiB held by other programs"))
     return checks
 
 

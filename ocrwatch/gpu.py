@@ -1,19 +1,24 @@
-"""Questions to the NVIDIA driver, through ``nvidia-smi`` with a timeout.
+"""Questions to the NVIDIA driver, through NVML (nvidia-ml-py's ``pynvml``).
 
-The only place that runs ``nvidia-smi``: engine choice, the vLLM engine's memory plan
-and status, and ``ocrwatch doctor`` all ask here. Nothing here imports torch or CUDA,
-which takes seconds and may touch the card.
+The only place that asks the driver: engine choice, the vLLM engine's memory plan and
+status, and ``ocrwatch doctor`` all ask here. NVML answers in microseconds and without a
+CUDA context, so asking before each start and wake costs nothing on the card; nothing
+here imports torch or CUDA, which takes seconds and may touch the card.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
-TIMEOUT = 10.0
+MIB = 1024 * 1024
+
+_lock = threading.Lock()
+_nvml: Any = None  # the pynvml module once nvmlInit succeeded (tests put a stand-in here)
+_why_not: str | None = None  # why NVML cannot be used, once that is known
 
 
 @dataclass(frozen=True)
@@ -24,42 +29,72 @@ class Gpu:
     free_mb: int
 
 
-def _run(*query: str) -> list[str] | str:
-    """The answer's lines, or why there is none."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return "nvidia-smi not found"
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _lib() -> Any:
+    """The initialised pynvml module, or a sentence saying why there is none."""
+    global _nvml, _why_not
+    with _lock:
+        if _nvml is not None:
+            return _nvml
+        if _why_not is not None:
+            return _why_not
+        try:
+            import pynvml
+        except ImportError:
+            _why_not = "nvidia-ml-py is not installed (pip install nvidia-ml-py)"
+            return _why_not
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as exc:
+            # No driver (LibraryNotFound), or one that does not answer: no NVIDIA GPU here.
+            _why_not = f"the NVIDIA driver did not answer ({_text(exc)})"
+            return _why_not
+        _nvml = pynvml
+        return _nvml
+
+
+def _handles(nvml: Any) -> list[Any] | str:
+    """Every card's handle, the one CUDA_VISIBLE_DEVICES names first (vLLM uses that one)."""
     try:
-        out = subprocess.run([exe, *query, "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=TIMEOUT, check=False)
-    except subprocess.TimeoutExpired:
-        return f"nvidia-smi did not answer within {TIMEOUT:.0f} s"
-    except OSError as exc:
-        return f"nvidia-smi failed: {exc.strerror}"
-    if out.returncode != 0:
-        return f"nvidia-smi failed: {(out.stderr or out.stdout).strip()[:200]}"
-    return [line.strip() for line in out.stdout.splitlines() if line.strip()]
+        handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
+    except nvml.NVMLError as exc:
+        return f"NVML failed: {_text(exc)}"
+    if not handles:
+        return "NVML lists no GPU"
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    if visible.isdigit() and int(visible) < len(handles):
+        handles.insert(0, handles.pop(int(visible)))
+    return handles
+
+
+def _first() -> tuple[Any, Any] | None:
+    nvml = _lib()
+    if isinstance(nvml, str):
+        return None
+    handles = _handles(nvml)
+    return None if isinstance(handles, str) else (nvml, handles[0])
 
 
 def gpus() -> list[Gpu] | str:
     """The GPUs this process may use (``CUDA_VISIBLE_DEVICES`` first), or why none."""
-    lines = _run("--query-gpu=name,driver_version,memory.total,memory.free")
-    if isinstance(lines, str):
-        return lines
-    found = []
-    for line in lines:
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) != 4:
-            continue
-        try:
-            found.append(Gpu(parts[0], parts[1], int(float(parts[2])), int(float(parts[3]))))
-        except ValueError:
-            continue
-    if not found:
-        return "nvidia-smi lists no GPU"
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
-    if visible.isdigit() and int(visible) < len(found):  # the card vLLM will use comes first
-        found.insert(0, found.pop(int(visible)))
+    nvml = _lib()
+    if isinstance(nvml, str):
+        return nvml
+    handles = _handles(nvml)
+    if isinstance(handles, str):
+        return handles
+    try:
+        driver = _text(nvml.nvmlSystemGetDriverVersion())
+        found = []
+        for handle in handles:
+            mem = nvml.nvmlDeviceGetMemoryInfo(handle)
+            found.append(Gpu(_text(nvml.nvmlDeviceGetName(handle)), driver,
+                             int(mem.total // MIB), int(mem.free // MIB)))
+    except nvml.NVMLError as exc:
+        return f"NVML failed: {_text(exc)}"
     return found
 
 
@@ -76,29 +111,57 @@ def gpu_name() -> str | None:
 
 def used_mib() -> int | None:
     """Memory in use on the first visible card, by every process (what a user sees)."""
-    lines = _run("--query-gpu=memory.used")
-    if isinstance(lines, str) or not lines:
+    first = _first()
+    if first is None:
         return None
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
-    index = int(visible) if visible.isdigit() and int(visible) < len(lines) else 0
+    nvml, handle = first
     try:
-        return int(float(lines[index]))
-    except ValueError:
+        return int(nvml.nvmlDeviceGetMemoryInfo(handle).used // MIB)
+    except nvml.NVMLError:
         return None
+
+
+def _per_process(nvml: Any, handle: Any) -> dict[int, int]:
+    """MiB each process holds on the card (compute and graphics users together)."""
+    held: dict[int, int] = {}
+    for query in (nvml.nvmlDeviceGetComputeRunningProcesses,
+                  nvml.nvmlDeviceGetGraphicsRunningProcesses):
+        for proc in query(handle):
+            used = getattr(proc, "usedGpuMemory", None)
+            # None: the driver cannot say (another container's process); it still counts
+            # in the card's "used" total, and so among the others' memory.
+            held[int(proc.pid)] = max(held.get(int(proc.pid), 0), int((used or 0) // MIB))
+    return held
 
 
 def processes_mib(pids: Iterable[int]) -> int | None:
-    """GPU memory held by the processes ``pids`` together, or None without nvidia-smi."""
-    lines = _run("--query-compute-apps=pid,used_memory")
-    if isinstance(lines, str):
+    """GPU memory held by the processes ``pids`` together, or None without NVML."""
+    first = _first()
+    if first is None:
+        return None
+    nvml, handle = first
+    try:
+        held = _per_process(nvml, handle)
+    except nvml.NVMLError:
         return None
     wanted = set(pids)
-    total = 0
-    for line in lines:
-        try:
-            pid_text, used = (part.strip() for part in line.split(","))
-            if int(pid_text) in wanted:
-                total += int(float(used))
-        except ValueError:
-            continue
-    return total
+    return sum(mib for pid, mib in held.items() if pid in wanted)
+
+
+def others_mib(own: Iterable[int]) -> int | None:
+    """Memory other programs hold on the card: all that is used, less what ``own`` holds.
+
+    "Used" covers what no process list shows (a compositor's, another container's), so
+    that is what the memory plan has to leave alone. None without NVML.
+    """
+    first = _first()
+    if first is None:
+        return None
+    nvml, handle = first
+    try:
+        used = int(nvml.nvmlDeviceGetMemoryInfo(handle).used // MIB)
+        held = _per_process(nvml, handle)
+    except nvml.NVMLError:
+        return None
+    mine = set(own)
+    return max(0, used - sum(mib for pid, mib in held.items() if pid in mine))

@@ -270,6 +270,8 @@ def format_status(status: Status) -> str:
     lines.append(eng)
     if engine.gpu_memory_mb is not None:
         lines.append(f"  GPU:     {engine.gpu_memory_mb:.0f} MB held")
+    if engine.facts.get("waiting_reason"):  # pages held until the card has room
+        lines.append(f"  waiting: {engine.facts['waiting_reason']}")
     if languages:
         lines.append(languages)
     if status.restart_needed:

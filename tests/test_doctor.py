@@ -1,4 +1,4 @@
-"""``ocrwatch doctor``: each check against a controlled machine (fake nvidia-smi, temp dirs)."""
+"""``ocrwatch doctor``: each check against a controlled machine (a stand-in NVML, temp dirs)."""
 
 from __future__ import annotations
 
@@ -9,16 +9,10 @@ import time
 from pathlib import Path
 
 import pytest
+from fake_nvml import FakeNvml, install
 
 from ocrwatch import doctor, paths
 from ocrwatch.config import Config
-
-
-def fake_smi(bindir: Path, line: str, code: int = 0) -> None:
-    bindir.mkdir(exist_ok=True)
-    exe = bindir / "nvidia-smi"
-    exe.write_text(f"#!/bin/sh\necho '{line}'\nexit {code}\n")
-    exe.chmod(0o755)
 
 
 @pytest.fixture
@@ -35,6 +29,7 @@ def machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "run").mkdir(mode=0o700)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.setattr(paths, "log_dir", lambda: tmp_path / "logs")
+    install(monkeypatch, None)
     return tmp_path
 
 
@@ -68,50 +63,55 @@ def test_cpu_machine_auto_engine_is_all_ok(machine: Path) -> None:
 
 def test_vllm_engine_without_gpu_fails_with_a_fix(machine: Path) -> None:
     named = by_name(doctor.run_checks(config(machine, engine="vllm"), reachable=offline))
-    assert not named["GPU"].ok and "nvidia-smi not found" in named["GPU"].detail
+    assert not named["GPU"].ok and "NVIDIA driver did not answer" in named["GPU"].detail
     assert "driver" in named["GPU"].fix
     report = doctor.format_report(list(named.values()))
     assert "[FAIL] GPU" in report and "fix: install the NVIDIA driver" in report
 
 
-def test_gpu_old_driver_and_low_memory(machine: Path) -> None:
-    fake_smi(machine / "bin", "NVIDIA GeForce RTX 4080, 550.54.14, 16376, 1200")
+def test_gpu_old_driver_and_a_busy_card(machine: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A game holds 11 GiB of the 16 GB card: the engine would hold its files, and says so.
+    install(monkeypatch, FakeNvml(driver="550.54.14", used_mib=11 * 1024 + 200,
+                                  graphics={4242: 11 * 1024}))
     checks = doctor.check_gpu(config(machine, engine="vllm"), doctor._smi())
     named = by_name(checks)
     assert not named["GPU and driver"].ok and "580" in named["GPU and driver"].fix
     assert "RTX 4080, driver 550.54.14" in named["GPU and driver"].detail
-    assert not named["GPU memory free"].ok
-    assert "1200 MB free of 16376 MB" in named["GPU memory free"].detail
+    memory = named["GPU memory"]
+    assert not memory.ok
+    assert "the GPU is busy: 11.2 GiB held by other programs" in memory.detail
+    assert "files wait" in memory.fix
 
 
-def test_gpu_good(machine: Path) -> None:
-    fake_smi(machine / "bin", "NVIDIA H200, 580.95.05, 143771, 142000")
+def test_gpu_good(machine: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    install(monkeypatch, FakeNvml(name="NVIDIA H200", total_mib=143771, used_mib=500))
     named = by_name(doctor.check_gpu(config(machine), doctor._smi()))
-    assert named["GPU and driver"].ok and named["GPU memory free"].ok
+    assert named["GPU and driver"].ok and named["GPU memory"].ok
+    # The engine's own plan, as it would start now.
+    assert "pages in flight" in named["GPU memory"].detail
+    assert "0.5 GiB held by other programs" in named["GPU memory"].detail
 
 
-def test_gpu_budget_is_judged_by_the_engines_own_plan(machine: Path) -> None:
-    # 4 GiB free and a 4 GiB budget: the engine would refuse to start, so doctor fails too.
-    fake_smi(machine / "bin", "NVIDIA GeForce RTX 4080, 580.95.05, 16376, 4500")
+def test_gpu_budget_is_judged_by_the_engines_own_plan(machine: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # A 4 GiB budget: the engine would refuse to start, so doctor fails too.
+    install(monkeypatch, FakeNvml(used_mib=300))
     c = config(machine, engine="vllm")
     c.vllm.gpu_memory_gb = 4.0
     named = by_name(doctor.check_gpu(c, doctor._smi()))
     assert not named["GPU memory budget"].ok
-    assert "needs at least 7 GiB" in named["GPU memory budget"].detail
-    c.vllm.gpu_memory_gb = 0.0  # the card's 16 GB: 4.5 GB free is not enough for it
-    named = by_name(doctor.check_gpu(c, doctor._smi()))
-    free = named["GPU memory free"]
-    assert not free.ok and "budget is 16376 MB" in free.detail
+    assert "needs at least" in named["GPU memory budget"].detail
+    assert "vllm.gpu_memory_gb" in named["GPU memory budget"].fix
 
 
-def test_smi_failure_is_reported(machine: Path) -> None:
-    fake_smi(machine / "bin", "NVIDIA-SMI has failed because it could not communicate", 9)
+def test_nvml_failure_is_reported(machine: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    install(monkeypatch, None, "the NVIDIA driver did not answer (Driver Not Loaded)")
     smi = doctor._smi()
-    assert isinstance(smi, str) and "could not communicate" in smi
+    assert isinstance(smi, str) and "Driver Not Loaded" in smi
 
 
 def test_model_cached_downloadable_or_not(machine: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    fake_smi(machine / "bin", "NVIDIA H200, 580.95.05, 143771, 142000")
+    install(monkeypatch, FakeNvml(name="NVIDIA H200", total_mib=143771, used_mib=1771))
     smi = doctor._smi()
     c = config(machine, engine="vllm")
     (miss,) = doctor.check_model(c, smi, reachable=offline)
@@ -130,7 +130,7 @@ def test_model_cached_downloadable_or_not(machine: Path, monkeypatch: pytest.Mon
 
 
 def test_vllm_presence(machine: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    fake_smi(machine / "bin", "NVIDIA H200, 580.95.05, 143771, 142000")
+    install(monkeypatch, FakeNvml(name="NVIDIA H200", total_mib=143771, used_mib=1771))
     smi = doctor._smi()
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     (absent,) = doctor.check_vllm(config(machine, engine="vllm"), smi)

@@ -8,12 +8,14 @@ only vLLM is replaced. The colour of a page tells it how to misbehave (see
 from __future__ import annotations
 
 import contextlib
+import json
 import multiprocessing
 import os
 import signal
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +26,21 @@ from PIL import Image
 from ocrwatch.config import Config
 from ocrwatch.domain import Page, PageText
 from ocrwatch.engines.faults import Fault
-from ocrwatch.engines.lightonocr import image_tokens
+from ocrwatch.engines.lightonocr import MAX_PROMPT_TOKENS, image_tokens
 from ocrwatch.engines.vllm import VllmEngine, plan_memory
 from ocrwatch.engines.vllm.admission import pick_next
 from ocrwatch.engines.vllm.backends import compilation_config
+from ocrwatch.engines.vllm.memory import (
+    CONTEXT_GIB,
+    GIB,
+    MARGIN_GIB,
+    SEQS_CAP,
+    TYPICAL_OUTPUT_TOKENS,
+    WEIGHTS_GIB,
+    WORKING_GIB_AT_STEP,
+    WORKING_GIB_EAGER,
+    GpuBusy,
+)
 from ocrwatch.engines.vllm.supervisor import worker_settings
 from ocrwatch.engines.vllm.worker import main as worker_main
 from ocrwatch.errors import EngineError, EngineUnavailable
@@ -74,35 +87,92 @@ def gone(pid: int) -> bool:
 # -- the memory plan ------------------------------------------------------------------------
 
 
-def test_plan_for_a_16_gb_card_keeps_headroom_and_bounds_each_step() -> None:
+def test_plan_for_a_16_gb_card_is_the_sum_of_its_measured_parts() -> None:
     plan = plan_memory(16.0, 16.0, 4096)
-    assert plan.gpu_memory_utilization * 16 <= 12.0 + 1e-6  # 4 GiB left for what vLLM can't see
+    # KV per token from LightOnOCR's config: 2 x 28 layers x 8 heads x 128 x 2 bytes.
+    assert plan.kv_bytes_per_token == 112 * 1024
+    assert plan.fixed_gib == pytest.approx(CONTEXT_GIB + WEIGHTS_GIB + WORKING_GIB_AT_STEP)
+    assert plan.budget_gib == 16.0 - MARGIN_GIB
+    # The KV cache is what the pages need: the worst page (max_model_len tokens) and the
+    # others at a typical page, and it all stays within the usable memory.
+    page = MAX_PROMPT_TOKENS + TYPICAL_OUTPUT_TOKENS
+    assert plan.kv_tokens == pytest.approx(
+        plan.max_model_len + (plan.max_num_seqs - 1) * page, abs=1)
+    assert plan.total_gib <= plan.budget_gib
+    # ... and one page more would not fit: the most pages the budget holds.
+    assert plan.total_gib + page * plan.kv_bytes_per_token / GIB > plan.budget_gib
+    assert plan.max_num_seqs == 24  # with max_tokens 4096 (8 under the old fixed rule)
     assert plan.max_num_batched_tokens == 4096  # one A4 page or seven cards a step
     assert image_tokens(1088, 1540) <= plan.max_num_batched_tokens
     assert plan.max_model_len >= 3080 + 4096
-    assert plan.max_num_seqs == 8
-    assert plan.cudagraph_sizes == [1, 2, 4, 8]  # no graph for more than max_num_seqs
-    assert plan_memory(10.0, 16.0, 4096).cudagraph_sizes == [1, 2, 4]
+    assert plan.cudagraph_sizes == [1, 2, 4, 8, 16, 24]  # none above max_num_seqs
+    assert plan_memory(12.0, 12.0, 500).max_num_seqs > plan_memory(12.0, 12.0, 4096).max_num_seqs
+    assert plan_memory(16.0, 16.0, 500).max_num_seqs == SEQS_CAP  # no gain measured past it
+    # Capped, the KV cache is what those pages need, not all the budget allows.
+    assert plan_memory(16.0, 16.0, 500).total_gib < 16.0 - MARGIN_GIB - 1.0
+    # Without CUDA graphs a step needs more working memory: fewer pages.
+    eager = plan_memory(16.0, 16.0, 4096, eager=True)
+    assert eager.fixed_gib == pytest.approx(CONTEXT_GIB + WEIGHTS_GIB + WORKING_GIB_EAGER)
+    assert eager.max_num_seqs < plan.max_num_seqs
+    assert plan_memory(40.0, 40.0, 500).max_num_seqs == SEQS_CAP
+
+
+def test_fp8_kv_cache_halves_the_bytes_per_token_and_holds_more_pages() -> None:
+    bf16 = plan_memory(12.0, 12.0, 4096)
+    fp8 = plan_memory(12.0, 12.0, 4096, kv_cache_dtype="fp8")
+    assert fp8.kv_bytes_per_token * 2 == bf16.kv_bytes_per_token
+    assert fp8.max_num_seqs > bf16.max_num_seqs and fp8.kv_cache_dtype == "fp8"
+    assert Config().vllm.kv_cache_dtype == "auto"  # off by default
+
+
+def test_kv_bytes_per_token_come_from_the_model_config(tmp_path: Path) -> None:
+    text = {"num_hidden_layers": 2, "num_key_value_heads": 1, "head_dim": 128}
+    (tmp_path / "config.json").write_text(json.dumps({"text_config": text}))
+    (tmp_path / "model.safetensors").write_bytes(b"\0" * 4096)
+    plan = plan_memory(16.0, 16.0, 64, model_dir=str(tmp_path))
+    assert plan.kv_bytes_per_token == 2 * 2 * 1 * 128 * 2
+    assert plan.fixed_gib == pytest.approx(CONTEXT_GIB + 4096 / GIB + WORKING_GIB_AT_STEP,
+                                           abs=1e-3)
 
 
 def test_plan_on_a_large_card_is_capped_by_the_budget() -> None:
     h200 = 143771 / 1024
     plan = plan_memory(16.0, h200, 4096)
-    assert plan.gpu_memory_utilization * h200 == pytest.approx(12.0, abs=0.01)
     assert plan.budget_gib == 16.0
+    # vLLM's utilization only gates its start: the planned share, the context left out.
+    assert plan.gpu_memory_utilization * h200 == pytest.approx(plan.total_gib - CONTEXT_GIB,
+                                                               abs=0.01)
+    emulated = plan_memory(16.0, 16.0, 4096, device_gib=h200)
+    assert emulated.max_num_seqs == plan_memory(16.0, 16.0, 4096).max_num_seqs
+    assert emulated.gpu_memory_utilization < 0.12
 
 
 def test_plan_refuses_a_budget_too_small_and_clips_one_too_large() -> None:
-    with pytest.raises(EngineUnavailable, match="gpu_memory_gb"):
+    with pytest.raises(EngineUnavailable, match="gpu_memory_gb") as refused:
         plan_memory(4.0, 24.0, 4096)
-    assert plan_memory(24.0, 12.0, 4096).budget_gib == 12.0
+    assert not isinstance(refused.value, GpuBusy)
+    assert plan_memory(24.0, 12.0, 4096).budget_gib == 12.0 - MARGIN_GIB
+    small = plan_memory(5.6, 5.6, 4096)  # a small budget takes one page's step
+    assert small.max_num_batched_tokens < 4096 and small.max_num_seqs >= 1
+
+
+def test_plan_leaves_what_other_programs_hold_and_says_when_that_is_too_much() -> None:
+    alone = plan_memory(16.0, 16.0, 500)
+    shared = plan_memory(16.0, 16.0, 500, others_gib=3.0)
+    assert shared.budget_gib == 16.0 - 3.0 - MARGIN_GIB
+    assert shared.total_gib + 3.0 <= 16.0 - MARGIN_GIB  # the whole card stays under its size
+    assert 1 <= shared.max_num_seqs < alone.max_num_seqs
+    with pytest.raises(GpuBusy, match=r"the GPU is busy: 12.0 GiB held by other programs") as busy:
+        plan_memory(16.0, 16.0, 500, others_gib=12.0)
+    assert busy.value.others_gib == 12.0
 
 
 def test_engine_policy_comes_from_the_plan() -> None:
     eng = make_engine()
     try:
         # One page per call, twice max_num_seqs callers: pages stream, results come singly.
-        assert eng.policy.max_pages == 1 and eng.policy.concurrency == 16
+        assert eng.policy.max_pages == 1
+        assert eng.policy.concurrency == 2 * eng.plan.max_num_seqs
         assert eng.policy.cost(1088, 1540) == image_tokens(1088, 1540)
         assert eng.max_side == 1540
         assert eng.describe()["state"] == "stopped"
@@ -368,11 +438,12 @@ def test_a_page_added_while_others_decode_joins_them_and_no_page_waits_for_anoth
 def test_at_most_max_num_seqs_pages_are_in_flight_and_each_has_one_result() -> None:
     eng = make_engine(delay=0.2)
     try:
-        pages = [page(i, size=(100 + i, 150)) for i in range(20)]
+        n = eng.plan.max_num_seqs + 6
+        pages = [page(i, size=(100 + i, 150)) for i in range(n)]
         results = eng.recognize(pages)
         assert [r.markdown.splitlines()[0] for r in results] == [
-            f"# Page {100 + i}x150" for i in range(20)]
-        assert eng.most_in_flight == eng.plan.max_num_seqs == 8
+            f"# Page {100 + i}x150" for i in range(n)]
+        assert eng.most_in_flight == eng.plan.max_num_seqs > 8
         assert eng.describe()["pages_in_flight"] == 0
     finally:
         eng.close()
@@ -386,14 +457,14 @@ def test_like_sizes_are_admitted_together_and_none_waits_past_the_bound() -> Non
     assert pick_next(waiting, card, 0.4, 0.5) == 0
     assert pick_next(waiting[1:], card, 0.4, 0.5) == 1  # the card, though younger
     assert pick_next(waiting, a4, 0.5, 0.5) == 0  # the oldest waited its 0.5 s: its turn
-    # Through the engine: 16 pages, A4 and cards interleaved, all read, at most 8 at once.
+    # Through the engine: 16 pages, A4 and cards interleaved, all read, within the plan.
     eng = make_engine(delay=0.05)
     try:
         sizes = [(1088, 1540) if i % 2 else (800, 500) for i in range(16)]
         results = eng.recognize([page(i, size=sizes[i]) for i in range(16)])
         assert [r.markdown.splitlines()[0] for r in results] == [
             f"# Page {w}x{h}" for w, h in sizes]
-        assert eng.most_in_flight <= 8
+        assert eng.most_in_flight <= eng.plan.max_num_seqs
     finally:
         eng.close()
 
@@ -445,17 +516,18 @@ def test_sleep_while_pages_go_round_again_loses_none() -> None:
 
 
 def test_release_reads_every_page_handed_over_then_ends_the_worker() -> None:
-    # The daemon pauses: pages already handed over (eight in flight, four waiting) are
+    # The daemon pauses: pages already handed over (a full engine, four waiting) are
     # read, then the worker ends and is not started again for them.
     eng = make_engine(delay=0.5)
     try:
         eng.start()
-        reader, results = read_behind(eng, [page(i) for i in range(12)], 8)
+        seqs = eng.plan.max_num_seqs
+        reader, results = read_behind(eng, [page(i) for i in range(seqs + 4)], seqs)
         pid = eng.worker_pid
         eng.release()
         assert eng.state == "stopped" and eng.worker_pid is None
         reader.join(10)
-        assert len(results) == 12 and all(r.error is None for r in results)
+        assert len(results) == seqs + 4 and all(r.error is None for r in results)
         assert pid is not None and gone(pid)
     finally:
         eng.close()
@@ -703,7 +775,8 @@ def test_describe_has_what_status_shows(engine: VllmEngine) -> None:
     assert facts["engine"] == "vllm" and facts["state"] == "ready"
     assert facts["model"] == "lightonai/LightOnOCR-2-1B"
     assert isinstance(facts["pages_per_second"], float)
-    assert facts["gpu_memory_budget_gb"] == 16.0
+    assert facts["gpu_memory_budget_gb"] == 16.0 - MARGIN_GIB
+    assert f"{engine.plan.max_num_seqs} pages in flight" in str(facts["memory_plan"])
 
 
 # -- text helpers -----------------------------------------------------------------------------
@@ -742,3 +815,230 @@ def test_repeats_itself_spots_the_model_looping() -> None:
                               + "It ends here.")
     table = "<tr><td></td><td></td></tr>\n" * 4
     assert not repeats_itself("Header\n" + table + "Footer")
+
+
+# -- a shared card -------------------------------------------------------------------------------
+
+
+class Card:
+    """What NVML would say other programs hold on a 16 GiB card, changed by the test."""
+
+    def __init__(self, others_mib: int) -> None:
+        self.others_mib = others_mib
+        self.asked: list[list[int]] = []
+
+    def __call__(self, own: list[int]) -> int:
+        self.asked.append(list(own))
+        return self.others_mib
+
+
+def shared_engine(card: Card, standby: bool = False, **options: Any) -> VllmEngine:
+    config = Config()
+    config.vllm.idle_sleep_seconds = config.vllm.idle_stop_seconds = 0
+    config.vllm.max_tokens = 500
+    config.vllm.standby = standby
+    return VllmEngine(config, backend="fake", backend_options=options, card_mib=16 * 1024,
+                      others_mib=card)
+
+
+def test_a_busy_card_holds_the_pages_says_why_and_reads_them_once_memory_frees() -> None:
+    card = Card(12 * 1024)  # 12 GiB held by another program: not one page fits
+    eng = shared_engine(card)
+    try:
+        results: list[PageText] = []
+        caller = threading.Thread(target=lambda: results.extend(eng.recognize([page(0)])))
+        caller.start()
+        assert eng.wait_for_state(["waiting"], 10)
+        facts = eng.describe()
+        assert "the GPU is busy: 12.0 GiB held by other programs" in facts["waiting_reason"]
+        assert facts["gpu_memory_mb"] == 0 and eng.worker_pid is None
+        assert not results  # held, not failed
+        asked = len(card.asked)
+        assert wait_for(lambda: len(card.asked) > asked, 10, "the card asked again")
+        card.others_mib = 3 * 1024  # the other program shrinks: the page is read
+        caller.join(30)
+        assert not caller.is_alive()
+        assert results[0].error is None
+        assert "waiting_reason" not in eng.describe()
+        # The plan was made within what the other program left.
+        assert eng.plan.others_gib == 3.0 and eng.plan.total_gib + 3.0 <= 16.0
+        assert eng.worker_info["max_num_seqs"] == eng.plan.max_num_seqs
+        assert eng.worker_info["kv_cache_memory_bytes"] == eng.plan.kv_cache_bytes
+    finally:
+        eng.close()
+
+
+def test_a_sleeping_engine_that_no_longer_fits_restarts_within_what_is_left() -> None:
+    card = Card(0)
+    eng = shared_engine(card)
+    try:
+        eng.recognize([page(0)])
+        pid, seqs = eng.worker_pid, eng.plan.max_num_seqs
+        eng.sleep()
+        card.others_mib = 4 * 1024  # a game started while the engine slept
+        (result,) = eng.recognize([page(1)])
+        assert result.error is None
+        assert eng.worker_pid not in (None, pid) and gone(pid)  # not woken: planned again
+        assert eng.plan.others_gib == 4.0 and eng.plan.max_num_seqs < seqs
+    finally:
+        eng.close()
+
+
+def test_a_sleeping_engine_that_still_fits_is_woken() -> None:
+    card = Card(1024)
+    eng = shared_engine(card)
+    try:
+        eng.recognize([page(0)])
+        pid = eng.worker_pid
+        eng.sleep()
+        (result,) = eng.recognize([page(1)])
+        assert result.error is None and eng.worker_pid == pid and "wake" in eng.timings
+        assert pid in card.asked[-1]  # its own processes are not counted as others'
+    finally:
+        eng.close()
+
+
+def test_pausing_while_the_card_is_busy_hands_the_pages_back() -> None:
+    card = Card(12 * 1024)
+    eng = shared_engine(card)
+    try:
+        failures: list[BaseException] = []
+
+        def read() -> None:
+            try:
+                eng.recognize([page(0)])
+            except EngineUnavailable as exc:
+                failures.append(exc)
+
+        caller = threading.Thread(target=read)
+        caller.start()
+        assert eng.wait_for_state(["waiting"], 10)
+        eng.release()  # the daemon pausing: it must not wait for the card
+        caller.join(10)
+        assert not caller.is_alive()
+        assert failures and isinstance(failures[0], GpuBusy)  # its file goes back, unfailed
+    finally:
+        eng.close()
+
+
+# -- the standby worker --------------------------------------------------------------------------
+
+
+def test_after_the_idle_stop_a_standby_process_waits_and_becomes_the_next_worker(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("INFO", logger="ocrwatch.engines.vllm.feeder")
+    config = Config()
+    config.vllm.idle_sleep_seconds = 0
+    config.vllm.idle_stop_seconds = 0.3
+    config.vllm.max_tokens = 64
+    assert config.vllm.standby is True  # on by default
+    eng = VllmEngine(config, backend="fake", backend_options={"import_delay": 0.5},
+                     card_mib=16 * 1024)
+    try:
+        eng.recognize([page(0)])
+        first = eng.worker_pid
+        assert first is not None and eng.standby_pid is None  # none while a worker runs
+        assert eng.wait_for_state(["stopped"], 10)
+        assert gone(first) and eng.describe()["gpu_memory_mb"] == 0
+        standby = wait_for(lambda: eng.standby_pid, 10, "a standby process")
+        ready = wait_for(lambda: (eng.describe().get("standby") or {}).get("ready"), 10,
+                         "the standby's imports done")
+        assert ready
+        wait_for(lambda: "vLLM standby ready" in caplog.text, 10, "the log saying so")
+        rss = eng.describe()["standby"]["rss_mb"]
+        assert isinstance(rss, int) and rss > 0
+        (result,) = eng.recognize([page(1)])
+        assert result.error is None
+        assert eng.worker_pid == standby and eng.standby_pid is None  # the standby took over
+        assert eng.worker_info["standby"]["import_seconds"] >= 0.5
+    finally:
+        eng.close()
+    assert gone(standby)
+
+
+def test_no_standby_when_it_is_turned_off() -> None:
+    config = Config()
+    config.vllm.idle_sleep_seconds = 0
+    config.vllm.idle_stop_seconds = 0.2
+    config.vllm.standby = False
+    eng = VllmEngine(config, backend="fake", card_mib=16 * 1024)
+    try:
+        eng.recognize([page(0)])
+        assert eng.wait_for_state(["stopped"], 10)
+        assert not wait_for_or_none(lambda: eng.standby_pid, 0.5)
+    finally:
+        eng.close()
+
+
+def wait_for_or_none(condition: Any, timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := condition():
+            return value
+        time.sleep(0.05)
+    return None
+
+
+# -- admission with mixed pages ------------------------------------------------------------------
+
+
+def test_mixed_pages_fill_every_slot_and_a_freed_slot_is_taken_at_once() -> None:
+    eng = make_engine(delay=0.3)
+    try:
+        seqs = eng.plan.max_num_seqs
+        # A4 pages and cards (a quarter of their size: the fake reads any size alike).
+        sizes = [(272, 385) if i % 3 else (200, 125) for i in range(2 * seqs)]
+        pages = [Page(Path(f"mix{i}.png"), i, Image.new("RGB", size, OK))
+                 for i, size in enumerate(sizes)]
+        eng.start()
+        started = time.monotonic()
+        with ThreadPoolExecutor(eng.policy.concurrency) as pool:
+            results = [r for rs in pool.map(lambda p: eng.recognize([p]), pages) for r in rs]
+        took = time.monotonic() - started
+        assert all(r.error is None for r in results)
+        assert eng.most_in_flight == seqs  # cards and A4 pages together, to the plan's bound
+        # Two rounds of 0.3 s: no page waited for a pair, a batch, or a like size.
+        assert took < 2 * 0.3 + 1.2, took
+    finally:
+        eng.close()
+
+
+def test_the_daemon_holds_files_while_the_card_is_busy_and_says_why(tmp_path: Path) -> None:
+    from ocrwatch.daemon import Daemon
+    from ocrwatch.status import format_status
+    from ocrwatch.tray.menu import status_lines
+
+    config = Config(inbox=[tmp_path / "inbox"], database=tmp_path / "index.sqlite3",
+                    settle_seconds=0.3, engine="vllm")
+    config.vllm.idle_sleep_seconds = config.vllm.idle_stop_seconds = 0
+    config.vllm.standby = False
+    card = Card(12 * 1024)
+    eng = VllmEngine(config, backend="fake", card_mib=16 * 1024, others_mib=card)
+    inbox = config.inbox[0]
+    inbox.mkdir(parents=True)
+    files = []
+    for i in range(3):
+        path = inbox / f"scan{i}.png"
+        text_page([f"page {i}"]).save(path)
+        files.append(path)
+    with Daemon(config, engine=eng) as daemon:
+        wait_for(lambda: eng.state == "waiting", 30, "the engine waiting for the card")
+        status = daemon.status()
+        why = "the GPU is busy: 12.0 GiB held by other programs"
+        assert why in format_status(status)
+        assert any(why in line for line in status_lines(status))
+        assert status.failed == 0 and status.done == 0
+        assert why in str(status.to_dict()["engine"]["waiting_reason"])  # status --json
+        busy = [w for w in status.progress.waiting if w.what == "GPU busy"]
+        assert busy and busy[0].files == 3 and why in busy[0].why
+        card.asked.clear()
+        wait_for(lambda: len(card.asked) >= 2, 10, "the card asked again while waiting")
+        assert daemon.status().failed == 0  # still held, none failed
+        card.others_mib = 1024  # the other program ends
+
+        def done(path: Path) -> bool:
+            job = daemon.jobs.known(path)
+            return job is not None and job.state.value == "done"
+
+        wait_for(lambda: all(done(p) for p in files), 30, "every file read")
+        assert "GPU is busy" not in format_status(daemon.status())

@@ -69,6 +69,8 @@ def validate(config: Config) -> None:
                       f"{_RANGE_HINTS.get(key, '')}.")
     if config.vllm.load_format not in ("auto", "dummy", "safetensors"):
         fail("vllm.load_format", "must be 'auto', 'safetensors' or 'dummy'.")
+    if config.vllm.kv_cache_dtype not in ("auto", "fp8"):
+        fail("vllm.kv_cache_dtype", "must be 'auto' (the model's bf16) or 'fp8'.")
     _validate_model_sections(config, fail)
     _validate_outputs(config, fail)
     if config.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):

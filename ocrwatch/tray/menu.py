@@ -58,6 +58,8 @@ def status_lines(status: Status) -> list[str]:
         lines.append(f"Rate: {rate_text(rate)} (last minute)")
     lines += [f"Waiting: {w.files} {w.what} ({w.why})" for w in progress.waiting]
     lines.append(f"Engine: {engine.name} ({engine.state})")
+    if engine.facts.get("waiting_reason"):
+        lines.append(f"Waiting: {engine.facts['waiting_reason']}")
     if status.languages:
         lines.append(f"Languages: {', '.join(status.languages)}")
     mb = engine.gpu_memory_mb

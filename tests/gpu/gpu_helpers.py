@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -15,8 +14,11 @@ GIB = 1024
 
 def why_not() -> str | None:
     """Why the GPU tests cannot run here, or None when they can."""
-    if shutil.which("nvidia-smi") is None:
-        return "no NVIDIA GPU (nvidia-smi not found)"
+    from ocrwatch import gpu
+
+    cards = gpu.gpus()
+    if isinstance(cards, str):
+        return f"no NVIDIA GPU ({cards})"
     if importlib.util.find_spec("vllm") is None:
         return "vLLM is not installed"
     model = os.environ.get("OCRWATCH_GPU_MODEL")
@@ -30,12 +32,12 @@ def used_mib() -> int:
 
     value = gpu.used_mib()
     if value is None:
-        raise RuntimeError("nvidia-smi did not answer")
+        raise RuntimeError("NVML did not answer")
     return value
 
 
 class Sampler:
-    """The card's memory in use, read with nvidia-smi every 0.1 s from outside vLLM."""
+    """The card's memory in use, read through NVML every 0.1 s from outside vLLM."""
 
     def __init__(self) -> None:
         self.samples: list[tuple[float, int]] = []
@@ -79,3 +81,31 @@ class Sampler:
                     return last
             self._stop.wait(0.1)
         return last
+
+
+class Holder:
+    """Another program holding GPU memory (benchmarks/gpu_hold.py) until ``release``."""
+
+    def __init__(self, gib: float) -> None:
+        import subprocess
+        import sys
+
+        script = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_hold.py"
+        self.proc = subprocess.Popen([sys.executable, str(script), str(gib)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line.startswith("held"):
+            self.release()
+            raise RuntimeError(f"could not hold {gib} GiB of GPU memory: {line!r}")
+
+    def release(self) -> float:
+        """End it; returns when it has exited (time.monotonic())."""
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(30)
+        except Exception:
+            self.proc.kill()
+            self.proc.wait(10)
+        return time.monotonic()

@@ -2,7 +2,7 @@
 
 Runs the LightOnOCR-2-1B-shaped model with random weights (load_format="dummy"): the
 real model's compute and memory, meaningless text. The card's memory is read from
-outside with nvidia-smi every 0.1 s. Tests run in file order and share one engine.
+outside through NVML every 0.1 s. Tests run in file order and share one engine.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ def gpu_config(model: str, load_format: str = "dummy") -> Config:
     config.vllm.max_tokens = 32  # noise either way; fewer tokens keep the run short
     config.vllm.idle_sleep_seconds = 0  # the tests drive sleep and stop themselves
     config.vllm.idle_stop_seconds = 0
+    config.vllm.card_gb = 16.0  # plan for the 16 GB card, whatever this one holds
     return config
 
 
@@ -198,7 +199,7 @@ def test_sleep_with_pages_pending_finishes_them_first(engine: VllmEngine,
     assert len(results) == 8 and all(r.error is None for r in results)
     engine.sleep()
     # A sleep that leaves the memory on the card ends the worker instead (the feeder
-    # checks with nvidia-smi): either way the card is given back.
+    # checks through NVML): either way the card is given back.
     left = sampler.wait_until(lambda v: v < ASLEEP_LIMIT_MIB, 30)
     print(f"\nsecond sleep: state {engine.state}, {left} MiB on the card", file=sys.stderr)
     assert engine.state in ("asleep", "stopped")

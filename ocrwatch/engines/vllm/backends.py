@@ -63,6 +63,9 @@ class VllmBackend:
             gpu_memory_utilization=settings["gpu_memory_utilization"],
             max_num_seqs=settings["max_num_seqs"],
             max_num_batched_tokens=settings["max_num_batched_tokens"],
+            # The plan's KV cache, not a share of the card: what the planned pages need.
+            kv_cache_memory_bytes=settings.get("kv_cache_memory_bytes") or None,
+            kv_cache_dtype=settings.get("kv_cache_dtype", "auto"),
             limit_mm_per_prompt={"image": 1},
             mm_processor_cache_gb=0,
             enable_prefix_caching=False,
@@ -227,7 +230,10 @@ class FakeBackend:
         if options.get("fail_start"):
             raise RuntimeError(str(options["fail_start"]))
         self._delay = float(options.get("delay", 0.0))
-        self.info = {"vllm": "fake", "start_seconds": 0.0, "pid": os.getpid()}
+        self.info = {"vllm": "fake", "start_seconds": 0.0, "pid": os.getpid(),
+                     "max_num_seqs": settings.get("max_num_seqs"),
+                     "kv_cache_memory_bytes": settings.get("kv_cache_memory_bytes"),
+                     "kv_cache_dtype": settings.get("kv_cache_dtype")}
         if options.get("helper"):
             # Like vLLM's engine process: forked (so it holds the worker's pipe too) and
             # in a process group of its own.
@@ -294,6 +300,26 @@ class FakeBackend:
 
     def close(self) -> None:
         pass
+
+
+def preload(settings: dict[str, Any]) -> None:
+    """What a standby process imports ahead: torch, vLLM and the model's class.
+
+    None of it makes a CUDA context (vLLM asks the driver through NVML until an engine
+    is made), so the standby holds nothing on the card.
+    """
+    if settings.get("backend") == "fake":
+        time.sleep(float(settings.get("fake", {}).get("import_delay", 0.0)))
+        return
+    import contextlib
+
+    import torch  # noqa: F401
+    import vllm
+    from vllm import LLM, SamplingParams  # noqa: F401
+    from vllm.sampling_params import RequestOutputKind  # noqa: F401
+
+    with contextlib.suppress(ImportError):  # another vLLM: the class is found by name later
+        import vllm.model_executor.models.lightonocr  # noqa: F401
 
 
 def make_backend(settings: dict[str, Any]) -> Backend:

@@ -24,7 +24,7 @@ from ocrwatch.engines import lightonocr
 from ocrwatch.engines.base import BatchPolicy, gpu_preparers
 from ocrwatch.engines.vllm.admission import Request
 from ocrwatch.engines.vllm.feeder import Feeder
-from ocrwatch.engines.vllm.memory import default_budget, plan_memory
+from ocrwatch.engines.vllm.memory import MemoryPlan, default_budget, plan_memory
 from ocrwatch.errors import EngineError, EngineUnavailable
 
 if TYPE_CHECKING:
@@ -47,6 +47,7 @@ class VllmEngine(lightonocr.LightOnOCREngine, Feeder):
         card_mib: int | None = None,
         clock: Callable[[], float] = time.monotonic,
         held_mib: Callable[[list[int]], int | None] | None = None,
+        others_mib: Callable[[list[int]], int | None] | None = None,
     ) -> None:
         cfg = config.vllm
         if backend == "vllm" and importlib.util.find_spec("vllm") is None:
@@ -58,16 +59,30 @@ class VllmEngine(lightonocr.LightOnOCREngine, Feeder):
             card_mib = gpu.card_memory_mib() if backend == "vllm" else 16 * 1024
         if card_mib is None:
             raise EngineUnavailable(
-                "no NVIDIA GPU was found (nvidia-smi is missing or failed). Install the NVIDIA "
+                "no NVIDIA GPU was found (the NVIDIA driver did not answer). Install the NVIDIA "
                 "driver, or use engine = \"tesseract\" to read pages on the CPU."
             )
-        card_gib = card_mib / 1024
-        plan = plan_memory(default_budget(card_gib, cfg.gpu_memory_gb), card_gib, cfg.max_tokens)
-        # One page per call: each page's result goes on to its file the moment it ends.
-        # Twice max_num_seqs callers keep a choice of pages waiting for admission.
+        device_gib = card_mib / 1024
+        card_gib = min(cfg.card_gb or device_gib, device_gib)  # vllm.card_gb: a smaller card
+        budget = default_budget(card_gib, cfg.gpu_memory_gb)
+        local = cfg.model if os.path.isdir(os.path.expanduser(cfg.model)) else None
+
+        def replan(others_gib: float, model_dir: str | None) -> MemoryPlan:
+            return plan_memory(budget, card_gib, cfg.max_tokens, others_gib=others_gib,
+                               device_gib=device_gib, model_dir=model_dir or local,
+                               kv_cache_dtype=cfg.kv_cache_dtype, eager=cfg.enforce_eager)
+
+        # The plan of an empty card bounds the callers; each start plans again within what
+        # other programs leave then (the feeder).
+        plan = replan(0.0, None)
         if held_mib is None and backend == "vllm":
             held_mib = gpu.processes_mib
-        super().__init__(cfg, plan, backend, dict(backend_options or {}), clock, held_mib)
+        if others_mib is None and backend == "vllm":
+            others_mib = gpu.others_mib
+        super().__init__(cfg, plan, backend, dict(backend_options or {}), clock, held_mib,
+                         replan, others_mib)
+        # One page per call: each page's result goes on to its file the moment it ends.
+        # Twice max_num_seqs callers keep a choice of pages waiting for admission.
         self._policy = BatchPolicy(max_pages=1, concurrency=2 * plan.max_num_seqs,
                                    preparers=gpu_preparers(),
                                    cost=lightonocr.image_tokens)
@@ -114,6 +129,7 @@ class VllmEngine(lightonocr.LightOnOCREngine, Feeder):
         if feeder is not None:
             feeder.join()
         self._end_worker("closed")
+        self._end_standby()
         with self._cond:
             self._queue.close()
             self._set_state("closed")
@@ -129,6 +145,7 @@ class VllmEngine(lightonocr.LightOnOCREngine, Feeder):
                 "state": self._state,
                 "model": self._cfg.model,
                 "gpu_memory_budget_gb": self.plan.budget_gib,
+                "memory_plan": self.plan.describe(),
                 "pages_per_second": self._rate(),
                 "pages_in_flight": self._queue.sent_count(),
                 "pages_waiting": len(self._queue.pending),
@@ -136,12 +153,18 @@ class VllmEngine(lightonocr.LightOnOCREngine, Feeder):
             }
             if self._detail:
                 facts["detail"] = self._detail
+            if self._busy is not None:
+                facts["waiting_reason"] = str(self._busy)
             if self._last_error:
                 facts["last_error"] = self._last_error
-            worker, state = self._worker, self._state
+            worker, state, standby = self._worker, self._state, self._standby
+        if standby is not None:
+            # Only the feeder reads the standby's pipe; its message sets ``info``.
+            facts["standby"] = {"pid": standby.pid, "ready": bool(standby.info),
+                                "rss_mb": standby.rss_mib()}
         if worker is not None and self._backend == "vllm":
             facts["gpu_memory_mb"] = gpu.processes_mib(worker.members())
-        elif state in ("stopped", "closed"):
+        elif state in ("stopped", "closed", "waiting"):
             facts["gpu_memory_mb"] = 0
         return facts
 
@@ -162,6 +185,11 @@ class VllmEngine(lightonocr.LightOnOCREngine, Feeder):
     def most_in_flight(self, value: int) -> None:
         with self._cond:
             self._queue.most_in_flight = value
+
+    @property
+    def standby_pid(self) -> int | None:
+        with self._cond:
+            return self._standby.pid if self._standby is not None else None
 
     @property
     def worker_pid(self) -> int | None:

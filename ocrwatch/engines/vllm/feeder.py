@@ -9,9 +9,15 @@ its page ends, and carries out sleep, wake and stop between pages.
   page's result is handed back exactly once.
 - **Idle.** After ``idle_sleep_seconds`` with nothing in flight the model sleeps (about
   0.9 GiB left on the card; a sleep that leaves more ends the worker instead); after
-  ``idle_stop_seconds`` the worker ends (0 left). Sleep
-  and wake wait for the pages in flight; stop (the daemon pausing) first reads every page
-  handed over. The next page wakes or restarts the worker.
+  ``idle_stop_seconds`` the worker ends (0 left) and, with ``vllm.standby``, a standby
+  process takes its place: vLLM imported, no CUDA context, nothing on the card, so the
+  next start pays only the engine's creation. Sleep and wake wait for the pages in
+  flight; stop (the daemon pausing) first reads every page handed over. The next page
+  wakes or restarts the worker.
+- **A shared card.** Before each start and wake the plan is made again within what other
+  programs leave (:mod:`.memory`, NVML). When not even one page fits, the pages wait
+  (state ``waiting``, the reason in ``describe()``), the card is asked again every
+  :data:`HOLD_POLL_S` seconds, and the worker starts once memory is free.
 """
 
 from __future__ import annotations
@@ -29,8 +35,9 @@ from typing import TYPE_CHECKING, Any
 
 from ocrwatch.engines import lightonocr
 from ocrwatch.engines.vllm.admission import Admission, Request
-from ocrwatch.engines.vllm.memory import MemoryPlan
+from ocrwatch.engines.vllm.memory import GpuBusy, MemoryPlan
 from ocrwatch.engines.vllm.supervisor import (
+    Standby,
     Worker,
     WorkerGone,
     image_data,
@@ -44,7 +51,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-STATES = ("stopped", "starting", "ready", "busy", "asleep", "closed")
+STATES = ("stopped", "waiting", "starting", "ready", "busy", "asleep", "closed")
+HOLD_POLL_S = 2.0  # how often a busy card is asked again (NVML: microseconds a question)
 
 
 @dataclass(eq=False)
@@ -59,9 +67,13 @@ class Feeder:
 
     def __init__(self, cfg: VllmConfig, plan: MemoryPlan, backend: str,
                  backend_options: dict[str, Any], clock: Callable[[], float],
-                 held_mib: Callable[[list[int]], int | None] | None) -> None:
+                 held_mib: Callable[[list[int]], int | None] | None,
+                 replan: Callable[[float, str | None], MemoryPlan],
+                 others_mib: Callable[[list[int]], int | None] | None) -> None:
         self._cfg = cfg
         self._held_mib = held_mib  # GPU memory of some processes (None: not checked)
+        self._others_mib = others_mib  # what other programs hold on the card (None: not asked)
+        self._replan = replan  # (others GiB, model folder) -> plan; raises GpuBusy
         self.plan = plan
         self._backend = backend
         self._backend_options = backend_options
@@ -74,6 +86,9 @@ class Feeder:
         self._closing = False
         self._feeder: threading.Thread | None = None
         self._worker: Worker | None = None
+        self._standby: Standby | None = None
+        self._busy: GpuBusy | None = None  # set while pages wait for the card
+        self._hold_until = 0.0
         self._model_path: str | None = None
         self._detail = ""
         self._finished_at: collections.deque[float] = collections.deque(maxlen=32)
@@ -148,15 +163,22 @@ class Feeder:
                 # handed over, so that the worker it ends is not started again for them.
                 command, admit = None, []
                 head = self._commands[0] if self._commands else None
+                if head is not None and head.op == "stop" and self._busy is not None:
+                    # Paused while the card is busy: the waiting pages' files go back to
+                    # the queue rather than hold the pause.
+                    self._queue.fail_pending(self._busy)
                 idle_queue = not self._queue.in_flight and not self._queue.pending
+                holding = self._busy is not None and self._clock() < self._hold_until
                 if head is not None and (idle_queue or (head.op != "stop"
                                                         and not self._queue.in_flight)):
                     command = self._commands.popleft()
-                elif head is None or head.op == "stop":
+                elif (head is None or head.op == "stop") and not holding:
                     admit = self._queue.choose(self._clock())
                 idle_action, idle_wait = self._idle_action() if not (
                     command or admit or self._queue.in_flight or self._queue.pending
                 ) else (None, None)
+                if holding:
+                    idle_wait = max(0.0, self._hold_until - self._clock())
             if command is not None:
                 self._run_command(command)
                 continue
@@ -178,6 +200,9 @@ class Feeder:
     def _admit(self, requests: list[Request]) -> None:
         try:
             worker = self._ready_worker()
+        except GpuBusy as exc:
+            self._hold(requests, exc)
+            return
         except EngineUnavailable as exc:
             with self._cond:
                 for request in requests:
@@ -185,6 +210,9 @@ class Feeder:
                 self._queue.fail_pending(exc)
             return
         with self._cond:
+            if self._busy is not None:
+                log.info("The GPU has room again: reading the pages that waited.")
+            self._busy = None
             sending = self._queue.admit(requests)
             self._last_used = self._clock()
             self._set_state("busy")
@@ -199,13 +227,31 @@ class Feeder:
             with self._cond:
                 request.sent = True
 
+    def _hold(self, requests: list[Request], busy: GpuBusy) -> None:
+        """Not even one page fits beside the other programs: the pages wait, in order."""
+        with self._cond:
+            if self._busy is None or str(self._busy) != str(busy):
+                log.warning("%s", busy)
+            self._busy = busy
+            self._hold_until = self._clock() + HOLD_POLL_S
+            self._queue.pending[:0] = [r for r in requests if not r.done.is_set()]
+            self._detail = str(busy)
+            self._set_state("waiting")
+        self._start_standby()  # the imports are done while the card is busy
+
     def _wait_and_collect(self, idle_wait: float | None) -> None:
         worker = self._worker
         if worker is None:
             with self._cond:
-                if self._queue.pending or self._commands:
+                holding = self._busy is not None and self._clock() < self._hold_until
+                if (self._queue.pending and not holding) or self._commands:
                     return
-            wait_fds([self._wake_r], idle_wait)
+                standby = self._standby
+            waiting_on: list[Any] = [self._wake_r]
+            if standby is not None and not standby.info:
+                waiting_on.append(standby.conn)
+            if standby is not None and standby.conn in wait_fds(waiting_on, idle_wait):
+                self._standby_said(standby)
             return
         timeout = 0.2 if idle_wait is None else min(0.2, max(0.0, idle_wait))
         try:
@@ -275,6 +321,9 @@ class Feeder:
         """The worker, started or woken if need be."""
         with self._cond:
             state, worker = self._state, self._worker
+        if worker is not None and state == "asleep" and not self._wake_fits(worker):
+            self._end_worker("other programs took the GPU memory it needs to wake")
+            return self._start_worker()
         if worker is not None and state == "asleep":
             try:
                 self.timings["wake"] = float(worker.request(("wake",), None))
@@ -288,10 +337,26 @@ class Feeder:
             return worker
         return self._start_worker()
 
+    def _others_gib(self, own: list[int]) -> float:
+        """What other programs hold on the card now (0 when it cannot be asked)."""
+        if self._others_mib is None:
+            return 0.0
+        mib = self._others_mib(own)
+        return 0.0 if mib is None else mib / 1024
+
+    def _wake_fits(self, worker: Worker) -> bool:
+        """Whether the sleeping engine's plan still fits beside the other programs."""
+        if self._others_mib is None:
+            return True
+        try:
+            room = self._replan(self._others_gib(worker.members()), self._model_path).budget_gib
+        except GpuBusy:
+            return False
+        return self.plan.total_gib <= room + 0.01
+
     def _start_worker(self) -> Worker:
         with self._cond:
-            self._set_state("starting")
-            self._detail = "loading the model"
+            standby, self._standby = self._standby, None
         try:
             if self._model_path is None:
                 if self._backend == "vllm":
@@ -300,12 +365,24 @@ class Feeder:
                     self._model_path = str(model.resolve(self._cfg.model, progress=self._progress))
                 else:
                     self._model_path = self._cfg.model
-            log.info("Starting the vLLM worker (%s, budget %.1f GiB, utilization %.3f).",
-                     self._cfg.model, self.plan.budget_gib, self.plan.gpu_memory_utilization)
+            plan = self._replan(self._others_gib(standby.members() if standby else []),
+                                self._model_path)
+        except BaseException:
+            with self._cond:
+                self._standby = standby  # kept for the next try
+            raise
+        with self._cond:
+            self.plan = plan
+            self._queue.max_in_flight = plan.max_num_seqs
+            self._set_state("starting")
+            self._detail = "loading the model"
+        try:
+            log.info("Starting the vLLM worker (%s%s): %s.", self._cfg.model,
+                     ", from the standby process" if standby else "", plan.describe())
             started = time.monotonic()
             worker = Worker(worker_settings(self._cfg, self.plan, self._backend,
                                             self._backend_options, self._model_path),
-                            self._cfg.start_timeout_seconds)
+                            self._cfg.start_timeout_seconds, standby)
         except BaseException as exc:
             with self._cond:
                 self._last_error = str(exc)
@@ -313,6 +390,8 @@ class Feeder:
                 self._set_state("stopped")
             raise
         self.worker_info = dict(worker.info)
+        if worker.standby_info:
+            self.worker_info["standby"] = worker.standby_info
         self.timings["start"] = round(time.monotonic() - started, 2)
         log.info("vLLM worker ready in %.1f s.", self.timings["start"])
         with self._cond:
@@ -321,6 +400,39 @@ class Feeder:
             self._last_used = self._clock()
             self._set_state("ready")
         return worker
+
+    def _start_standby(self) -> None:
+        """A process that has imported vLLM and holds nothing on the card, ready to
+        become the next worker (``vllm.standby``)."""
+        with self._cond:
+            if (not self._cfg.standby or self._standby is not None or self._worker is not None
+                    or self._closing):
+                return
+        standby = Standby(worker_settings(self._cfg, self.plan, self._backend,
+                                          self._backend_options, None))
+        with self._cond:
+            self._standby = standby
+        log.info("vLLM standby process started (PID %d): vLLM imported, no GPU memory.",
+                 standby.pid)
+
+    def _standby_said(self, standby: Standby) -> None:
+        """The standby's one message: its imports are done, or (end of pipe) it died."""
+        if standby.poll_ready():
+            log.info("vLLM standby ready: imports took %.1f s; it holds %s MiB of RAM and "
+                     "nothing on the GPU.", standby.info.get("import_seconds", 0.0),
+                     standby.rss_mib())
+            return
+        log.warning("The vLLM standby process ended; the next page starts a fresh worker.")
+        with self._cond:
+            if self._standby is standby:
+                self._standby = None
+        standby.end()
+
+    def _end_standby(self) -> None:
+        with self._cond:
+            standby, self._standby = self._standby, None
+        if standby is not None:
+            standby.end()
 
     def _end_worker(self, why: str) -> None:
         # The worker stays named until it has ended, and is let go in the same step as the
@@ -346,6 +458,7 @@ class Feeder:
                 self._sleep()
             elif command.op == "stop":
                 self._end_worker("released")
+                self._end_standby()
         except BaseException as exc:  # handed to the caller
             command.error = exc
         command.done.set()
@@ -396,5 +509,6 @@ class Feeder:
                 log.info("No pages for %g s: ending the vLLM worker to free the GPU.",
                          self._cfg.idle_stop_seconds)
                 self._end_worker("idle")
+                self._start_standby()
         except Exception:  # the feeder must outlive a failed sleep; the worker is gone
             log.exception("The vLLM worker failed while going idle; it will restart.")

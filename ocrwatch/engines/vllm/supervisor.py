@@ -38,20 +38,89 @@ class WorkerGone(Exception):
     """The worker process ended (crash, out of memory, killed); a fresh one may work."""
 
 
+def _spawn(settings: dict[str, Any]) -> tuple[BaseProcess, Connection]:
+    ctx = multiprocessing.get_context("spawn")
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=worker.main, args=(child, settings), name="ocrwatch-vllm-worker")
+    proc.start()
+    child.close()
+    return proc, parent
+
+
+def rss_mib(pid: int) -> int | None:
+    """Resident memory of a process (Linux), or None when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/statm", encoding="ascii") as f:
+            resident = int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return resident * os.sysconf("SC_PAGE_SIZE") // (1024 * 1024)
+
+
+class Standby:
+    """A worker process that has imported torch and vLLM and waits for its settings.
+
+    It holds no CUDA context and so nothing on the card; the next start hands it the
+    plan (``("start", settings)``) and pays only the engine's creation, not the 20 s of
+    imports.
+    """
+
+    def __init__(self, settings: dict[str, Any]) -> None:
+        self.proc, self.conn = _spawn({**settings, "standby": True})
+        self.pid: int = self.proc.pid or 0
+        self.info: dict[str, Any] = {}
+
+    def members(self) -> list[int]:
+        return [self.pid, *worker.session_members(self.pid)]
+
+    def poll_ready(self) -> bool:
+        """Whether its imports are done (reads the standby's one message if it came).
+
+        Called by the feeder thread only: one reader of the pipe."""
+        if not self.info:
+            with contextlib.suppress(EOFError, OSError):
+                if self.conn.poll(0):
+                    message = self.conn.recv()
+                    if message[0] == "standby":
+                        self.info = dict(message[1])
+        return bool(self.info)
+
+    def rss_mib(self) -> int | None:
+        return rss_mib(self.pid)
+
+    def alive(self) -> bool:
+        return self.proc.is_alive()
+
+    def end(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            self.conn.send(("stop",))
+        _end_process(self.proc, self.conn, self.pid)
+
+
 class Worker:
     """One running worker process and the parent's end of its pipe."""
 
-    def __init__(self, settings: dict[str, Any], start_timeout: float) -> None:
-        ctx = multiprocessing.get_context("spawn")
-        parent, child = ctx.Pipe()
-        self._proc: BaseProcess = ctx.Process(target=worker.main, args=(child, settings),
-                                              name="ocrwatch-vllm-worker")
-        self._proc.start()
-        child.close()
-        self.conn: Connection = parent
+    def __init__(self, settings: dict[str, Any], start_timeout: float,
+                 standby: Standby | None = None) -> None:
+        if standby is not None and standby.alive():
+            self._proc, self.conn = standby.proc, standby.conn
+            self.standby_info: dict[str, Any] = dict(standby.info)
+            try:
+                self.conn.send(("start", settings))
+            except OSError:
+                standby.end()
+                self._proc, self.conn = _spawn(settings)
+        else:
+            if standby is not None:
+                standby.end()
+            self._proc, self.conn = _spawn(settings)
+            self.standby_info = {}
         self.pid: int = self._proc.pid or 0
         try:
             reply = self.receive(start_timeout)
+            while reply[0] == "standby":  # a standby's own message, before the reply
+                self.standby_info = dict(reply[1])
+                reply = self.receive(start_timeout)
         except WorkerGone as exc:
             self.end()
             raise EngineUnavailable(
@@ -163,24 +232,29 @@ class Worker:
 
     def end(self) -> None:
         """End the worker and every process of its session, and wait for them."""
-        with contextlib.suppress(OSError):
-            self.conn.close()
-        self._proc.join(10.0)
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            members = worker.session_members(self.pid)
-            if not members:
-                break
-            for pid in members:
-                with contextlib.suppress(OSError):
-                    os.kill(pid, sig)
-            deadline = time.monotonic() + 5.0
-            while time.monotonic() < deadline and worker.session_members(self.pid):
-                time.sleep(0.05)
-        if self._proc.is_alive():
-            self._proc.kill()
-            self._proc.join(5.0)
-        with contextlib.suppress(ValueError):
-            self._proc.close()
+        _end_process(self._proc, self.conn, self.pid)
+
+
+def _end_process(proc: BaseProcess, conn: Connection, session: int) -> None:
+    """End a worker process and every process of its session, and wait for them."""
+    with contextlib.suppress(OSError):
+        conn.close()
+    proc.join(10.0)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        members = worker.session_members(session)
+        if not members:
+            break
+        for pid in members:
+            with contextlib.suppress(OSError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline and worker.session_members(session):
+            time.sleep(0.05)
+    if proc.is_alive():
+        proc.kill()
+        proc.join(5.0)
+    with contextlib.suppress(ValueError):
+        proc.close()
 
 
 def worker_settings(cfg: VllmConfig, plan: MemoryPlan, backend: str,
@@ -199,6 +273,8 @@ def worker_settings(cfg: VllmConfig, plan: MemoryPlan, backend: str,
         "max_model_len": plan.max_model_len,
         "max_num_seqs": plan.max_num_seqs,
         "max_num_batched_tokens": plan.max_num_batched_tokens,
+        "kv_cache_memory_bytes": plan.kv_cache_bytes,
+        "kv_cache_dtype": plan.kv_cache_dtype,
         "cudagraph_sizes": plan.cudagraph_sizes,
         "parent_pid": os.getpid(),
     }
@@ -214,7 +290,7 @@ def memory_kept(worker: Worker, held_mib: Callable[[list[int]], int | None],
                 wait: float = 3.0) -> int | None:
     """GPU memory a sleeping worker still holds, if more than a sleep leaves; else None.
 
-    Checked from outside (nvidia-smi): a sleep that left the weights or the KV cache on
+    Checked from outside (NVML): a sleep that left the weights or the KV cache on
     the card would keep the memory an idle daemon promises to give back.
     """
     deadline = time.monotonic() + wait

@@ -21,6 +21,8 @@ Protocol (tuples over the pipe):
 parent sends                               worker answers
 =========================================  ==========================================
 (after start, nothing)                     ("ok", info) or ("error", kind, msg)
+a standby (settings["standby"]): nothing    ("standby", info) once vLLM is imported
+("start", settings) to a standby            ("ok", info) or ("error", kind, msg)
 ("add", id, image, params)                 ("done", id, output) when the page ends,
                                            or ("refused", id, msg) at once
 ("sleep",) / ("wake",)                     ("ok", seconds taken)
@@ -45,7 +47,7 @@ import time
 import traceback
 from typing import TYPE_CHECKING, Any
 
-from ocrwatch.engines.vllm.backends import Backend, InputRefused, make_backend
+from ocrwatch.engines.vllm.backends import Backend, InputRefused, make_backend, preload
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -159,6 +161,23 @@ def _serve(conn: Connection, backend: Backend) -> None:
                 conn.send(("done", rid, output))
 
 
+def _standby(conn: Connection, settings: dict[str, Any]) -> dict[str, Any] | None:
+    """Import what the engine needs without touching the card, say so, and wait for the
+    settings to start with: ("start", settings). None when told to stop instead."""
+    started = time.monotonic()
+    preload(settings)
+    conn.send(("standby", {"import_seconds": round(time.monotonic() - started, 2),
+                           "pid": os.getpid()}))
+    try:
+        message = conn.recv()
+    except (EOFError, OSError):
+        return None
+    if message[0] != "start":
+        return None
+    started_settings: dict[str, Any] = message[1]
+    return started_settings
+
+
 def main(conn: Connection, settings: dict[str, Any]) -> None:
     """Entry point of the worker process."""
     # A session of its own, so the parent can end vLLM's engine process with this one.
@@ -167,6 +186,12 @@ def main(conn: Connection, settings: dict[str, Any]) -> None:
             os.setsid()
     threading.Thread(target=_watch_parent, args=(settings["parent_pid"],), daemon=True,
                      name="ocrwatch-parent-watch").start()
+    if settings.get("standby"):
+        started = _standby(conn, settings)
+        if started is None:
+            conn.close()
+            return
+        settings = started
     try:
         backend = make_backend(settings)
     except BaseException as exc:

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# One call on the lent GPU machine, from the repository root: vLLM unpacked when it is not
+# there yet (its part0 staged in /root/stage by an earlier call, part1 in $GPU_DIR, as
+# ../shared/gpu/README.md says), the daemon's wheels installed (benchmarks/gpu_wheels.sh,
+# in $WHL_DIR), then gpu_run.sh's STAGES. The reports land in $OUT, the logs in one
+# archive (the device tool brings back at most 8 files).
+#   GPU_DIR   folder with vLLM's part1 and make_model.py (default .gpu)
+#   WHL_DIR   folder with the wheels (default .whl; skipped when absent)
+#   LIMIT     seconds gpu_run.sh may take in all (default 560), so the reports come back
+set -uo pipefail
+SITE=${SITE:-/tmp/site}
+GPU_DIR=${GPU_DIR:-.gpu}
+WHL_DIR=${WHL_DIR:-.whl}
+FINAL=${OUT:-$PWD/gpu-out}
+mkdir -p "$FINAL"
+if [ ! -d "$SITE/vllm" ]; then
+    if ! ls /root/stage/*.part0 "$GPU_DIR"/*.part1 >/dev/null 2>&1; then
+        echo "STAGE_LOST: stage vLLM's part0 first (../shared/gpu/README.md)"; exit 3
+    fi
+    t=$(date +%s)
+    cat /root/stage/*.part0 "$GPU_DIR"/*.part1 > /root/stage/s.tar.xz
+    mkdir -p "$SITE"
+    python3 -c "import tarfile; tarfile.open('/root/stage/s.tar.xz').extractall('$SITE')"
+    rm -f /root/stage/s.tar.xz
+    echo "vLLM unpacked in $(( $(date +%s) - t )) s"
+fi
+if ls "$WHL_DIR"/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target "$SITE" "$WHL_DIR"/*.whl
+fi
+if [ -f "$GPU_DIR/make_model.py" ]; then cp "$GPU_DIR/make_model.py" /tmp/make_model.py; fi
+export PYTHONPATH=$SITE:$PWD VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
+RUN=/tmp/ocrwatch-gpu-out
+rm -rf "$RUN" && mkdir -p "$RUN"
+OUT=$RUN MAKE_MODEL=/tmp/make_model.py timeout "${LIMIT:-560}" bash benchmarks/gpu_run.sh
+echo "gpu_run.sh: exit $?"
+for f in gpu_daemon.txt gpu_daemon.json gpu_shared.txt gpu_shared.json remote.txt summary.txt \
+         pytest_gpu.log; do
+    if [ -f "$RUN/$f" ]; then cp "$RUN/$f" "$FINAL/"; fi
+done
+tar -czf "$FINAL/logs.tar.gz" -C "$RUN" .

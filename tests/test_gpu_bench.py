@@ -1,0 +1,41 @@
+"""The GPU benchmarks' own arithmetic, on any machine: which plain setting is the one to beat."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import gpu_daemon  # noqa: E402
+
+
+def test_the_best_plain_setting_is_the_fastest_that_stayed_under_16_gib() -> None:
+    base = 615
+    plain = [
+        {"seqs": 8, "rate": 3.3, "peak_mib": base + 14_700},
+        {"seqs": 16, "rate": 4.2, "peak_mib": base + 14_800},
+        {"seqs": 24, "rate": 4.9, "peak_mib": base + 16 * 1024 + 1},  # fastest, but over
+        {"seqs": 32, "error": "exit 1"},
+    ]
+    best = gpu_daemon.best_plain(plain, base)
+    assert best is not None and best["seqs"] == 16
+    assert gpu_daemon.best_plain(plain[2:], base) is None
+
+
+def test_the_report_sets_the_engine_and_the_daemon_against_the_best_plain_figure() -> None:
+    meta = {"date": "d", "gpu": "g", "cores": 16, "vllm": "v", "tokens": 500, "files": 52,
+            "pages": 64, "settle": 1.0, "baseline_mib": 0, "plain_step": 4096,
+            "plain_len": 3840}
+    prep = {k: {"pages": 1, "s": 1.0, "pages_per_s": 1.0} for k in ("a4", "card", "pdf")}
+    daemon = {"pages": 64, "seconds": 16.0, "rate": 4.0, "peak_mib": 12_000, "failed": 0,
+              "errors": [], "first_file_s": 50.0, "after_idle_stop_s": 9.7}
+    alone = {"pages": 64, "seconds": 14.0, "rate": 4.4, "peak_mib": 12_000, "start_s": 25.0,
+             "most_in_flight": 27, "errors": [], "plan": "27 pages in flight"}
+    plain = [{"seqs": 24, "pages": 64, "seconds": 14.0, "rate": 4.0, "warm_rate": 3.9,
+              "peak_mib": 14_800}]
+    text = gpu_daemon.report(meta, prep, daemon, alone, plain)
+    assert "best plain setting under 16 GiB: max_num_seqs 24, 4.00 pages/s" in text
+    assert "daemon / best plain: 1.00x (goal 1.0x)" in text
+    assert "engine alone / best plain: 1.10x (goal 1.05x)" in text
