@@ -206,6 +206,9 @@ def survey(repo: Path) -> tuple[dict[str, str], list[str]]:
               "the import-linter layers): " + ", ".join(new_packages), file=sys.stderr)
     moves = {old: new for old, new in MOVES.items() if old in modules}
     absent = sorted(set(MOVES) - modules)
+    if not moves:
+        fail(["none of the table's modules is at the top of ocrwatch/: the move has been "
+              "applied already (run it on a checkout from before the move)"])
     for old, new in moves.items():
         target = pkg / (new.replace(".", "/") + ".py")
         if target.exists():
