@@ -124,10 +124,11 @@ EXISTING_PACKAGES = {"cli", "config", "control", "engines", "tray", "data"}
 PACKAGES: dict[str, str] = {
     "store": (
         "The store: the SQLite file, its schema, the durable job queue and the full-text "
-        "index. This is the code that runs SQL: ``db`` is the connection, its lock and "
-        "transactions, ``migrations`` the schema one named step at a time, ``jobs`` (with "
-        "``jobfiles``) the queue's rows and their states, ``index`` the page rows and "
-        "searches. It imports only ``core`` and ``config``."
+        "index. ``db`` is the connection, its lock and transactions, ``migrations`` the "
+        "schema one named step at a time, ``jobs`` (with ``jobfiles``) the queue's rows and "
+        "their states, ``index`` the page rows and searches. The SQL belongs here; "
+        "``results.lifecycle``, ``intake.follow``, ``reindex`` and ``web.server`` still run "
+        "some of their own. Of the layers, only ``config`` and ``core`` are below it."
     ),
     "intake": (
         "Intake: noticing files in the watched folders and saying when one is finished. "
@@ -159,7 +160,7 @@ PACKAGES: dict[str, str] = {
         "notifications, and ``check`` is one finding."
     ),
     "core": (
-        "The core every layer may use, which imports nothing else of ocrwatch: the shared "
+        "The core every layer may use, which imports no other part of ocrwatch: the shared "
         "types (``domain``, ``layout``, ``status``), the exception tree (``errors``), the "
         "daemon's threads (``threads``), where files live (``paths``), file modes "
         "(``private``), opening beneath a folder without links (``safeopen``), moving without "
