@@ -28,7 +28,8 @@ What it does, in order:
    shell scripts: dotted names as above and paths ``ocrwatch/<old>.py``.
    Then ``ruff check --select I --fix`` re-sorts the import blocks it touched.
 4. Prints what is left for a person: bare module names (``jobs.py``) in the docs, which
-   say nothing about their folder and are left as they are.
+   say nothing about their folder and are left as they are, and moved modules that use
+   ``__file__`` (a path built from it is one folder off after the move; none today).
 
 Why the standard library's ``ast`` plus exact-name rewriting, not rope: rope's
 ``MoveModule`` was tried on this tree (``memory.py`` to ``core/``). It moved a statement
@@ -49,6 +50,7 @@ from __future__ import annotations
 import argparse
 import ast
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -341,6 +343,7 @@ def main() -> None:
         return
     if not args.allow_dirty and git(repo, "status", "--porcelain", "--untracked-files=no"):
         fail(["the tree has uncommitted changes; commit or stash them first"])
+    ruff = find_ruff(repo)
 
     files = tracked(repo)
     py_files = sorted(f for f in files if f.suffix == ".py" and f.resolve() != SELF
@@ -381,13 +384,16 @@ def main() -> None:
         where[pkg / f"{old}.py"] = target
     changed_py = [where.get(f, f) for f in changed_py]
 
-    ruff = repo / ".venv" / "bin" / "ruff"
-    command = [str(ruff) if ruff.exists() else "ruff", "check", "--select", "I", "--fix",
-               "--quiet", *map(str, changed_py)]
-    subprocess.run(command, cwd=repo, check=False)
+    subprocess.run([ruff, "check", "--select", "I", "--fix", "--quiet", *map(str, changed_py)],
+                   cwd=repo, check=False)
     git(repo, "add", "-u")
 
     left = []
+    # A module that finds files beside itself (``Path(__file__).parent``) needs its path
+    # adjusted by hand once it sits one folder deeper; resources.files("ocrwatch") does not.
+    for target in sorted(where.values()):
+        if "__file__" in target.read_text(encoding="utf-8"):
+            left.append(f"{target.relative_to(repo)}: uses __file__; check the paths it builds")
     bare = re.compile(rf"(?<![\w/.-])({'|'.join(map(re.escape, moves))})\.py(?![\w])")
     for file in [*sorted(repo.glob("docs/*.md")), repo / "README.md"]:
         if file.exists():
@@ -398,10 +404,22 @@ def main() -> None:
           f"{len({n.split('.')[0] for n in moves.values()})} packages; rewrote "
           f"{len(changed_py)} Python files. Staged; nothing committed.")
     if left:
-        print("relayout: bare module names left in the docs (they name no folder; "
+        print("relayout: left for a person (bare module names in the docs name no folder; "
               "edit by hand):")
         for line in left:
             print(f"  {line}")
+
+
+def find_ruff(repo: Path) -> str:
+    """ruff re-sorts the rewritten import blocks; found before anything is changed."""
+    for candidate in (repo / ".venv" / "bin" / "ruff", Path(sys.executable).parent / "ruff"):
+        if candidate.is_file():
+            return str(candidate)
+    found = shutil.which("ruff")
+    if found is None:
+        fail(["ruff is not installed: run this with the project's venv "
+              "(.venv/bin/python tools/relayout.py) or install ruff first"])
+    return str(found)
 
 
 def wrap(text: str, width: int = 92) -> str:
