@@ -20,6 +20,7 @@ What it does, in order:
    - ``from ocrwatch import a, b as c`` (and relative imports inside ``ocrwatch/``): each
      name that moved is imported from its new package under its old name
      (``from ocrwatch.pages import decode as pages``), so no code below the imports changes;
+   - ``from ocrwatch import a`` in strings (programs run with ``python -c``) the same way;
    - every dotted name ``ocrwatch.<old>`` anywhere in the text: ``import`` and ``from``
      lines, ``mock``/``monkeypatch`` target strings, ``-m ocrwatch.x`` subprocess
      arguments, logger names (modules log as ``__name__``) and ``:mod:`` references;
@@ -312,13 +313,38 @@ def rewrite_python(repo: Path, file: Path, text: str, moves: dict[str, str],
         edits.append((node.lineno - 1, node.end_lineno, new, tail))
     for start, end, new, tail in sorted(edits, reverse=True):
         lines[start:end] = ["\n".join(new) + (tail or "\n")]
-    return "".join(lines)
+    return rewrite_quoted_imports("".join(lines), moves)
 
 
 def rewrite_text(text: str, moves: dict[str, str], dotted: re.Pattern[str],
                  paths: re.Pattern[str]) -> str:
     text = dotted.sub(lambda m: "ocrwatch." + moves[m.group(1)], text)
     return paths.sub(lambda m: "ocrwatch/" + moves[m.group(1)].replace(".", "/") + ".py", text)
+
+
+FROM_OCRWATCH = re.compile(r"(?m)(^[ \t]*)?from ocrwatch import (\w+(?: as \w+)?"
+                           r"(?:, *\w+(?: as \w+)?)*)([ \t]*$)?")
+
+
+def rewrite_quoted_imports(text: str, moves: dict[str, str]) -> str:
+    """``from ocrwatch import a, b`` that ast did not see: code in strings (``-c`` programs)
+    and in the docs. A statement on a line of its own becomes one line per import at its
+    indent, one inside a line becomes ``; ``-joined statements."""
+    def split(m: re.Match[str]) -> str:
+        aliases = [ast.alias(name=n.split(" as ")[0].strip(),
+                             asname=(n.split(" as ")[1].strip() if " as " in n else None))
+                   for n in m.group(2).split(",")]
+        if not any(a.name in moves for a in aliases):
+            return m.group(0)
+        node = ast.ImportFrom(module="ocrwatch", names=aliases, level=0)
+        whole_line = m.group(1) is not None and m.group(3) is not None
+        indent = m.group(1) or ""
+        lines = rewrite_import_from(node, None, moves, indent if whole_line else "")
+        assert lines is not None
+        if whole_line:
+            return "\n".join(lines) + m.group(3)
+        return indent + "; ".join(lines) + (m.group(3) or "")
+    return FROM_OCRWATCH.sub(split, text)
 
 
 def tracked(repo: Path) -> set[Path]:
@@ -365,7 +391,7 @@ def main() -> None:
             old = file.read_text(encoding="utf-8")
         except UnicodeDecodeError:
             continue
-        new = rewrite_text(old, moves, dotted, paths)
+        new = rewrite_quoted_imports(rewrite_text(old, moves, dotted, paths), moves)
         if new != old:
             file.write_text(new, encoding="utf-8")
 
