@@ -64,6 +64,7 @@ MOVES: dict[str, str] = {
     "jobs": "store.jobs",
     "jobfiles": "store.jobfiles",
     "index": "store.index",
+    "status_facts": "store.status_facts",
     # intake/: noticing files, deciding when they are finished, following moves
     "watch": "intake.watch",
     "settle": "intake.settle",
@@ -76,6 +77,13 @@ MOVES: dict[str, str] = {
     "pdfium_lock": "pages.pdfium_lock",
     "thumbs": "pages.thumbs",
     "memory": "pages.memory",
+    "pdfdraw": "pages.pdfdraw",
+    "budget": "pages.budget",
+    # scan/: pages as scanners deliver them (turned, skewed, blank), before any engine
+    "scanprep": "scan.prepare",
+    "orient": "scan.orient",
+    "deskew": "scan.deskew",
+    "inkcover": "scan.inkcover",
     # engines/: as before, plus the two modules only engines and their checks use
     "gpu": "engines.gpu",
     "model": "engines.model",
@@ -86,13 +94,18 @@ MOVES: dict[str, str] = {
     "align": "results.align",
     "lifecycle": "results.lifecycle",
     "failed": "results.failed",
-    "hooks": "results.hooks",
-    "notify": "results.notify",
+    "retire": "results.retire",
+    # hooks/: the user's programs run for each finished file, and desktop notifications
+    "hooks": "hooks.runner",
+    "hookqueue": "hooks.queue",
+    "hookshell": "hooks.shell",
+    "notify": "hooks.notify",
     # web/: the search page
     "web": "web.server",
     "web_handler": "web.handler",
     "web_params": "web.params",
     "opener": "web.opener",
+    "web_server": "web.listener",
     # doctor/: `ocrwatch doctor`
     "doctor": "doctor.checks",
     "doctor_check": "doctor.check",
@@ -109,8 +122,10 @@ MOVES: dict[str, str] = {
     "safeopen": "core.safeopen",
     "fsmove": "core.fsmove",
     "textutil": "core.textutil",
+    "progress": "core.progress",
     # existing packages
     "languages": "config.languages",
+    "secrets_check": "config.secrets_check",
     "autostart": "control.autostart",
     "logs": "cli.logs",
     "native_stderr": "cli.native_stderr",
@@ -119,8 +134,8 @@ MOVES: dict[str, str] = {
 
 # Top-level modules that stay where they are: the entry points and the running layer
 # (daemon > scheduler/pipeline/outcome; reindex is an operation of the same level).
-STAY = {"__init__", "__main__", "daemon", "scheduler", "pipeline", "outcome", "batching",
-        "reindex"}
+STAY = {"__init__", "__main__", "api", "daemon", "scheduler", "pipeline", "outcome", "batching",
+        "reindex", "rewrite", "indexhealth"}
 
 # Packages that exist before the move, and the ones the move creates (with their docstring).
 EXISTING_PACKAGES = {"cli", "config", "control", "engines", "tray", "data"}
@@ -148,14 +163,26 @@ PACKAGES: dict[str, str] = {
     "results": (
         "Results: what is written for a finished file, and what becomes of its original. "
         "``sidecar`` writes the .md/.txt pair, ``outputs`` (with ``pdfout`` and ``align``) the "
-        "searchable PDF, ``lifecycle`` keeps, archives or deletes the original, ``failed`` "
-        "moves failed ones aside, ``hooks`` runs the user's program and ``notify`` the "
-        "desktop notifications."
+        "searchable PDF, ``retire`` says whether an original may go (every page read, every "
+        "output verified), ``lifecycle`` keeps, archives or deletes it, and ``failed`` "
+        "moves failed ones aside."
     ),
     "web": (
         "The search page: ``server`` is the HTTP server on 127.0.0.1 and its answers, "
         "``handler`` one request (token, Host check, routes, static files), ``params`` its "
         "parameters read strictly, and ``opener`` opens a hit with the desktop's programs."
+    ),
+    "scan": (
+        "Pages as scanners deliver them, put right before any engine reads them: "
+        "``prepare`` runs the steps in order, ``orient`` finds a page turned by 90, 180 or "
+        "270 degrees (Tesseract's orientation detection), ``deskew`` straightens small "
+        "angles and ``inkcover`` measures the ink that tells a blank back from a page."
+    ),
+    "hooks": (
+        "What runs for each finished file: ``runner`` starts the user's ``on_done`` "
+        "programs with their time limit and ends their whole process tree, ``queue`` keeps "
+        "the hooks still to run on disk so a crash loses none, ``shell`` quotes file names "
+        "for a shell's command string, and ``notify`` sends the desktop notifications."
     ),
     "doctor": (
         "``ocrwatch doctor``: ``checks`` runs the checks and writes the report, ``gpu`` "
