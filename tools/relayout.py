@@ -98,7 +98,8 @@ MOVES: dict[str, str] = {
     # hooks/: the user's programs run for each finished file, and desktop notifications
     "hooks": "hooks.runner",
     "hookqueue": "hooks.queue",
-    "hookshell": "hooks.shell",
+    # (config checks hook commands with it when the file is read, so it sits below config)
+    "hookshell": "core.hookshell",
     "notify": "hooks.notify",
     # web/: the search page
     "web": "web.server",
@@ -181,8 +182,8 @@ PACKAGES: dict[str, str] = {
     "hooks": (
         "What runs for each finished file: ``runner`` starts the user's ``on_done`` "
         "programs with their time limit and ends their whole process tree, ``queue`` keeps "
-        "the hooks still to run on disk so a crash loses none, ``shell`` quotes file names "
-        "for a shell's command string, and ``notify`` sends the desktop notifications."
+        "the hooks still to run on disk so a crash loses none (``core.hookshell`` quotes file "
+        "names for a shell's command string), and ``notify`` sends the desktop notifications."
     ),
     "doctor": (
         "``ocrwatch doctor``: ``checks`` runs the checks and writes the report, ``gpu`` "
@@ -194,7 +195,8 @@ PACKAGES: dict[str, str] = {
         "types (``domain``, ``layout``, ``status``), the exception tree (``errors``), the "
         "daemon's threads (``threads``), where files live (``paths``), file modes "
         "(``private``), opening beneath a folder without links (``safeopen``), moving without "
-        "replacing (``fsmove``) and text helpers (``textutil``)."
+        "replacing (``fsmove``), text helpers (``textutil``), quoting for a shell's command "
+        "string (``hookshell``) and the status's progress figures (``progress``)."
     ),
 }
 
