@@ -281,9 +281,9 @@ def _scan_variant(case: str, src: Path, folder: Path, stem: str) -> Path:
 
 def prep_costs(paths: list[Path]) -> dict[str, list[float]]:
     """Seconds per page of each preparation step, measured here on each file's pages."""
-    from ocrwatch import deskew, inkcover, orient
     from ocrwatch.config import Config
-    from ocrwatch.pages import iter_pages
+    from ocrwatch.pages.decode import iter_pages
+    from ocrwatch.scan import deskew, inkcover, orient
 
     detector = orient.Detector(None, ["eng"])
     out: dict[str, list[float]] = {"ink coverage": [], "orientation (OSD)": [],

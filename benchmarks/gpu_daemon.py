@@ -70,7 +70,7 @@ def prepare_rates(folder: Path, files: dict[str, int]) -> dict[str, Any]:
     """The daemon's page loader alone, one thread: pages/s for each kind of file."""
     from ocrwatch.config import Config
     from ocrwatch.engines.lightonocr import MAX_SIDE
-    from ocrwatch.pages import iter_pages
+    from ocrwatch.pages.decode import iter_pages
 
     config = Config()
     seconds: dict[str, float] = {"a4": 0.0, "card": 0.0, "pdf": 0.0}
@@ -129,7 +129,7 @@ def run_engine_alone(model: str, folder: Path, files: dict[str, int], tokens: in
     """The same pages, prepared first, straight into the engine the daemon's way."""
     from ocrwatch.config import Config
     from ocrwatch.engines.vllm import VllmEngine
-    from ocrwatch.pages import iter_pages
+    from ocrwatch.pages.decode import iter_pages
 
     config = Config()
     config.vllm.model = model
@@ -169,7 +169,7 @@ def drop_pages(folder: Path, files: dict[str, int]) -> list[Any]:
     """The drop's pages as the daemon's loader gives them, in the daemon's order."""
     from ocrwatch.config import Config
     from ocrwatch.engines.lightonocr import MAX_SIDE
-    from ocrwatch.pages import iter_pages
+    from ocrwatch.pages.decode import iter_pages
 
     config = Config()
 

@@ -50,14 +50,14 @@ GIB = 1024
 
 
 def used_mib() -> int | None:
-    """Memory in use on the card, by every process (nvidia-smi, through ocrwatch.gpu)."""
-    from ocrwatch import gpu
+    """Memory in use on the card, by every process (nvidia-smi, through ocrwatch.engines.gpu)."""
+    from ocrwatch.engines import gpu
 
     return gpu.used_mib()
 
 
 def total_mib() -> int | None:
-    from ocrwatch import gpu
+    from ocrwatch.engines import gpu
 
     return gpu.card_memory_mib()
 
@@ -244,7 +244,7 @@ def run_engine(model: str, tokens: int, n: int, fake: bool, eager: bool,
     from concurrent.futures import ThreadPoolExecutor
 
     from ocrwatch.config import Config
-    from ocrwatch.domain import Page
+    from ocrwatch.core.domain import Page
     from ocrwatch.engines.vllm import VllmEngine
 
     config = Config()

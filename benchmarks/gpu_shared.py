@@ -59,7 +59,7 @@ class Holder:
         if not line.startswith("held"):
             self.release()
             raise SystemExit(f"could not hold {gib} GiB on the GPU: {line!r}")
-        from ocrwatch import gpu
+        from ocrwatch.engines import gpu
 
         self.held_mib = gpu.processes_mib([self.proc.pid])
 
@@ -193,7 +193,7 @@ def wait_standby(d: Daemon, before: int) -> None:
 
 
 def run(model: str, work: Path, tokens: int, sampler: Sampler) -> dict[str, Any]:
-    from ocrwatch import gpu
+    from ocrwatch.engines import gpu
 
     out: dict[str, Any] = {}
     files = make_drop(work / "drop")

@@ -47,8 +47,8 @@ def child(model: str, mode: str, launched: float, tokens: int) -> None:
     up = time.time() - launched
     from gpu_engine import images
 
-    from ocrwatch import gpu
     from ocrwatch.config import Config
+    from ocrwatch.engines import gpu
     from ocrwatch.engines.vllm.memory import plan_memory
     from ocrwatch.engines.vllm.supervisor import worker_settings
 

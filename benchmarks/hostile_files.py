@@ -47,7 +47,7 @@ PREPARE = """
 import json, sys, time
 from pathlib import Path
 from ocrwatch.config import Config
-from ocrwatch.pages import iter_pages
+from ocrwatch.pages.decode import iter_pages
 path = Path(sys.argv[1])
 config = Config(inbox=[path.parent], database=path.parent / "db.sqlite3", engine="fake")
 start = time.monotonic()
@@ -119,8 +119,8 @@ def main(argv: list[str] | None = None) -> int:
             lines.append(line)
         from PIL import Image
 
-        from ocrwatch.errors import InputError
-        from ocrwatch.pages import check_scans
+        from ocrwatch.core.errors import InputError
+        from ocrwatch.pages.decode import check_scans
 
         bomb = attack_files.scan_bomb(args.scans)
         path = Path(tmp) / "bomb.jpg"

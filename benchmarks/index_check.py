@@ -27,9 +27,9 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._common import header, save
-from ocrwatch.db import Database
-from ocrwatch.domain import PageText
-from ocrwatch.jobs import JobQueue
+from ocrwatch.core.domain import PageText
+from ocrwatch.store.db import Database
+from ocrwatch.store.jobs import JobQueue
 
 RUNS = 5
 

@@ -173,9 +173,9 @@ def _measure_page(n: int, tmp: Path, engine: Any, gs: str | None,
                   rows: dict[str, list[float]], poor: bool) -> None:
     import img2pdf
 
-    from ocrwatch import pdfout
-    from ocrwatch.align import place_text
-    from ocrwatch.domain import Page
+    from ocrwatch.core.domain import Page
+    from ocrwatch.results import pdfout
+    from ocrwatch.results.align import place_text
 
     lines = page_lines(n)
     image, truth = synthetic_page(lines, size=30 if poor else 44)
@@ -218,9 +218,9 @@ def _measure_page(n: int, tmp: Path, engine: Any, gs: str | None,
 
 
 def run(pages: int, out: Path | None) -> list[str]:
-    from ocrwatch import pdfout
     from ocrwatch.config import Config
     from ocrwatch.engines.tesseract import TesseractEngine
+    from ocrwatch.results import pdfout
 
     gs = pdfout.ghostscript()
     engine = TesseractEngine(Config(workers=1))
@@ -310,10 +310,10 @@ def sizes(corpus: Path) -> list[str]:
     from contextlib import AbstractContextManager
     from typing import BinaryIO
 
-    from ocrwatch import pdfout
     from ocrwatch.config import Config
     from ocrwatch.engines.tesseract import TesseractEngine
-    from ocrwatch.pages import iter_pages
+    from ocrwatch.pages.decode import iter_pages
+    from ocrwatch.results import pdfout
 
     gs = pdfout.ghostscript()
     config = Config(workers=1)

@@ -28,7 +28,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._common import corpus, header, median, save
-from ocrwatch.domain import Page, PageText
+from ocrwatch.core.domain import Page, PageText
 from ocrwatch.engines.base import BatchPolicy, Engine
 
 

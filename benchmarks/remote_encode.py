@@ -33,7 +33,7 @@ from PIL import Image  # noqa: E402
 
 from ocrwatch.config import Config  # noqa: E402
 from ocrwatch.engines.lightonocr import MAX_SIDE  # noqa: E402
-from ocrwatch.pages import iter_pages  # noqa: E402
+from ocrwatch.pages.decode import iter_pages  # noqa: E402
 
 CANDIDATES: dict[str, tuple[str, dict[str, Any]]] = {
     "PNG, compress_level 0": ("PNG", {"compress_level": 0}),

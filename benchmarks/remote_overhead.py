@@ -43,8 +43,8 @@ from gpu_remote import run_daemon, run_plain  # noqa: E402
 
 from ocrwatch.config import Config  # noqa: E402
 from ocrwatch.engines.lightonocr import MAX_SIDE, page_text  # noqa: E402
-from ocrwatch.pages import iter_pages  # noqa: E402
-from ocrwatch.sidecar import write_sidecars  # noqa: E402
+from ocrwatch.pages.decode import iter_pages  # noqa: E402
+from ocrwatch.results.sidecar import write_sidecars  # noqa: E402
 
 
 class Server:

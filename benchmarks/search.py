@@ -178,9 +178,9 @@ def make_docs(root: Path, pages: int, seed: int) -> tuple[list[Doc], dict[str, Z
 def index_with_ocrwatch(db_path: Path, docs: list[Doc]) -> tuple[float, float]:
     """Seconds (wall, CPU) to index every page through the queue and the index, as the
     daemon does."""
-    from ocrwatch.db import Database
-    from ocrwatch.domain import PageText
-    from ocrwatch.jobs import JobQueue
+    from ocrwatch.core.domain import PageText
+    from ocrwatch.store.db import Database
+    from ocrwatch.store.jobs import JobQueue
 
     db = Database(db_path)
     jobs = JobQueue(db)
@@ -393,9 +393,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, metavar="FILE")
     args = parser.parse_args(argv)
 
-    from ocrwatch.db import Database
-    from ocrwatch.thumbs import Thumbnails
-    from ocrwatch.web import SearchServer
+    from ocrwatch.pages.thumbs import Thumbnails
+    from ocrwatch.store.db import Database
+    from ocrwatch.web.server import SearchServer
 
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="ocrwatch-search-") as tmp:
@@ -502,7 +502,7 @@ def main(argv: list[str] | None = None) -> int:
               "", f"the same runs in CPU time: p50 {c50:.2f} ms, p95 {c95:.2f} ms, "
                   f"p99 {c99:.2f} ms, max {max(pooled_cpu):.2f} ms", ""]
     lines += ["## Beside the plain alternatives (median ms, one word, first 20 hits)", "",
-              "| word | ocrwatch.index.search | bare FTS5 ranked query | grep -rilF over the "
+              "| word | ocrwatch.store.index.search | bare FTS5 ranked query | grep -rilF over the "
               ".txt sidecars |", "|---|--:|--:|--:|"]
     for word, ours, bare, grepped in plain_rows:
         lines.append(f"| {word} | {ours:.2f} | {bare:.2f} | {grepped:.0f} |")
@@ -536,8 +536,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def server_free_search(db_path: Path, word: str) -> Any:
-    from ocrwatch.db import Database
-    from ocrwatch.index import search
+    from ocrwatch.store.db import Database
+    from ocrwatch.store.index import search
 
     db = _cached_db(db_path, Database)
     return search(db, word, limit=21)

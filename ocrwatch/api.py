@@ -8,7 +8,7 @@
 
 Both take the configuration as the daemon does (the config file, ``OCRWATCH_*``), or a
 :class:`~ocrwatch.config.Config` given. ``read`` writes nothing: no sidecar, no index
-entry; errors are from :mod:`ocrwatch.errors` (``InputError`` for a file that cannot be
+entry; errors are from :mod:`ocrwatch.core.errors` (``InputError`` for a file that cannot be
 read, ``EngineUnavailable`` when the engine cannot start).
 """
 
@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ocrwatch.config import Config
-    from ocrwatch.domain import Page, PageText
+    from ocrwatch.core.domain import Page, PageText
     from ocrwatch.engines.base import Engine
-    from ocrwatch.index import Hit
+    from ocrwatch.store.index import Hit
 
 BATCH = 8  # pages in memory at once: a 500-page PDF is read a few pages at a time
 
@@ -44,12 +44,12 @@ def read(path: str | os.PathLike[str], *, config: Config | None = None,
          engine: str | None = None) -> list[PageText]:
     """Read every page of a scan or PDF with the configured engine (or ``engine``).
 
-    Returns one :class:`~ocrwatch.domain.PageText` per page (``markdown``, ``text``,
+    Returns one :class:`~ocrwatch.core.domain.PageText` per page (``markdown``, ``text``,
     ``warnings``); a page the engine could not read has ``error`` set. A PDF page with
     a real text layer gives that text, as in the daemon (``pdf_text``)."""
     from ocrwatch import engines
-    from ocrwatch.errors import InputError
-    from ocrwatch.pages import iter_pages
+    from ocrwatch.core.errors import InputError
+    from ocrwatch.pages.decode import iter_pages
 
     source = Path(path).expanduser()
     if not source.is_file():
@@ -78,7 +78,7 @@ def read(path: str | os.PathLike[str], *, config: Config | None = None,
 
 def _read(eng: Engine, name: str, batch: list[Page]) -> list[PageText]:
     from ocrwatch import pipeline
-    from ocrwatch.errors import EngineUnavailable
+    from ocrwatch.core.errors import EngineUnavailable
 
     answers, unavailable = pipeline.read(eng, name, batch)
     if unavailable is not None:
@@ -89,12 +89,12 @@ def _read(eng: Engine, name: str, batch: list[Page]) -> list[PageText]:
 def search(query: str, *, limit: int = 20, database: str | os.PathLike[str] | None = None,
            config: Config | None = None) -> list[Hit]:
     """Pages of files read so far that match ``query`` (words, "phrases", AND/OR/NOT,
-    prefix*), best first: each :class:`~ocrwatch.index.Hit` has ``path``, ``page``,
+    prefix*), best first: each :class:`~ocrwatch.store.index.Hit` has ``path``, ``page``,
     ``pages``, ``snippet`` and ``md_path``. The daemon may be running meanwhile."""
     from ocrwatch import config as config_mod
-    from ocrwatch.db import Database
-    from ocrwatch.errors import OcrwatchError
-    from ocrwatch.index import search as index_search
+    from ocrwatch.core.errors import OcrwatchError
+    from ocrwatch.store.db import Database
+    from ocrwatch.store.index import search as index_search
 
     where = (Path(database).expanduser() if database is not None
              else (config or config_mod.load()).database)

@@ -1,9 +1,9 @@
 """The daemon: the wiring of watcher, queue, scheduler and engine.
 
-- the watcher (ocrwatch/watch.py) turns events into finished files, which
+- the watcher (ocrwatch/intake/watch.py) turns events into finished files, which
   :func:`ocrwatch.pipeline.consider` records as queued jobs;
 - the scheduler (ocrwatch/scheduler.py) runs the pipeline's stages on its threads;
-- the SQLite queue (ocrwatch/jobs.py) is the only state that matters: a crash loses
+- the SQLite queue (ocrwatch/store/jobs.py) is the only state that matters: a crash loses
   nothing.
 docs/architecture.md draws the whole.
 """
@@ -22,25 +22,25 @@ from typing import Any
 from ocrwatch import __version__, pipeline
 from ocrwatch.config import Config
 from ocrwatch.config import reload as reloading
-from ocrwatch.db import display_path, encode_path
+from ocrwatch.config.languages import locale_note
+from ocrwatch.core.errors import OcrwatchError
+from ocrwatch.core.progress import PageCounts, Progress, Waiting, estimate
+from ocrwatch.core.status import EngineStatus, Reading, Status
 from ocrwatch.engines import Choice, Engine, choose, create
-from ocrwatch.errors import OcrwatchError
-from ocrwatch.follow import Follower
-from ocrwatch.hooks import AfterDone
+from ocrwatch.hooks.runner import AfterDone
 from ocrwatch.indexhealth import IndexGuard, open_index
-from ocrwatch.jobfiles import Seen
-from ocrwatch.jobs import JobQueue
-from ocrwatch.languages import locale_note
-from ocrwatch.lifecycle import Lifecycle
-from ocrwatch.outputs import PdfMaker
+from ocrwatch.intake.follow import Follower
+from ocrwatch.intake.settle import Settler
+from ocrwatch.intake.watch import Watcher
+from ocrwatch.pages.thumbs import Thumbnails
 from ocrwatch.pipeline import Context
-from ocrwatch.progress import PageCounts, Progress, Waiting, estimate
+from ocrwatch.results.lifecycle import Lifecycle
+from ocrwatch.results.outputs import PdfMaker
 from ocrwatch.scheduler import Scheduler
-from ocrwatch.settle import Settler
-from ocrwatch.status import EngineStatus, Reading, Status
-from ocrwatch.status_facts import IndexFacts, SettingWriter, StatusReader, read_facts
-from ocrwatch.thumbs import Thumbnails
-from ocrwatch.watch import Watcher
+from ocrwatch.store.db import display_path, encode_path
+from ocrwatch.store.jobfiles import Seen
+from ocrwatch.store.jobs import JobQueue
+from ocrwatch.store.status_facts import IndexFacts, SettingWriter, StatusReader, read_facts
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +138,7 @@ class Daemon:
             self._settler = settler
             self._watcher = Watcher(settler, observer=self.config.observer)
             self._watcher.start()
-        from ocrwatch.secrets_check import exposed_secrets
+        from ocrwatch.config.secrets_check import exposed_secrets
 
         for warning in exposed_secrets(self.config):
             log.warning("%s", warning)
@@ -213,7 +213,7 @@ class Daemon:
         return str(self._search_server().launch_url())
 
     def _search_server(self) -> Any:
-        from ocrwatch.web import SearchServer
+        from ocrwatch.web.server import SearchServer
 
         with self._web_lock:
             if self._closed:
@@ -366,7 +366,7 @@ class Daemon:
         return counts["queued"] == 0 and counts["running"] == 0
 
     def _count_pages(self, path: Path) -> int:
-        from ocrwatch.pages import count_pages
+        from ocrwatch.pages.decode import count_pages
 
         return count_pages(path, self.config)
 

@@ -23,10 +23,10 @@ import time
 from pathlib import Path
 
 from ocrwatch.config import Config
-from ocrwatch.db import SQLITE_SIDE_FILES, Database, file_identity
-from ocrwatch.errors import IndexDamaged, OcrwatchError
-from ocrwatch.fsmove import move_no_replace
-from ocrwatch.threads import Service
+from ocrwatch.core.errors import IndexDamaged, OcrwatchError
+from ocrwatch.core.fsmove import move_no_replace
+from ocrwatch.core.threads import Service
+from ocrwatch.store.db import SQLITE_SIDE_FILES, Database, file_identity
 
 log = logging.getLogger(__name__)
 

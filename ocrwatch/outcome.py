@@ -15,14 +15,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ocrwatch.db import is_disk_full
-from ocrwatch.domain import DOUBT_NOTE, Job, PageText, doubt_of
-from ocrwatch.errors import InputError, OcrwatchError, TransientError
-from ocrwatch.hooks import Finished
-from ocrwatch.lifecycle import move_failure, output_folder
-from ocrwatch.retire import why_keep
-from ocrwatch.safeopen import original_mode, root_of, source_root
-from ocrwatch.sidecar import pdf_path, sidecar_mark, write_sidecars
+from ocrwatch.core.domain import DOUBT_NOTE, Job, PageText, doubt_of
+from ocrwatch.core.errors import InputError, OcrwatchError, TransientError
+from ocrwatch.core.safeopen import original_mode, root_of, source_root
+from ocrwatch.hooks.runner import Finished
+from ocrwatch.results.lifecycle import move_failure, output_folder
+from ocrwatch.results.retire import why_keep
+from ocrwatch.results.sidecar import pdf_path, sidecar_mark, write_sidecars
+from ocrwatch.store.db import is_disk_full
 
 if TYPE_CHECKING:
     from ocrwatch.pipeline import Context, Verdict
@@ -165,7 +165,7 @@ def fail(ctx: Context, job: Job, reason: str) -> None:
     ctx.after.failed(job.path, reason)
     if ctx.config.failed_dir is not None and root_of(job.path, ctx.config.inbox) is not None:
         # Only a watched folder's files: one named to `ocrwatch add` stays where it is.
-        from ocrwatch.failed import move_failed
+        from ocrwatch.results.failed import move_failed
 
         move_failed(job.path, reason, ctx.config)
 

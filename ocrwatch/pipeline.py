@@ -27,29 +27,29 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ocrwatch.config import Config
-from ocrwatch.domain import Job, Page, PageText
-from ocrwatch.engines import Engine
-from ocrwatch.errors import EngineUnavailable, InputError, OcrwatchError, TransientError
-from ocrwatch.follow import Follower
-from ocrwatch.hooks import AfterDone
-from ocrwatch.jobfiles import Seen
-from ocrwatch.jobs import JobQueue, file_sha256
-from ocrwatch.lifecycle import Lifecycle
-from ocrwatch.outcome import defer, fail, refuse
-from ocrwatch.outputs import PdfMaker
-from ocrwatch.pages import Limits, check_size, iter_pages
-from ocrwatch.reindex import known_by_sidecars
-from ocrwatch.safeopen import (
+from ocrwatch.core.domain import Job, Page, PageText
+from ocrwatch.core.errors import EngineUnavailable, InputError, OcrwatchError, TransientError
+from ocrwatch.core.safeopen import (
     NotRegular,
     open_failure,
     open_file_beneath,
     resource_shortage,
     source_root,
 )
-from ocrwatch.scanprep import ScanPrep, blank_result, finish
-from ocrwatch.sidecar import remove_stale_temps
-from ocrwatch.textutil import text_to_markdown
-from ocrwatch.thumbs import Thumbnails
+from ocrwatch.core.textutil import text_to_markdown
+from ocrwatch.engines import Engine
+from ocrwatch.hooks.runner import AfterDone
+from ocrwatch.intake.follow import Follower
+from ocrwatch.outcome import defer, fail, refuse
+from ocrwatch.pages.decode import Limits, check_size, iter_pages
+from ocrwatch.pages.thumbs import Thumbnails
+from ocrwatch.reindex import known_by_sidecars
+from ocrwatch.results.lifecycle import Lifecycle
+from ocrwatch.results.outputs import PdfMaker
+from ocrwatch.results.sidecar import remove_stale_temps
+from ocrwatch.scan.prepare import ScanPrep, blank_result, finish
+from ocrwatch.store.jobfiles import Seen
+from ocrwatch.store.jobs import JobQueue, file_sha256
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ trigram and name tables are emptied and filled again in one transaction, in chun
 progress bar moves. From the sidecars, each original in the watched folders whose
 ``.txt`` (and ``.md``) are found where ocrwatch writes them gets its job back as done,
 with its pages split at the form feeds (``.txt``) and page markers (``.md``): nothing is
-read by the engine again. A sidecar ocrwatch marked (:data:`ocrwatch.sidecar.MARK_ATTR`)
+read by the engine again. A sidecar ocrwatch marked (:data:`ocrwatch.results.sidecar.MARK_ATTR`)
 says for which content it was written: one for other content is stale, and its original
 is queued to be read again over it (never beside it).
 
@@ -24,14 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ocrwatch.config import Config
-from ocrwatch.db import Database
-from ocrwatch.domain import PageText
-from ocrwatch.errors import OcrwatchError
-from ocrwatch.inbox_files import walk
-from ocrwatch.jobfiles import Seen
-from ocrwatch.jobs import JobQueue, file_sha256
-from ocrwatch.lifecycle import output_folder
-from ocrwatch.sidecar import fitting, read_mark, sidecar_paths
+from ocrwatch.core.domain import PageText
+from ocrwatch.core.errors import OcrwatchError
+from ocrwatch.intake.inbox_files import walk
+from ocrwatch.results.lifecycle import output_folder
+from ocrwatch.results.sidecar import fitting, read_mark, sidecar_paths
+from ocrwatch.store.db import Database
+from ocrwatch.store.jobfiles import Seen
+from ocrwatch.store.jobs import JobQueue, file_sha256
 
 log = logging.getLogger(__name__)
 

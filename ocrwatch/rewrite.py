@@ -15,15 +15,15 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ocrwatch.errors import OcrwatchError
-from ocrwatch.index import pages_of
-from ocrwatch.lifecycle import output_folder
-from ocrwatch.safeopen import original_mode, source_root
-from ocrwatch.sidecar import pdf_path, sidecar_paths, write_sidecars
+from ocrwatch.core.errors import OcrwatchError
+from ocrwatch.core.safeopen import original_mode, source_root
+from ocrwatch.results.lifecycle import output_folder
+from ocrwatch.results.sidecar import pdf_path, sidecar_paths, write_sidecars
+from ocrwatch.store.index import pages_of
 
 if TYPE_CHECKING:
-    from ocrwatch.outputs import PdfMaker
     from ocrwatch.pipeline import Context
+    from ocrwatch.results.outputs import PdfMaker
 
 log = logging.getLogger(__name__)
 

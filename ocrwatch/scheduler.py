@@ -22,14 +22,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ocrwatch import memory, outcome, pipeline
+from ocrwatch import outcome, pipeline
 from ocrwatch.batching import Batcher
-from ocrwatch.domain import Job, Page, PageText
+from ocrwatch.core.domain import Job, Page, PageText
+from ocrwatch.core.errors import OcrwatchError, TransientError
+from ocrwatch.core.status import PageRate, Reading
+from ocrwatch.core.threads import Loop, Service
 from ocrwatch.engines import Engine
-from ocrwatch.errors import OcrwatchError, TransientError
+from ocrwatch.pages import memory
 from ocrwatch.pipeline import Context
-from ocrwatch.status import PageRate, Reading
-from ocrwatch.threads import Loop, Service
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ import os
 import threading
 from typing import Any
 
-from ocrwatch.status import Status
+from ocrwatch.core.status import Status
 
 
 class StandInDaemon:

@@ -1,7 +1,7 @@
 """A stand-in for nvidia-ml-py's ``pynvml``, for tests on machines without an NVIDIA GPU.
 
-It answers the few NVML questions ``ocrwatch.gpu`` asks with the card and processes the
-test describes; ``install`` puts it where ``ocrwatch.gpu`` looks (a real NVML is used on
+It answers the few NVML questions ``ocrwatch.engines.gpu`` asks with the card and processes the
+test describes; ``install`` puts it where ``ocrwatch.engines.gpu`` looks (a real NVML is used on
 the GPU machine's tests, tests/gpu).
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from ocrwatch import gpu
+from ocrwatch.engines import gpu
 
 MIB = 1024 * 1024
 
@@ -66,6 +66,6 @@ class FakeNvml:
 def install(monkeypatch: pytest.MonkeyPatch, nvml: FakeNvml | None,
             why_not: str = "the NVIDIA driver did not answer (NVML Shared Library Not Found)"
             ) -> None:
-    """Make ``ocrwatch.gpu`` see ``nvml``, or (None) a machine without an NVIDIA driver."""
+    """Make ``ocrwatch.engines.gpu`` see ``nvml``, or (None) a machine without an NVIDIA driver."""
     monkeypatch.setattr(gpu, "_nvml", nvml)
     monkeypatch.setattr(gpu, "_why_not", None if nvml is not None else why_not)

@@ -16,8 +16,8 @@ from helpers import save_pdf, text_page, wait_for
 from ocrwatch.config import Config
 from ocrwatch.daemon import Daemon
 from ocrwatch.engines.fake import FakeEngine
-from ocrwatch.thumbs import Thumbnails
-from ocrwatch.web import SearchServer
+from ocrwatch.pages.thumbs import Thumbnails
+from ocrwatch.web.server import SearchServer
 
 
 @dataclass

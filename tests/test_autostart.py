@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ocrwatch import autostart
-from ocrwatch.errors import OcrwatchError
+from ocrwatch.control import autostart
+from ocrwatch.core.errors import OcrwatchError
 
 ROOT = Path(__file__).resolve().parents[1]
 

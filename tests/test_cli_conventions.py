@@ -234,5 +234,5 @@ def test_python_api_reads_a_file_and_searches_the_index(
     hits = ocrwatch.search("harbour", database=home.database)
     assert [Path(h.path).name for h in hits] == ["letter.png"] and hits[0].page == 1
     assert re.search("harbour", hits[0].snippet, re.I)
-    with pytest.raises(ocrwatch.errors.InputError):
+    with pytest.raises(ocrwatch.core.errors.InputError):
         ocrwatch.read(home.root / "missing.png")

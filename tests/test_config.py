@@ -8,7 +8,7 @@ import pytest
 
 from ocrwatch import config as cfg
 from ocrwatch.config import schema
-from ocrwatch.errors import ConfigError
+from ocrwatch.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -61,7 +61,7 @@ def test_a_copied_example_keeps_the_desktops_language(home: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """Copying the example must not pin English: German data installed and a German
     desktop give ["eng", "deu"] with the example file as with no file at all."""
-    from ocrwatch import languages
+    from ocrwatch.config import languages
 
     monkeypatch.setattr(languages, "available_languages",
                         lambda explicit=None: {"eng": Path("eng"), "deu": Path("deu")})

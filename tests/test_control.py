@@ -26,8 +26,8 @@ from ocrwatch.control.client import request
 from ocrwatch.control.lock import InstanceLock
 from ocrwatch.control.protocol import Controllable
 from ocrwatch.control.server import ControlServer
-from ocrwatch.errors import DaemonNotRunning, DaemonRunning, OcrwatchError
-from ocrwatch.status import format_status
+from ocrwatch.core.errors import DaemonNotRunning, DaemonRunning, OcrwatchError
+from ocrwatch.core.status import format_status
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from ocrwatch.daemon import Daemon
 from ocrwatch.engines.base import BatchPolicy
 from ocrwatch.engines.fake import FakeEngine
 from ocrwatch.engines.lightonocr import image_tokens
-from ocrwatch.index import search
+from ocrwatch.store.index import search
 
 
 @pytest.fixture
@@ -286,8 +286,8 @@ def test_a_pause_while_several_preparers_are_inside_files_loses_none(
 
 
 def test_startup_recovers_running_jobs(config: Config) -> None:
-    from ocrwatch.db import Database
-    from ocrwatch.jobs import JobQueue, file_sha256
+    from ocrwatch.store.db import Database
+    from ocrwatch.store.jobs import JobQueue, file_sha256
 
     path = config.inbox[0] / "crashed.png"
     path.parent.mkdir(parents=True)
@@ -359,7 +359,7 @@ class _Unavailable(FakeEngine):
         self.broken = True
 
     def recognize(self, pages):  # type: ignore[no-untyped-def]
-        from ocrwatch.errors import EngineUnavailable
+        from ocrwatch.core.errors import EngineUnavailable
 
         if self.broken:
             raise EngineUnavailable("the worker could not start: no GPU driver")

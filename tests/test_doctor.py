@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from fake_nvml import FakeNvml, install
 
-from ocrwatch import doctor, paths
 from ocrwatch.config import Config
+from ocrwatch.core import paths
+from ocrwatch.doctor import checks as doctor
 
 
 @pytest.fixture
@@ -190,7 +191,7 @@ def test_a_broken_check_does_not_hide_the_rest(
 
 def test_quick_and_imports_no_torch() -> None:
     code = ("import sys, time; t = time.monotonic();"
-            "from ocrwatch import doctor, config;"
+            "from ocrwatch import config; from ocrwatch.doctor import checks as doctor;"
             "doctor.run_checks(config.Config(), reachable=lambda m: None);"
             "assert 'torch' not in sys.modules and 'vllm' not in sys.modules, 'heavy import';"
             "print(time.monotonic() - t)")

@@ -209,7 +209,7 @@ def test_status_says_which_file_and_page_are_being_read(user: Path) -> None:
 
 
 def test_the_tray_status_submenu_shows_the_same() -> None:
-    from ocrwatch.status import EngineStatus, Reading, Status
+    from ocrwatch.core.status import EngineStatus, Reading, Status
     from ocrwatch.tray import status_lines
 
     status = Status(state="working", queued=3, running=1, languages=("eng", "fra"),
@@ -282,7 +282,7 @@ def test_the_tray_says_why_it_cannot_open_a_file(tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """Without xdg-open, "Show failed files" and friends answer with a notification
     that names the package, not with silence."""
-    from ocrwatch.status import Status
+    from ocrwatch.core.status import Status
     from ocrwatch.tray import TrayController, open_path
 
     empty = tmp_path / "empty-bin"

@@ -14,7 +14,7 @@ from helpers import save_pdf, text_page, wait_for
 from ocrwatch.config import Config
 from ocrwatch.daemon import Daemon
 from ocrwatch.engines.fake import FakeEngine
-from ocrwatch.index import Filters, search
+from ocrwatch.store.index import Filters, search
 
 OBSERVERS = ["native", "polling"]
 

@@ -1,11 +1,11 @@
-"""ocrwatch.gpu: the card and each process's share of it, asked of NVML (a stand-in here)."""
+"""ocrwatch.engines.gpu: the card and each process's share of it, asked of NVML (a stand-in here)."""
 
 from __future__ import annotations
 
 import pytest
 from fake_nvml import FakeNvml, install
 
-from ocrwatch import gpu
+from ocrwatch.engines import gpu
 
 
 def test_the_card_its_memory_and_the_processes_on_it(monkeypatch: pytest.MonkeyPatch) -> None:

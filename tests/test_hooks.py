@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from helpers import make_config, text_page, wait_for
 
-from ocrwatch import hooks
 from ocrwatch.daemon import Daemon
 from ocrwatch.engines.fake import FakeEngine
-from ocrwatch.hooks import AfterDone, Finished, run_hook
+from ocrwatch.hooks import runner as hooks
+from ocrwatch.hooks.runner import AfterDone, Finished, run_hook
 
 RECORD = """
 import json, os, sys
@@ -270,7 +270,7 @@ def test_notifications_are_off_by_default(tmp_path: Path, session_bus: str) -> N
 def test_without_a_bus_the_notification_is_logged(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         caplog: pytest.LogCaptureFixture) -> None:
-    from ocrwatch import notify
+    from ocrwatch.hooks import notify
 
     monkeypatch.setenv("DBUS_SESSION_BUS_ADDRESS", f"unix:path={tmp_path / 'no-bus'}")
     caplog.set_level(logging.INFO)

@@ -10,17 +10,17 @@ from pathlib import Path
 import pytest
 from helpers import child_env, ocrwatch, text_page
 
-from ocrwatch import doctor
 from ocrwatch.config import Config
-from ocrwatch.daemon import Daemon
-from ocrwatch.languages import (
+from ocrwatch.config.languages import (
     available_languages,
     default_languages,
     desktop_locale,
     locale_language,
     locale_note,
 )
-from ocrwatch.status import format_status
+from ocrwatch.core.status import format_status
+from ocrwatch.daemon import Daemon
+from ocrwatch.doctor import checks as doctor
 
 HAVE = {"eng": Path("eng.traineddata"), "deu": Path("deu.traineddata")}
 

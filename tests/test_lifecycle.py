@@ -20,13 +20,13 @@ import pytest
 from helpers import make_config, text_page, wait_for
 
 from ocrwatch.config import Config
+from ocrwatch.core.domain import PageText
 from ocrwatch.daemon import Daemon
-from ocrwatch.db import Database
-from ocrwatch.domain import PageText
 from ocrwatch.engines.fake import FakeEngine
-from ocrwatch.index import search
-from ocrwatch.jobs import JobQueue, file_sha256
-from ocrwatch.lifecycle import Lifecycle
+from ocrwatch.results.lifecycle import Lifecycle
+from ocrwatch.store.db import Database
+from ocrwatch.store.index import search
+from ocrwatch.store.jobs import JobQueue, file_sha256
 
 
 def done(d: Daemon, path: Path) -> bool:
@@ -160,8 +160,8 @@ CHILD = textwrap.dedent("""
     import os, sys, time
     from pathlib import Path
     from ocrwatch.config import Config
-    from ocrwatch.db import Database
-    from ocrwatch.lifecycle import Lifecycle
+    from ocrwatch.store.db import Database
+    from ocrwatch.results.lifecycle import Lifecycle
 
     inbox, archive, db_path, marker, job_id = sys.argv[1:6]
     original = Path(inbox) / "crash.png"
@@ -260,7 +260,7 @@ def test_recovery_keeps_both_when_the_copy_differs(tmp_path: Path) -> None:
 ])
 def test_settings_are_checked(tmp_path: Path, toml: str, message: str | None) -> None:
     from ocrwatch import config as cfg
-    from ocrwatch.errors import ConfigError
+    from ocrwatch.core.errors import ConfigError
 
     inbox = tmp_path / "inbox"
     path = tmp_path / "config.toml"

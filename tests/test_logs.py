@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ocrwatch import logs, paths
-from ocrwatch.errors import OcrwatchError
+from ocrwatch.cli import logs
+from ocrwatch.core import paths
+from ocrwatch.core.errors import OcrwatchError
 
 
 @pytest.fixture(autouse=True)

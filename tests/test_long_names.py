@@ -16,9 +16,9 @@ import pytest
 from helpers import make_config, wait_for, write_image
 
 from ocrwatch.daemon import Daemon
-from ocrwatch.db import Database
 from ocrwatch.reindex import from_sidecars
-from ocrwatch.sidecar import NAME_MAX, fitting, pdf_path
+from ocrwatch.results.sidecar import NAME_MAX, fitting, pdf_path
+from ocrwatch.store.db import Database
 
 pytestmark = pytest.mark.skipif(shutil.which("tesseract") is None,
                                 reason="the PDF output places words with Tesseract")

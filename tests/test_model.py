@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ocrwatch import model
-from ocrwatch.errors import EngineUnavailable
+from ocrwatch.core.errors import EngineUnavailable
+from ocrwatch.engines import model
 
 MAKE_MODEL = Path(__file__).resolve().parents[2] / "shared" / "gpu" / "make_model.py"
 

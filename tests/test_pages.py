@@ -8,8 +8,8 @@ from helpers import save_pdf, text_page
 from PIL import Image
 
 from ocrwatch.config import Config
-from ocrwatch.errors import InputError
-from ocrwatch.pages import count_pages, iter_pages, scale_to, sniff, to_rgb
+from ocrwatch.core.errors import InputError
+from ocrwatch.pages.decode import count_pages, iter_pages, scale_to, sniff, to_rgb
 
 
 @pytest.fixture

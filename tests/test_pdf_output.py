@@ -20,15 +20,15 @@ import pytest
 from helpers import wait_for
 from PIL import Image
 
-from ocrwatch.align import place_text
 from ocrwatch.config import Config
+from ocrwatch.core.domain import Page, PageText
+from ocrwatch.core.layout import PageLayout, Word
 from ocrwatch.daemon import Daemon
-from ocrwatch.domain import Page, PageText
 from ocrwatch.engines.base import BatchPolicy, Engine
 from ocrwatch.engines.fake import FakeEngine
-from ocrwatch.inbox_files import wanted
-from ocrwatch.layout import PageLayout, Word
-from ocrwatch.sidecar import choose_stem
+from ocrwatch.intake.inbox_files import wanted
+from ocrwatch.results.align import place_text
+from ocrwatch.results.sidecar import choose_stem
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.pdf_output import DPI, bbox_words, page_lines, synthetic_page, word_offsets
@@ -190,7 +190,7 @@ def test_multipage_pdf_in_multipage_pdf_out(tmp_path: Path) -> None:
 
 def test_pdfa_is_made_by_pikepdf_without_ghostscript(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from ocrwatch import pdfout
+    from ocrwatch.results import pdfout
 
     monkeypatch.setattr(pdfout, "ghostscript", lambda: None)
     config, inbox = make_inbox(tmp_path, pdfa="auto")
@@ -384,7 +384,7 @@ def test_a_pdf_with_text_of_its_own_does_not_get_it_twice(tmp_path: Path) -> Non
 
 def test_doctor_says_what_the_pdf_output_needs(tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    from ocrwatch import doctor
+    from ocrwatch.doctor import checks as doctor
 
     assert doctor.check_pdf(make_config(tmp_path, outputs=["md"]))[0].ok
     # The model engines need Tesseract for word positions once the PDF is asked for.
@@ -402,7 +402,7 @@ def test_doctor_says_what_the_pdf_output_needs(tmp_path: Path,
 # -- when the PDF cannot be made as asked ------------------------------------------------
 def test_a_pdf_that_cannot_be_written_costs_only_the_pdf(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from ocrwatch import pdfout
+    from ocrwatch.results import pdfout
 
     def broken(*args: object, **kw: object) -> list[str]:
         raise pikepdf.PdfError("unreadable cross-reference table")
@@ -435,7 +435,7 @@ def test_a_failing_ghostscript_leaves_the_plain_pdf(
     fails too, the plain PDF is kept and the reason said."""
     from fpdf import FPDF
 
-    from ocrwatch import pdfout
+    from ocrwatch.results import pdfout
 
     false = shutil.which("false")
     assert false is not None

@@ -9,9 +9,9 @@ import pytest
 from helpers import normalize, text_page
 
 from ocrwatch.config import Config, validate
-from ocrwatch.errors import ConfigError
-from ocrwatch.pages import iter_pages
-from ocrwatch.pdftext import garbage
+from ocrwatch.core.errors import ConfigError
+from ocrwatch.pages.decode import iter_pages
+from ocrwatch.pages.pdftext import garbage
 
 DEJAVU = Path("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf")
 pytestmark = pytest.mark.skipif(not DEJAVU.is_file(),
@@ -110,7 +110,7 @@ def test_a_mixed_pdf_is_decided_page_by_page(tmp_path: Path, config: Config) -> 
 ])
 def test_a_garbage_layer_is_read_with_ocr(tmp_path: Path, config: Config,
                                           targets: list[int], why: str) -> None:
-    from ocrwatch import pdftext
+    from ocrwatch.pages import pdftext
 
     path = _remap(_pdf(tmp_path / "broken.pdf", [{"text": LETTER}]), targets)
     (page,) = iter_pages(path, config, None, text_layer=True)
@@ -164,7 +164,7 @@ def test_the_daemon_takes_the_layer_and_reads_only_the_scanned_page(tmp_path: Pa
 
     from ocrwatch.daemon import Daemon
     from ocrwatch.engines.fake import FakeEngine
-    from ocrwatch.index import search
+    from ocrwatch.store.index import search
 
     inbox = tmp_path / "inbox"
     inbox.mkdir()
@@ -197,7 +197,7 @@ def test_pdfium_is_never_entered_by_two_threads_at_once(
 
     import pypdfium2 as pdfium
 
-    from ocrwatch import pdfout
+    from ocrwatch.results import pdfout
 
     inside, most, guard = [0], [0], threading.Lock()
 

@@ -13,11 +13,19 @@ from helpers import make_config, save_pdf, wait_for
 from reliability.helpers import DaemonProcess, Home, drop, image_bytes, ocrwatch_cli
 
 from ocrwatch import tray
+from ocrwatch.core.domain import Page, PageText
+from ocrwatch.core.progress import (
+    PageCounts,
+    Progress,
+    Waiting,
+    estimate,
+    eta_text,
+    lines,
+    rate_text,
+)
+from ocrwatch.core.status import Status
 from ocrwatch.daemon import Daemon
-from ocrwatch.domain import Page, PageText
 from ocrwatch.engines.fake import FakeEngine
-from ocrwatch.progress import PageCounts, Progress, Waiting, estimate, eta_text, lines, rate_text
-from ocrwatch.status import Status
 
 
 def test_estimate_counts_pages_in_hand_and_queued_and_guesses_the_rest() -> None:
@@ -77,7 +85,7 @@ def test_status_and_tray_show_the_same_progress() -> None:
     assert "Rate: 2.00 pages/s (last minute)" in menu
     assert "Waiting: 3 settling (still written)" in menu
     assert not any("Speed" in line for line in menu)  # one rate, not two
-    from ocrwatch.status import format_status
+    from ocrwatch.core.status import format_status
 
     text = format_status(status)
     assert text.count("pages/s") == 1 and "speed" not in text

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from ocrwatch.db import Database
-from ocrwatch.domain import PageText, State
-from ocrwatch.errors import SearchError
-from ocrwatch.index import search
-from ocrwatch.jobfiles import Seen
-from ocrwatch.jobs import JobQueue
-from ocrwatch.migrations import MIGRATIONS
+from ocrwatch.core.domain import PageText, State
+from ocrwatch.core.errors import SearchError
+from ocrwatch.store.db import Database
+from ocrwatch.store.index import search
+from ocrwatch.store.jobfiles import Seen
+from ocrwatch.store.jobs import JobQueue
+from ocrwatch.store.migrations import MIGRATIONS
 
 
 @pytest.fixture
@@ -214,8 +214,8 @@ def test_page_numbers_and_warnings_are_stored(db: Database, tmp_path: Path) -> N
 
 
 def test_trigrams_only_for_cjk_pages_and_short_cjk_words(db: Database, tmp_path: Path) -> None:
-    from ocrwatch.domain import PageText
-    from ocrwatch.index import search
+    from ocrwatch.core.domain import PageText
+    from ocrwatch.store.index import search
 
     jobs = JobQueue(db)
     texts = {"latin.png": "harbour office Rotterdam", "cjk.png": "東京都の会議 报告",
@@ -247,7 +247,7 @@ def test_other_tools_find_the_full_text_index(db: Database, tmp_path: Path) -> N
 
     import sqlite_utils
 
-    from ocrwatch.domain import PageText
+    from ocrwatch.core.domain import PageText
 
     jobs = JobQueue(db)
     jobs.offer(tmp_path / "Taxes" / "receipt.png", 1, 1, "a" * 64)

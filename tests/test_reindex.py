@@ -10,11 +10,11 @@ from helpers import child_env, ocrwatch, save_pdf, text_page, wait_for
 
 from ocrwatch.config import Config
 from ocrwatch.daemon import Daemon
-from ocrwatch.db import Database
 from ocrwatch.engines.fake import FakeEngine
-from ocrwatch.index import Filters, search
 from ocrwatch.reindex import split_pages
-from ocrwatch.sidecar import render_markdown, render_text
+from ocrwatch.results.sidecar import render_markdown, render_text
+from ocrwatch.store.db import Database
+from ocrwatch.store.index import Filters, search
 
 
 def read_inbox(tmp_path: Path, config: Config, engine: FakeEngine) -> list[Path]:
@@ -39,7 +39,7 @@ def hits(db_path: Path, query: str) -> list[tuple[str, int]]:
 
 
 def test_split_pages_inverts_the_sidecars() -> None:
-    from ocrwatch.domain import PageText
+    from ocrwatch.core.domain import PageText
 
     pages = [PageText("# One\n\ntext", "one"), PageText("two\n\n---\n\nstill two", "two"),
              PageText("three", "three")]

@@ -28,9 +28,9 @@ from helpers import wait_for
 from PIL import Image
 
 from ocrwatch.config import Config
-from ocrwatch.domain import Page, PageText
+from ocrwatch.core.domain import Page, PageText
+from ocrwatch.core.errors import EngineError, EngineUnavailable
 from ocrwatch.engines.remote import RemoteEngine, backoff
-from ocrwatch.errors import EngineError, EngineUnavailable
 
 WHITE = (255, 255, 255)
 

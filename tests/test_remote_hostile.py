@@ -15,10 +15,10 @@ from fake_openai import FakeServer
 from PIL import Image
 
 from ocrwatch.config import Config
-from ocrwatch.domain import Page, PageText
+from ocrwatch.core.domain import Page, PageText
+from ocrwatch.core.errors import EngineUnavailable
 from ocrwatch.engines.openai_http import PageFailed, parse_answer
 from ocrwatch.engines.remote import RemoteEngine
-from ocrwatch.errors import EngineUnavailable
 
 
 def engine_for(url: str, **remote: Any) -> RemoteEngine:

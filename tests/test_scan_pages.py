@@ -14,15 +14,17 @@ import pikepdf
 import pytest
 from PIL import Image, ImageDraw, ImageFont
 
-from ocrwatch import deskew, inkcover, orient, pdfout, scanprep
 from ocrwatch.config import Config
+from ocrwatch.core.domain import Page, PageText
+from ocrwatch.core.layout import PageLayout, Word
+from ocrwatch.core.status import format_status
 from ocrwatch.daemon import Daemon
-from ocrwatch.domain import Page, PageText
 from ocrwatch.engines.base import BatchPolicy
 from ocrwatch.engines.fake import FakeEngine
-from ocrwatch.index import search
-from ocrwatch.layout import PageLayout, Word
-from ocrwatch.status import format_status
+from ocrwatch.results import pdfout
+from ocrwatch.scan import deskew, inkcover, orient
+from ocrwatch.scan import prepare as scanprep
+from ocrwatch.store.index import search
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks import cases
@@ -192,7 +194,7 @@ def test_a_page_with_too_little_text_to_decide_stays_as_it_is(tmp_path: Path) ->
 def test_without_osd_data_pages_are_read_as_they_are_and_the_log_says_why(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         caplog: pytest.LogCaptureFixture) -> None:
-    from ocrwatch import languages
+    from ocrwatch.config import languages
 
     have = {k: v for k, v in languages.available_languages().items() if k != "osd"}
     monkeypatch.setattr(orient, "available_languages", lambda explicit=None: have)
@@ -255,7 +257,7 @@ def test_a_page_with_one_short_line_is_not_blank(
 
 @pytest.mark.skipif(not CORPUS.is_dir(), reason="the corpus (../shared/corpus) is not here")
 def test_no_corpus_page_is_blank_and_every_blank_back_made_from_one_is(tmp_path: Path) -> None:
-    from ocrwatch.pages import iter_pages
+    from ocrwatch.pages.decode import iter_pages
 
     config = Config()
     for n, path in enumerate(sorted(CORPUS.iterdir())):

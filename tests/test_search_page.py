@@ -120,7 +120,7 @@ def test_real_pages_read_by_tesseract(tmp_path: Path, home: Path, browser: Any) 
 
     from ocrwatch.config import Config
     from ocrwatch.daemon import Daemon
-    from ocrwatch.web import SearchServer
+    from ocrwatch.web.server import SearchServer
 
     inbox = tmp_path / "OCR-Inbox"
     for folder in ("Letters", "Taxes", "Bank"):

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from ocrwatch import sidecar
 from ocrwatch.config import Config
-from ocrwatch.domain import PageText
-from ocrwatch.errors import TransientError
-from ocrwatch.lifecycle import output_folder
-from ocrwatch.sidecar import choose_stem, render_markdown, render_text, write_atomic
+from ocrwatch.core.domain import PageText
+from ocrwatch.core.errors import TransientError
+from ocrwatch.results import sidecar
+from ocrwatch.results.lifecycle import output_folder
+from ocrwatch.results.sidecar import choose_stem, render_markdown, render_text, write_atomic
 
 
 def test_single_page_markdown_and_text() -> None:

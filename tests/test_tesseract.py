@@ -9,7 +9,8 @@ import pytest
 from helpers import normalize, text_page
 
 from ocrwatch.config import Config
-from ocrwatch.domain import Page
+from ocrwatch.core.domain import Page
+from ocrwatch.core.errors import EngineUnavailable
 from ocrwatch.engines.tesseract import (
     DEFAULT_DPI,
     LINE_PX,
@@ -24,7 +25,6 @@ from ocrwatch.engines.tesseract import (
     text_to_markdown,
     upsample_factor,
 )
-from ocrwatch.errors import EngineUnavailable
 
 
 def page(width: int, height: int, dpi: int | None) -> Page:

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 from daemon_standin import StandInDaemon
 
-from ocrwatch import paths, tray
-from ocrwatch.status import Status
+from ocrwatch import tray
+from ocrwatch.core import paths
+from ocrwatch.core.status import Status
 from ocrwatch.tray import app as tray_app
 
 S = Status.from_dict

@@ -36,7 +36,7 @@ from PIL import Image, ImageDraw
 
 from ocrwatch import tray
 from ocrwatch.control.client import request
-from ocrwatch.errors import OcrwatchError
+from ocrwatch.core.errors import OcrwatchError
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOLS = ("Xvfb", "trayer", "xdotool", "dbus-run-session", "import")

@@ -24,7 +24,9 @@ from helpers import save_pdf, text_page, wait_for
 from PIL import Image
 
 from ocrwatch.config import Config
-from ocrwatch.domain import Page, PageText
+from ocrwatch.core.domain import Page, PageText
+from ocrwatch.core.errors import EngineError, EngineUnavailable
+from ocrwatch.core.textutil import markdown_to_text, repeats_itself
 from ocrwatch.engines.faults import Fault
 from ocrwatch.engines.lightonocr import MAX_PROMPT_TOKENS, image_tokens
 from ocrwatch.engines.vllm import VllmEngine, plan_memory
@@ -43,8 +45,6 @@ from ocrwatch.engines.vllm.memory import (
 )
 from ocrwatch.engines.vllm.supervisor import worker_settings
 from ocrwatch.engines.vllm.worker import main as worker_main
-from ocrwatch.errors import EngineError, EngineUnavailable
-from ocrwatch.textutil import markdown_to_text, repeats_itself
 
 OK = (255, 255, 255)
 CRASH_IN_BATCH = Fault.CRASH_IN_BATCH
@@ -1004,8 +1004,8 @@ def test_mixed_pages_fill_every_slot_and_a_freed_slot_is_taken_at_once() -> None
 
 
 def test_the_daemon_holds_files_while_the_card_is_busy_and_says_why(tmp_path: Path) -> None:
+    from ocrwatch.core.status import format_status
     from ocrwatch.daemon import Daemon
-    from ocrwatch.status import format_status
     from ocrwatch.tray.menu import status_lines
 
     config = Config(inbox=[tmp_path / "inbox"], database=tmp_path / "index.sqlite3",

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from helpers import text_page
 
-from ocrwatch.inbox_files import is_ignored_name, looks_complete, walk, wanted
-from ocrwatch.settle import Settler
-from ocrwatch.watch import Watcher
+from ocrwatch.intake.inbox_files import is_ignored_name, looks_complete, walk, wanted
+from ocrwatch.intake.settle import Settler
+from ocrwatch.intake.watch import Watcher
 
 
 @pytest.mark.parametrize("name", ["scan.pdf.part", "scan.crdownload", "x.tmp", "~$doc.pdf",
@@ -199,7 +199,7 @@ def test_periodic_rescan(tmp_path: Path) -> None:
 @pytest.mark.skipif(shutil.which("findmnt") is None, reason="needs findmnt (util-linux)")
 def test_fs_type_agrees_with_findmnt(tmp_path: Path) -> None:
     """The file system of a folder, from psutil's mount table, as util-linux says it."""
-    from ocrwatch.watch import fs_type
+    from ocrwatch.intake.watch import fs_type
 
     for folder in (tmp_path, Path("/proc"), Path("/dev/shm"), Path("/")):
         if not folder.exists():

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from search_site import Site, site
 
-from ocrwatch.thumbs import MAX_BYTES
-from ocrwatch.web_params import token_file
+from ocrwatch.pages.thumbs import MAX_BYTES
+from ocrwatch.web.params import token_file
 
 __all__ = ["site"]  # the fixture
 

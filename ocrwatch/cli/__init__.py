@@ -18,8 +18,8 @@ from typing import Any
 from ocrwatch.cli import desktop, results, running, steering
 from ocrwatch.cli.common import EXIT_BROKEN_PIPE, echo, log
 from ocrwatch.cli.parser import build_parser
-from ocrwatch.errors import OcrwatchError
-from ocrwatch.termsafe import safe
+from ocrwatch.cli.termsafe import safe
+from ocrwatch.core.errors import OcrwatchError
 
 
 def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:

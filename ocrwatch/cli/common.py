@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from ocrwatch import config as config_mod
+from ocrwatch.cli.termsafe import safe_lines
 from ocrwatch.config.schema import ENGINES
-from ocrwatch.termsafe import safe_lines
 
 log = logging.getLogger("ocrwatch")
 

@@ -11,10 +11,10 @@ import sys
 from importlib import resources
 from pathlib import Path
 
-from ocrwatch import paths
 from ocrwatch.cli.common import echo
-from ocrwatch.errors import OcrwatchError
-from ocrwatch.termsafe import safe
+from ocrwatch.cli.termsafe import safe
+from ocrwatch.core import paths
+from ocrwatch.core.errors import OcrwatchError
 
 
 def example_config() -> str:

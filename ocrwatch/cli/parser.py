@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 from ocrwatch import __version__
 from ocrwatch.cli.common import PUBLIC_ENGINES
 from ocrwatch.config.schema import ENGINES
-from ocrwatch.index import MAX_HITS, QUERY_SECONDS
+from ocrwatch.store.index import MAX_HITS, QUERY_SECONDS
 
 
 def _engine(value: str) -> str:

@@ -14,14 +14,14 @@ from typing import Any
 
 from ocrwatch import config as config_mod
 from ocrwatch.cli.common import database_arg, echo
-from ocrwatch.errors import DaemonNotRunning, DaemonRunning, OcrwatchError, SearchTimeout
-from ocrwatch.status import EngineStatus, Status, format_status
-from ocrwatch.termsafe import safe
+from ocrwatch.cli.termsafe import safe
+from ocrwatch.core.errors import DaemonNotRunning, DaemonRunning, OcrwatchError, SearchTimeout
+from ocrwatch.core.status import EngineStatus, Status, format_status
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from ocrwatch.db import Database
-    from ocrwatch.index import HIGHLIGHT, search
+    from ocrwatch.store.db import Database
+    from ocrwatch.store.index import HIGHLIGHT, search
 
     if args.web:
         return _search_web(args)
@@ -67,8 +67,8 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def _filters(args: argparse.Namespace) -> Any:
-    from ocrwatch.index import Filters
-    from ocrwatch.web_params import parse_day
+    from ocrwatch.store.index import Filters
+    from ocrwatch.web.params import parse_day
 
     types = tuple("." + t.lower().lstrip(".") for t in (args.types or []))
     return Filters(folder=args.folder.expanduser().absolute() if args.folder else None,
@@ -96,8 +96,8 @@ def _search_web(args: argparse.Namespace) -> int:
             echo(launch)
             webbrowser.open(launch)
         return 0
-    from ocrwatch.thumbs import Thumbnails
-    from ocrwatch.web import SearchServer
+    from ocrwatch.pages.thumbs import Thumbnails
+    from ocrwatch.web.server import SearchServer
 
     config = config_mod.load(getattr(args, "config", None))
     path, _origin = database_arg(args)
@@ -122,8 +122,8 @@ def cmd_reindex(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from ocrwatch.control.lock import DaemonLocks
-    from ocrwatch.db import Database
     from ocrwatch.reindex import count_pages, from_sidecars, rebuild_fts, restorable
+    from ocrwatch.store.db import Database
 
     config = config_mod.load(getattr(args, "config", None))
     path, origin = database_arg(args)
@@ -187,11 +187,11 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def _offline_status(args: argparse.Namespace) -> Status:
-    from ocrwatch.db import Database
+    from ocrwatch.cli.logs import default_log_file
+    from ocrwatch.config.languages import locale_note
     from ocrwatch.engines import choose
-    from ocrwatch.jobs import JobQueue
-    from ocrwatch.languages import locale_note
-    from ocrwatch.logs import default_log_file
+    from ocrwatch.store.db import Database
+    from ocrwatch.store.jobs import JobQueue
 
     config = config_mod.load(getattr(args, "config", None))
     origin = config.origin("database")

@@ -15,13 +15,13 @@ from typing import Any
 
 from ocrwatch import config as config_mod
 from ocrwatch.cli.common import echo, load_config, log, plural
-from ocrwatch.errors import DaemonRunning, OcrwatchError
-from ocrwatch.termsafe import safe
+from ocrwatch.cli.termsafe import safe
+from ocrwatch.core.errors import DaemonRunning, OcrwatchError
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from ocrwatch.logs import setup_logging
-    from ocrwatch.native_stderr import NativeStderr
+    from ocrwatch.cli.logs import setup_logging
+    from ocrwatch.cli.native_stderr import NativeStderr
 
     config = load_config(args)
     log_file = setup_logging(config.log_level)
@@ -107,8 +107,8 @@ def cmd_add(args: argparse.Namespace) -> int:
 def _quietly(args: argparse.Namespace, command: Any) -> int:
     """The config, the log (warnings on the console), then ``command(args, config)`` with
     descriptor 2 in the log: Leptonica and friends never write through the progress bar."""
-    from ocrwatch.logs import setup_logging
-    from ocrwatch.native_stderr import NativeStderr
+    from ocrwatch.cli.logs import setup_logging
+    from ocrwatch.cli.native_stderr import NativeStderr
 
     config = load_config(args)
     setup_logging(config.log_level if config.log_level != "INFO" else "WARNING")
@@ -122,7 +122,7 @@ def _quietly(args: argparse.Namespace, command: Any) -> int:
 def _add(args: argparse.Namespace, config: config_mod.Config) -> int:
     from ocrwatch.control.lock import DaemonLocks
     from ocrwatch.daemon import Daemon
-    from ocrwatch.inbox_files import walk
+    from ocrwatch.intake.inbox_files import walk
 
     # The files named here are the user's: moved or deleted only when this command
     # line says so, whatever the configured on_success.
@@ -255,7 +255,7 @@ def _said_outputs(written: dict[str, int]) -> int:
 def _reread_by_the_daemon(args: argparse.Namespace, config: config_mod.Config) -> int:
     """The daemon runs: it queues the files again itself and reads them as it goes."""
     from ocrwatch.control.client import request
-    from ocrwatch.status import Status
+    from ocrwatch.core.status import Status
 
     running = Status.from_dict(request("status"))
     if running.languages and tuple(config.languages) != running.languages:
@@ -296,7 +296,7 @@ def _summarise(states: dict[Path, Any], verb: str, on_success: str = "keep") -> 
 
 
 def _page_counts(paths: list[Path], config: config_mod.Config) -> dict[Path, int]:
-    from ocrwatch.pages import count_pages
+    from ocrwatch.pages.decode import count_pages
 
     counts = {}
     for path in paths:

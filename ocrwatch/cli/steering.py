@@ -10,8 +10,8 @@ import json
 import os
 
 from ocrwatch.cli.common import database_arg, echo, load_config, plural
-from ocrwatch.errors import DaemonNotRunning, OcrwatchError
-from ocrwatch.termsafe import safe
+from ocrwatch.cli.termsafe import safe
+from ocrwatch.core.errors import DaemonNotRunning, OcrwatchError
 
 
 def _control(cmd: str, said: str) -> int:
@@ -72,8 +72,8 @@ def cmd_retry(args: argparse.Namespace) -> int:
         count = int(request("retry", paths=paths or None, all_failed=args.all_failed))
         where = "the daemon will read {} again"
     except DaemonNotRunning:
-        from ocrwatch.db import Database
-        from ocrwatch.jobs import JobQueue
+        from ocrwatch.store.db import Database
+        from ocrwatch.store.jobs import JobQueue
 
         path, origin = database_arg(args)
         if not path.exists():
@@ -100,7 +100,7 @@ def cmd_retry(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from ocrwatch import doctor
+    from ocrwatch.doctor import checks as doctor
 
     config = load_config(args)
     checks = doctor.run_checks(config)
@@ -112,7 +112,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_autostart(args: argparse.Namespace) -> int:
-    from ocrwatch import autostart
+    from ocrwatch.control import autostart
 
     exe = args.executable
     if exe is not None and not (exe.is_file() and os.access(exe, os.X_OK)):

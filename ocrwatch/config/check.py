@@ -23,7 +23,7 @@ from ocrwatch.config.schema import (
     Config,
     RemoteConfig,
 )
-from ocrwatch.errors import ConfigError
+from ocrwatch.core.errors import ConfigError
 
 
 def split_languages(languages: list[str]) -> list[str]:
@@ -176,7 +176,7 @@ def _validate_outputs(config: Config, fail: typing.Callable[[str, str], None]) -
             fail("on_done", f"= {config.on_done!r}: {config.on_done[0]!r} is not a program "
                             "that can be run (give its full path, executable; the list is an "
                             "argv, never a shell line: [\"/path/to/program\", \"arg\"]).")
-        from ocrwatch.hookshell import check as check_hook
+        from ocrwatch.core.hookshell import check as check_hook
 
         if (refused := check_hook(config.on_done)) is not None:
             fail("on_done", f"= {config.on_done!r}: {refused}.")

@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ocrwatch import paths
 from ocrwatch.config.check import validate
 from ocrwatch.config.schema import _INTERNAL, _SECTIONS, Config
-from ocrwatch.errors import ConfigError
+from ocrwatch.core import paths
+from ocrwatch.core.errors import ConfigError
 
 
 def _type_name(tp: Any) -> str:

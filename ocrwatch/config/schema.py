@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ocrwatch import paths
-from ocrwatch.languages import default_languages
+from ocrwatch.config.languages import default_languages
+from ocrwatch.core import paths
 
 ENGINES = ("auto", "tesseract", "vllm", "remote", "fake")
 OBSERVERS = ("auto", "native", "polling")

@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ocrwatch import paths
-from ocrwatch.errors import DaemonNotRunning, OcrwatchError
+from ocrwatch.core import paths
+from ocrwatch.core.errors import DaemonNotRunning, OcrwatchError
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ import os
 from pathlib import Path
 from types import TracebackType
 
-from ocrwatch import paths
-from ocrwatch.errors import DaemonRunning, OcrwatchError
+from ocrwatch.core import paths
+from ocrwatch.core.errors import DaemonRunning, OcrwatchError
 
 log = logging.getLogger(__name__)
 

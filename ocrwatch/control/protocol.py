@@ -10,8 +10,8 @@ import os
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
-from ocrwatch.errors import OcrwatchError
-from ocrwatch.status import Status
+from ocrwatch.core.errors import OcrwatchError
+from ocrwatch.core.status import Status
 
 log = logging.getLogger(__name__)
 

@@ -15,10 +15,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ocrwatch import paths
 from ocrwatch.control.protocol import MAX_LINE, Commands, Controllable, encode
-from ocrwatch.errors import DaemonRunning, OcrwatchError
-from ocrwatch.threads import Loop
+from ocrwatch.core import paths
+from ocrwatch.core.errors import DaemonRunning, OcrwatchError
+from ocrwatch.core.threads import Loop
 
 log = logging.getLogger(__name__)
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass
 
-from ocrwatch import gpu as gpus
 from ocrwatch.config import Config
-from ocrwatch.domain import Page, PageText
+from ocrwatch.core.domain import Page, PageText
+from ocrwatch.core.errors import EngineUnavailable
+from ocrwatch.engines import gpu as gpus
 from ocrwatch.engines.base import BatchPolicy, Engine
-from ocrwatch.errors import EngineUnavailable
 
 __all__ = ["BatchPolicy", "Choice", "Engine", "Page", "PageText", "choose", "create"]
 

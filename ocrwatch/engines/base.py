@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from ocrwatch.domain import Page, PageText
+from ocrwatch.core.domain import Page, PageText
 
 
 @dataclass(frozen=True)

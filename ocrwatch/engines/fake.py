@@ -12,7 +12,7 @@ import os
 import threading
 from collections.abc import Sequence
 
-from ocrwatch.domain import Page, PageText
+from ocrwatch.core.domain import Page, PageText
 from ocrwatch.engines.base import BatchPolicy
 from ocrwatch.engines.lightonocr import MAX_SIDE, image_tokens
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import math
 
-from ocrwatch.domain import PageText
+from ocrwatch.core.domain import PageText
+from ocrwatch.core.textutil import markdown_to_text, repeats_itself, strip_controls
 from ocrwatch.engines.base import BatchPolicy
-from ocrwatch.textutil import markdown_to_text, repeats_itself, strip_controls
 
 # The model was made for pages whose longest side is 1540 px: every page is fitted to it,
 # a smaller one enlarged and a larger one shrunk (pages.scale_to, with the engine's

@@ -22,9 +22,9 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from ocrwatch.core.errors import EngineUnavailable
+from ocrwatch.core.textutil import strip_controls
 from ocrwatch.engines import http_deadline
-from ocrwatch.errors import EngineUnavailable
-from ocrwatch.textutil import strip_controls
 
 if TYPE_CHECKING:
     from PIL import Image

@@ -39,7 +39,9 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from ocrwatch.domain import Page, PageText
+from ocrwatch.core.domain import Page, PageText
+from ocrwatch.core.errors import EngineError, EngineUnavailable
+from ocrwatch.core.threads import Loop
 from ocrwatch.engines import lightonocr
 from ocrwatch.engines.base import BatchPolicy, gpu_preparers
 from ocrwatch.engines.openai_http import (
@@ -55,8 +57,6 @@ from ocrwatch.engines.openai_http import (
     post_chat,
     probe,
 )
-from ocrwatch.errors import EngineError, EngineUnavailable
-from ocrwatch.threads import Loop
 
 if TYPE_CHECKING:
 

@@ -21,14 +21,15 @@ from typing import Any
 
 from PIL import Image
 
-from ocrwatch import memory, paths
 from ocrwatch.config import Config
-from ocrwatch.domain import Page, PageText
+from ocrwatch.config.languages import available_languages, tessdata_dirs
+from ocrwatch.core import paths
+from ocrwatch.core.domain import Page, PageText
+from ocrwatch.core.errors import EngineUnavailable
+from ocrwatch.core.layout import PageLayout, Word
+from ocrwatch.core.textutil import text_to_markdown
 from ocrwatch.engines.base import BatchPolicy
-from ocrwatch.errors import EngineUnavailable
-from ocrwatch.languages import available_languages, tessdata_dirs
-from ocrwatch.layout import PageLayout, Word
-from ocrwatch.textutil import text_to_markdown
+from ocrwatch.pages import memory
 
 __all__ = ["TesseractEngine", "available_languages", "tessdata_dirs", "text_to_markdown"]
 

@@ -14,7 +14,7 @@ import types
 from typing import Any
 
 from ocrwatch.control.protocol import Controllable
-from ocrwatch.errors import OcrwatchError
+from ocrwatch.core.errors import OcrwatchError
 from ocrwatch.tray.backends import choose_backend, has_display
 from ocrwatch.tray.icon import draw_icon, icon_key
 from ocrwatch.tray.menu import TrayController, build_menu, status_lines, tooltip

@@ -6,7 +6,7 @@ from typing import Any
 
 from PIL import Image, ImageDraw, ImageFont
 
-from ocrwatch.status import Status
+from ocrwatch.core.status import Status
 
 SIZE = 64
 _SCALE = 4  # drawn at 4x and scaled down, for smooth edges at tray sizes

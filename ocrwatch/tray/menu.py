@@ -15,11 +15,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ocrwatch import paths
 from ocrwatch.control.protocol import Controllable
-from ocrwatch.errors import OcrwatchError
-from ocrwatch.progress import eta_text, rate_text, short
-from ocrwatch.status import Status, in_hand
+from ocrwatch.core import paths
+from ocrwatch.core.errors import OcrwatchError
+from ocrwatch.core.progress import eta_text, rate_text, short
+from ocrwatch.core.status import Status, in_hand
 from ocrwatch.tray.icon import look
 
 log = logging.getLogger(__name__)

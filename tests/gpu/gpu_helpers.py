@@ -14,7 +14,7 @@ GIB = 1024
 
 def why_not() -> str | None:
     """Why the GPU tests cannot run here, or None when they can."""
-    from ocrwatch import gpu
+    from ocrwatch.engines import gpu
 
     cards = gpu.gpus()
     if isinstance(cards, str):
@@ -28,7 +28,7 @@ def why_not() -> str | None:
 
 
 def used_mib() -> int:
-    from ocrwatch import gpu
+    from ocrwatch.engines import gpu
 
     value = gpu.used_mib()
     if value is None:

@@ -27,9 +27,9 @@ if REASON:
 from PIL import Image  # noqa: E402
 
 from ocrwatch.config import Config  # noqa: E402
-from ocrwatch.domain import Page, PageText  # noqa: E402
+from ocrwatch.core.domain import Page, PageText  # noqa: E402
 from ocrwatch.engines.vllm import VllmEngine  # noqa: E402
-from ocrwatch.pages import iter_pages  # noqa: E402
+from ocrwatch.pages.decode import iter_pages  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 CARD_LIMIT_MIB = 16 * GIB  # what a 16 GB card holds

@@ -24,9 +24,9 @@ if REASON:
 
 from PIL import Image  # noqa: E402
 
-from ocrwatch import gpu  # noqa: E402
 from ocrwatch.config import Config  # noqa: E402
-from ocrwatch.domain import Page, PageText  # noqa: E402
+from ocrwatch.core.domain import Page, PageText  # noqa: E402
+from ocrwatch.engines import gpu  # noqa: E402
 from ocrwatch.engines.vllm import VllmEngine  # noqa: E402
 
 pytestmark = pytest.mark.gpu

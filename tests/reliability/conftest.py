@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from ocrwatch.config import Config
+from ocrwatch.core.domain import Page, PageText
 from ocrwatch.daemon import Daemon
-from ocrwatch.domain import Page, PageText
 from ocrwatch.engines.fake import FakeEngine
 
 from .helpers import DaemonProcess, Home

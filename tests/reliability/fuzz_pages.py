@@ -88,8 +88,8 @@ def main(report: Path, cases: int, seed: int) -> int:
 
     warnings.simplefilter("ignore")  # Pillow warns on every odd tag; the outcome is what counts
     from ocrwatch.config import Config
-    from ocrwatch.errors import InputError, TransientError
-    from ocrwatch.pages import iter_pages
+    from ocrwatch.core.errors import InputError, TransientError
+    from ocrwatch.pages.decode import iter_pages
 
     config = Config(max_pixels=40_000_000, max_pages=100, pdf_dpi=150)
     seeds = _seeds()

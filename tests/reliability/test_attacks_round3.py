@@ -22,8 +22,8 @@ from search_site import Site, indexed, serve
 from ocrwatch.config import Config
 from ocrwatch.daemon import Daemon
 from ocrwatch.engines.fake import FakeEngine
-from ocrwatch.hooks import Finished, hook_argv, run_hook
-from ocrwatch.web_handler import IDLE_TIMEOUT
+from ocrwatch.hooks.runner import Finished, hook_argv, run_hook
+from ocrwatch.web.handler import IDLE_TIMEOUT
 
 
 @pytest.fixture
@@ -171,7 +171,7 @@ def test_hook_that_leaves_a_child_running_counts_when_it_exits(
     argv = ["/bin/sh", "-c", f'sleep 300 & echo $! > "{pidfile}"; echo started; exit 0']
     item = Finished(source=tmp_path / "x.png", original=tmp_path / "x.png")
     started = time.monotonic()
-    caplog.set_level(logging.INFO, "ocrwatch.hooks")
+    caplog.set_level(logging.INFO, "ocrwatch.hooks.runner")
     try:
         assert run_hook(argv, item, timeout=20) == 0
         assert time.monotonic() - started < 10
@@ -203,7 +203,7 @@ def test_a_huge_hook_timeout_is_refused_with_its_origin(tmp_path: Path) -> None:
     """on_done_timeout = 1e12 was accepted; the daemon then failed on stop with
     "OverflowError: timestamp out of range for platform time_t"."""
     from ocrwatch import config as config_mod
-    from ocrwatch.errors import OcrwatchError
+    from ocrwatch.core.errors import OcrwatchError
 
     path = tmp_path / "config.toml"
     path.write_text(f'inbox = ["{tmp_path}/inbox"]\non_done = ["/bin/true"]\n'
@@ -223,9 +223,9 @@ def test_pdf_output_never_reads_through_a_link_swapped_in_after_the_read(
     outside the inbox into the inbox's searchable PDF."""
     import pikepdf
 
-    from ocrwatch.domain import PageText
-    from ocrwatch.outputs import PdfMaker
-    from ocrwatch.safeopen import LinkRefused
+    from ocrwatch.core.domain import PageText
+    from ocrwatch.core.safeopen import LinkRefused
+    from ocrwatch.results.outputs import PdfMaker
 
     from .helpers import image_bytes, pdf_bytes
 
@@ -329,7 +329,7 @@ def test_a_text_layer_that_says_what_the_page_does_not_show_is_not_taken(
     object (half of them could be hidden) and only by render mode or an image over it."""
     from fpdf import FPDF
 
-    from ocrwatch.pages import iter_pages
+    from ocrwatch.pages.decode import iter_pages
 
     pdf = FPDF(format="A4")
     pdf.add_font("DejaVu", fname=str(DEJAVU))
@@ -353,7 +353,7 @@ def test_a_browser_page_with_white_on_dark_small_and_grey_text_is_still_taken(
     import shutil
     import subprocess
 
-    from ocrwatch.pages import iter_pages
+    from ocrwatch.pages.decode import iter_pages
 
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
@@ -390,7 +390,7 @@ def test_a_new_version_saved_just_after_the_read_is_neither_deleted_nor_archived
     unread). on_success now acts only on the file that was read."""
     from helpers import text_page
 
-    from ocrwatch.lifecycle import Lifecycle
+    from ocrwatch.results.lifecycle import Lifecycle
 
     inbox = tmp_path / "inbox"
     inbox.mkdir()

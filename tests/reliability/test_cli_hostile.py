@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from ocrwatch.db import Database
+from ocrwatch.store.db import Database
 
 from .helpers import DaemonProcess, Home, drop, image_bytes, ocrwatch_cli, wait_for, write
 
@@ -320,7 +320,7 @@ def test_a_runaway_query_is_stopped_and_says_so(home: Home) -> None:
 
 def test_the_bound_interrupts_sqlite_itself(tmp_path: Path) -> None:
     """The progress handler stops a statement mid-way; the connection stays usable."""
-    from ocrwatch.errors import SearchTimeout
+    from ocrwatch.core.errors import SearchTimeout
 
     db = Database(tmp_path / "index.sqlite3")
     try:

@@ -29,7 +29,7 @@ from .helpers import Home, check_fake_sidecars, drop, ended, image_bytes, job, w
 
 @pytest.fixture(autouse=True)
 def quick_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("ocrwatch.jobs.BACKOFF_BASE", 0.3)
+    monkeypatch.setattr("ocrwatch.store.jobs.BACKOFF_BASE", 0.3)
 
 
 class Switch:

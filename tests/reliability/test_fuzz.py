@@ -28,11 +28,11 @@ from hypothesis.stateful import (
     rule,
 )
 
-from ocrwatch.db import Database
-from ocrwatch.domain import Job, PageText, State
-from ocrwatch.jobfiles import Seen
-from ocrwatch.jobs import JobQueue
-from ocrwatch.settle import INCOMPLETE_GRACE, Settler
+from ocrwatch.core.domain import Job, PageText, State
+from ocrwatch.intake.settle import INCOMPLETE_GRACE, Settler
+from ocrwatch.store.db import Database
+from ocrwatch.store.jobfiles import Seen
+from ocrwatch.store.jobs import JobQueue
 
 EXAMPLES = int(os.environ.get("OCRWATCH_FUZZ_EXAMPLES", "60"))
 QUEUE_EXAMPLES = int(os.environ.get("OCRWATCH_FUZZ_EXAMPLES", "500"))  # cheap: in memory

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ocrwatch.hooks import Finished, run_hook
-from ocrwatch.hookshell import HookRefused, check, shell_safe
+from ocrwatch.core.hookshell import HookRefused, check, shell_safe
+from ocrwatch.hooks.runner import Finished, run_hook
 
 SHELLS = [s for s in ("/bin/sh", "/bin/bash", "/bin/dash", "/usr/bin/zsh", "/bin/ksh")
           if Path(s).exists()]
@@ -133,7 +133,7 @@ def test_safe_forms_are_accepted(argv: list[str]) -> None:
 
 def test_the_config_refuses_an_unquotable_hook_naming_the_key(tmp_path: Path) -> None:
     from ocrwatch import config as config_mod
-    from ocrwatch.errors import OcrwatchError
+    from ocrwatch.core.errors import OcrwatchError
 
     path = tmp_path / "config.toml"
     path.write_text(f'inbox = ["{tmp_path}/inbox"]\n'

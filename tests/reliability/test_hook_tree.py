@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from helpers import wait_for
 
-from ocrwatch.hooks import Finished, run_hook
+from ocrwatch.hooks.runner import Finished, run_hook
 
 
 def _alive(pid: int) -> bool:

@@ -17,8 +17,8 @@ from pathlib import Path
 import pypdf
 import pytest
 
-from ocrwatch import pages as pages_mod
 from ocrwatch import pipeline
+from ocrwatch.pages import decode as pages_mod
 
 from .conftest import RecordingEngine, StartDaemon
 from .helpers import (
@@ -174,7 +174,7 @@ def test_file_replaced_while_being_read(home: Home, run_daemon: StartDaemon,
 
     hooked_pages["after_first"] = replace
     daemon_mod_backoff = pytest.MonkeyPatch()
-    daemon_mod_backoff.setattr("ocrwatch.jobs.BACKOFF_BASE", 0.2)
+    daemon_mod_backoff.setattr("ocrwatch.store.jobs.BACKOFF_BASE", 0.2)
     try:
         _daemon, engine = run_daemon()
         victim = drop(home.inbox / "victim.pdf", pdf_bytes(["old one", "old two"]))

@@ -21,11 +21,11 @@ from typing import Any
 import pytest
 from PIL import Image, ImageDraw
 
-from ocrwatch import fsmove
 from ocrwatch.control.client import read_line
-from ocrwatch.domain import PageText
-from ocrwatch.errors import InputError
-from ocrwatch.sidecar import write_sidecars
+from ocrwatch.core import fsmove
+from ocrwatch.core.domain import PageText
+from ocrwatch.core.errors import InputError
+from ocrwatch.results.sidecar import write_sidecars
 
 from .conftest import RecordingEngine, StartDaemon
 from .helpers import (
@@ -147,7 +147,7 @@ def test_move_across_file_systems_copies_then_removes(tmp_path: Path, other_fs: 
 _CRASH_MID_COPY = """
 import os, sys
 from pathlib import Path
-from ocrwatch import fsmove
+from ocrwatch.core import fsmove
 os.link = lambda *a, **k: os._exit(9)  # the power goes out: copied and synced, not placed
 fsmove.move_no_replace(Path(sys.argv[1]), Path(sys.argv[2]))
 """
@@ -501,8 +501,8 @@ def test_a_file_deleted_while_read_is_not_read_to_its_end(
 def test_an_inotify_overflow_triggers_a_rescan(tmp_path: Path) -> None:
     """Events lost to a full inotify queue: watchdog only logs it, and that is our signal
     to look at the folder again (else a file dropped then waits for the next rescan)."""
-    from ocrwatch.settle import Settler
-    from ocrwatch.watch import Watcher
+    from ocrwatch.intake.settle import Settler
+    from ocrwatch.intake.watch import Watcher
 
     found: list[Path] = []
     first = drop(tmp_path / "first.png", image_bytes("first"))

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from PIL import Image, features
 
-from ocrwatch.inbox_files import looks_complete
+from ocrwatch.intake.inbox_files import looks_complete
 
 from .conftest import StartDaemon
 from .helpers import Home, check_fake_sidecars, drop, ended, jobs, page_image, wait_for

@@ -106,8 +106,8 @@ def test_status_answers_from_memory_when_the_index_cannot_be_read(
     a note that says so, within the reader's short wait."""
     import sqlite3
 
-    from ocrwatch.db import Database
-    from ocrwatch.status_facts import WAIT_SECONDS, StatusReader
+    from ocrwatch.store.db import Database
+    from ocrwatch.store.status_facts import WAIT_SECONDS, StatusReader
 
     Database(home.database).close()
     conn = sqlite3.connect(home.database)

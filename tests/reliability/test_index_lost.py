@@ -270,10 +270,10 @@ def test_an_index_deleted_while_stopped_is_rebuilt_from_the_marked_sidecars(
 def test_damage_found_while_running_is_said_plainly(tmp_path: Path) -> None:
     """A page found damaged after the start (a disk error under the running daemon): the
     error says what to do, and the guard puts it in status and the log once."""
-    from ocrwatch.db import Database
-    from ocrwatch.errors import IndexDamaged
+    from ocrwatch.core.errors import IndexDamaged
     from ocrwatch.indexhealth import IndexGuard
-    from ocrwatch.jobs import JobQueue
+    from ocrwatch.store.db import Database
+    from ocrwatch.store.jobs import JobQueue
 
     path = tmp_path / "index.sqlite3"
     db = Database(path)

@@ -33,15 +33,15 @@ from typing import Any
 import pikepdf
 import pytest
 
-from ocrwatch import pdfout
 from ocrwatch.config import Config
-from ocrwatch.db import Database
-from ocrwatch.domain import PageText
-from ocrwatch.jobs import JobQueue, file_sha256
-from ocrwatch.lifecycle import Lifecycle
-from ocrwatch.pdftext import decide
-from ocrwatch.retire import why_keep
-from ocrwatch.status import format_status
+from ocrwatch.core.domain import PageText
+from ocrwatch.core.status import format_status
+from ocrwatch.pages.pdftext import decide
+from ocrwatch.results import pdfout
+from ocrwatch.results.lifecycle import Lifecycle
+from ocrwatch.results.retire import why_keep
+from ocrwatch.store.db import Database
+from ocrwatch.store.jobs import JobQueue, file_sha256
 
 from .conftest import RecordingEngine, StartDaemon
 from .helpers import (

@@ -19,7 +19,7 @@ import pytest
 from PIL import Image
 
 from ocrwatch.daemon import Daemon
-from ocrwatch.jobfiles import Seen
+from ocrwatch.store.jobfiles import Seen
 
 from .conftest import RecordingEngine, StartDaemon
 from .helpers import Home, check_fake_sidecars, ended, image_bytes, pdf_bytes, wait_for

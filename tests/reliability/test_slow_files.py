@@ -41,7 +41,7 @@ _PREPARE = """
 import json, sys, time
 from pathlib import Path
 from ocrwatch.config import Config
-from ocrwatch.pages import iter_pages
+from ocrwatch.pages.decode import iter_pages
 path = Path(sys.argv[1])
 config = Config(inbox=[path.parent], database=path.parent / "db.sqlite3", engine="fake")
 start = time.monotonic()
@@ -103,8 +103,8 @@ def test_a_page_that_takes_too_long_to_draw_is_stopped_while_it_is_drawn(
     progressive renderer, which pauses when the page's budget is spent: the page stops
     then, not after the drawing."""
     from ocrwatch.config import Config
-    from ocrwatch.errors import OverBudget
-    from ocrwatch.pages import iter_pages
+    from ocrwatch.core.errors import OverBudget
+    from ocrwatch.pages.decode import iter_pages
 
     path = tmp_path / "drawn.pdf"
     path.write_bytes(attack_files.text_wall(30_000_000, on_page=True))

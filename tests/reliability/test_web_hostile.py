@@ -331,9 +331,9 @@ def test_slowloris_under_a_low_file_limit_keeps_status_and_reading_going(
 
 def test_a_code_works_once_and_old_launch_pages_are_removed(
         tmp_path: Path, home: Home, monkeypatch: pytest.MonkeyPatch) -> None:
-    from ocrwatch.db import Database
-    from ocrwatch.thumbs import Thumbnails
-    from ocrwatch.web import CODE_SECONDS, SearchServer
+    from ocrwatch.pages.thumbs import Thumbnails
+    from ocrwatch.store.db import Database
+    from ocrwatch.web.server import CODE_SECONDS, SearchServer
 
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(home.run))  # the launch pages' folder
     Database(tmp_path / "index.sqlite3").close()

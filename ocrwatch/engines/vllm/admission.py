@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ocrwatch.domain import Page
+from ocrwatch.core.domain import Page
+from ocrwatch.core.errors import EngineUnavailable
 from ocrwatch.engines import lightonocr
-from ocrwatch.errors import EngineUnavailable
 
 if TYPE_CHECKING:
     from PIL import Image

@@ -18,14 +18,13 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ocrwatch import gpu
-from ocrwatch.domain import Page, PageText
-from ocrwatch.engines import lightonocr
+from ocrwatch.core.domain import Page, PageText
+from ocrwatch.core.errors import EngineError, EngineUnavailable
+from ocrwatch.engines import gpu, lightonocr
 from ocrwatch.engines.base import BatchPolicy, gpu_preparers
 from ocrwatch.engines.vllm.admission import Request
 from ocrwatch.engines.vllm.feeder import Feeder
 from ocrwatch.engines.vllm.memory import MemoryPlan, default_budget, plan_memory
-from ocrwatch.errors import EngineError, EngineUnavailable
 
 if TYPE_CHECKING:
     from ocrwatch.config import Config

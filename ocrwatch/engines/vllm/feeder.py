@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import wait as wait_fds
 from typing import TYPE_CHECKING, Any
 
+from ocrwatch.core.errors import EngineError, EngineUnavailable
 from ocrwatch.engines import lightonocr
 from ocrwatch.engines.vllm.admission import Admission, Request
 from ocrwatch.engines.vllm.memory import GpuBusy, MemoryPlan
@@ -44,7 +45,6 @@ from ocrwatch.engines.vllm.supervisor import (
     memory_kept,
     worker_settings,
 )
-from ocrwatch.errors import EngineError, EngineUnavailable
 
 if TYPE_CHECKING:
     from ocrwatch.config import VllmConfig
@@ -360,7 +360,7 @@ class Feeder:
         try:
             if self._model_path is None:
                 if self._backend == "vllm":
-                    from ocrwatch import model
+                    from ocrwatch.engines import model
 
                     self._model_path = str(model.resolve(self._cfg.model, progress=self._progress))
                 else:

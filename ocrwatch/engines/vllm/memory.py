@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ocrwatch.core.errors import EngineUnavailable
 from ocrwatch.engines.lightonocr import MAX_PROMPT_TOKENS
-from ocrwatch.errors import EngineUnavailable
 
 GIB = 1024**3
 BUDGET_CAP_GIB = 16.0

@@ -18,9 +18,9 @@ import time
 from multiprocessing.connection import wait
 from typing import TYPE_CHECKING, Any
 
+from ocrwatch.core.errors import EngineUnavailable
 from ocrwatch.engines.vllm import worker
 from ocrwatch.engines.vllm.memory import ASLEEP_MAX_MIB, MemoryPlan
-from ocrwatch.errors import EngineUnavailable
 
 if TYPE_CHECKING:
     from collections.abc import Callable

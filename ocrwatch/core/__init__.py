@@ -1,0 +1,7 @@
+"""The core every layer may use, which imports no other part of ocrwatch: the shared types
+(``domain``, ``layout``, ``status``), the exception tree (``errors``), the daemon's threads
+(``threads``), where files live (``paths``), file modes (``private``), opening beneath a
+folder without links (``safeopen``), moving without replacing (``fsmove``), text helpers
+(``textutil``), quoting for a shell's command string (``hookshell``) and the status's
+progress figures (``progress``).
+"""

@@ -1,0 +1,97 @@
+"""The domain types every part shares: a page, what was read on it, and a file's job.
+
+They live apart from the engines and the queue so that pages, sidecars and the index
+do not depend on the engines folder.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+from PIL import Image
+
+from ocrwatch.core.layout import PageLayout
+from ocrwatch.store.db import display_path
+
+
+@dataclass(frozen=True)
+class Page:
+    """One prepared page: RGB, EXIF-rotated, scaled for the engine that will read it."""
+
+    source: Path
+    index: int  # 0-based page number within the source file
+    image: Image.Image
+    dpi: int | None = None  # resolution of ``image`` when known (Tesseract uses it)
+    count: int | None = None  # pages in the source file, when known (for progress)
+    # Set when the page needs no engine: "" for a blank page, a PDF's own text layer.
+    text: str | None = None
+    # What preparing the scan did (ocrwatch/scan/prepare.py): recorded in the page's row.
+    blank: bool = False  # too little ink to hold text: recorded blank, not read
+    turned: int = 0  # degrees turned clockwise to stand upright (0, 90, 180, 270)
+    skew: float = 0.0  # degrees turned counter-clockwise to straighten it
+    upright: tuple[int, int] | None = None  # its size once turned, before straightening
+    # The image as the engine will send it, made by the engine's ``prepare_page`` in a
+    # preparer thread so that no request waits on it (the remote engine's data URL).
+    payload: str | None = None
+
+    @property
+    def size(self) -> tuple[int, int]:
+        return self.image.size
+
+
+@dataclass
+class PageText:
+    """What an engine read on one page."""
+
+    markdown: str
+    text: str
+    warnings: list[str] = field(default_factory=list)
+    error: str | None = None  # set when this page could not be read; the file then fails
+    layout: PageLayout | None = None  # word boxes, when the engine found them
+    # From the page's preparation (Page.blank, turned, skew), kept in its index row.
+    blank: bool = False
+    turned: int = 0
+    skew: float = 0.0
+    nonwords: bool = False  # mostly not words: paper texture or noise read as text
+    # Set when the text may not be the whole page (a model's empty answer): the file is
+    # done, but its original must not be archived or deleted; the reason says why.
+    keep_original: str | None = None
+
+
+DOUBT_NOTE = "doubtful text: "  # the warning a keep_original is kept as in the index
+
+
+def doubt_of(page: PageText) -> str | None:
+    """Why ``page``'s original must be kept (its ``keep_original``), also for pages read
+    back from the index, where that reason is one of its warnings."""
+    if page.keep_original:
+        return page.keep_original
+    return next((w[len(DOUBT_NOTE):] for w in page.warnings if w.startswith(DOUBT_NOTE)),
+                None)
+
+
+class State(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class Job:
+    id: int
+    path: Path
+    sha256: str | None
+    size: int
+    mtime_ns: int
+    state: State
+    attempts: int
+    reason: str | None = None
+    retire: str | None = None  # what on_success still owes a done file (migration 008)
+    retire_reason: str | None = None
+
+    @property
+    def display(self) -> str:
+        return display_path(self.path)

@@ -1,0 +1,63 @@
+"""Where the words of a page are: boxes in the pixels of the image that was read.
+
+The searchable PDF puts each word of its invisible text layer on its box. The Tesseract
+engine gives its own word boxes; text from the model is placed on Tesseract's boxes by
+:mod:`ocrwatch.results.align`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+Box = tuple[int, int, int, int]  # left, top, right, bottom; pixels, y down
+
+
+@dataclass(frozen=True)
+class Word:
+    """One word (or, in a line-level layer, one whole line) and its box."""
+
+    text: str
+    box: Box
+    line: int  # 0-based line number on the page, in reading order
+
+
+@dataclass(frozen=True)
+class PageLayout:
+    """The words of one page, over an image of ``width`` x ``height`` pixels."""
+
+    width: int
+    height: int
+    words: tuple[Word, ...] = ()
+    by_line: bool = False  # each Word is a whole line: word positions were not found
+    # A page deskewed before reading: it was turned ``angle`` degrees counter-clockwise
+    # about its centre (Pillow's ``rotate(angle, expand=True)``) into an image of
+    # ``read_size``, in whose pixels the boxes are; ``width`` x ``height`` stay the page's.
+    angle: float = 0.0
+    read_size: tuple[int, int] | None = None
+
+    def to_page(self, x: float, y: float) -> tuple[float, float]:
+        """A point of the boxes' image in the page's own pixels (y down)."""
+        if not self.angle or self.read_size is None:
+            return x, y
+        # The inverse of a counter-clockwise turn by angle, in y-down pixels.
+        a = math.radians(self.angle)
+        dx, dy = x - self.read_size[0] / 2, y - self.read_size[1] / 2
+        return (self.width / 2 + dx * math.cos(a) - dy * math.sin(a),
+                self.height / 2 + dx * math.sin(a) + dy * math.cos(a))
+
+    def lines(self) -> dict[int, list[Word]]:
+        """Words grouped by line number, in order."""
+        out: dict[int, list[Word]] = {}
+        for word in self.words:
+            out.setdefault(word.line, []).append(word)
+        return out
+
+    def line_boxes(self) -> dict[int, Box]:
+        """Each line's box: the union of its words' boxes."""
+        return {n: union([w.box for w in words]) for n, words in self.lines().items()}
+
+
+def union(boxes: list[Box]) -> Box:
+    return (min(b[0] for b in boxes), min(b[1] for b in boxes),
+            max(b[2] for b in boxes), max(b[3] for b in boxes))

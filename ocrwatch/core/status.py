@@ -1,0 +1,298 @@
+"""What the daemon is doing, as one typed value, and its text for ``ocrwatch status``.
+
+The daemon builds a :class:`Status`; the control socket sends it as JSON
+(:meth:`Status.to_dict`) and clients read it back with :meth:`Status.from_dict`, which
+takes any subset of the keys, so an older or newer daemon still answers. The tray draws
+it (ocrwatch/tray/); :func:`format_status` writes it for the terminal.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ocrwatch.core.progress import Progress
+from ocrwatch.core.progress import lines as progress_lines
+
+# The daemon's states; "stopped" is only ever shown by a client when no daemon answers.
+STATES = ("idle", "working", "paused", "stopping", "stopped")
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One failed file, as the queue recorded it."""
+
+    path: str
+    reason: str
+    when: float | None = None  # Unix time the file failed
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Failure:
+        when = data.get("when")
+        return cls(str(data.get("path", "?")), str(data.get("reason", "")),
+                   float(when) if isinstance(when, int | float) else None)
+
+    @property
+    def when_text(self) -> str:
+        if self.when is None:
+            return "?"
+        return _dt.datetime.fromtimestamp(self.when).isoformat(sep=" ", timespec="seconds")
+
+
+@dataclass(frozen=True)
+class Reading:
+    """A file being read: how many of its pages are read, of how many."""
+
+    path: str
+    done: int = 0  # pages read so far
+    pages: int | None = None  # None until known
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Reading:
+        pages = data.get("pages")
+        return cls(str(data.get("path", "?")), int(data.get("done") or 0),
+                   int(pages) if pages is not None else None)
+
+    @property
+    def text(self) -> str:
+        """``letter.pdf, page 3 of 80``: the page now in hand."""
+        name = Path(self.path).name
+        if self.pages == 1:
+            return name
+        page = self.done + 1 if self.pages is None else min(self.done + 1, self.pages)
+        return f"{name}, page {page}" + (f" of {self.pages}" if self.pages else "")
+
+
+class PageRate:
+    """Pages read per second over the last ``window`` seconds (thread-safe)."""
+
+    def __init__(self, window: float = 60.0) -> None:
+        self.window = window
+        self._times: deque[tuple[float, int]] = deque(maxlen=100_000)
+        self._started = time.monotonic()
+        self._lock = threading.Lock()
+        self.total = 0  # pages added since start (the status's pages done count from it)
+
+    def add(self, pages: int = 1, now: float | None = None) -> None:
+        with self._lock:
+            self._times.append((time.monotonic() if now is None else now, pages))
+            self.total += pages
+
+    def mark_start(self, now: float | None = None) -> None:
+        """Work begins after a quiet spell: the rate counts from here, not from the daemon's
+        start (an hour idle would make the first minute's rate look slow)."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            while self._times and now - self._times[0][0] > self.window:
+                self._times.popleft()
+            if not self._times:
+                self._started = now
+
+    def per_second(self, now: float | None = None) -> float | None:
+        """None before the first page: nothing to say yet."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            while self._times and now - self._times[0][0] > self.window:
+                self._times.popleft()
+            if not self._times:
+                return None
+            span = min(self.window, max(1.0, now - self._started))
+            return sum(n for _, n in self._times) / span
+
+
+@dataclass(frozen=True)
+class EngineStatus:
+    """The engine's name, why it was chosen, and what it says about itself."""
+
+    name: str = "?"
+    why: str = ""
+    state: str = "?"  # e.g. ready, asleep, stopped, starting, or "error: ..."
+    gpu_memory_mb: float | None = None
+    pages_per_second: float | None = None
+    facts: dict[str, Any] = field(default_factory=dict)  # the rest of Engine.describe()
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> EngineStatus:
+        known = {"name", "why", "state", "gpu_memory_mb", "pages_per_second"}
+        mb, pps = data.get("gpu_memory_mb"), data.get("pages_per_second")
+        return cls(
+            name=str(data.get("name", "?")), why=str(data.get("why", "")),
+            state=str(data.get("state", "?")),
+            gpu_memory_mb=float(mb) if mb is not None else None,
+            pages_per_second=float(pps) if pps is not None else None,
+            facts={k: v for k, v in data.items() if k not in known},
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {**self.facts, "state": self.state}
+        if self.gpu_memory_mb is not None:
+            out["gpu_memory_mb"] = self.gpu_memory_mb
+        if self.pages_per_second is not None:
+            out["pages_per_second"] = self.pages_per_second
+        return {**out, "name": self.name, "why": self.why}
+
+
+@dataclass(frozen=True)
+class Status:
+    """A snapshot of the daemon (or, with ``state == "stopped"``, of its database alone)."""
+
+    state: str = "idle"  # one of STATES
+    paused: bool = False
+    queued: int = 0
+    running: int = 0
+    done: int = 0
+    failed: int = 0
+    pages_today: int = 0
+    turned_today: int = 0  # of those, pages turned upright to be read
+    blank_today: int = 0  # and pages recorded blank without reading
+    engine: EngineStatus = field(default_factory=EngineStatus)
+    last_result: str | None = None
+    recent_failures: tuple[Failure, ...] = ()
+    inbox: tuple[str, ...] = ()
+    database: str | None = None
+    log_file: str | None = None
+    pid: int | None = None
+    version: str | None = None
+    reading: tuple[Reading, ...] = ()  # files whose pages are being read now
+    languages: tuple[str, ...] = ()
+    language_note: str | None = None  # the desktop's language left out for want of data
+    pages_per_second: float | None = None  # pages read over the last minute
+    # Done files whose original was not archived or deleted (an incomplete read, a
+    # full disk...), and why.
+    kept: tuple[Failure, ...] = ()
+    restart_needed: tuple[str, ...] = ()  # config keys changed that wait for a restart
+    progress: Progress = field(default_factory=Progress)  # pages left, rate, ETA, waiting
+    index_note: str | None = None  # the index file was damaged, deleted or replaced
+    counts_note: str | None = None  # the counts come from memory: the index was locked
+
+    @property
+    def in_queue(self) -> int:
+        """Files waiting or being read."""
+        return self.queued + self.running
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form the control socket sends and ``ocrwatch status --json`` prints."""
+        out = asdict(self)
+        out["engine"] = self.engine.to_dict()
+        out["recent_failures"] = [asdict(f) for f in self.recent_failures]
+        out["kept"] = [asdict(f) for f in self.kept]
+        out["inbox"] = list(self.inbox)
+        out["reading"] = [asdict(r) for r in self.reading]
+        out["languages"] = list(self.languages)
+        out["restart_needed"] = list(self.restart_needed)
+        out["progress"] = self.progress.to_dict()
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Status:
+        def num(key: str) -> int:
+            return int(data.get(key) or 0)
+
+        def text(key: str) -> str | None:
+            value = data.get(key)
+            return None if value is None else str(value)
+
+        pid = data.get("pid")
+        return cls(
+            state=str(data.get("state", "idle")), paused=bool(data.get("paused", False)),
+            queued=num("queued"), running=num("running"), done=num("done"),
+            failed=num("failed"), pages_today=num("pages_today"),
+            turned_today=num("turned_today"), blank_today=num("blank_today"),
+            engine=EngineStatus.from_dict(data.get("engine") or {}),
+            last_result=text("last_result"),
+            recent_failures=tuple(Failure.from_dict(f)
+                                  for f in data.get("recent_failures") or ()),
+            inbox=tuple(str(p) for p in data.get("inbox") or ()),
+            database=text("database"), log_file=text("log_file"),
+            pid=int(pid) if pid is not None else None, version=text("version"),
+            reading=tuple(Reading.from_dict(r) for r in data.get("reading") or ()),
+            languages=tuple(str(x) for x in data.get("languages") or ()),
+            language_note=text("language_note"), counts_note=text("counts_note"),
+            restart_needed=tuple(str(k) for k in data.get("restart_needed") or ()),
+            progress=Progress.from_dict(data.get("progress")),
+            pages_per_second=float(pps) if (pps := data.get("pages_per_second")) is not None
+            else None,
+            kept=tuple(Failure.from_dict(f) for f in data.get("kept") or ()),
+            index_note=text("index_note"),
+        )
+
+
+def in_hand(status: Status) -> str:
+    """``8 in hand (3 being read)``: files taken from the queue, and those of them whose
+    pages are being read now (the others are being prepared or wait for the engine)."""
+    if status.state == "stopped" or not status.running:
+        return f"{status.running} running"
+    return f"{status.running} in hand ({len(status.reading)} being read)"
+
+
+def format_status(status: Status) -> str:
+    """The text ``ocrwatch status`` prints, for a running daemon or a stopped one."""
+    engine = status.engine
+    queue = (f"  queue:   {status.queued} waiting, {in_hand(status)}, "
+             f"{status.done} done, {status.failed} failed")
+    languages = f"  languages: {', '.join(status.languages)}" if status.languages else None
+    if languages and status.language_note:
+        languages += f"\n  note:    {status.language_note}"
+    if status.state == "stopped":
+        lines = ["ocrwatch: no daemon is running (start one with `ocrwatch run`)", queue,
+                 f"  engine:  {engine.name} ({engine.why})",
+                 *([languages] if languages else []),
+                 f"  index:   {status.database}", f"  log:     {status.log_file}"]
+        lines += [f"  failed:  {f.path}: {f.reason}" for f in status.recent_failures]
+        lines += [f"  kept:    {f.path}: {f.reason}" for f in status.kept]
+        return "\n".join(lines)
+    lines = [
+        f"ocrwatch {status.version or '?'} (PID {status.pid or '?'}): {status.state}",
+        queue,
+    ]
+    if status.counts_note:
+        lines.append(f"  counts:  {status.counts_note}")
+    lines += [f"  reading: {r.text}" for r in status.reading[:5]]
+    if len(status.reading) > 5:
+        lines.append(f"  reading: and {len(status.reading) - 5} more files")
+    progress = status.progress
+    if progress.pages_per_second is None and status.pages_per_second is not None:
+        progress = replace(progress, pages_per_second=status.pages_per_second)  # older daemon
+    lines += progress_lines(progress)
+    prepared = [f"{n} {what}" for n, what in ((status.turned_today, "turned upright"),
+                                               (status.blank_today, "blank")) if n]
+    lines.append(f"  today:   {status.pages_today} pages"
+                 + (f" ({', '.join(prepared)})" if prepared else ""))
+    eng = f"  engine:  {engine.name} ({engine.state})"
+    if engine.why:
+        eng += f", {engine.why}"
+    lines.append(eng)
+    if engine.gpu_memory_mb is not None:
+        lines.append(f"  GPU:     {engine.gpu_memory_mb:.0f} MB held")
+    if engine.facts.get("waiting_reason"):  # pages held until the card has room
+        lines.append(f"  waiting: {engine.facts['waiting_reason']}")
+    if languages:
+        lines.append(languages)
+    if status.restart_needed:
+        lines.append(f"  restart: {', '.join(status.restart_needed)} changed in the config; "
+                     "they take effect when the daemon starts again")
+    for server in engine.facts.get("servers") or []:  # the remote engine's servers
+        line = (f"  server:  {server.get('url')} {server.get('state')}, "
+                f"{server.get('outstanding', 0)} in flight, {server.get('answered', 0)} answered")
+        if server.get("state") != "up" and server.get("last_error"):
+            line += f" ({server['last_error']})"
+        lines.append(line)
+    lines += [f"  inbox:   {folder}" for folder in status.inbox]
+    if status.index_note:
+        lines.append(f"  index:   {status.index_note}")
+    if status.last_result:
+        lines.append(f"  last:    {status.last_result}")
+    if status.recent_failures:
+        lines.append("  recent failures (retry with `ocrwatch retry --all-failed`):")
+        lines += [f"    {f.path}: {f.reason}" for f in status.recent_failures[-5:]]
+    if status.kept:
+        lines.append("  originals kept, not archived or deleted:")
+        lines += [f"    {f.path}: {f.reason}" for f in status.kept[:5]]
+    lines.append(f"  log:     {status.log_file or '?'}")
+    return "\n".join(lines)

@@ -1,0 +1,188 @@
+"""The index follows the files: moves, renames and deletions inside the watched folders.
+
+A moved or renamed file keeps its job, pages and thumbnails (nothing is read again), and
+its sidecars move with it: beside the original, or in the mirrored tree of
+``output_dir``. A deleted file leaves the index, and its sidecars go too while they still
+hold what ocrwatch wrote (``delete_sidecars``); a file the user wrote is never touched.
+A file moved while nothing watched is known again by its inode, size and time, or by its
+SHA-256, when the rescan finds it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from ocrwatch.config import Config
+from ocrwatch.core.domain import Job, PageText
+from ocrwatch.pages.thumbs import Thumbnails
+from ocrwatch.results.lifecycle import output_folder
+from ocrwatch.results.sidecar import (
+    choose_stem,
+    move_without_overwriting,
+    pdf_path,
+    remove_if_ours,
+    sidecar_paths,
+)
+from ocrwatch.store.jobfiles import Forgotten, Moved
+from ocrwatch.store.jobs import JobQueue
+
+log = logging.getLogger(__name__)
+
+
+class Follower:
+    """Applies what happened on disk to the index, the sidecars and the thumbnails."""
+
+    def __init__(self, jobs: JobQueue, config: Config, thumbs: Thumbnails) -> None:
+        self.jobs = jobs
+        self.config = config
+        self.thumbs = thumbs
+
+    # -- events ------------------------------------------------------------------------
+    def moved(self, old: Path, new: Path) -> bool:
+        """A file was renamed or moved inside the watched folders; False if unknown."""
+        moved, replaced = self.jobs.move(old.absolute(), new.absolute())
+        if replaced is not None:
+            self._clean([replaced])
+        if moved is None:
+            return False
+        log.info("%s moved to %s: the index and sidecars follow", old, new)
+        self._place_sidecars(moved)
+        return True
+
+    def moved_tree(self, old: Path, new: Path) -> int:
+        """A folder was renamed or moved inside the watched folders; returns rows moved."""
+        moved = self.jobs.move_tree(old.absolute(), new.absolute())
+        for item in moved:
+            self._place_sidecars(item)
+        if moved:
+            log.info("%s moved to %s: %d files follow in the index", old, new, len(moved))
+        return len(moved)
+
+    def gone(self, path: Path) -> bool:
+        forgotten = self.jobs.remove(path.absolute())
+        if forgotten is None:
+            return False
+        log.info("%s was removed: dropped from the index", path)
+        self._clean([forgotten])
+        return True
+
+    def gone_tree(self, folder: Path) -> int:
+        """A folder was deleted or moved out of the watched folders."""
+        forgotten = self.jobs.forget_tree(folder.absolute())
+        if forgotten:
+            log.info("%s left the watched folders: %d files dropped from the index", folder,
+                     len(forgotten))
+        self._clean(forgotten)
+        return len(forgotten)
+
+    def missing(self) -> list[Path]:
+        """Known files that no longer exist (the rescan reports them as gone, so that a
+        file moved meanwhile is followed rather than dropped), after sweeping thumbnails
+        of content no longer in the index."""
+        keep = {str(r["sha256"]) for r in
+                self.jobs.db.query("SELECT DISTINCT sha256 FROM jobs WHERE sha256 IS NOT NULL")}
+        self.thumbs.sweep(keep)
+        return self.jobs.missing()
+
+    def relocated(self, path: Path, st: os.stat_result, sha256: str | None = None) -> bool:
+        """Whether ``path`` is a known file that moved while nothing watched (its old
+        path gone); if so its row, sidecars and thumbnails now follow it."""
+        job: Job | None = self.jobs.moved_away(st.st_dev, st.st_ino, st.st_size,
+                                               st.st_mtime_ns, sha256)
+        if job is None:
+            return False
+        if job.sha256 is not None and sha256 is not None and job.sha256 != sha256:
+            return False
+        if not self._sidecars_left(job.id):
+            # Deleted with its sidecars (or with the whole inbox): this is a copy, not a
+            # move, and following it would leave the new file without any. Read as a
+            # copy, it gets sidecars made from the stored text (nothing is read again).
+            log.info("%s has the content of %s, which is gone with its sidecars: "
+                     "a copy, given sidecars of its own", path, job.path)
+            self.jobs.drop_sidecar_names(job.id)
+            return False
+        log.info("%s is %s, moved: the index follows without reading it again", path,
+                 job.path)
+        return self.moved(job.path, path)
+
+    # -- sidecars and thumbnails ---------------------------------------------------------
+    def _sidecars_left(self, job_id: int) -> bool:
+        """Whether a job's recorded sidecars (or its searchable PDF) are still on disk, or
+        it has none recorded (queued, failed): only then is there something to follow."""
+        own = self.jobs.own_sidecars(job_id)
+        pdfs = {pdf_path(p.with_suffix("")) for p in own}
+        return not own or any(os.path.lexists(p) for p in own | pdfs)
+
+    def _place_sidecars(self, moved: Moved) -> None:
+        """Move a moved file's sidecars to where a fresh read would have put them."""
+        if moved.md_path is None or moved.txt_path is None:
+            return
+        md0, txt0 = moved.md_path, moved.txt_path
+        if not (os.path.lexists(md0) or os.path.lexists(txt0)):
+            # Polling reports the files of a moved folder before the folder itself: their
+            # sidecars beside them have moved already, to the same place relative to them.
+            try:
+                md1 = moved.path.parent / md0.relative_to(moved.old.parent)
+                txt1 = moved.path.parent / txt0.relative_to(moved.old.parent)
+            except ValueError:
+                pass
+            else:
+                if os.path.lexists(md1) or os.path.lexists(txt1):
+                    md0, txt0 = md1, txt1
+        if self.config.output_dir is not None and self.config.output_layout == "date":
+            folder = md0.parent  # filed by the month it was read: only the name follows
+        else:
+            folder = output_folder(self.config, moved.path)
+        stem = choose_stem(moved.path, folder, self.jobs.sidecars_of_others(moved.id),
+                           {md0, txt0})
+        md, txt = sidecar_paths(stem)
+        if (md, txt) == (md0, txt0):
+            if (md0, txt0) != (moved.md_path, moved.txt_path):
+                self.jobs.reserve_sidecars(moved.id, md0, txt0)
+            return
+        placed: list[tuple[Path, Path]] = []
+        pairs = [(md0, md), (txt0, txt)]
+        pdf0 = pdf_path(md0.with_suffix(""))
+        if os.path.lexists(pdf0):
+            pairs.append((pdf0, pdf_path(stem)))
+        for old, new in pairs:
+            if not os.path.lexists(old):
+                continue  # the user removed it: nothing to carry
+            if move_without_overwriting(old, new):
+                placed.append((old, new))
+            else:
+                log.warning("could not move %s to %s; it stays where it is", old, new)
+                # Keep the pair together and the record pointing at what is there.
+                for o, n in placed:
+                    move_without_overwriting(n, o)
+                self.jobs.reserve_sidecars(moved.id, md0, txt0)
+                return
+        self.jobs.reserve_sidecars(moved.id, md, txt)
+
+    @staticmethod
+    def _remove_pdf(item: Forgotten) -> list[Path]:
+        """The searchable PDF ocrwatch wrote, unless it was changed after it was written."""
+        if item.md_path is None or item.finished is None:
+            return []
+        pdf = pdf_path(item.md_path.with_suffix(""))
+        try:
+            if pdf.is_symlink() or pdf.stat().st_mtime > item.finished + 1.0:
+                return []
+            pdf.unlink()
+        except OSError:
+            return []
+        return [pdf]
+
+    def _clean(self, forgotten: list[Forgotten]) -> None:
+        for item in forgotten:
+            if self.config.delete_sidecars:
+                pages = [PageText(markdown=m, text=t) for m, t in item.pages]
+                removed = remove_if_ours(item.md_path, item.txt_path, pages)
+                removed += self._remove_pdf(item)
+                if removed:
+                    log.info("removed %s", ", ".join(p.name for p in removed))
+            if item.sha256 and not self.jobs.db.query(
+                    "SELECT 1 FROM jobs WHERE sha256 = ? LIMIT 1", (item.sha256,)):
+                self.thumbs.remove(item.sha256)

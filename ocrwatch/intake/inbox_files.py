@@ -1,0 +1,150 @@
+"""Which files in the inbox are candidates, and whether one looks completely written."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from ocrwatch.pages.decode import SUFFIXES
+
+IGNORED_SUFFIXES = frozenset({".part", ".crdownload", ".tmp", ".partial", ".download", ".swp"})
+
+
+def is_ignored_name(name: str) -> bool:
+    """Temporary, partial, hidden and lock files are never read."""
+    return (
+        name.startswith((".", "~$", "~lock."))
+        or Path(name).suffix.lower() in IGNORED_SUFFIXES
+        or name.endswith("~")
+        or name.lower().endswith(".ocr.pdf")  # ocrwatch's own searchable PDFs
+    )
+
+
+def wanted(path: Path, roots: list[Path]) -> bool:
+    """Whether ``path`` is a file the daemon should read, judged by its name alone."""
+    if path.suffix.lower() not in SUFFIXES or is_ignored_name(path.name):
+        return False
+    for root in roots:
+        try:
+            rel = path.relative_to(root)
+        except ValueError:
+            continue
+        # Hidden folders (.git, .Trash-1000, our own temp files) are skipped too.
+        return not any(part.startswith(".") for part in rel.parts[:-1])
+    return False
+
+
+def looks_complete(path: Path) -> bool:
+    """Cheap check that a writer has finished: the format's end marker is present."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(8)
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - 2048))
+            tail = fh.read()
+    except OSError:
+        return True  # let the reader report the real problem
+    if size == 0:
+        return False
+    tail = tail.rstrip(b"\x00\r\n\t ")
+    if head.startswith(b"\xff\xd8"):
+        return tail.endswith(b"\xff\xd9")
+    if head.startswith(b"\x89PNG"):
+        return b"IEND" in tail[-16:]
+    if head.startswith(b"%PDF"):
+        return b"%%EOF" in tail
+    if head[:2] == b"BM" or head[:4] == b"RIFF":
+        # BMP and WebP state their whole length in the header.
+        declared = (int.from_bytes(head[2:6], "little") if head[:2] == b"BM"
+                    else int.from_bytes(head[4:8], "little") + 8)
+        return size >= declared
+    if head[:4] in (b"II*\x00", b"MM\x00*"):
+        return _tiff_complete(path, size, "<" if head[:2] == b"II" else ">")
+    if head[:6] in (b"GIF87a", b"GIF89a"):
+        return tail.endswith(b";")  # the GIF trailer
+    if head[4:8] == b"ftyp":
+        return _boxes_complete(path, size)
+    return True
+
+
+def _boxes_complete(path: Path, size: int) -> bool:
+    """Whether an ISO base media file (HEIC, AVIF) is all there: its top-level boxes,
+    each stating its length, reach exactly its end."""
+    try:
+        with path.open("rb") as fh:
+            where = 0
+            for _ in range(10_000):
+                if where == size:
+                    return True
+                fh.seek(where)
+                header = fh.read(16)
+                if len(header) < 8:
+                    return False
+                length = int.from_bytes(header[:4], "big")
+                if length == 1 and len(header) == 16:
+                    length = int.from_bytes(header[8:16], "big")
+                elif length == 0:
+                    return True  # the last box runs to the end of the file
+                if length < 8 or where + length > size:
+                    return False
+                where += length
+    except OSError:
+        return True  # let the reader report the real problem
+    return True
+
+
+def _tiff_complete(path: Path, size: int, order: str) -> bool:
+    """Whether a TIFF's first page is all there: its directory and every strip or tile
+    lie inside the file. Writers such as libtiff put the directory last."""
+    import struct
+
+    try:
+        with path.open("rb") as fh:
+            fh.seek(4)
+            (ifd,) = struct.unpack(order + "I", fh.read(4))
+            if ifd == 0:
+                return True  # no directory yet, or none at all: the settle time decides
+            if ifd + 2 > size:
+                return False  # the directory is not written yet
+            fh.seek(ifd)
+            (count,) = struct.unpack(order + "H", fh.read(2))
+            if ifd + 2 + 12 * count + 4 > size:
+                return False
+            entries = fh.read(12 * count)
+            values: dict[int, list[int]] = {}
+            for i in range(count):
+                tag, kind, n, raw = struct.unpack(order + "HHI4s", entries[12 * i:12 * i + 12])
+                if tag not in (273, 279, 324, 325) or kind not in (3, 4):
+                    continue  # only strip and tile offsets and byte counts matter
+                item = "H" if kind == 3 else "I"
+                width = 2 if kind == 3 else 4
+                if n * width <= 4:
+                    data = raw[:n * width]
+                else:
+                    (where,) = struct.unpack(order + "I", raw)
+                    if where + n * width > size:
+                        return False
+                    fh.seek(where)
+                    data = fh.read(n * width)
+                values[tag] = list(struct.unpack(order + item * n, data))
+    except (OSError, struct.error):
+        return True  # not a TIFF we understand: let the reader judge it
+    for offsets_tag, counts_tag in ((273, 279), (324, 325)):
+        offsets, counts = values.get(offsets_tag, []), values.get(counts_tag, [])
+        if any(o + c > size for o, c in zip(offsets, counts, strict=False)):
+            return False
+    return True
+
+
+def walk(roots: list[Path]) -> Iterator[Path]:
+    """Every candidate file under the roots, hidden folders skipped, links not followed."""
+    for root in roots:
+        for folder, dirs, files in os.walk(root, followlinks=False, onerror=None):
+            dirs[:] = [d for d in dirs if not d.startswith(".")]
+            base = Path(folder)
+            for name in files:
+                path = base / name
+                if wanted(path, roots):
+                    yield path

@@ -1,0 +1,290 @@
+"""A PDF's pages: opened with PDFium, each page's own text taken or the page drawn.
+
+Imported only when a PDF comes, so that pypdfium2 loads then. The checks shared with
+images (limits, scaling, blank pages) are in :mod:`ocrwatch.pages.decode`.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from PIL import Image
+
+from ocrwatch.core.domain import Page
+from ocrwatch.core.errors import InputError
+from ocrwatch.pages import memory
+from ocrwatch.pages.budget import Budget, unlimited
+from ocrwatch.pages.decode import Limits, blank, os_error, scale_to, to_rgb
+from ocrwatch.pages.pdfdraw import draw
+from ocrwatch.pages.pdfium_lock import PDFIUM
+
+log = logging.getLogger(__name__)
+
+# A PDF page is drawn, not resampled: at most this many pixels, whatever its size.
+RENDER_PIXELS = 40_000_000
+# A PDF page can be at most 200 inches a side (the format's own limit, 14400 units).
+MAX_PDF_INCHES = 200.0
+MIN_PDF_INCHES = 0.1
+
+
+def pdf_document(path: Path, fh: BinaryIO | None = None) -> object:
+    import pypdfium2 as pdfium
+
+    try:
+        if fh is not None:
+            fh.seek(0)
+        with PDFIUM:
+            return pdfium.PdfDocument(fh if fh is not None else str(path))
+    except FileNotFoundError:
+        raise InputError("the file was deleted before it could be read") from None
+    except pdfium.PdfiumError as exc:
+        raise _pdf_open_error(path, exc, fh) from None
+    except OSError as exc:
+        raise os_error(exc, "open") from exc
+
+
+def page_tree_count(path: Path, fh: BinaryIO | None = None) -> int | None:
+    """The pages qpdf finds walking the page tree (through pikepdf), or None when it
+    cannot open the file: a second reader beside PDFium, which believes the root's
+    ``/Count`` (a page tree saying 1 page for 2 gives PDFium one page)."""
+    import pikepdf
+
+    try:
+        if fh is not None:
+            fh.seek(0)
+            with pikepdf.open(fh) as pdf:
+                return len(pdf.pages)
+        with pikepdf.open(path) as pdf:
+            return len(pdf.pages)
+    except Exception:  # damaged, encrypted...: PDFium's error says what is wrong
+        return None
+
+
+def _rewritten(fh: BinaryIO | None, path: Path) -> BinaryIO | None:
+    """The PDF rewritten by qpdf (its page tree counted again), in an anonymous
+    temporary file, or None when qpdf cannot."""
+    import tempfile
+
+    import pikepdf
+
+    out = tempfile.TemporaryFile()  # noqa: SIM115 - handed to the caller, who closes it
+    try:
+        if fh is not None:
+            fh.seek(0)
+        with pikepdf.open(fh if fh is not None else path) as pdf:
+            pdf.save(out)
+        out.seek(0)
+        return out
+    except Exception as exc:
+        out.close()
+        log.warning("%s: qpdf cannot rewrite it (%s)", path.name, exc)
+        return None
+
+
+def open_all_pages(path: Path, fh: BinaryIO | None = None
+                   ) -> tuple[object, BinaryIO | None, int | None]:
+    """The PDF opened with PDFium so that every page is there: when qpdf finds more
+    pages in the page tree than PDFium (a ``/Count`` that lies), PDFium opens qpdf's
+    rewrite instead. Returns the document, the rewrite to close after it (or None) and
+    qpdf's count."""
+    import pypdfium2 as pdfium
+
+    doc = pdf_document(path, fh)
+    assert isinstance(doc, pdfium.PdfDocument)
+    with PDFIUM:
+        count = len(doc)
+    tree = page_tree_count(path, fh)
+    if tree is None or tree <= count:
+        return doc, None, tree
+    log.warning("%s: its page tree says %d page%s, qpdf finds %d: reading qpdf's %d",
+                path.name, count, "" if count == 1 else "s", tree, tree)
+    rewrite = _rewritten(fh, path)
+    if rewrite is None:
+        return doc, None, tree
+    try:
+        again = pdf_document(path, rewrite)
+    except Exception:
+        rewrite.close()
+        return doc, None, tree
+    with PDFIUM:
+        doc.close()
+    return again, rewrite, tree
+
+
+def _pdf_markers(path: Path, limit: int = 64 << 20,
+                 fh: BinaryIO | None = None) -> tuple[bool, bool, bool]:
+    """Whether the file mentions /Encrypt, an empty page tree, a non-empty one.
+
+    PDFium leaves its last error unset on some failures, so the error it reports can be
+    the previous file's; the file's own bytes decide what to tell the user.
+    """
+    import re
+
+    try:
+        if fh is not None:
+            fh.seek(0)
+            data = fh.read(limit)
+        else:
+            with path.open("rb") as opened:
+                data = opened.read(limit)
+    except OSError:
+        return False, False, False
+    return (b"/Encrypt" in data, re.search(rb"/Count\s+0\b", data) is not None,
+            re.search(rb"/Count\s+[1-9]", data) is not None)
+
+
+def _pdf_open_error(path: Path, exc: Exception, fh: BinaryIO | None = None) -> InputError:
+    encrypted, empty_tree, pages = _pdf_markers(path, fh=fh)
+    code = getattr(exc, "err_code", None)
+    if encrypted and code in (4, 5):  # FPDF_ERR_PASSWORD, FPDF_ERR_SECURITY
+        return InputError("the PDF is password-protected; save an unprotected copy into the inbox")
+    if empty_tree and not pages:
+        return InputError("the PDF has no pages")
+    return InputError("the PDF is damaged and cannot be opened; if a program is still "
+                      "writing it, it is read again once it changes")
+
+
+class ContentSizes:
+    """Each page's content bytes (:func:`ocrwatch.pages.pdftext.content_size`), measured when
+    asked (so within that page's budget), with qpdf on a handle of its own (PDFium's
+    place in an open file does not move). None for a page qpdf cannot read."""
+
+    def __init__(self, source: BinaryIO | Path, limit: int) -> None:
+        import pikepdf
+
+        self.limit = limit
+        self._pdf: pikepdf.Pdf | None = None
+        try:
+            if isinstance(source, Path):
+                self._pdf = pikepdf.open(source)
+            elif isinstance(source, io.BytesIO):
+                self._pdf = pikepdf.open(io.BytesIO(source.getvalue()))
+            else:
+                self._pdf = pikepdf.open(f"/proc/self/fd/{source.fileno()}")
+        except (pikepdf.PdfError, OSError, ValueError, RecursionError) as exc:
+            log.debug("the pages' content cannot be measured (%s)", exc)
+
+    def __call__(self, index: int) -> int | None:
+        import pikepdf
+
+        from ocrwatch.pages import pdftext
+
+        if self._pdf is None:
+            return None
+        try:
+            if index >= len(self._pdf.pages):
+                return None
+            return pdftext.content_size(self._pdf.pages[index], self.limit)
+        except (pikepdf.PdfError, OSError, ValueError, RecursionError) as exc:
+            log.debug("page %d's content cannot be measured (%s)", index + 1, exc)
+            return None
+
+    def close(self) -> None:
+        if self._pdf is not None:
+            self._pdf.close()
+            self._pdf = None
+
+
+def pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int,
+              fh: BinaryIO | None = None, pdf_text: str = "ocr",
+              budget: Budget | None = None) -> Iterator[Page]:
+    import pypdfium2 as pdfium
+
+    from ocrwatch.pages import pdftext
+
+    budget = budget or unlimited()
+    doc, rewrite, _tree = open_all_pages(path, fh)
+    assert isinstance(doc, pdfium.PdfDocument)
+    sizes: ContentSizes | None = None
+    try:
+        with PDFIUM:
+            count = len(doc)
+        if count == 0:
+            raise InputError("the PDF has no pages")
+        if count > limits.max_pages:
+            raise InputError(
+                f"the PDF has {count} pages, over the limit of {limits.max_pages}; raise "
+                "max_pages in the config if this file is genuine"
+            )
+        if pdf_text != "ocr":
+            limit = int(min(budget.memory, 1 << 62) // pdftext.TEXTPAGE_BYTES_PER_CHAR)
+            sizes = ContentSizes(fh if fh is not None else path, limit)
+        for index in range(count):
+            where = f"page {index + 1}"
+            own_text: str | None = None
+            budget.page()
+            content = None
+            if sizes is not None:
+                # Unmeasured (qpdf cannot read it): assumed too large to check.
+                measured = sizes(index)
+                content = measured if measured is not None else 1 << 62
+            try:
+                with PDFIUM:  # released before the page is handed on (yield)
+                    page = doc[index]
+                    try:
+                        width_pt, height_pt = page.get_size()
+                        _check_pdf_size(width_pt, height_pt, where)
+                        decision = pdftext.decide(page, pdf_text, content=content,
+                                                  budget=budget, where=where)
+                        own_text = decision.text
+                        if own_text is None:
+                            log.debug("%s %s read with OCR: %s", path.name, where,
+                                      decision.reason)
+                            scale = render_scale(width_pt, height_pt, dpi, limits)
+                            budget.check(where, "checking its text layer")
+                            # A copy: PDFium's buffer is BGR.
+                            image = to_rgb(draw(page, scale, budget, where))
+                    finally:
+                        page.close()
+            except pdfium.PdfiumError as exc:
+                raise InputError(f"{where} of the PDF cannot be drawn ({exc})") from None
+            budget.check(where, "drawing it")
+            if own_text is not None:
+                log.debug("%s %s: %s", path.name, where, decision.reason)
+                # Nothing to draw: the text is the page's own.
+                budget.pause()
+                yield Page(source=path, index=index, image=Image.new("RGB", (1, 1), "white"),
+                           dpi=None, count=count, text=own_text)
+                budget.resume()
+                continue
+            render_dpi = round(scale * 72)
+            if max_side is not None and max(image.size) != max_side:
+                render_dpi = round(render_dpi * max_side / max(image.size))
+                image = scale_to(image, max_side)
+            if memory.big(image.size):
+                memory.give_back()
+            budget.pause()
+            yield Page(source=path, index=index, image=image, dpi=render_dpi, count=count,
+                       text="" if blank(image) else None)
+            budget.resume()
+    finally:
+        if sizes is not None:
+            sizes.close()
+        with PDFIUM:
+            doc.close()
+        if rewrite is not None:
+            rewrite.close()
+
+
+def _check_pdf_size(width_pt: float, height_pt: float, where: str) -> None:
+    short, long = sorted((width_pt / 72, height_pt / 72))
+    if not (short >= MIN_PDF_INCHES and long <= MAX_PDF_INCHES):
+        raise InputError(f"{where} of the PDF is {width_pt / 72:.4g} x {height_pt / 72:.4g} "
+                         f"inches: not a page (a PDF page is {MIN_PDF_INCHES} to "
+                         f"{MAX_PDF_INCHES:.0f} inches a side)")
+
+
+def render_scale(width_pt: float, height_pt: float, dpi: int, limits: Limits) -> float:
+    """Points to pixels for drawing a page: ``dpi``, lowered for a page so large that
+    it would exceed what reading a page may cost (a 200-inch poster is drawn at
+    about 30 dpi, not at max_pixels)."""
+    scale = dpi / 72.0
+    pixels = width_pt * height_pt * scale * scale
+    budget = min(RENDER_PIXELS, limits.max_pixels)
+    if pixels > budget:
+        scale *= (budget / pixels) ** 0.5
+    return scale

@@ -1,0 +1,373 @@
+"""What becomes of an original once it is read: kept, archived with its sidecars, or deleted.
+
+Moves go through :mod:`ocrwatch.core.fsmove` (never replacing a file; across file systems a
+synced copy, then the source removed) and are journalled in the index first: a crash
+between the copy and the removal leaves both files, and the next start finishes the move
+(the source is removed only when the copy's bytes are the same), so nothing is lost and
+nothing is left twice. Each move's journal row is removed once the job row points at the
+file's new place.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import errno
+import filecmp
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ocrwatch.config import Config
+from ocrwatch.core.domain import Job
+from ocrwatch.core.errors import OcrwatchError
+from ocrwatch.core.fsmove import move_no_replace
+from ocrwatch.results.sidecar import pdf_path
+from ocrwatch.store.db import Database, decode_path, display_path, encode_path
+from ocrwatch.store.jobfiles import job_from_row
+from ocrwatch.store.jobs import file_sha256
+
+log = logging.getLogger(__name__)
+
+
+def placed(base: Path, source: Path, inboxes: list[Path], layout: str,
+           when: float | None = None) -> Path:
+    """The folder under ``base`` for ``source``: the inbox's tree mirrored
+    (``base/INBOX-NAME/sub/folders``), or ``base/YYYY/MM`` of ``when`` (default now)."""
+    if layout == "date":
+        day = _dt.datetime.fromtimestamp(time.time() if when is None else when)
+        return base / f"{day.year:04d}" / f"{day.month:02d}"
+    for inbox in inboxes:
+        try:
+            rel = source.parent.relative_to(inbox)
+        except ValueError:
+            continue
+        return base / inbox.name / rel
+    return base / "other"
+
+
+def output_folder(config: Config, source: Path) -> Path:
+    """Where the sidecars of ``source`` go: beside it, or under ``output_dir``."""
+    if config.output_dir is None:
+        return source.parent
+    return placed(config.output_dir, source, config.inbox, config.output_layout)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Where the original and its sidecars are after ``on_success``."""
+
+    original: Path | None  # None: deleted
+    sidecars: dict[Path, Path]  # old path -> new path, for those that moved
+
+
+def _renamed(name: str, stem: str, n: int) -> str:
+    """``scan.jpg`` -> ``scan.2.jpg``; a sidecar ``scan.md`` -> ``scan.2.md`` alike."""
+    return f"{stem}.{n}{name[len(stem):]}" if name.startswith(stem) else f"{n}.{name}"
+
+
+class Lifecycle:
+    """Carries out ``on_success`` for finished files; recovers moves cut short by a crash."""
+
+    def __init__(self, config: Config, db: Database) -> None:
+        self.config = config
+        self.db = db
+        # The move of the source happens between these steps; a test may stop it there.
+        self._move: Callable[[Path, Path], None] = move_no_replace
+
+    # -- journal -------------------------------------------------------------------------
+    def _journal(self, job_id: int, moves: list[tuple[Path, Path]]) -> None:
+        with self.db.transaction() as conn:
+            conn.executemany(
+                "INSERT INTO moves(job_id, src, dest) VALUES (?, ?, ?)",
+                [(job_id, encode_path(s), encode_path(d)) for s, d in moves])
+
+    def _settle(self, job_id: int, moves: list[tuple[Path, Path]],
+                original: Path | None,
+                retire: tuple[str | None, str | None] = (None, None)) -> None:
+        """Point the job at the moved files, drop the journal rows and record what
+        on_success still owes the file (``retire``: nothing, by default), in one
+        transaction."""
+        with self.db.transaction() as conn:
+            for src, dest in moves:
+                old, new = encode_path(src), encode_path(dest)
+                if original is not None and src == original:
+                    conn.execute("UPDATE jobs SET path = ?, display = ? WHERE id = ? AND path = ?",
+                                 (new, display_path(dest), job_id, old))
+                conn.execute("UPDATE jobs SET md_path = ? WHERE id = ? AND md_path = ?",
+                             (new, job_id, old))
+                conn.execute("UPDATE jobs SET txt_path = ? WHERE id = ? AND txt_path = ?",
+                             (new, job_id, old))
+            conn.execute("DELETE FROM moves WHERE job_id = ?", (job_id,))
+            conn.execute("UPDATE jobs SET retire = ?, retire_reason = ? WHERE id = ?",
+                         (*retire, job_id))
+
+    def record(self, job_id: int, retire: str | None, reason: str | None = None) -> None:
+        """What on_success still owes the job: None (nothing), "kept" or "failed" (and
+        why: shown by ``ocrwatch status`` and kept in the job row)."""
+        with self.db.transaction() as conn:
+            conn.execute("UPDATE jobs SET retire = ?, retire_reason = ? WHERE id = ?",
+                         (retire, reason, job_id))
+
+    # -- after a good read ---------------------------------------------------------------
+    def finish(self, job_id: int, original: Path, sidecars: list[Path],
+               sha256: str | None = None) -> Outcome:
+        """Apply ``on_success`` to ``original`` (and the sidecars beside it in the inbox).
+
+        ``sha256``: the content that was read. A new version saved over the file since
+        (an editor's save, a scanner's second pass) was never read: it is left in place,
+        to be read in its turn, never deleted or archived unread.
+
+        Raises OSError when archiving or deleting failed; the files are then where they
+        were (or, where a move back failed too, where the job row now says) and the job
+        row says "failed" with the reason.
+        """
+        mode = self.config.on_success
+        if mode == "keep":
+            return Outcome(original, {})
+        if sha256 is not None and not self._still_read(original, sha256):
+            log.warning("%s changed after it was read: left in place for its next reading "
+                        "(on_success = \"%s\" waits for that)", original, mode)
+            self.record(job_id, "kept", "a new version was saved after the read; it is "
+                                        "read in its turn")
+            return Outcome(original, {})
+        if mode == "delete":
+            return self._delete(job_id, original, sidecars)
+        assert self.config.archive_dir is not None
+        folder = placed(self.config.archive_dir, original, self.config.inbox,
+                        self.config.archive_layout)
+        beside = [s for s in sidecars if s.parent == original.parent and s.exists()]
+        try:
+            moves = self._plan(original, beside, folder)
+        except OSError as exc:
+            self.record(job_id, "failed", f"could not be archived: {move_failure(exc)}")
+            raise
+        # The sidecars first, the original last: a move that fails part way leaves the
+        # original in place, with its results beside it (they are moved back).
+        moves = moves[1:] + moves[:1]
+        self._journal(job_id, moves)
+        try:
+            done = self._carry_out(moves)
+        except _Failed as failed:
+            kept = self._undo(failed.done)
+            self._settle(job_id, kept, original,
+                         retire=("failed", f"could not be archived: {move_failure(failed.error)}"))
+            raise failed.error from None
+        self._settle(job_id, done, original)
+        moved = dict(done)
+        if original in moved:
+            log.info("archived %s to %s", original, moved[original])
+        return Outcome(moved.pop(original, original), moved)
+
+    def _delete(self, job_id: int, original: Path, sidecars: list[Path]) -> Outcome:
+        # The index entry then names the result, so that it stays (the index follows
+        # the files: an entry whose file is gone is dropped, its sidecars with it). A
+        # crash between the two leaves "pending" with the original gone: the next start
+        # points the entry at the result (:meth:`resume`).
+        result = next((p for p in reversed(sidecars) if os.path.lexists(p)), None)
+        try:
+            original.unlink(missing_ok=True)
+        except OSError as exc:
+            self.record(job_id, "failed", f"could not be deleted: {move_failure(exc)}")
+            raise
+        with self.db.transaction() as conn:
+            if result is not None:
+                conn.execute("UPDATE jobs SET path = ?, display = ? WHERE id = ?",
+                             (encode_path(result), display_path(result), job_id))
+            conn.execute("UPDATE jobs SET retire = NULL, retire_reason = NULL WHERE id = ?",
+                         (job_id,))
+        log.info("deleted %s after reading it (on_success = \"delete\")", original)
+        return Outcome(None, {})
+
+    def _undo(self, done: list[tuple[Path, Path]]) -> list[tuple[Path, Path]]:
+        """Move back what a failed archive moved; returns the moves that stay."""
+        kept = []
+        for src, dest in reversed(done):
+            try:
+                self._move(dest, src)
+            except OSError as exc:
+                log.warning("could not move %s back to %s (%s): it stays in the archive",
+                            dest, src, move_failure(exc))
+                kept.append((src, dest))
+        return kept
+
+    @staticmethod
+    def _still_read(original: Path, sha256: str) -> bool:
+        """Whether ``original`` still holds the content that was read (gone counts: there
+        is nothing left to lose)."""
+        try:
+            return file_sha256(original) == sha256
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+
+    def _plan(self, original: Path, sidecars: list[Path], folder: Path
+              ) -> list[tuple[Path, Path]]:
+        """Destinations free for the original and every sidecar under one name: on a
+        collision all get the same ``.N`` so they still belong together."""
+        folder.mkdir(parents=True, exist_ok=True)
+        stem = original.stem
+        n = 1
+        while True:
+            names = [p.name if n == 1 else _renamed(p.name, stem, n)
+                     for p in (original, *sidecars)]
+            if not any(os.path.lexists(folder / name) for name in names):
+                return [(p, folder / name) for p, name in zip((original, *sidecars), names,
+                                                                 strict=True)]
+            n += 1
+
+    def _carry_out(self, moves: list[tuple[Path, Path]]) -> list[tuple[Path, Path]]:
+        done: list[tuple[Path, Path]] = []
+        for src, dest in moves:
+            try:
+                self._move(src, dest)
+            except FileExistsError:
+                # Taken since we looked (another program): the file stays where it is,
+                # which loses nothing; say so.
+                log.warning("could not archive %s: %s appeared meanwhile; left in place",
+                            src, dest)
+                continue
+            except FileNotFoundError:
+                log.info("%s was removed before it could be archived", src)
+                continue
+            except OSError as exc:  # a full disk, a folder that cannot be written
+                raise _Failed(exc, done) from exc
+            done.append((src, dest))
+        return done
+
+    # -- at start --------------------------------------------------------------------
+    def recover(self, src: Path | None = None) -> int:
+        """Finish the moves a crash cut short (with ``src``: those of the job moving
+        ``src`` only); returns how many jobs were settled.
+
+        A move is finished only for a job still ``done`` whose original still holds the
+        content that was read: a new version saved at the original's name since (after
+        an archive that failed, say) is never archived unread beside the old sidecars.
+        """
+        rows = self.db.query(
+            "SELECT job_id, src, dest FROM moves WHERE ? IS NULL OR job_id IN "
+            "(SELECT job_id FROM moves WHERE src = ?) ORDER BY id",
+            (None if src is None else encode_path(src),) * 2)
+        jobs: dict[int, list[tuple[Path, Path]]] = {}
+        for row in rows:
+            jobs.setdefault(int(row["job_id"]), []).append(
+                (decode_path(row["src"]), decode_path(row["dest"])))
+        for job_id, moves in jobs.items():
+            found = self.db.query("SELECT path, sha256, state FROM jobs WHERE id = ?",
+                                  (job_id,))
+            if not found or found[0]["state"] != "done":
+                log.warning("a move of %s was cut short, but that file is no longer done: "
+                            "left where it is", moves[-1][0])
+                self._settle(job_id, [], None)
+                continue
+            original = decode_path(found[0]["path"])
+            sha = found[0]["sha256"]
+            if (os.path.lexists(original) and sha is not None
+                    and not self._still_read(original, sha)):
+                log.warning("%s changed since its archiving was cut short: left in place "
+                            "with its results, to be read in its turn", original)
+                self._settle(job_id, [], None,
+                             retire=("kept", "a new version was saved after the read; it "
+                                             "is read in its turn"))
+                continue
+            done = self._finish_moves(moves)
+            if any(s == original for s, _ in done):
+                self._settle(job_id, done, original)
+            else:  # the original's own move could not be finished: tried again at start
+                self._settle(job_id, done, None, retire=(
+                    "failed", "its archiving was cut short and could not be finished"))
+        return len(jobs)
+
+    def _finish_moves(self, moves: list[tuple[Path, Path]]) -> list[tuple[Path, Path]]:
+        done: list[tuple[Path, Path]] = []
+        for src, dest in moves:
+            if os.path.lexists(src) and os.path.lexists(dest):
+                # Killed between the copy and the removal: the copy is whole (it is
+                # linked into place only once synced); remove the source only if the
+                # bytes agree, else keep both.
+                if filecmp.cmp(src, dest, shallow=False):
+                    src.unlink()
+                    log.info("finished moving %s to %s (cut short before)", src, dest)
+                else:
+                    log.warning("%s and %s differ: both kept", src, dest)
+                    continue
+            elif os.path.lexists(src):
+                try:
+                    self._move(src, dest)
+                except OSError as exc:
+                    log.warning("could not finish moving %s to %s (%s); left in place",
+                                src, dest, move_failure(exc))
+                    continue
+            elif not os.path.lexists(dest):
+                log.warning("neither %s nor %s exists any more", src, dest)
+                continue
+            done.append((src, dest))
+        return done
+
+    def journalled(self, path: Path) -> bool:
+        """Whether a move of ``path`` is in the journal (under way, or cut short)."""
+        return bool(self.db.query("SELECT 1 FROM moves WHERE src = ? LIMIT 1",
+                                  (encode_path(path),)))
+
+    def owed(self) -> list[Job]:
+        """Done files whose on_success was cut short ("pending": killed between "done"
+        and archiving) or failed (a full disk...): to be tried again at start."""
+        rows = self.db.query("SELECT * FROM jobs WHERE state = 'done' "
+                             "AND retire IN ('pending', 'failed') ORDER BY id")
+        return [job_from_row(r) for r in rows]
+
+    def resume(self) -> int:
+        """At start, after :meth:`recover`: carry out the on_success still owed.
+
+        With on_success = "keep" now, nothing is owed any more. Returns how many files
+        were archived or deleted.
+        """
+        if self.config.on_success == "keep":
+            return 0
+        count = 0
+        for job in self.owed():
+            rows = self.db.query("SELECT md_path, txt_path FROM jobs WHERE id = ?", (job.id,))
+            outputs = [decode_path(v) for v in (rows[0]["txt_path"], rows[0]["md_path"]) if v]
+            if rows[0]["md_path"]:
+                outputs.append(pdf_path(decode_path(rows[0]["md_path"]).with_suffix("")))
+            outputs = [p for p in outputs if os.path.lexists(p)]
+            if not os.path.lexists(job.path):
+                if self.config.on_success == "delete" and outputs:
+                    # Deleted, then killed before the entry named the result.
+                    self._delete(job.id, job.path, outputs)
+                    count += 1
+                continue  # gone otherwise: the rescan tells a move from a deletion
+            try:
+                outcome = self.finish(job.id, job.path, outputs, job.sha256)
+            except (OSError, OcrwatchError) as exc:
+                log.warning("%s is done but could not be %s: %s", job.display,
+                            "archived" if self.config.on_success == "archive" else "deleted",
+                            move_failure(exc) if isinstance(exc, OSError) else exc)
+                continue
+            if outcome.original != job.path:
+                count += 1
+        if count:
+            log.info("%d files read before ocrwatch last stopped are now %s", count,
+                     "archived" if self.config.on_success == "archive" else "deleted")
+        return count
+
+
+class _Failed(Exception):
+    """A move of an archive failed; ``done`` are the moves made before it."""
+
+    def __init__(self, error: OSError, done: list[tuple[Path, Path]]) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.done = done
+
+
+def move_failure(exc: OSError) -> str:
+    """A plain reason for a failed move, with what to do."""
+    if exc.errno == errno.ENOSPC:
+        return ("the disk is full; free some space: it is tried again at the next start "
+                "(`ocrwatch stop`, then `ocrwatch run`)")
+    where = f" ({exc.filename})" if exc.filename else ""
+    return f"{exc.strerror or exc}{where}"

@@ -1,0 +1,342 @@
+"""Writing ``NAME.md`` and ``NAME.txt`` beside each original, whole or not at all."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import json
+import os
+import secrets
+from pathlib import Path
+
+from ocrwatch.core.domain import PageText
+from ocrwatch.core.errors import InputError, TransientError
+from ocrwatch.core.fsmove import TEMP_PREFIX, move_no_replace, temp_in
+from ocrwatch.core.private import sidecar_mode
+from ocrwatch.core.safeopen import open_dir_beneath
+
+MD_SUFFIX = ".md"
+TXT_SUFFIX = ".txt"
+PDF_SUFFIX = ".ocr.pdf"
+NAME_MAX = 255  # bytes in a file name on Linux's file systems (ext4, btrfs, xfs, tmpfs)
+_HASH = 12  # hex digits of the whole name's SHA-256 kept in a shortened name
+# An extended attribute on each sidecar saying that ocrwatch wrote it, for which content
+# and how it was read: an index lost while nothing watched is rebuilt from these, and
+# the file is not read again beside a second pair. Where the file system keeps no
+# extended attributes, sidecars go unmarked (and are then read again in that case).
+MARK_ATTR = "user.ocrwatch"
+
+
+def sidecar_mark(original: Path, sha256: str, engine: str, read_with: str | None) -> bytes:
+    """The mark for the sidecars of ``original``: its name (``scan.png``, not the
+    ``scan.pdf`` beside it), its content, and how it was read."""
+    return json.dumps({"name": os.fsdecode(original.name), "sha256": sha256,
+                       "engine": engine, "read_with": read_with},
+                      separators=(",", ":")).encode()
+
+
+def read_mark(path: Path) -> dict[str, str | None] | None:
+    """The mark ocrwatch put on a sidecar it wrote, or None (not ours, or unmarked)."""
+    try:
+        data = json.loads(os.getxattr(path, MARK_ATTR, follow_symlinks=False))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("sha256"), str):
+        return None
+    return {k: v if isinstance(v, str) else None for k, v in data.items()}
+
+
+def render_markdown(pages: list[PageText]) -> str:
+    """The Markdown of all pages; multi-page files get a marked break before each page."""
+    if len(pages) == 1:
+        return pages[0].markdown.strip() + "\n"
+    parts = [f"<!-- page {i} -->\n\n{p.markdown.strip()}" for i, p in enumerate(pages, 1)]
+    return "\n\n---\n\n".join(parts) + "\n"
+
+
+def render_text(pages: list[PageText]) -> str:
+    """Plain text; pages separated by a form feed, as pdftotext does."""
+    return "\f".join(p.text.strip() + "\n" for p in pages)
+
+
+def _shorten(name: str, room: int) -> str:
+    """``name``, or, past ``room`` bytes, its beginning, ``~`` and a hash of the whole:
+    still recognisable, and as unique as the whole name."""
+    raw = os.fsencode(name)
+    if len(raw) <= room:
+        return name
+    digest = hashlib.sha256(raw).hexdigest()[:_HASH]
+    keep = raw[:room - _HASH - 1]
+    while keep and keep[-1] & 0xC0 == 0x80:  # never cut a UTF-8 character in two
+        keep = keep[:-1]
+    if keep and keep[-1] >= 0xC0:
+        keep = keep[:-1]
+    return os.fsdecode(keep) + "~" + digest
+
+
+def fitting(stem: str) -> str:
+    """``stem``, shortened (:func:`_shorten`) when ``STEM.txt`` would be longer than a
+    file name may be."""
+    return _shorten(stem, NAME_MAX - max(len(MD_SUFFIX), len(TXT_SUFFIX)))
+
+
+def choose_stem(source: Path, folder: Path, others: set[Path], own: set[Path]) -> Path:
+    """``folder/STEM`` for the sidecars, unless that name belongs to someone else.
+
+    ``scan.jpg`` and ``scan.pdf`` side by side get ``scan.md`` and ``scan.pdf.md``: the
+    first keeps the short name, the other falls back to its full name. A file ocrwatch
+    did not write (the user's own ``scan.md``) is never overwritten either. A name too
+    long for its sidecars' suffixes is shortened (:func:`fitting`, :func:`pdf_path`).
+    """
+
+    def free(stem: str) -> bool:
+        mine = folder / (stem + MD_SUFFIX) in own  # then its PDF is ours too
+        for suffix in (MD_SUFFIX, TXT_SUFFIX, PDF_SUFFIX):
+            path = pdf_path(folder / stem) if suffix == PDF_SUFFIX else folder / (stem + suffix)
+            ours = path in own or (suffix == PDF_SUFFIX and mine)
+            if path in others or (not ours and os.path.lexists(path)):
+                return False
+        return True
+
+    for stem in (fitting(source.stem), fitting(source.name)):
+        if free(stem):
+            return folder / stem
+    n = 2
+    while not free(fitting(f"{source.name}.{n}")):
+        n += 1
+    return folder / fitting(f"{source.name}.{n}")
+
+
+def _open_folder(folder: Path, root: Path | None) -> int:
+    """A handle on ``folder``, made if missing; with ``root``, no link followed below it."""
+    if root is None:
+        folder.mkdir(parents=True, exist_ok=True)
+        return os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    return open_dir_beneath(root, folder, create=True)
+
+
+def _write_temp(dirfd: int, path: Path, content: str, mode: int,
+                mark: bytes | None = None) -> str:
+    """``content`` in a synced temporary file in ``dirfd``, ready to be renamed over
+    ``path``; returns its name in that folder.
+
+    The temporary name carries our PID, so a later start can tell a crash's leftover
+    from a file another ocrwatch process (``ocrwatch add``) is writing right now.
+    """
+    while True:
+        name = f"{TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(4)}.tmp"
+        try:
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, 0o600, dir_fd=dirfd)
+            break
+        except FileExistsError:
+            continue
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+            fh.write(content)
+            fh.flush()
+            os.fchmod(fh.fileno(), mode)
+            if mark is not None:
+                with contextlib.suppress(OSError):  # no extended attributes there
+                    os.setxattr(fh.fileno(), MARK_ATTR, mark)
+            os.fsync(fh.fileno())
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(name, dir_fd=dirfd)
+        raise
+    return name
+
+
+def _plain_os_error(exc: OSError, path: Path) -> Exception:
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return TransientError(
+            f"the disk is full: could not write {path.name}; will retry when there is space"
+        )
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return InputError(
+            f"cannot write {path}: {exc.strerror}; make the folder writable or set "
+            "output_dir in the config, then `ocrwatch retry`"
+        )
+    if exc.errno == errno.ENAMETOOLONG:
+        return InputError(
+            f"the sidecar name for {path.name[:40]}… is too long for the file system; "
+            "set output_dir or shorten the file name"
+        )
+    return TransientError(f"could not write {path.name}: {exc.strerror}")
+
+
+def write_atomic(path: Path, content: str, *, root: Path | None = None,
+                 mode: int | None = None) -> None:
+    """Write to a temporary file in the same folder, fsync, then rename into place.
+
+    A reader sees the old file or the new one, never half of either. On a full disk
+    nothing is left behind and a TransientError asks for a retry.
+    """
+    write_all_atomic([(path, content)], root=root, mode=mode)
+
+
+def new_temp(path: Path) -> Path:
+    """An empty temporary file beside ``path``, for a writer that wants a file name."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = temp_in(path.parent)
+    os.close(fd)
+    return Path(tmp_name)
+
+
+def write_all_atomic(files: list[tuple[Path, str]],
+                     prepared: list[tuple[Path, Path]] | None = None, *,
+                     root: Path | None = None, mode: int | None = None,
+                     mark: bytes | None = None) -> None:
+    """Like :func:`write_atomic` for several files: every one is written before any is
+    renamed into place, so a full disk never leaves a new ``.md`` beside an old ``.txt``.
+    ``prepared`` holds (temporary file, final path) pairs already written by the caller.
+
+    ``root``: the folder the files must stay under; no symbolic link below it is followed
+    (a subfolder swapped for a link to elsewhere gets an InputError, nothing written
+    there). ``mode``: the files' mode (default: 0666 masked by the umask). ``mark``: the
+    value of :data:`MARK_ATTR` on each of ``files``.
+    """
+    mode = sidecar_mode(0o666) if mode is None else mode
+    temps: list[tuple[int, str, Path]] = []
+    folders: dict[Path, int] = {}
+
+    def folder_of(path: Path) -> int:
+        if path.parent not in folders:
+            folders[path.parent] = _open_folder(path.parent, root)
+        return folders[path.parent]
+
+    current = files[0][0] if files else Path()
+    try:
+        for ready, path in prepared or []:
+            current = path
+            dirfd = folder_of(path)
+            fd = os.open(ready.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dirfd)
+            try:
+                os.fchmod(fd, mode)
+            finally:
+                os.close(fd)
+            temps.append((dirfd, ready.name, path))
+        for path, content in files:
+            current = path
+            dirfd = folder_of(path)
+            temps.append((dirfd, _write_temp(dirfd, path, content, mode, mark), path))
+        for dirfd, name, path in temps:
+            current = path
+            # Replaces the name itself: a link planted at ``path`` is replaced, not followed.
+            os.replace(name, path.name, src_dir_fd=dirfd, dst_dir_fd=dirfd)
+        temps.clear()
+    except BaseException as exc:
+        for dirfd, name, _ in temps:
+            with contextlib.suppress(OSError):
+                os.unlink(name, dir_fd=dirfd)
+        for tmp_path, _ in prepared or []:
+            with contextlib.suppress(OSError):
+                tmp_path.unlink()
+        if isinstance(exc, OSError):
+            raise _plain_os_error(exc, current) from exc
+        raise
+    finally:
+        for fd in folders.values():
+            os.close(fd)
+
+
+def sidecar_paths(stem: Path) -> tuple[Path, Path]:
+    """``STEM.md`` and ``STEM.txt``."""
+    return stem.with_name(stem.name + MD_SUFFIX), stem.with_name(stem.name + TXT_SUFFIX)
+
+
+def pdf_path(stem: Path) -> Path:
+    """``STEM.ocr.pdf``; for a stem so long that this would pass 255 bytes (a 250-byte
+    ``invoice.scan.png``: the whole file failed), the stem shortened (:func:`_shorten`)."""
+    return stem.with_name(_shorten(stem.name, NAME_MAX - len(PDF_SUFFIX)) + PDF_SUFFIX)
+
+
+def write_sidecars(stem: Path, pages: list[PageText], outputs: tuple[str, ...] = ("md", "txt"),
+                   prepared: list[tuple[Path, Path]] | None = None, *,
+                   root: Path | None = None, original_mode: int | None = None,
+                   mark: bytes | None = None) -> tuple[Path | None, Path | None]:
+    """Write ``STEM.md`` and ``STEM.txt`` (those in ``outputs``) with the ``prepared``
+    files, all or none; returns the paths of the ``.md`` and ``.txt`` written.
+
+    Their mode is at most the original's (``original_mode``), masked by 0666 and the
+    umask: the text of a private scan stays private. ``root``, ``mark``: see
+    write_all_atomic.
+    """
+    md, txt = sidecar_paths(stem)
+    files = []
+    if "md" in outputs:
+        files.append((md, render_markdown(pages)))
+    if "txt" in outputs:
+        files.append((txt, render_text(pages)))
+    write_all_atomic(files, prepared, root=root, mode=sidecar_mode(original_mode), mark=mark)
+    return (md if "md" in outputs else None), (txt if "txt" in outputs else None)
+
+
+def remove_stale_temps(folders: list[Path]) -> int:
+    """Delete temporary files (sidecars, copies between file systems: ``.ocrwatch-PID-*.tmp``)
+    left by an ocrwatch process that died mid-write.
+
+    Returns how many were removed. Files of live processes are left alone.
+    """
+    removed = 0
+    for root in folders:
+        for folder, _dirs, names in os.walk(root):
+            for name in names:
+                if not (name.startswith(TEMP_PREFIX) and name.endswith(".tmp")):
+                    continue
+                pid_text = name[len(TEMP_PREFIX):].split("-", 1)[0]
+                if pid_text.isdigit() and _alive(int(pid_text)):
+                    continue
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(folder, name))
+                    removed += 1
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process: not ours to judge
+    return True
+
+
+def remove_if_ours(md: Path | None, txt: Path | None, pages: list[PageText]) -> list[Path]:
+    """Delete sidecars that still hold exactly what ocrwatch wrote; returns those deleted.
+
+    A sidecar the user edited (or replaced with a file of their own) is kept.
+    """
+    removed: list[Path] = []
+    for path, expected in ((md, render_markdown(pages)), (txt, render_text(pages))):
+        if path is None or not pages:
+            continue
+        try:
+            if path.is_symlink() or path.read_text(encoding="utf-8") != expected:
+                continue
+            path.unlink()
+        except (OSError, UnicodeDecodeError):
+            continue
+        removed.append(path)
+    return removed
+
+
+def move_without_overwriting(src: Path, dest: Path) -> bool:
+    """Rename ``src`` to ``dest`` unless ``dest`` exists; False when nothing was moved.
+
+    The kernel refuses to replace (:func:`ocrwatch.core.fsmove.move_no_replace`), so a file
+    appearing at ``dest`` meanwhile is never overwritten, on any file system.
+    """
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        move_no_replace(src, dest)
+    except OSError:  # taken (FileExistsError), gone, or not movable: left where it is
+        return False
+    return True
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(src)
+    return True

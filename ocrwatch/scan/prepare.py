@@ -1,0 +1,158 @@
+"""Pages as scanners deliver them, made ready before any engine reads them.
+
+In order, each page (image, TIFF frame or PDF page) is:
+
+1. recorded blank, and not read, when it holds next to no ink (:mod:`ocrwatch.scan.inkcover`;
+   ``skip_blank``);
+2. turned upright when it lies sideways or upside down (:mod:`ocrwatch.scan.orient`;
+   ``rotate_pages``);
+3. straightened when it is skewed by a degree or more (:mod:`ocrwatch.scan.deskew`; ``deskew``).
+
+What was done is carried on the page (``Page.blank``, ``turned``, ``skew``) into its
+result and index row. The searchable PDF keeps the original image: a turned page gets
+the turn as its /Rotate, so it is displayed upright with its text layer on it, and a
+straightened page's words are put back at the angle they are printed at.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import unicodedata
+from dataclasses import replace
+
+from ocrwatch.config import Config
+from ocrwatch.core.domain import Page, PageText
+from ocrwatch.core.layout import PageLayout
+from ocrwatch.scan import deskew, inkcover, orient
+
+log = logging.getLogger(__name__)
+
+BLANK_NOTE = "*(blank page: not read)*"
+# A reading is "mostly non-words" when under half its characters are in tokens that look
+# like words; paper grain, speckle and halftone read as punctuation, runs of one letter
+# and one- or two-letter bits.
+NONWORD_SHARE = 0.5
+MIN_TOKENS = 5
+_TRIM = "\"'“”‘’«»„()[]{}.,;:!?"
+_RUN = re.compile(r"([^\W\d_])\1\1")
+_VOWELS = frozenset("aeiouyæøœ")
+
+
+class ScanPrep:
+    """Blank, orientation and skew for the pages of one configuration."""
+
+    def __init__(self, config: Config, *, enabled: bool = True) -> None:
+        self.skip_blank = enabled and config.skip_blank
+        self.rotate_pages = enabled and config.rotate_pages
+        self.deskew = enabled and config.deskew
+        self._detector: orient.Detector | None = None
+        self._config = config
+        self._lock = threading.Lock()
+        self._warned = False
+
+    def _orientation(self) -> orient.Detector:
+        with self._lock:
+            if self._detector is None:
+                self._detector = orient.Detector(self._config.tessdata,
+                                                 list(self._config.languages))
+            detector = self._detector
+            if detector.missing and not self._warned:
+                self._warned = True
+                log.warning("%s", detector.missing)
+        return detector
+
+    def prepare(self, page: Page) -> Page:
+        """The page ready to read: blank recorded, turned upright, straightened."""
+        if page.text is not None:
+            return page  # blank already, or its own text taken from the PDF
+        if self.skip_blank and inkcover.is_blank(page.image):
+            return replace(page, text="", blank=True)
+        turned = 0
+        image = page.image
+        if self.rotate_pages:
+            turned = self._orientation().detect(image, page.dpi).turn
+            image = orient.turn(image, turned)
+        upright = image.size
+        angle = deskew.skew_angle(image) if self.deskew else 0.0
+        if angle:
+            image = deskew.straighten(image, angle)
+        if not turned and not angle:
+            return page
+        return replace(page, image=image, turned=turned, skew=angle, upright=upright)
+
+    @property
+    def missing(self) -> str | None:
+        """Why pages are not turned (osd.traineddata missing), when that is so."""
+        return self._orientation().missing if self.rotate_pages else None
+
+    def close(self) -> None:
+        with self._lock:
+            detector, self._detector = self._detector, None
+        if detector is not None:
+            detector.close()
+
+
+def again(page: Page, turned: int, skew: float) -> Page:
+    """A page drawn again from the original, turned and straightened as it was when read
+    (for finding word boxes under a model's text)."""
+    image = orient.turn(page.image, turned)
+    upright = image.size
+    if skew:
+        image = deskew.straighten(image, skew)
+    return replace(page, image=image, turned=turned, skew=skew, upright=upright)
+
+
+def on_page(layout: PageLayout | None, page: Page) -> PageLayout | None:
+    """A layout read on a straightened page, told how to lie on the upright page."""
+    if layout is None or not page.skew or page.upright is None:
+        return layout
+    return replace(layout, width=page.upright[0], height=page.upright[1], angle=page.skew,
+                   read_size=(layout.width, layout.height))
+
+
+def _wordlike(token: str) -> bool:
+    """Whether a token may be a word, a number, a code or a name ("report.pdf", "A4",
+    "1540x2000"). Not: punctuation alone, one letter, a letter three times in a row
+    ("eeeeae", "SSSSSS": what grain reads as), and in Latin script a run of letters
+    without both vowels and consonants."""
+    if len(token) < 2 or not any(c.isalnum() for c in token):
+        return False
+    folded = token.casefold()
+    if _RUN.search(folded):
+        return False
+    if not folded.isalpha():
+        return True  # digits or inner punctuation: numbers, codes, names of files
+    if not all("LATIN" in unicodedata.name(c, "") for c in folded):
+        return True  # other scripts: letters are enough
+    plain = unicodedata.normalize("NFD", folded)
+    vowels = sum(1 for c in plain if c in _VOWELS)
+    return 0 < vowels < sum(1 for c in plain if c.isalpha())
+
+
+def mostly_nonwords(text: str) -> bool:
+    """Whether most of what was read is not words (grain, speckle or halftone read)."""
+    tokens = [t.strip(_TRIM) for t in text.split()]
+    tokens = [t for t in tokens if t] or text.split()
+    if len(tokens) < MIN_TOKENS:
+        return bool(tokens) and not any(_wordlike(t) for t in tokens)
+    # Weighed by length: grain reads as long runs ("teeeeeaseeeee") among short bits
+    # that pass for words ("be", "ty"); real text is mostly long words.
+    words = sum(len(t) for t in tokens if _wordlike(t))
+    return words < NONWORD_SHARE * sum(len(t) for t in tokens)
+
+
+def finish(result: PageText, page: Page) -> PageText:
+    """The engine's result with what preparing the page did, and the non-word check."""
+    nonwords = bool(result.text.strip()) and mostly_nonwords(result.text)
+    warnings = list(result.warnings)
+    if nonwords:
+        warnings.append("the reading is mostly not words (paper texture, noise or a "
+                        "picture?): it is kept in the sidecars but not indexed")
+    return replace(result, layout=on_page(result.layout, page), turned=page.turned,
+                   skew=page.skew, nonwords=nonwords, warnings=warnings)
+
+
+def blank_result() -> PageText:
+    return PageText(markdown=BLANK_NOTE, text="", blank=True)

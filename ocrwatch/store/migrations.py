@@ -1,0 +1,186 @@
+"""The database's schema, as named migrations applied once each, in order.
+
+A migration is never edited once released: a database made by an older version is
+brought forward by the steps it has not had yet (:meth:`ocrwatch.store.db.Database.migrate`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import sqlite_utils
+
+
+def _m001_jobs(db: sqlite_utils.Database) -> None:
+    db["jobs"].create(  # type: ignore[union-attr]
+        {
+            "id": int,
+            "path": bytes,  # os.fsencode(path): names need not be UTF-8
+            "display": str,  # the path for people, undecodable bytes replaced
+            "sha256": str,
+            "size": int,
+            "mtime_ns": int,
+            "state": str,
+            "reason": str,
+            "attempts": int,
+            "not_before": float,
+            "pages": int,
+            "engine": str,
+            "warnings": str,
+            "md_path": bytes,
+            "txt_path": bytes,
+            "created": float,
+            "updated": float,
+            "finished": float,
+        },
+        pk="id",
+        not_null={"path", "display", "state", "attempts"},
+        defaults={"attempts": 0, "not_before": 0.0},
+    )
+    db.execute("CREATE UNIQUE INDEX jobs_path ON jobs(path)")
+    db.execute("CREATE INDEX jobs_state ON jobs(state, not_before, id)")
+    db.execute("CREATE INDEX jobs_sha ON jobs(sha256, state)")
+    db.execute("CREATE INDEX jobs_md ON jobs(md_path)")
+
+
+def _m002_pages(db: sqlite_utils.Database) -> None:
+    db["pages"].create(  # type: ignore[union-attr]
+        {"id": int, "job_id": int, "page": int, "text": str, "markdown": str, "warnings": str},
+        pk="id",
+        not_null={"job_id", "page", "text", "markdown"},
+        foreign_keys=[("job_id", "jobs", "id")],
+    )
+    db.execute("CREATE UNIQUE INDEX pages_job_page ON pages(job_id, page)")
+    # Words, accents folded ("cafe" finds "café"): ranked search.
+    db["pages"].enable_fts(  # type: ignore[union-attr]
+        ["text"], fts_version="FTS5", tokenize="unicode61 remove_diacritics 2",
+        create_triggers=True,
+    )
+    # Trigrams find substrings, which Chinese and Japanese need (no spaces between words).
+    db.execute("CREATE VIRTUAL TABLE pages_tri USING fts5(text, content='pages', "
+               "content_rowid='id', tokenize='trigram')")
+    _sync_triggers(db, "pages", "pages_tri", "text", prefix="pages_tri")
+
+
+def _m003_settings(db: sqlite_utils.Database) -> None:
+    db["settings"].create({"key": str, "value": str}, pk="key")  # type: ignore[union-attr]
+
+
+def _m004_moves(db: sqlite_utils.Database) -> None:
+    # Journal of originals being archived: a crash mid-move is finished at the next start.
+    db["moves"].create(  # type: ignore[union-attr]
+        {"id": int, "job_id": int, "src": bytes, "dest": bytes},
+        pk="id", not_null={"job_id", "src", "dest"},
+    )
+
+
+def _m005_names(db: sqlite_utils.Database) -> None:
+    # Where a file lives on disk, so that a file moved while nothing watched is known
+    # again by its inode (with its size and time) instead of being read a second time.
+    db.execute("ALTER TABLE jobs ADD COLUMN dev INTEGER")
+    db.execute("ALTER TABLE jobs ADD COLUMN inode INTEGER")
+    db.execute("CREATE INDEX jobs_inode ON jobs(inode)")
+    # File and folder names, searchable on their own: `jobs_fts` (the sqlite-utils
+    # naming, so Datasette and sqlite-utils find it). Kept by triggers on the path only,
+    # so state changes of a job cost nothing here.
+    db["jobs"].enable_fts(  # type: ignore[union-attr]
+        ["display"], fts_version="FTS5", tokenize="unicode61 remove_diacritics 2",
+        create_triggers=False,
+    )
+    _sync_triggers(db, "jobs", "jobs_fts", "display", prefix="jobs", update_of="display")
+
+
+def _m006_read_with(db: sqlite_utils.Database) -> None:
+    # What a file was read with: the engine, and for Tesseract its languages
+    # ("tesseract eng+deu"), so that after a language change only the files read
+    # otherwise are read again (`ocrwatch reread`).
+    db.execute("ALTER TABLE jobs ADD COLUMN read_with TEXT")
+
+
+# Pages with Chinese, Japanese or Korean characters (the same ranges as index._CJK), as a
+# GLOB pattern, for pages stored before ``pages.cjk`` existed.
+CJK_GLOB = "*[" + "".join(f"{chr(a)}-{chr(b)}" for a, b in (
+    (0x3000, 0x30FF), (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xAC00, 0xD7AF), (0xF900, 0xFAFF),
+    (0xFF00, 0xFFEF))) + "]*"
+
+
+def _m007_cjk_trigrams(db: sqlite_utils.Database) -> None:
+    # Trigrams are for text written without spaces; a page in a European language costs
+    # as many trigrams as characters for nothing. Only pages with CJK characters keep them:
+    # ``pages.cjk``, set by index.replace_pages (a regular expression in Python is much cheaper
+    # than a GLOB in a trigger), drives the triggers (the same WHEN on insert and delete,
+    # as external content needs) and a partial index for the scan of short CJK words.
+    glob = "'" + CJK_GLOB + "'"
+    db.executescript(
+        f"""
+        ALTER TABLE pages ADD COLUMN cjk INTEGER NOT NULL DEFAULT 0;
+        UPDATE pages SET cjk = 1 WHERE text GLOB {glob};
+        DROP TRIGGER pages_tri_ai;
+        DROP TRIGGER pages_tri_ad;
+        DROP TRIGGER pages_tri_au;
+        INSERT INTO pages_tri(pages_tri) VALUES ('delete-all');
+        INSERT INTO pages_tri(rowid, text) SELECT id, text FROM pages WHERE cjk;
+        CREATE TRIGGER pages_tri_ai AFTER INSERT ON pages WHEN new.cjk BEGIN
+          INSERT INTO pages_tri(rowid, text) VALUES (new.id, new.text);
+        END;
+        CREATE TRIGGER pages_tri_ad AFTER DELETE ON pages WHEN old.cjk BEGIN
+          INSERT INTO pages_tri(pages_tri, rowid, text) VALUES ('delete', old.id, old.text);
+        END;
+        CREATE TRIGGER pages_tri_aud AFTER UPDATE ON pages WHEN old.cjk BEGIN
+          INSERT INTO pages_tri(pages_tri, rowid, text) VALUES ('delete', old.id, old.text);
+        END;
+        CREATE TRIGGER pages_tri_aui AFTER UPDATE ON pages WHEN new.cjk BEGIN
+          INSERT INTO pages_tri(rowid, text) VALUES (new.id, new.text);
+        END;
+        CREATE INDEX pages_cjk ON pages(id) WHERE cjk;
+        """
+    )
+
+
+def _m008_page_scan(db: sqlite_utils.Database) -> None:
+    # What preparing a scanned page did: turned upright (degrees clockwise), straightened
+    # (degrees counter-clockwise), recorded blank without reading; and whether its
+    # reading is mostly not words (then kept out of search).
+    db.executescript(
+        """
+        ALTER TABLE pages ADD COLUMN turned INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE pages ADD COLUMN skew REAL NOT NULL DEFAULT 0;
+        ALTER TABLE pages ADD COLUMN blank INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE pages ADD COLUMN nonwords INTEGER NOT NULL DEFAULT 0;
+        """
+    )
+
+
+def _m009_retire(db: sqlite_utils.Database) -> None:
+    # What on_success still owes a done file, kept in the row that says "done" (one
+    # transaction): "pending" (to archive or delete: a crash before it is resumed at
+    # start), "kept" (the read was not complete enough to part with the original) or
+    # "failed" (archiving or deleting failed, e.g. a full disk); with the reason.
+    db.execute("ALTER TABLE jobs ADD COLUMN retire TEXT")
+    db.execute("ALTER TABLE jobs ADD COLUMN retire_reason TEXT")
+
+
+MIGRATIONS: list[tuple[str, Callable[[sqlite_utils.Database], None]]] = [
+    ("001_jobs", _m001_jobs),
+    ("002_pages", _m002_pages),
+    ("003_settings", _m003_settings),
+    ("004_moves", _m004_moves),
+    ("005_names", _m005_names),
+    ("006_read_with", _m006_read_with),
+    ("007_cjk_trigrams", _m007_cjk_trigrams),
+    ("008_page_scan", _m008_page_scan),
+    ("009_retire", _m009_retire),
+]
+
+
+def _sync_triggers(db: sqlite_utils.Database, table: str, fts: str, column: str, *,
+                   prefix: str, update_of: str | None = None) -> None:
+    """Triggers that keep an external-content FTS5 table in step with its table."""
+    update = f"UPDATE OF {update_of}" if update_of else "UPDATE"
+    delete = f"INSERT INTO {fts}({fts}, rowid, {column}) VALUES ('delete', old.id, old.{column});"
+    insert = f"INSERT INTO {fts}(rowid, {column}) VALUES (new.id, new.{column});"
+    db.executescript(f"""
+        CREATE TRIGGER {prefix}_ai AFTER INSERT ON {table} BEGIN {insert} END;
+        CREATE TRIGGER {prefix}_ad AFTER DELETE ON {table} BEGIN {delete} END;
+        CREATE TRIGGER {prefix}_au AFTER {update} ON {table} BEGIN {delete} {insert} END;
+        """)
