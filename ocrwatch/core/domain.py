@@ -6,6 +6,7 @@ do not depend on the engines folder.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -13,7 +14,6 @@ from pathlib import Path
 from PIL import Image
 
 from ocrwatch.core.layout import PageLayout
-from ocrwatch.store.db import display_path
 
 
 @dataclass(frozen=True)
@@ -95,3 +95,8 @@ class Job:
     @property
     def display(self) -> str:
         return display_path(self.path)
+
+
+def display_path(path: Path) -> str:
+    """A path as text for people and the index: its bytes read as UTF-8, others replaced."""
+    return os.fsencode(path).decode("utf-8", errors="replace")

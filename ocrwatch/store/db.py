@@ -23,6 +23,7 @@ from typing import Any
 import sqlite_utils
 
 from ocrwatch.core import paths
+from ocrwatch.core.domain import display_path as display_path  # re-exported for the store
 from ocrwatch.core.errors import (
     ConfigError,
     IndexDamaged,
@@ -414,7 +415,3 @@ def encode_path(path: Path) -> bytes:
 
 def decode_path(raw: bytes) -> Path:
     return Path(os.fsdecode(raw))
-
-
-def display_path(path: Path) -> str:
-    return os.fsencode(path).decode("utf-8", errors="replace")
