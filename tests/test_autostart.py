@@ -42,7 +42,7 @@ EXE = Path("/opt/ocr tools/bin/ocrwatch")  # a space, to check the quoting
 
 def test_templates_are_the_packaged_files() -> None:
     for name in (autostart.UNIT, autostart.DESKTOP, autostart.PLIST):
-        packaged = (ROOT / "ocrwatch" / "data" / name).read_text(encoding="utf-8")
+        packaged = (ROOT / "packaging" / name).read_text(encoding="utf-8")
         assert autostart.template(
             {"ocrwatch.service": "systemd", "ocrwatch.desktop": "xdg"}.get(name, "launchd")
         ) == packaged

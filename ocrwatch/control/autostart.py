@@ -10,8 +10,9 @@ Which one, by platform:
   every freedesktop session starts inside the session, with its display and D-Bus.
 * macOS: a launchd agent in ``~/Library/LaunchAgents``.
 
-The templates live in ``ocrwatch/data`` (the README shows how to install them by hand);
-``@OCRWATCH@`` and friends are filled in here. Commands such as
+The templates' one copy is ``packaging/`` at the top of the source (the README shows how
+to install them by hand); the wheel carries them in ``ocrwatch/data`` (copied there by
+``setup.py`` at build time). ``@OCRWATCH@`` and friends are filled in here. Commands such as
 ``systemctl`` run through an injectable runner, so tests never touch the real session.
 """
 
@@ -142,9 +143,22 @@ def find_executable(environ: Mapping[str, str] | None = None) -> Path:
     )
 
 
+# A checkout or an editable install: the templates are read from the source's packaging/.
+SOURCE_TEMPLATES = Path(__file__).resolve().parents[2] / "packaging"
+
+
 def template(kind: str) -> str:
     name = TEMPLATE[kind]
-    return resources.files("ocrwatch").joinpath("data", name).read_text(encoding="utf-8")
+    packaged = resources.files("ocrwatch").joinpath("data", name)
+    if packaged.is_file():  # an installed wheel
+        return packaged.read_text(encoding="utf-8")
+    source = SOURCE_TEMPLATES / name
+    if source.is_file():
+        return source.read_text(encoding="utf-8")
+    raise OcrwatchError(
+        f"the {kind} template {name} is missing from this installation (neither in the "
+        f"package's data nor in {SOURCE_TEMPLATES}); reinstall ocrwatch from its wheel or sdist"
+    )
 
 
 def _systemd_quote(arg: str) -> str:
