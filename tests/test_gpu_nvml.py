@@ -1,4 +1,4 @@
-"""ocrwatch.engines.gpu: the card and each process's share of it, asked of NVML (a stand-in here)."""
+"""ocrwatch.engines.gpu: the card and each process's share of it, asked of NVML (a stand-in)."""
 
 from __future__ import annotations
 
