@@ -244,30 +244,24 @@ class Database:
             try:
                 self.conn.execute("BEGIN IMMEDIATE")
             except sqlite3.DatabaseError as exc:
-                if (transient := _transient(exc)) is not None:
-                    raise transient from exc
-                if (damage := self._damage(exc)) is not None:
-                    raise damage from exc
-                raise
+                if (mapped := self._mapped(exc)) is None:
+                    raise
+                raise mapped from exc
             try:
                 yield self.conn
             except BaseException as exc:
                 self._rollback()
-                if (transient := _transient(exc)) is not None:
-                    raise transient from exc
-                if (damage := self._damage(exc)) is not None:
-                    raise damage from exc
-                raise
+                if (mapped := self._mapped(exc)) is None:
+                    raise
+                raise mapped from exc
             else:
                 try:
                     self.conn.execute("COMMIT")
                 except sqlite3.DatabaseError as exc:
                     self._rollback()
-                    if (transient := _transient(exc)) is not None:
-                        raise transient from exc
-                    if (damage := self._damage(exc)) is not None:
-                        raise damage from exc
-                    raise
+                    if (mapped := self._mapped(exc)) is None:
+                        raise
+                    raise mapped from exc
 
     def _rollback(self) -> None:
         # On a full disk or an I/O error SQLite may have rolled back already; a second
@@ -277,6 +271,11 @@ class Database:
                 self.conn.execute("ROLLBACK")
             except sqlite3.Error as exc:
                 log.warning("could not roll back a transaction: %s", exc)
+
+    def _mapped(self, exc: BaseException) -> TransientError | IndexDamaged | None:
+        """What a transaction raises instead of ``exc``: a full disk or a busy index as
+        TransientError (retried later), a damaged file as IndexDamaged; None: ``exc``."""
+        return _transient(exc) or self._damage(exc)
 
     def _damage(self, exc: BaseException) -> IndexDamaged | None:
         """The error as IndexDamaged when SQLite says the file is damaged; remembered in
