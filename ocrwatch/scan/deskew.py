@@ -15,11 +15,12 @@ import itertools
 
 from PIL import Image
 
+from ocrwatch.scan import inkcover
+
 MAX_ANGLE = 10.0  # degrees: beyond, a page is not skewed but laid sideways (orient.py)
 MIN_ANGLE = 1.0  # degrees: Tesseract reads this little skew about as well as none
 WORK_SIDE = 600  # pixels: the longest side the angle is measured at
 GAIN = 1.15  # the best angle's sharpness over the straight page's, at least
-INK_DEPTH = 0.3  # as in inkcover: darker than the paper by this share is ink
 NEAR_WHITE = 245  # grey level from which a pixel of a straightened page is not paper
 
 
@@ -29,14 +30,7 @@ def _mask(image: Image.Image) -> Image.Image:
     factor = max(1, round(max(grey.size) / WORK_SIDE))
     if factor > 1:
         grey = grey.reduce(factor)
-    histogram = grey.histogram()
-    total, seen, paper = sum(histogram), 0, 255
-    for value in range(255, -1, -1):
-        seen += histogram[value]
-        if seen * 2 >= total:
-            paper = value
-            break
-    limit = paper * (1 - INK_DEPTH)
+    limit = inkcover.ink_limit(grey.histogram())
     return grey.point(lambda v: 255 if v < limit else 0)
 
 

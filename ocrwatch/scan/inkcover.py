@@ -32,6 +32,18 @@ TILE = 16  # pixels at WORK_SIDE: the square a mark is looked for in (1.6% of th
 TILE_INK = 0.05  # a square with more ink than this holds a mark: a word, a stamp, a line
 
 
+def ink_limit(histogram: list[int]) -> float:
+    """The grey level below which a pixel is ink: ``INK_DEPTH`` darker than the paper,
+    the brightness that half the page is at least as bright as."""
+    total, seen, paper = sum(histogram), 0, 255
+    for value in range(255, -1, -1):
+        seen += histogram[value]
+        if seen * 2 >= total:
+            paper = value
+            break
+    return paper * (1 - INK_DEPTH)
+
+
 def coverage(image: Image.Image) -> float:
     """The share of the page (0-1) covered by ink, away from its edges."""
     return _measure(image)[0]
@@ -52,14 +64,7 @@ def _measure(image: Image.Image) -> tuple[float, float]:
     total = sum(histogram)
     if not total:
         return 0.0, 0.0
-    # The paper: the brightness that half the page is at least as bright as.
-    seen, paper = 0, 255
-    for value in range(255, -1, -1):
-        seen += histogram[value]
-        if seen * 2 >= total:
-            paper = value
-            break
-    limit = paper * (1 - INK_DEPTH)
+    limit = ink_limit(histogram)
     ink = sum(histogram[value] for value in range(256) if value < limit)
     if not ink:
         return 0.0, 0.0
