@@ -75,6 +75,22 @@ def toml_list(values: Sequence[str]) -> str:
     return "[" + ", ".join(json.dumps(v) for v in values) + "]"
 
 
+def daemon_env(home: Path, work: Path) -> dict[str, str]:
+    """The environment of a benchmark's `ocrwatch run`: no OCRWATCH_ or XDG_ settings of
+    the user's, its XDG folders under ``home``, its socket under ``work/run``, this
+    checkout first on the path, no display."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OCRWATCH_", "XDG_"))}
+    env.update({"XDG_CONFIG_HOME": str(home / ".config"),
+                "XDG_DATA_HOME": str(home / ".local/share"),
+                "XDG_STATE_HOME": str(home / ".local/state"),
+                "XDG_RUNTIME_DIR": str(work / "run"),
+                "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
+                                                            os.environ.get("PYTHONPATH")]))})
+    env.pop("DISPLAY", None)
+    env.pop("WAYLAND_DISPLAY", None)
+    return env
+
+
 def run_daemon_on_drop(engine: Sequence[str], folder: Path, files: dict[str, int], work: Path,
                        settle: float, sampler: Any, timeout: float,
                        idle_mark: str | None = None) -> dict[str, Any]:
@@ -100,15 +116,7 @@ def run_daemon_on_drop(engine: Sequence[str], folder: Path, files: dict[str, int
         "rescan_minutes = 60.0",
         *engine,
     ]) + "\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OCRWATCH_", "XDG_"))}
-    env.update({"XDG_CONFIG_HOME": str(home / ".config"),
-                "XDG_DATA_HOME": str(home / ".local/share"),
-                "XDG_STATE_HOME": str(home / ".local/state"),
-                "XDG_RUNTIME_DIR": str(work / "run"),
-                "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
-                                                            os.environ.get("PYTHONPATH")]))})
-    env.pop("DISPLAY", None)
-    env.pop("WAYLAND_DISPLAY", None)
+    env = daemon_env(home, work)
     log = (work / "daemon.log").open("wb")
     launched = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "ocrwatch", "run", "--no-tray",

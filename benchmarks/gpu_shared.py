@@ -38,7 +38,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from _drop import done_pages, failures, make_drop, query, text_page, toml_list  # noqa: E402
+from _drop import (  # noqa: E402
+    daemon_env,
+    done_pages,
+    failures,
+    make_drop,
+    query,
+    text_page,
+    toml_list,
+)
 from gpu_engine import Sampler, emit, gpu_facts, used_mib  # noqa: E402
 
 GIB = 1024.0
@@ -102,20 +110,12 @@ class Daemon:
             "card_gb = 16.0",
             "standby = true",
         ]) + "\n")
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("OCRWATCH_", "XDG_"))}
-        env.update({"XDG_CONFIG_HOME": str(home / ".config"),
-                    "XDG_DATA_HOME": str(home / ".local/share"),
-                    "XDG_STATE_HOME": str(home / ".local/state"),
-                    "XDG_RUNTIME_DIR": str(work / "run"),
-                    "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
-                                                                os.environ.get("PYTHONPATH")]))})
-        env.pop("DISPLAY", None)
-        self.env = env
+        self.env = daemon_env(home, work)
         self.log_path = work / "daemon.log"
         self._log = self.log_path.open("wb")
         self.proc = subprocess.Popen([sys.executable, "-m", "ocrwatch", "run", "--no-tray",
                                       "--config", str(self.config)], stdout=self._log,
-                                     stderr=subprocess.STDOUT, env=env)
+                                     stderr=subprocess.STDOUT, env=self.env)
 
     def status(self) -> dict[str, Any]:
         out = subprocess.run([sys.executable, "-m", "ocrwatch", "status", "--json", "--config",
