@@ -22,11 +22,11 @@ from typing import Any
 from ocrwatch import __version__, pipeline
 from ocrwatch.config import Config
 from ocrwatch.config import reload as reloading
-from ocrwatch.config.languages import locale_note
 from ocrwatch.core.errors import OcrwatchError
 from ocrwatch.core.progress import PageCounts, Progress, Waiting, estimate
 from ocrwatch.core.status import EngineStatus, Reading, Status
-from ocrwatch.engines import Choice, Engine, choose, create
+from ocrwatch.engines import Engine, registry
+from ocrwatch.engines.registry import Choice, choose, create
 from ocrwatch.hooks.runner import AfterDone
 from ocrwatch.indexhealth import IndexGuard, open_index
 from ocrwatch.intake.follow import Follower
@@ -84,8 +84,7 @@ class Daemon:
             self.choice = Choice(engine.name, "given by the caller")
             self.engine = engine
         # What a page is read with: a language change makes earlier pages stale.
-        self.read_with = (f"{self.engine.name} {'+'.join(config.languages)}"
-                          if self.engine.name == "tesseract" else self.engine.name)
+        self.read_with = registry.read_with(self.engine.name, config)
         self.ctx = Context(
             config, self.jobs, self.choice.name, self.read_with,
             # What happens around the sidecars: the PDF, the original's fate, hooks.
@@ -445,8 +444,7 @@ class Daemon:
             database=str(self.config.database),
             log_file=str(self.log_file) if self.log_file else None,
             pid=os.getpid(), version=__version__,
-            language_note=locale_note(self.config.languages)
-            if self.choice.name == "tesseract" else None,
+            language_note=registry.note(self.choice.name, self.config),
             reading=self.reading(), languages=tuple(self.config.languages),
             restart_needed=self.restart_needed,
             progress=self.progress(str(engine_facts.get("state", "")), facts,

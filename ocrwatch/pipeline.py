@@ -37,7 +37,7 @@ from ocrwatch.core.safeopen import (
     source_root,
 )
 from ocrwatch.core.textutil import text_to_markdown
-from ocrwatch.engines import Engine
+from ocrwatch.engines import Engine, registry
 from ocrwatch.hooks.runner import AfterDone
 from ocrwatch.intake.follow import Follower
 from ocrwatch.outcome import defer, fail, refuse
@@ -70,14 +70,14 @@ class Context:
     # Originals moved or deleted on purpose after reading: their "gone" event must not
     # drop them from the index. (set.add and set.discard are atomic: no lock needed.)
     retired: set[Path] = field(default_factory=set)
-    # Blank pages, orientation and skew (made from ``config`` when not given). The fake
-    # engine (tests only) reads no pixels: its pages go to it as decoded.
+    # Blank pages, orientation and skew (made from ``config`` when not given). An engine
+    # registered without scans (the tests' fake engine reads no pixels) gets pages as decoded.
     scan: ScanPrep | None = None
 
     def __post_init__(self) -> None:
         if self.scan is None:
             object.__setattr__(self, "scan", ScanPrep(self.config,
-                                                      enabled=self.engine_name != "fake"))
+                                                      enabled=registry.scans(self.engine_name)))
 
 
 # -- 0. start-up --------------------------------------------------------------------

@@ -157,7 +157,7 @@ def test_the_tray_opens_the_daemons_page(tmp_path: Path, home: Path) -> None:
     from ocrwatch import tray
     from ocrwatch.config import Config
     from ocrwatch.daemon import Daemon
-    from ocrwatch.engines.fake import FakeEngine
+    from ocrwatch.testing.fake import FakeEngine
 
     config = Config(inbox=[tmp_path / "inbox"], database=tmp_path / "index.sqlite3",
                     engine="fake", cache_dir=tmp_path / "cache")

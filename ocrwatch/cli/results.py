@@ -188,8 +188,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def _offline_status(args: argparse.Namespace) -> Status:
     from ocrwatch.cli.logs import default_log_file
-    from ocrwatch.config.languages import locale_note
-    from ocrwatch.engines import choose
+    from ocrwatch.engines import registry
     from ocrwatch.store.db import Database
     from ocrwatch.store.jobs import JobQueue
 
@@ -198,12 +197,11 @@ def _offline_status(args: argparse.Namespace) -> Status:
     if getattr(args, "database", None):
         config.database = Path(args.database).expanduser()
         origin = "the command-line flag --database"
-    choice = choose(config)
+    choice = registry.choose(config)
     status = Status(state="stopped", engine=EngineStatus(choice.name, choice.why),
                     database=str(config.database), log_file=str(default_log_file()),
                     languages=tuple(config.languages),
-                    language_note=locale_note(config.languages)
-                    if choice.name == "tesseract" else None)
+                    language_note=registry.note(choice.name, config))
     if config.database.exists():
         db = Database(config.database, readonly=True, origin=origin)
         try:

@@ -46,7 +46,7 @@ def validate(config: Config) -> None:
     def fail(key: str, msg: str) -> None:
         raise ConfigError(f"{config.origin(key)}: {key} {msg}")
 
-    if config.engine not in ENGINES:
+    if config.engine not in ENGINES:  # filled by ocrwatch/engines/registry.py
         fail("engine", f"= {config.engine!r} is not one of {', '.join(ENGINES)}.")
     if config.pdf_text not in PDF_TEXT:
         fail("pdf_text", f"= {config.pdf_text!r} is not one of {', '.join(PDF_TEXT)} (auto: "

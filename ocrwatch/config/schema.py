@@ -9,7 +9,17 @@ from typing import Any
 from ocrwatch.config.languages import default_languages
 from ocrwatch.core import paths
 
-ENGINES = ("auto", "tesseract", "vllm", "remote", "fake")
+# The values ``engine`` takes: "auto" and each registered engine's name. The engines import
+# the config, so the config cannot list them: ocrwatch/engines/registry.py adds each here.
+ENGINES: list[str] = []
+
+
+def allow_engine(name: str) -> None:
+    """Accept ``engine = name`` (called by the engine registry)."""
+    if name not in ENGINES:
+        ENGINES.append(name)
+
+
 OBSERVERS = ("auto", "native", "polling")
 PDF_TEXT = ("auto", "ocr", "text")
 OUTPUTS = ("md", "txt", "pdf")

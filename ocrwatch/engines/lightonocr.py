@@ -12,7 +12,7 @@ import math
 
 from ocrwatch.core.domain import PageText
 from ocrwatch.core.textutil import markdown_to_text, repeats_itself, strip_controls
-from ocrwatch.engines.base import BatchPolicy
+from ocrwatch.engines.base import ReadPolicy
 
 # The model was made for pages whose longest side is 1540 px: every page is fitted to it,
 # a smaller one enlarged and a larger one shrunk (pages.scale_to, with the engine's
@@ -73,14 +73,14 @@ def failed_page(reason: str) -> PageText:
 
 class LightOnOCREngine:
     """What the engines that run this model (vllm, remote) say about pages: the model's
-    largest side, and the batch policy each engine sets in ``_policy``."""
+    largest side, and the read policy each engine sets in ``_policy``."""
 
-    _policy: BatchPolicy
+    _policy: ReadPolicy
 
     @property
     def max_side(self) -> int | None:
         return MAX_SIDE
 
     @property
-    def policy(self) -> BatchPolicy:
+    def policy(self) -> ReadPolicy:
         return self._policy

@@ -43,7 +43,7 @@ from ocrwatch.core.domain import Page, PageText
 from ocrwatch.core.errors import EngineError, EngineUnavailable
 from ocrwatch.core.threads import Loop
 from ocrwatch.engines import lightonocr
-from ocrwatch.engines.base import BatchPolicy, gpu_preparers
+from ocrwatch.engines.base import Doctor, ReadPolicy, Registration, gpu_preparers
 from ocrwatch.engines.openai_http import (
     CONNECT_TIMEOUT,
     PROBE_TIMEOUT,
@@ -134,8 +134,7 @@ class RemoteEngine(lightonocr.LightOnOCREngine):
         self._cfg = config.remote
         urls = self._cfg.urls or [self._cfg.url]
         self._servers = [_Server(u.rstrip("/")) for u in urls]
-        self._policy = BatchPolicy(max_pages=1, concurrency=self._cfg.concurrency,
-                                   preparers=gpu_preparers())
+        self._policy = ReadPolicy(concurrency=self._cfg.concurrency, preparers=gpu_preparers())
         self._cond = threading.Condition()
         self._starting = threading.Lock()
         self._slots = threading.BoundedSemaphore(self._cfg.concurrency)
@@ -426,3 +425,5 @@ class RemoteEngine(lightonocr.LightOnOCREngine):
                 raise EngineError("the remote engine was closed; start the daemon again.")
             queued = time.monotonic()
 
+
+ENGINE = Registration("remote", RemoteEngine, section="remote", doctor=(Doctor.SERVERS,))

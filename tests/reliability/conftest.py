@@ -12,7 +12,7 @@ import pytest
 from ocrwatch.config import Config
 from ocrwatch.core.domain import Page, PageText
 from ocrwatch.daemon import Daemon
-from ocrwatch.engines.fake import FakeEngine
+from ocrwatch.testing.fake import FakeEngine
 
 from .helpers import DaemonProcess, Home
 

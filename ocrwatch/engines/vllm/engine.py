@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ocrwatch.core.domain import Page, PageText
 from ocrwatch.core.errors import EngineError, EngineUnavailable
 from ocrwatch.engines import gpu, lightonocr
-from ocrwatch.engines.base import BatchPolicy, gpu_preparers
+from ocrwatch.engines.base import ReadPolicy, gpu_preparers
 from ocrwatch.engines.vllm.admission import Request
 from ocrwatch.engines.vllm.feeder import Feeder
 from ocrwatch.engines.vllm.memory import MemoryPlan, default_budget, plan_memory
@@ -82,9 +82,7 @@ class VllmEngine(lightonocr.LightOnOCREngine, Feeder):
                          replan, others_mib)
         # One page per call: each page's result goes on to its file the moment it ends.
         # Twice max_num_seqs callers keep a choice of pages waiting for admission.
-        self._policy = BatchPolicy(max_pages=1, concurrency=2 * plan.max_num_seqs,
-                                   preparers=gpu_preparers(),
-                                   cost=lightonocr.image_tokens)
+        self._policy = ReadPolicy(concurrency=2 * plan.max_num_seqs, preparers=gpu_preparers())
         atexit.register(self.close)
 
     # -- the Engine interface ------------------------------------------------------------
