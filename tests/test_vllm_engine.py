@@ -27,6 +27,7 @@ from ocrwatch.config import Config
 from ocrwatch.core.domain import Page, PageText
 from ocrwatch.core.errors import EngineError, EngineUnavailable
 from ocrwatch.core.textutil import markdown_to_text, repeats_itself
+from ocrwatch.engines.base import ReadPolicy, gpu_preparers
 from ocrwatch.engines.faults import Fault
 from ocrwatch.engines.lightonocr import MAX_PROMPT_TOKENS, image_tokens
 from ocrwatch.engines.vllm import VllmEngine, plan_memory
@@ -170,10 +171,10 @@ def test_plan_leaves_what_other_programs_hold_and_says_when_that_is_too_much() -
 def test_engine_policy_comes_from_the_plan() -> None:
     eng = make_engine()
     try:
-        # One page per call, twice max_num_seqs callers: pages stream, results come singly.
-        assert eng.policy.max_pages == 1
-        assert eng.policy.concurrency == 2 * eng.plan.max_num_seqs
-        assert eng.policy.cost(1088, 1540) == image_tokens(1088, 1540)
+        # One page per call (as for every engine), twice max_num_seqs callers: pages
+        # stream, results come singly.
+        assert eng.policy == ReadPolicy(concurrency=2 * eng.plan.max_num_seqs,
+                                        preparers=gpu_preparers())
         assert eng.max_side == 1540
         assert eng.describe()["state"] == "stopped"
     finally:

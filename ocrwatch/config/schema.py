@@ -11,13 +11,18 @@ from ocrwatch.core import paths
 
 # The values ``engine`` takes: "auto" and each registered engine's name. The engines import
 # the config, so the config cannot list them: ocrwatch/engines/registry.py adds each here.
-ENGINES: list[str] = []
+_ENGINES: list[str] = []
 
 
 def allow_engine(name: str) -> None:
     """Accept ``engine = name`` (called by the engine registry)."""
-    if name not in ENGINES:
-        ENGINES.append(name)
+    if name not in _ENGINES:
+        _ENGINES.append(name)
+
+
+def engine_names() -> tuple[str, ...]:
+    """The values ``engine`` may take, in the order they were registered."""
+    return tuple(_ENGINES)
 
 
 OBSERVERS = ("auto", "native", "polling")
