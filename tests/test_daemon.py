@@ -303,7 +303,7 @@ def test_startup_recovers_running_jobs(config: Config) -> None:
 def test_pages_reach_the_engine_one_at_a_time_in_order(config: Config) -> None:
     # Every engine takes one page per call and does its own admission: pages and strips
     # of every size go in singly, each page once, a file's pages in their order.
-    engine = FakeEngine(policy=ReadPolicy(concurrency=1))
+    engine = FakeEngine()
     d = Daemon(config, engine=engine)
     d.pause()
     inbox = config.inbox[0]
