@@ -370,13 +370,13 @@ class RemoteEngine(lightonocr.LightOnOCREngine):
             try:
                 text, finish = self._ask(client, url, self._cfg.temperature)
                 warnings: list[str] = []
-                if self._looped(text, finish):
+                if lightonocr.looped(text, finish, ignore_eos=self._cfg.ignore_eos):
                     log.info("Page %d of %s did not finish cleanly; trying again at "
                              "temperature %.1f.", page.index + 1, page.source.name,
                              lightonocr.RETRY_TEMPERATURE)
                     with contextlib.suppress(PageFailed):  # else the first reading stands
                         text, finish = self._ask(client, url, lightonocr.RETRY_TEMPERATURE)
-                    if self._looped(text, finish):
+                    if lightonocr.looped(text, finish, ignore_eos=self._cfg.ignore_eos):
                         warnings.append(lightonocr.loop_warning(finish))
             except PageFailed as exc:
                 with self._cond:
@@ -385,11 +385,6 @@ class RemoteEngine(lightonocr.LightOnOCREngine):
         with self._cond:
             self._pages += 1
         return lightonocr.page_text(text, warnings)
-
-    def _looped(self, text: str, finish: str) -> bool:
-        if self._cfg.ignore_eos:  # benchmarks: every page runs to max_tokens on purpose
-            return False
-        return lightonocr.looped(text, finish)
 
     def _ask(self, client: httpx.Client, image_url: str, temperature: float) -> tuple[str, str]:
         """One reading of a page: retried across servers until one answers or time is up."""
