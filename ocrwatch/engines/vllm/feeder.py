@@ -1,4 +1,4 @@
-"""The feeder: the one thread that talks to the vLLM worker, and the state it shares.
+"""The feeder: the one thread that talks to the vLLM worker, and the state it owns.
 
 It admits pages from the queue (:mod:`.admission`) up to ``max_num_seqs`` in flight,
 sends each to the worker as soon as it is chosen, hands each result back the moment
