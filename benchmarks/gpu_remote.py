@@ -54,7 +54,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _common import header, save  # noqa: E402
-from _drop import make_drop, run_daemon_on_drop, toml_list  # noqa: E402
+from _drop import make_drop, run_daemon_on_drop, toml_list, warm_drop  # noqa: E402
 from gpu_engine import Sampler, total_mib, used_mib  # noqa: E402
 
 from ocrwatch.engines.lightonocr import MAX_SIDE  # noqa: E402
@@ -340,7 +340,7 @@ def _token_medians(prompt: list[int], completion: list[int]) -> dict[str, float]
 
 def run_daemon(urls: Sequence[str], folder: Path, files: dict[str, int], concurrency: int,
                tokens: int, settle: float, work: Path, sampler: Sampler | None,
-               timeout: float) -> dict[str, Any]:
+               timeout: float, warm: tuple[int, int, int] = (1, 0, 0)) -> dict[str, Any]:
     """`ocrwatch run` with the remote engine on the drop (benchmarks/_drop.py)."""
     result = run_daemon_on_drop([
         'engine = "remote"',
@@ -351,7 +351,7 @@ def run_daemon(urls: Sequence[str], folder: Path, files: dict[str, int], concurr
         "ignore_eos = true",
         f"concurrency = {concurrency}",
         "timeout_seconds = 600.0",
-    ], folder, files, work, settle, sampler, timeout)
+    ], folder, files, work, settle, sampler, timeout, warm=warm)
     result["stage_ms"] = engine_stages(work / "daemon.log")
     result["tokens"] = engine_tokens(work / "daemon.log")
     # The daemon's own clock starts at the drop and so includes settle_seconds, which a
@@ -529,6 +529,9 @@ def main() -> None:
                         help="one server with --data-parallel-size GPUS, not one per GPU")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--tokens", type=int, default=500)
+    parser.add_argument("--warm", default="6,6,1",
+                        help="the daemon's warm-up drop before the timed one: A4 pages, card "
+                             "photos, four-page PDFs (default 6,6,1: every size the drop holds)")
     parser.add_argument("--concurrency", type=int, action="append", default=[],
                         help="the daemon's remote.concurrency (repeatable; default 2 x "
                              "max_num_seqs per server)")
@@ -606,7 +609,8 @@ def main() -> None:
         for c in concurrencies:
             with Occupancy(urls) as occupancy:
                 result = run_daemon(urls, folder, files, c, args.tokens, args.settle,
-                                    work / f"daemon_{c}", sampler, args.timeout)
+                                    work / f"daemon_{c}", sampler, args.timeout,
+                                    warm_drop(args.warm))
             result["occupancy"] = occupancy.busy_means()
             runs.append(("ocrwatch daemon, remote engine", c, result))
             print(f"daemon, {c} in flight: {result['rate']:.2f} pages/s, "

@@ -20,7 +20,8 @@ def test_the_remote_benchmark_runs_end_to_end_on_a_fake_server(tmp_path: Path) -
         done = subprocess.run(
             [sys.executable, str(ROOT / "benchmarks" / "gpu_remote.py"), "--url", server.url,
              "--drop", "1,1,1", "--concurrency", "4", "--settle", "0.3",
-             "--out", str(out), "--work", str(tmp_path / "work"), "--timeout", "120"],
+             "--out", str(out), "--work", str(tmp_path / "work"), "--timeout", "120",
+             "--warm", "1,0,0"],
             capture_output=True, text=True, timeout=240, cwd=ROOT)
         assert done.returncode == 0, done.stdout + done.stderr
         # A warm-up pass and the plain client, the daemon's drop (a warm-up file, then 1 A4
@@ -57,7 +58,7 @@ def test_the_remote_benchmark_runs_end_to_end_on_a_fake_server(tmp_path: Path) -
         "encode", "queue", "send", "wait", "read", "parse"]
     inbox = tmp_path / "work" / "daemon_4" / "inbox"
     assert sorted(p.name for p in inbox.glob("*.md")) == [
-        "a4_00.md", "card_00.md", "doc_0.md", "warmup.md"]
+        "a4_00.md", "card_00.md", "doc_0.md", "warmup_a4_00.md"]
     assert (inbox / "doc_0.md").read_text().count("<!-- page") == 4
 
 
@@ -70,7 +71,8 @@ def test_an_empty_answer_is_a_page_read_and_only_errors_are_failures(tmp_path: P
         done = subprocess.run(
             [sys.executable, str(ROOT / "benchmarks" / "gpu_remote.py"), "--url", server.url,
              "--drop", "1,1,0", "--concurrency", "2", "--settle", "0.3",
-             "--out", str(out), "--work", str(tmp_path / "work"), "--timeout", "120"],
+             "--out", str(out), "--work", str(tmp_path / "work"), "--timeout", "120",
+             "--warm", "1,0,0"],
             capture_output=True, text=True, timeout=240, cwd=ROOT)
         assert done.returncode == 0, done.stdout + done.stderr
     rows = [[c.strip() for c in line.strip("|").split("|")]
