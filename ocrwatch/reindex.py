@@ -206,7 +206,7 @@ def from_sidecars(config: Config, db: Database, progress: Progress | None = None
             progress(1)
     if deleted:
         for result, md, txt in results_of_deleted(config):
-            if jobs.known(result) is not None or jobs.sidecars_owned(md, txt):
+            if jobs.known(result) is not None or jobs.files.sidecars_owned(md, txt):
                 continue
             try:
                 pages += _restore_result(jobs, result, md, txt)
@@ -223,7 +223,7 @@ def _restore_result(jobs: JobQueue, result: Path, md: Path, txt: Path) -> int:
     markdown = md.read_text(encoding="utf-8") if _is_file(md) else None
     read = split_pages(text, markdown)
     sha = str(mark.get("sha256"))
-    job_id = jobs.restore(result, os.stat(result), sha)
+    job_id = jobs.files.restore(result, os.stat(result), sha)
     jobs.complete(job_id, read, engine=mark.get("engine") or "sidecars",
                   md_path=md if markdown is not None else None, txt_path=txt, sha256=sha,
                   read_with=mark.get("read_with"))
@@ -241,7 +241,7 @@ def known_by_sidecars(config: Config, jobs: JobQueue, original: Path, st: os.sta
     folder = output_folder(config, original)
     pair = next((pair for stem in (fitting(original.name), fitting(original.stem))
                  if _is_file((pair := sidecar_paths(folder / stem))[1])
-                 and read_mark(pair[1]) is not None and not jobs.sidecars_owned(*pair)), None)
+                 and read_mark(pair[1]) is not None and not jobs.files.sidecars_owned(*pair)), None)
     if pair is None:
         return None
     try:
@@ -271,14 +271,14 @@ def _restore(jobs: JobQueue, original: Path, st: os.stat_result, sha: str,
         jobs.offer(original, st.st_size, st.st_mtime_ns, sha, dev=st.st_dev, inode=st.st_ino)
         job = jobs.known(original)
         if job is not None:
-            jobs.reserve_sidecars(job.id, md, txt)
+            jobs.files.reserve_sidecars(job.id, md, txt)
         log.info("%s changed since its sidecars were written: read again over them",
                  original)
         return 0
     text = txt.read_text(encoding="utf-8")
     markdown = md.read_text(encoding="utf-8") if _is_file(md) else None
     read = split_pages(text, markdown)
-    job_id = jobs.restore(original, st, sha)
+    job_id = jobs.files.restore(original, st, sha)
     jobs.complete(job_id, read, engine=(mark or {}).get("engine") or "sidecars",
                   md_path=md if markdown is not None else None, txt_path=txt, sha256=sha,
                   read_with=(mark or {}).get("read_with"))

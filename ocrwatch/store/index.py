@@ -100,6 +100,15 @@ def replace_pages(conn: sqlite3.Connection, job_id: int, pages: list[PageText]) 
     )
 
 
+def drop_pages(conn: sqlite3.Connection, job_id: int) -> list[tuple[str, str]]:
+    """Remove the job's page rows (and their FTS rows) inside the caller's transaction;
+    returns each page's (markdown, text), by which the job's sidecars are recognised."""
+    rows = conn.execute("SELECT markdown, text FROM pages WHERE job_id = ? ORDER BY page",
+                        (job_id,)).fetchall()
+    conn.execute("DELETE FROM pages WHERE job_id = ?", (job_id,))
+    return [(m, t) for m, t in rows]
+
+
 def pages_of(db: Database, job_id: int) -> list[PageText]:
     """The pages stored for a job, in order."""
     rows = db.query(
