@@ -30,45 +30,16 @@ from ocrwatch.intake.inbox_files import walk
 from ocrwatch.results.lifecycle import output_folder
 from ocrwatch.results.sidecar import fitting, read_mark, sidecar_paths
 from ocrwatch.store.db import Database
+from ocrwatch.store.index import count_pages as count_pages  # re-exported for the CLI
+from ocrwatch.store.index import rebuild_fts as rebuild_fts
 from ocrwatch.store.jobfiles import Seen
 from ocrwatch.store.jobs import JobQueue, file_sha256
 
 log = logging.getLogger(__name__)
 
-CHUNK = 2000  # pages per step of the progress bar
 _PAGE_MARK = re.compile(r"^<!-- page (\d+) -->\n\n", re.M)
 
 Progress = Callable[[int], None]  # called with how many more items are done
-
-
-def count_pages(db: Database) -> int:
-    return int(db.query("SELECT COUNT(*) AS n FROM pages")[0]["n"])
-
-
-def rebuild_fts(db: Database, progress: Progress | None = None) -> int:
-    """Fill the full-text tables again from ``pages`` and ``jobs``; returns pages indexed."""
-    done = 0
-    with db.transaction() as conn:
-        for table in ("pages_fts", "pages_tri", "jobs_fts"):
-            conn.execute(f"INSERT INTO {table}({table}) VALUES ('delete-all')")
-        conn.execute("INSERT INTO jobs_fts(rowid, display) SELECT id, display FROM jobs")
-        (top,) = conn.execute("SELECT COALESCE(MAX(id), 0) FROM pages").fetchone()
-        low = 0
-        while low < top:
-            high = low + CHUNK
-            conn.execute("INSERT INTO pages_fts(rowid, text) SELECT id, text FROM pages "
-                         "WHERE id > ? AND id <= ?", (low, high))
-            # Trigrams only for pages with CJK text, as the index's triggers keep them.
-            conn.execute("INSERT INTO pages_tri(rowid, text) SELECT id, text FROM pages "
-                         "WHERE id > ? AND id <= ? AND cjk", (low, high))
-            (n,) = conn.execute("SELECT COUNT(*) FROM pages WHERE id > ? AND id <= ?",
-                                (low, high)).fetchone()
-            done += n
-            if progress is not None and n:
-                progress(n)
-            low = high
-        conn.execute("INSERT INTO pages_fts(pages_fts) VALUES ('optimize')")
-    return done
 
 
 @dataclass(frozen=True)

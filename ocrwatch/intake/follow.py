@@ -81,9 +81,7 @@ class Follower:
         """Known files that no longer exist (the rescan reports them as gone, so that a
         file moved meanwhile is followed rather than dropped), after sweeping thumbnails
         of content no longer in the index."""
-        keep = {str(r["sha256"]) for r in
-                self.jobs.db.query("SELECT DISTINCT sha256 FROM jobs WHERE sha256 IS NOT NULL")}
-        self.thumbs.sweep(keep)
+        self.thumbs.sweep(self.jobs.files.contents())
         return self.jobs.files.missing()
 
     def relocated(self, path: Path, st: os.stat_result, sha256: str | None = None) -> bool:
@@ -183,6 +181,5 @@ class Follower:
                 removed += self._remove_pdf(item)
                 if removed:
                     log.info("removed %s", ", ".join(p.name for p in removed))
-            if item.sha256 and not self.jobs.db.query(
-                    "SELECT 1 FROM jobs WHERE sha256 = ? LIMIT 1", (item.sha256,)):
+            if item.sha256 and not self.jobs.files.has_content(item.sha256):
                 self.thumbs.remove(item.sha256)

@@ -235,6 +235,15 @@ class JobFiles:
                 (new_id(conn), encode_path(path), display_path(path), reason, now, now, now),
             )
 
+    def contents(self) -> set[str]:
+        """The content hash of every known file."""
+        return {str(r["sha256"]) for r in
+                self.db.query("SELECT DISTINCT sha256 FROM jobs WHERE sha256 IS NOT NULL")}
+
+    def has_content(self, sha256: str) -> bool:
+        """Whether a known file has this content."""
+        return bool(self.db.query("SELECT 1 FROM jobs WHERE sha256 = ? LIMIT 1", (sha256,)))
+
     def exists(self, job_id: int) -> bool:
         return bool(self.db.query("SELECT 1 FROM jobs WHERE id = ?", (job_id,)))
 
@@ -491,7 +500,113 @@ class JobQueue:
             "ORDER BY id", (read_with,))
         return [job_from_row(r) for r in rows]
 
+    # -- on_success: the moves journal and what is still owed (results.lifecycle) -----
+    def journal_moves(self, job_id: int, moves: list[tuple[Path, Path]]) -> None:
+        """Record the moves of an archive before any is made (a crash mid-move is
+        finished at the next start)."""
+        with self.db.transaction() as conn:
+            conn.executemany(
+                "INSERT INTO moves(job_id, src, dest) VALUES (?, ?, ?)",
+                [(job_id, encode_path(s), encode_path(d)) for s, d in moves])
+
+    def settle_moves(self, job_id: int, moves: list[tuple[Path, Path]],
+                     original: Path | None,
+                     retire: tuple[str | None, str | None] = (None, None)) -> None:
+        """Point the job at the moved files, drop its journal rows and record what
+        on_success still owes the file (``retire``: nothing, by default), in one
+        transaction."""
+        with self.db.transaction() as conn:
+            for src, dest in moves:
+                old, new = encode_path(src), encode_path(dest)
+                if original is not None and src == original:
+                    conn.execute("UPDATE jobs SET path = ?, display = ? WHERE id = ? AND path = ?",
+                                 (new, display_path(dest), job_id, old))
+                conn.execute("UPDATE jobs SET md_path = ? WHERE id = ? AND md_path = ?",
+                             (new, job_id, old))
+                conn.execute("UPDATE jobs SET txt_path = ? WHERE id = ? AND txt_path = ?",
+                             (new, job_id, old))
+            conn.execute("DELETE FROM moves WHERE job_id = ?", (job_id,))
+            conn.execute("UPDATE jobs SET retire = ?, retire_reason = ? WHERE id = ?",
+                         (*retire, job_id))
+
+    def record_retire(self, job_id: int, retire: str | None, reason: str | None = None) -> None:
+        """What on_success still owes the job: None (nothing), "kept" or "failed", and
+        why."""
+        with self.db.transaction() as conn:
+            conn.execute("UPDATE jobs SET retire = ?, retire_reason = ? WHERE id = ?",
+                         (retire, reason, job_id))
+
+    def deleted_original(self, job_id: int, result: Path | None) -> None:
+        """The original was deleted after its reading: the job names its result (when
+        there is one) and owes nothing more, in one transaction."""
+        with self.db.transaction() as conn:
+            if result is not None:
+                conn.execute("UPDATE jobs SET path = ?, display = ? WHERE id = ?",
+                             (encode_path(result), display_path(result), job_id))
+            conn.execute("UPDATE jobs SET retire = NULL, retire_reason = NULL WHERE id = ?",
+                         (job_id,))
+
+    def journal(self, src: Path | None = None) -> dict[int, list[tuple[Path, Path]]]:
+        """The journalled moves, by job, in the order made (with ``src``: those of the job
+        moving ``src`` only)."""
+        rows = self.db.query(
+            "SELECT job_id, src, dest FROM moves WHERE ? IS NULL OR job_id IN "
+            "(SELECT job_id FROM moves WHERE src = ?) ORDER BY id",
+            (None if src is None else encode_path(src),) * 2)
+        jobs: dict[int, list[tuple[Path, Path]]] = {}
+        for row in rows:
+            jobs.setdefault(int(row["job_id"]), []).append(
+                (decode_path(row["src"]), decode_path(row["dest"])))
+        return jobs
+
+    def journalled(self, path: Path) -> bool:
+        """Whether a move of ``path`` is in the journal (under way, or cut short)."""
+        return bool(self.db.query("SELECT 1 FROM moves WHERE src = ? LIMIT 1",
+                                  (encode_path(path),)))
+
+    def owed(self) -> list[Job]:
+        """Done files whose on_success was cut short ("pending") or failed."""
+        rows = self.db.query("SELECT * FROM jobs WHERE state = 'done' "
+                             "AND retire IN ('pending', 'failed') ORDER BY id")
+        return [job_from_row(r) for r in rows]
+
+    def sidecar_names(self, job_id: int) -> tuple[Path | None, Path | None]:
+        """The job's recorded (Markdown, text) sidecar names."""
+        rows = self.db.query("SELECT md_path, txt_path FROM jobs WHERE id = ?", (job_id,))
+        if not rows:
+            return None, None
+        return opt_path(rows[0]["md_path"]), opt_path(rows[0]["txt_path"])
+
     # -- reporting -----------------------------------------------------------------
+    def was_done(self, source: Path, md: Path | None) -> bool:
+        """Whether the index holds ``source`` (or its Markdown, moved with it) as done."""
+        keys = [encode_path(source)] + ([encode_path(md)] if md is not None else [])
+        marks = ", ".join("?" * len(keys))
+        return bool(self.db.query(
+            f"SELECT 1 FROM jobs WHERE state = 'done' AND (path IN ({marks}) "
+            f"OR md_path IN ({marks})) LIMIT 1", (*keys, *keys)))
+
+    def done_paths(self) -> list[Path]:
+        """Every file read (done), in no particular order."""
+        return [decode_path(r["path"])
+                for r in self.db.query("SELECT path FROM jobs WHERE state = 'done'")]
+
+    def done_files(self, job_id: int) -> dict[str, Path | None] | None:
+        """A done job's original ("original") and sidecars ("md", "txt"), or None when no
+        such job is done."""
+        rows = self.db.query("SELECT path, md_path, txt_path FROM jobs WHERE id = ? "
+                             "AND state = 'done'", (job_id,))
+        if not rows:
+            return None
+        return {"original": opt_path(rows[0]["path"]), "md": opt_path(rows[0]["md_path"]),
+                "txt": opt_path(rows[0]["txt_path"])}
+
+    def done_content(self, job_id: int) -> str | None:
+        """The content hash of a done job (names its thumbnails), or None."""
+        rows = self.db.query("SELECT sha256 FROM jobs WHERE id = ? AND state = 'done'",
+                             (job_id,))
+        return str(rows[0]["sha256"]) if rows and rows[0]["sha256"] else None
+
     def counts(self) -> dict[str, int]:
         counts = {s.value: 0 for s in State}
         for row in self.db.query("SELECT state, COUNT(*) AS n FROM jobs GROUP BY state"):
