@@ -2,8 +2,10 @@
 
 Every transition is one transaction, so a crash at any moment loses nothing: at start,
 rows left ``running`` go back to ``queued``. This module is the only writer of the
-``jobs`` table: it also completes a job (with its index rows, in the same transaction),
-finds a finished copy to reuse, and names and reserves sidecars.
+``jobs`` table and of the ``moves`` journal: :class:`JobQueue` takes a job through its
+states, completes it (with its index rows, in the same transaction), finds a finished copy
+to reuse and records what ``on_success`` did and still owes; the :class:`JobFiles` it
+holds follows where each file is and names and reserves sidecars.
 """
 
 from __future__ import annotations
@@ -60,7 +62,6 @@ def new_id(conn: sqlite3.Connection) -> int:
     new = max(int(top), int(row[0]) if row else 0) + 1
     put_setting(conn, "last_job_id", str(new))
     return new
-
 
 
 class JobFiles:
