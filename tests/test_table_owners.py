@@ -60,7 +60,7 @@ def strings(tree: ast.AST) -> Iterator[tuple[int, str]]:
                 yield node.lineno, node.value
         elif isinstance(node, ast.JoinedStr):
             yield node.lineno, "".join(
-                v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
+                str(v.value) if isinstance(v, ast.Constant) else "{}" for v in node.values)
 
 
 def writes(tree: ast.AST) -> Iterator[tuple[int, str | None]]:
