@@ -45,6 +45,13 @@ class EngineUnavailable(EngineError):
     exit_code = 3
 
 
+class WorkerGone(EngineError):
+    """The vLLM worker process ended (crash, out of memory, killed) or stopped answering.
+
+    The engine reads its pages again in a fresh worker; the message says how it ended.
+    """
+
+
 class DaemonRunning(OcrwatchError):
     """Another ocrwatch daemon already runs for this user."""
 
