@@ -28,14 +28,15 @@ from typing import BinaryIO
 
 from ocrwatch.config import Config
 from ocrwatch.core.domain import Job, Page, PageText
-from ocrwatch.core.errors import EngineUnavailable, InputError, OcrwatchError, TransientError
-from ocrwatch.core.safeopen import (
-    NotRegular,
-    open_failure,
-    open_file_beneath,
-    resource_shortage,
-    source_root,
+from ocrwatch.core.errors import (
+    Doing,
+    EngineUnavailable,
+    InputError,
+    OcrwatchError,
+    TransientError,
+    os_reason,
 )
+from ocrwatch.core.safeopen import NotRegular, open_file_beneath, source_root
 from ocrwatch.core.textutil import text_to_markdown
 from ocrwatch.engines import Engine
 from ocrwatch.hooks.runner import AfterDone
@@ -123,11 +124,11 @@ def consider(ctx: Context, path: Path) -> Seen | None:
     except (FileNotFoundError, NotRegular):
         return None  # gone again before we looked, or not a file: nothing to do
     except OSError as exc:
-        if resource_shortage(exc):  # not the file's fault: offered again, never failed
+        reason = os_reason(exc, Doing.OPEN, name=path.name)
+        if isinstance(reason, TransientError):  # not the file's fault: offered again
             log.warning("cannot open %s now (%s); will try again", path.name, exc.strerror)
-            raise TransientError(f"cannot open {path.name} now: {exc.strerror}; will try "
-                                 "again") from None
-        ctx.jobs.reject(path, open_failure(exc))
+            raise reason from None
+        ctx.jobs.reject(path, str(reason))
         return None
     except InputError as exc:  # a link below the inbox, a file over max_file_mb
         ctx.jobs.reject(path, str(exc))
@@ -197,10 +198,8 @@ def identify(ctx: Context, job: Job) -> Job | None:
         refuse(ctx, job, exc)
         return None
     except OSError as exc:
-        if resource_shortage(exc):
-            defer(ctx, job, f"cannot open the file now: {exc.strerror}; will try again")
-        else:
-            fail(ctx, job, open_failure(exc))
+        reason = os_reason(exc, Doing.OPEN)
+        (defer if isinstance(reason, TransientError) else fail)(ctx, job, str(reason))
         return None
     return replace(job, sha256=sha, size=st.st_size, mtime_ns=st.st_mtime_ns)
 
@@ -250,10 +249,9 @@ def open_error(job: Job, exc: Exception) -> tuple[str | None, str | None]:
         return None, str(exc)
     if isinstance(exc, MemoryError):
         return "not enough memory to decode this file; lower max_pixels", None
-    if isinstance(exc, OSError) and resource_shortage(exc):
-        return None, f"cannot open the file now: {exc.strerror}; will try again"
-    if isinstance(exc, OSError):  # opening it: gone, unreadable
-        return open_failure(exc), None
+    if isinstance(exc, OSError):  # opening it: gone, unreadable, descriptors run out
+        reason = os_reason(exc, Doing.OPEN)
+        return (None, str(reason)) if isinstance(reason, TransientError) else (str(reason), None)
     log.error("cannot read %s", job.display, exc_info=exc)
     return f"unexpected error while decoding: {exc.__class__.__name__}: {exc}", None
 

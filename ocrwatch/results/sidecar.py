@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import json
 import os
@@ -11,7 +10,7 @@ import secrets
 from pathlib import Path
 
 from ocrwatch.core.domain import PageText
-from ocrwatch.core.errors import InputError, TransientError
+from ocrwatch.core.errors import Doing, os_reason
 from ocrwatch.core.fsmove import TEMP_PREFIX, move_no_replace, temp_in
 from ocrwatch.core.private import sidecar_mode
 from ocrwatch.core.safeopen import open_dir_beneath
@@ -148,24 +147,6 @@ def _write_temp(dirfd: int, path: Path, content: str, mode: int,
     return name
 
 
-def _plain_os_error(exc: OSError, path: Path) -> Exception:
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return TransientError(
-            f"the disk is full: could not write {path.name}; will retry when there is space"
-        )
-    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        return InputError(
-            f"cannot write {path}: {exc.strerror}; make the folder writable or set "
-            "output_dir in the config, then `ocrwatch retry`"
-        )
-    if exc.errno == errno.ENAMETOOLONG:
-        return InputError(
-            f"the sidecar name for {path.name[:40]}… is too long for the file system; "
-            "set output_dir or shorten the file name"
-        )
-    return TransientError(f"could not write {path.name}: {exc.strerror}")
-
-
 def write_atomic(path: Path, content: str, *, root: Path | None = None,
                  mode: int | None = None) -> None:
     """Write to a temporary file in the same folder, fsync, then rename into place.
@@ -234,7 +215,7 @@ def write_all_atomic(files: list[tuple[Path, str]],
             with contextlib.suppress(OSError):
                 tmp_path.unlink()
         if isinstance(exc, OSError):
-            raise _plain_os_error(exc, current) from exc
+            raise os_reason(exc, Doing.WRITE, path=current) from exc
         raise
     finally:
         for fd in folders.values():

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ocrwatch.core.errors import OcrwatchError
 from ocrwatch.core.status import Failure
-from ocrwatch.store.db import Database, file_identity
+from ocrwatch.store.db import Database, SqliteProblem, file_identity, sqlite_problem
 from ocrwatch.store.jobs import JobQueue
 
 log = logging.getLogger(__name__)
@@ -117,10 +117,12 @@ class StatusReader:
 
 
 def _plain(exc: BaseException) -> str:
-    text = str(exc)
-    if "locked" in text or "busy" in text:
-        return "it is locked"
-    return text
+    # SQLite's own error, or the one it was turned into (a TransientError, an OcrwatchError
+    # saying the index cannot be opened).
+    for error in (exc, exc.__cause__, exc.__context__):
+        if sqlite_problem(error) is SqliteProblem.BUSY:
+            return "it is locked"
+    return str(exc)
 
 
 class SettingWriter:

@@ -18,7 +18,7 @@ import time
 from multiprocessing.connection import wait
 from typing import TYPE_CHECKING, Any
 
-from ocrwatch.core.errors import EngineUnavailable
+from ocrwatch.core.errors import EngineError, EngineUnavailable
 from ocrwatch.engines.vllm import worker
 from ocrwatch.engines.vllm.memory import ASLEEP_MAX_MIB, MemoryPlan
 
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class WorkerGone(Exception):
+class WorkerGone(EngineError):
     """The worker process ended (crash, out of memory, killed); a fresh one may work."""
 
 

@@ -47,6 +47,7 @@ import time
 import traceback
 from typing import TYPE_CHECKING, Any
 
+from ocrwatch.core.errors import is_out_of_memory
 from ocrwatch.engines.vllm.backends import Backend, InputRefused, make_backend, preload
 
 if TYPE_CHECKING:
@@ -58,8 +59,7 @@ ImageData = tuple[int, int, bytes]
 
 
 def _error_kind(exc: BaseException) -> str:
-    text = f"{type(exc).__name__} {exc}".lower()
-    return "oom" if "out of memory" in text or "outofmemory" in text else "failed"
+    return "oom" if is_out_of_memory(exc) else "failed"
 
 
 def _short(exc: BaseException) -> str:
