@@ -92,14 +92,14 @@ def search(query: str, *, limit: int = 20, database: str | os.PathLike[str] | No
     prefix*), best first: each :class:`~ocrwatch.store.index.Hit` has ``path``, ``page``,
     ``pages``, ``snippet`` and ``md_path``. The daemon may be running meanwhile."""
     from ocrwatch import config as config_mod
-    from ocrwatch.core.errors import OcrwatchError
+    from ocrwatch.core.errors import IndexUnavailable
     from ocrwatch.store.db import Database
     from ocrwatch.store.index import search as index_search
 
     where = (Path(database).expanduser() if database is not None
              else (config or config_mod.load()).database)
     if not where.exists():
-        raise OcrwatchError(f"no index at {where}: nothing has been read there yet")
+        raise IndexUnavailable(f"no index at {where}: nothing has been read there yet")
     db = Database(where, readonly=True)
     try:
         return index_search(db, query, limit=limit)

@@ -23,7 +23,7 @@ from ocrwatch import __version__, pipeline
 from ocrwatch.config import Config
 from ocrwatch.config import reload as reloading
 from ocrwatch.config.languages import locale_note
-from ocrwatch.core.errors import OcrwatchError
+from ocrwatch.core.errors import DaemonError, OcrwatchError, StateError
 from ocrwatch.core.progress import PageCounts, Progress, Waiting, estimate
 from ocrwatch.core.status import EngineStatus, Reading, Status
 from ocrwatch.engines import Choice, Engine, choose, create
@@ -109,7 +109,7 @@ class Daemon:
     def start(self, *, recover: bool = True) -> None:
         """Start the threads. ``recover=False`` when another daemon may own running jobs."""
         if self._started:
-            raise OcrwatchError("the daemon was started already")
+            raise StateError("the daemon was started already")
         self._started = True
         # qpdf (pikepdf) counts every PDF's pages a second time: loaded once here, not
         # inside the first PDF's reading (25-80 ms).
@@ -217,7 +217,7 @@ class Daemon:
 
         with self._web_lock:
             if self._closed:
-                raise OcrwatchError("the daemon is stopping")
+                raise StateError("the daemon is stopping")
             if self._web is None:
                 server = SearchServer(self.config.database, self.thumbs,
                                       inbox=self.config.inbox,
@@ -247,7 +247,7 @@ class Daemon:
         A configuration that does not load (a typo mid-edit) changes nothing: the
         ConfigError is logged and raised to the caller."""
         if self._reload_from is None:
-            raise OcrwatchError("this daemon was not started from a configuration it can "
+            raise DaemonError("this daemon was not started from a configuration it can "
                                 "load again")
         with self._reload_lock:
             try:

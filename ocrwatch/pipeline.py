@@ -30,9 +30,11 @@ from ocrwatch.config import Config
 from ocrwatch.core.domain import Job, Page, PageText
 from ocrwatch.core.errors import (
     Doing,
+    EngineError,
     EngineUnavailable,
     InputError,
     OcrwatchError,
+    StateError,
     TransientError,
     os_reason,
 )
@@ -296,7 +298,7 @@ def recognize(engine: Engine, name: str,
     try:
         results = engine.recognize(pages)
         if len(results) != len(pages):
-            raise OcrwatchError(f"the engine returned {len(results)} results for "
+            raise EngineError(f"the engine returned {len(results)} results for "
                                 f"{len(pages)} pages")
         return results, None
     except EngineUnavailable as exc:
@@ -327,7 +329,7 @@ def judge(results: Mapping[int, PageText], expected: int | None, *,
     if error:
         return Verdict(error=error)
     if expected is None:
-        raise OcrwatchError("a file was judged before all its pages were opened")
+        raise StateError("a file was judged before all its pages were opened")
     pages = [results[i] for i in range(expected)]
     bad = [(i, p.error) for i, p in enumerate(pages, 1) if p.error]
     if bad:

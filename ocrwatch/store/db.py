@@ -27,8 +27,9 @@ from ocrwatch.core.domain import display_path as display_path  # re-exported for
 from ocrwatch.core.errors import (
     ConfigError,
     IndexDamaged,
-    OcrwatchError,
+    IndexUnavailable,
     SearchTimeout,
+    StateError,
     TransientError,
     is_disk_full_os,
 )
@@ -175,12 +176,12 @@ class Database:
         named = f" (set by {origin})" if origin else ""
         if str(path) != ":memory:":
             if readonly and not self.path.exists():
-                raise OcrwatchError(
+                raise IndexUnavailable(
                     f"no index at {self.path}{named} yet: start the daemon with "
                     "`ocrwatch run` or read files with `ocrwatch add`"
                 )
             if self.path.is_dir():
-                raise OcrwatchError(f"the index {self.path}{named} is a folder; name a file")
+                raise IndexUnavailable(f"the index {self.path}{named} is a folder; name a file")
             if self.path.exists() and not self.path.is_file():
                 # A pipe would block the open for ever; a device is nobody's index.
                 raise ConfigError(f"the index {self.path}{named} is not a regular file (a "
@@ -223,11 +224,11 @@ class Database:
                     "file, or move this file away so that a new index is made there."
                 ) from None
             if meaning is SqliteProblem.READONLY:
-                raise OcrwatchError(
+                raise IndexUnavailable(
                     f"the index {path}{named} is read-only for your user; make it and its "
                     "folder writable, or name another file"
                 ) from None
-            raise OcrwatchError(f"cannot open the index {path}{named}: {exc}") from None
+            raise IndexUnavailable(f"cannot open the index {path}{named}: {exc}") from None
         self._lock = threading.RLock()
         self.conn = conn
         self.db = sqlite_utils.Database(conn)
@@ -242,7 +243,7 @@ class Database:
                 raise
             except sqlite3.OperationalError as exc:
                 conn.close()
-                raise OcrwatchError(
+                raise IndexUnavailable(
                     f"cannot write the index {path}{named}: {exc}. Make it and its folder "
                     "writable for your user, or name another file."
                 ) from None
@@ -296,7 +297,7 @@ class Database:
         """
         with self._lock:
             if self._closed:
-                raise OcrwatchError("the index is closed")
+                raise StateError("the index is closed")
             try:
                 self.conn.execute("BEGIN IMMEDIATE")
             except sqlite3.DatabaseError as exc:
@@ -401,7 +402,7 @@ class Database:
         once the copy is made and before it is put in place."""
         with self._lock:
             if self._closed or self.readonly:
-                raise OcrwatchError("the index is closed")
+                raise StateError("the index is closed")
             tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.restoring")
             private_dir(self.path.parent, ours=self.path.parent == paths.data_dir())
             tmp.unlink(missing_ok=True)

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ocrwatch.core.errors import OcrwatchError
+from ocrwatch.core.errors import OcrwatchError, StateError
 from ocrwatch.core.status import Failure
 from ocrwatch.store.db import Database, SqliteProblem, file_identity, sqlite_problem
 from ocrwatch.store.jobs import JobQueue
@@ -73,7 +73,7 @@ class StatusReader:
             return self._last, self._note("another status is still waiting for it")
         try:
             if self._closed:
-                raise OcrwatchError("the daemon is stopping")
+                raise StateError("the daemon is stopping")
             jobs = JobQueue(self._connection())
             with jobs.db.time_limit(WAIT_SECONDS * 2):
                 facts = read_facts(jobs, since, time.time())

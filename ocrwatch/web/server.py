@@ -35,7 +35,7 @@ from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from ocrwatch.core.errors import OcrwatchError, SearchError
+from ocrwatch.core.errors import SearchError, StateError
 from ocrwatch.core.private import private_dir
 from ocrwatch.core.safeopen import LinkRefused, open_beneath, source_root
 from ocrwatch.core.threads import Service
@@ -112,7 +112,7 @@ class SearchServer:
     def start(self) -> None:
         with self._lock:
             if self._closed:
-                raise OcrwatchError("the search page's server was closed; start a new one")
+                raise StateError("the search page's server was closed; start a new one")
             if self._httpd is not None:
                 return
             db = Database(self.database, readonly=True, origin="the search page")
@@ -205,7 +205,7 @@ class SearchServer:
     @property
     def port(self) -> int:
         if self._httpd is None:
-            raise OcrwatchError("the search page's server is not started")
+            raise StateError("the search page's server is not started")
         return int(self._httpd.server_address[1])
 
     @property
