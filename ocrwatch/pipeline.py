@@ -22,11 +22,12 @@ import contextlib
 import logging
 import os
 from collections.abc import Generator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import BinaryIO
 
 from ocrwatch.config import Config
+from ocrwatch.context import Context, Verdict
 from ocrwatch.core.domain import Job, Page, PageText
 from ocrwatch.core.errors import (
     Doing,
@@ -41,47 +42,15 @@ from ocrwatch.core.errors import (
 from ocrwatch.core.safeopen import NotRegular, open_file_beneath, source_root
 from ocrwatch.core.textutil import text_to_markdown
 from ocrwatch.engines import Engine
-from ocrwatch.hooks.runner import AfterDone
-from ocrwatch.intake.follow import Follower
 from ocrwatch.outcome import defer, fail, refuse
 from ocrwatch.pages.decode import Limits, check_size, iter_pages
-from ocrwatch.pages.thumbs import Thumbnails
 from ocrwatch.reindex import known_by_sidecars
-from ocrwatch.results.lifecycle import Lifecycle
-from ocrwatch.results.outputs import PdfMaker
 from ocrwatch.results.sidecar import remove_stale_temps
-from ocrwatch.scan.prepare import ScanPrep, blank_result, finish
+from ocrwatch.scan.prepare import blank_result, finish
 from ocrwatch.store.jobfiles import Seen
-from ocrwatch.store.jobs import JobQueue, file_sha256
+from ocrwatch.store.jobs import file_sha256
 
 log = logging.getLogger(__name__)
-
-@dataclass(frozen=True)
-class Context:
-    """What every stage needs: the settings, the queue, the engine's name, and what
-    happens around the sidecars (the searchable PDF, the original's fate, hooks)."""
-
-    config: Config
-    jobs: JobQueue
-    engine_name: str
-    read_with: str | None  # what a page is read with: a language change makes pages stale
-    lifecycle: Lifecycle
-    after: AfterDone
-    follower: Follower  # files and folders moved or renamed keep their rows
-    thumbs: Thumbnails  # page pictures for the search page
-    pdf: PdfMaker | None = None
-    # Originals moved or deleted on purpose after reading: their "gone" event must not
-    # drop them from the index. (set.add and set.discard are atomic: no lock needed.)
-    retired: set[Path] = field(default_factory=set)
-    # Blank pages, orientation and skew (made from ``config`` when not given). The fake
-    # engine (tests only) reads no pixels: its pages go to it as decoded.
-    scan: ScanPrep | None = None
-
-    def __post_init__(self) -> None:
-        if self.scan is None:
-            object.__setattr__(self, "scan", ScanPrep(self.config,
-                                                      enabled=self.engine_name != "fake"))
-
 
 # -- 0. start-up --------------------------------------------------------------------
 def tidy(config: Config) -> None:
@@ -312,15 +281,6 @@ def recognize(engine: Engine, name: str,
 
 
 # -- 4. judge -----------------------------------------------------------------------
-@dataclass(frozen=True)
-class Verdict:
-    """What to do with a file once its reading is over."""
-
-    pages: list[PageText] | None = None  # publish these
-    error: str | None = None  # fail with this reason
-    transient: str | None = None  # try again later, for this reason
-
-
 def judge(results: Mapping[int, PageText], expected: int | None, *,
           error: str | None = None, transient: str | None = None) -> Verdict:
     """The verdict on one file from its page results (keyed by 0-based page)."""

@@ -24,13 +24,13 @@ from pathlib import Path
 
 from ocrwatch import outcome, pipeline
 from ocrwatch.batching import Batcher
+from ocrwatch.context import Context
 from ocrwatch.core.domain import Job, Page, PageText
 from ocrwatch.core.errors import OcrwatchError, TransientError
 from ocrwatch.core.status import PageRate, Reading
 from ocrwatch.core.threads import Loop, Service
 from ocrwatch.engines import Engine
 from ocrwatch.pages import memory
-from ocrwatch.pipeline import Context
 
 log = logging.getLogger(__name__)
 

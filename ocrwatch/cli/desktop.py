@@ -67,8 +67,8 @@ def cmd_completion(args: argparse.Namespace) -> int:
 def cmd_manpage(args: argparse.Namespace) -> int:
     from argparse_manpage.manpage import Manpage
 
-    from ocrwatch import __version__
     from ocrwatch.cli.parser import build_parser
+    from ocrwatch.core.version import __version__
 
     parser = build_parser()
     parser.man_short_description = "watch a folder, read every page, search them"  # type: ignore[attr-defined]

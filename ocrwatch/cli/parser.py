@@ -7,9 +7,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ocrwatch import __version__
 from ocrwatch.cli.common import PUBLIC_ENGINES
 from ocrwatch.config.schema import ENGINES
+from ocrwatch.core.version import __version__
 from ocrwatch.store.index import MAX_HITS, QUERY_SECONDS
 
 

@@ -38,11 +38,13 @@ def _run(args: argparse.Namespace, config: config_mod.Config, log_file: Path) ->
     from ocrwatch.control.lock import DaemonLocks
     from ocrwatch.control.server import ControlServer
     from ocrwatch.daemon import Daemon
+    from ocrwatch.web.server import for_daemon
 
     lock = DaemonLocks(config.database)
     lock.acquire()  # raises DaemonRunning naming the other one
     try:
-        daemon = Daemon(config, log_file=log_file, reload_from=lambda: load_config(args))
+        daemon = Daemon(config, log_file=log_file, reload_from=lambda: load_config(args),
+                        search_page=for_daemon)
         stop = threading.Event()
 
         def on_signal(signum: int, _frame: object) -> None:

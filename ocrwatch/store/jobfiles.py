@@ -15,7 +15,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from ocrwatch.core.domain import Job, State
-from ocrwatch.results.sidecar import choose_stem, sidecar_paths
+from ocrwatch.core.naming import choose_stem, sidecar_paths
 from ocrwatch.store.db import Database, decode_path, display_path, encode_path
 
 

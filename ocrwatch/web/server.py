@@ -35,6 +35,7 @@ from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from ocrwatch.config import Config
 from ocrwatch.core.errors import SearchError, StateError
 from ocrwatch.core.private import private_dir
 from ocrwatch.core.safeopen import LinkRefused, open_beneath, source_root
@@ -42,7 +43,7 @@ from ocrwatch.core.threads import Service
 from ocrwatch.pages.thumbs import Thumbnails
 from ocrwatch.store.db import Database, decode_path, file_identity
 from ocrwatch.store.index import Filters, Hit, search
-from ocrwatch.web.handler import _Handler
+from ocrwatch.web.handler import App, _Handler
 from ocrwatch.web.listener import BoundedServer
 from ocrwatch.web.opener import open_file
 from ocrwatch.web.params import (
@@ -118,7 +119,8 @@ class SearchServer:
             db = Database(self.database, readonly=True, origin="the search page")
             db.conn.execute("PRAGMA query_only = ON")  # no request can write, whatever it does
             self._db = db
-            handler = type("Handler", (_Handler,), {"app": self})
+            app: App = self  # checked: the server is what the handler asks for
+            handler = type("Handler", (_Handler,), {"app": app})
             self._httpd = BoundedServer(("127.0.0.1", self._port), handler)
             self._serving = _Serving(self._httpd)
             self._serving.start()
@@ -357,3 +359,9 @@ def _remove_old_pages(folder: Path) -> None:
             with contextlib.suppress(OSError):
                 if now - page.lstat().st_mtime > CODE_SECONDS:
                     page.unlink()
+
+
+def for_daemon(config: Config, thumbs: Thumbnails) -> SearchServer:
+    """The daemon's search page, for its settings (``Daemon(search_page=for_daemon)``)."""
+    return SearchServer(config.database, thumbs, inbox=config.inbox,
+                        follow_symlinks=config.follow_symlinks)
