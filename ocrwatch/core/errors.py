@@ -16,11 +16,13 @@ it. Every error also carries a :class:`Kind`, what it means for what happens nex
 - ``STATE``: a part was used out of order (closed, stopping, started twice).
 - ``DAMAGED``: a file ocrwatch keeps (the index) is damaged.
 
-A class states its kind as a class attribute; a subclass inherits it unless it says
-otherwise. :func:`os_reason` maps an ``OSError`` to the error (with its reason) that the
-program raises or records, :func:`is_out_of_memory` recognises running out of memory by
-type. SQLite's errors are mapped in :func:`ocrwatch.store.db.sqlite_problem` (the store owns
-SQLite).
+A class states its kind in its first line (``class InputError(OcrwatchError,
+kind=Kind.INPUT)``); a subclass inherits it unless it says otherwise.
+
+:func:`os_reason` maps an ``OSError`` to the error (with its reason) that the program
+raises or records; :func:`is_out_of_memory` recognises running out of memory by type.
+SQLite's errors are read in one place too, :func:`ocrwatch.store.db.sqlite_problem` (the
+store owns SQLite).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from __future__ import annotations
 import enum
 import errno
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 
 class Kind(enum.Enum):
@@ -50,6 +52,13 @@ class OcrwatchError(Exception):
     exit_code = 1
     kind: ClassVar[Kind] = Kind.USAGE
 
+    def __init_subclass__(cls, *, kind: Kind | None = None, **rest: Any) -> None:
+        # ``class InputError(OcrwatchError, kind=Kind.INPUT)``: the kind in the class's
+        # first line; a subclass that names none keeps its base's.
+        super().__init_subclass__(**rest)
+        if kind is not None:
+            cls.kind = kind
+
 
 class ConfigError(OcrwatchError):
     """The configuration file, a flag or an environment variable is invalid."""
@@ -62,13 +71,11 @@ class UsageError(OcrwatchError):
     file that does not exist)."""
 
 
-class InputError(OcrwatchError):
+class InputError(OcrwatchError, kind=Kind.INPUT):
     """A file cannot be read as pages (corrupt, encrypted, too large...).
 
     Permanent for that content: the job fails with this message as its reason.
     """
-
-    kind = Kind.INPUT
 
 
 class OverBudget(InputError):
@@ -76,46 +83,35 @@ class OverBudget(InputError):
     ``prepare_memory_mb``): the file fails, the others go on."""
 
 
-class TransientError(OcrwatchError):
+class TransientError(OcrwatchError, kind=Kind.TRANSIENT):
     """Something that may work later (disk full, file busy): retried with backoff."""
 
-    kind = Kind.TRANSIENT
 
-
-class EngineError(OcrwatchError):
+class EngineError(OcrwatchError, kind=Kind.ENGINE):
     """The OCR engine failed on a batch."""
 
-    kind = Kind.ENGINE
 
-
-class EngineUnavailable(EngineError):
+class EngineUnavailable(EngineError, kind=Kind.MACHINE):
     """The configured engine cannot start on this machine (missing package, no GPU...)."""
 
     exit_code = 3
-    kind = Kind.MACHINE
 
 
-class MachineError(OcrwatchError):
+class MachineError(OcrwatchError, kind=Kind.MACHINE):
     """This machine lacks something ocrwatch needs: a program, a template, a private
     folder, a display, a file or socket it may write."""
-
-    kind = Kind.MACHINE
 
 
 class IndexUnavailable(MachineError):
     """The index file is missing, not a file, or not readable or writable for this user."""
 
 
-class StateError(OcrwatchError):
+class StateError(OcrwatchError, kind=Kind.STATE):
     """A part was used out of order: closed, stopping, or started twice."""
 
-    kind = Kind.STATE
 
-
-class DaemonError(OcrwatchError):
+class DaemonError(OcrwatchError, kind=Kind.DAEMON):
     """The daemon could not be reached, did not answer, or refused a command."""
-
-    kind = Kind.DAEMON
 
 
 class DaemonRunning(DaemonError):
@@ -136,16 +132,12 @@ class SearchError(OcrwatchError):
     exit_code = 2
 
 
-class SearchTimeout(SearchError):
+class SearchTimeout(SearchError, kind=Kind.TRANSIENT):
     """A search ran past its time bound and was stopped."""
 
-    kind = Kind.TRANSIENT
 
-
-class IndexDamaged(OcrwatchError):
+class IndexDamaged(OcrwatchError, kind=Kind.DAMAGED):
     """The index file is damaged (SQLite found a malformed page)."""
-
-    kind = Kind.DAMAGED
 
 
 # -- what an OS error means -------------------------------------------------------------

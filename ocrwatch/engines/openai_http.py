@@ -49,10 +49,8 @@ class PageFailed(EngineError):
     """The server answered, but not with a usable reading of this page."""
 
 
-class Retry(EngineError):
+class Retry(EngineError, kind=Kind.TRANSIENT):
     """This request failed in a way another try may not: backpressure or a lost server."""
-
-    kind = Kind.TRANSIENT
 
     def __init__(self, reason: str, *, down: bool, after: float = 0.0) -> None:
         super().__init__(reason)
