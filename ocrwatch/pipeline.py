@@ -170,7 +170,10 @@ def identify(ctx: Context, job: Job) -> Job | None:
         return None
     except OSError as exc:
         reason = os_reason(exc, Doing.OPEN)
-        (defer if isinstance(reason, TransientError) else fail)(ctx, job, str(reason))
+        if isinstance(reason, TransientError):  # descriptors ran out: not the file's fault
+            defer(ctx, job, str(reason))
+        else:
+            fail(ctx, job, str(reason))
         return None
     return replace(job, sha256=sha, size=st.st_size, mtime_ns=st.st_mtime_ns)
 
