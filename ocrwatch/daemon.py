@@ -38,7 +38,7 @@ from ocrwatch.pages.thumbs import Thumbnails
 from ocrwatch.results.lifecycle import Lifecycle
 from ocrwatch.results.outputs import PdfMaker
 from ocrwatch.scheduler import Scheduler
-from ocrwatch.store.db import display_path, encode_path
+from ocrwatch.store.db import display_path
 from ocrwatch.store.jobfiles import Seen
 from ocrwatch.store.jobs import JobQueue
 from ocrwatch.store.status_facts import IndexFacts, SettingWriter, StatusReader, read_facts
@@ -369,11 +369,7 @@ class Daemon:
 
     def _was_done(self, source: Path, md: Path | None) -> bool:
         """Whether the index holds ``source`` (or its Markdown, moved with it) as done."""
-        keys = [encode_path(source)] + ([encode_path(md)] if md is not None else [])
-        marks = ", ".join("?" * len(keys))
-        return bool(self.db.query(
-            f"SELECT 1 FROM jobs WHERE state = 'done' AND (path IN ({marks}) "
-            f"OR md_path IN ({marks})) LIMIT 1", (*keys, *keys)))
+        return self.jobs.was_done(source, md)
 
     def is_idle(self) -> bool:
         """Nothing in hand and nothing queued (the batch notification waits for this)."""

@@ -70,7 +70,7 @@ def publish(ctx: Context, job: Job, pages: list[PageText], engine: str) -> Path 
     pages = [_valid_text(p) for p in pages]
     pdf: Path | None = None
     try:
-        stem = ctx.jobs.name_sidecars(job, folder)
+        stem = ctx.jobs.files.name_sidecars(job, folder)
         prepared = []
         if ctx.pdf is not None:
             pdf = pdf_path(stem)
@@ -99,7 +99,7 @@ def publish(ctx: Context, job: Job, pages: list[PageText], engine: str) -> Path 
             ctx.after.forget(job.path)
             # The content changed (it is queued again) or the file is gone: then
             # these outputs belong to nothing.
-            if not ctx.jobs.exists(job.id):
+            if not ctx.jobs.files.exists(job.id):
                 for path in (md, txt, pdf):
                     if path is not None:
                         path.unlink(missing_ok=True)

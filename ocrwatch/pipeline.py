@@ -81,7 +81,7 @@ def consider(ctx: Context, path: Path) -> Seen | None:
         # go through this one handle.
         with open_source(ctx, path) as fh:
             st = os.fstat(fh.fileno())
-            if ctx.jobs.is_current(path, st.st_size, st.st_mtime_ns):
+            if ctx.jobs.files.is_current(path, st.st_size, st.st_mtime_ns):
                 return Seen.UNCHANGED
             new = ctx.jobs.known(path) is None
             if new and ctx.follower.relocated(path, st):
@@ -99,10 +99,10 @@ def consider(ctx: Context, path: Path) -> Seen | None:
         if isinstance(reason, TransientError):  # not the file's fault: offered again
             log.warning("cannot open %s now (%s); will try again", path.name, exc.strerror)
             raise reason from None
-        ctx.jobs.reject(path, str(reason))
+        ctx.jobs.files.reject(path, str(reason))
         return None
     except InputError as exc:  # a link below the inbox, a file over max_file_mb
-        ctx.jobs.reject(path, str(exc))
+        ctx.jobs.files.reject(path, str(exc))
         return None
     try:
         seen = ctx.jobs.offer(path, st.st_size, st.st_mtime_ns, sha, dev=st.st_dev,
@@ -125,12 +125,12 @@ def _link(ctx: Context, path: Path) -> None:
     try:
         target = path.resolve(strict=True)
     except (OSError, RuntimeError):
-        ctx.jobs.reject(path, "a symbolic link that loops or points to nothing; "
+        ctx.jobs.files.reject(path, "a symbolic link that loops or points to nothing; "
                               "remove it or fix its target")
         return
     if any(target.is_relative_to(root.resolve()) for root in ctx.config.inbox):
         return  # the target is watched itself and read on its own
-    ctx.jobs.reject(path, f"a symbolic link to {target}, outside the watched folders: "
+    ctx.jobs.files.reject(path, f"a symbolic link to {target}, outside the watched folders: "
                           "not followed (set follow_symlinks = true to read such links)")
 
 
@@ -164,7 +164,7 @@ def identify(ctx: Context, job: Job) -> Job | None:
             st = os.fstat(fh.fileno())
             check_size(st.st_size, Limits.from_config(ctx.config))  # before hashing
             sha = file_sha256(fh)
-        ctx.jobs.refresh(job.id, st.st_size, st.st_mtime_ns, sha)
+        ctx.jobs.files.refresh(job.id, st.st_size, st.st_mtime_ns, sha)
     except (TransientError, InputError) as exc:
         refuse(ctx, job, exc)
         return None

@@ -43,6 +43,19 @@ from ocrwatch.engines.vllm.memory import (
     WORKING_GIB_EAGER,
     GpuBusy,
 )
+from ocrwatch.engines.vllm.messages import (
+    Add,
+    Done,
+    Ready,
+    Refused,
+    Sampling,
+    Sleep,
+    Slept,
+    Stop,
+    Stopped,
+    Wake,
+    Woke,
+)
 from ocrwatch.engines.vllm.supervisor import worker_settings
 from ocrwatch.engines.vllm.worker import main as worker_main
 
@@ -204,29 +217,30 @@ def test_worker_protocol_answers_each_request_once() -> None:
     child.close()
     try:
         assert parent.poll(30)
-        kind, info = parent.recv()
-        assert kind == "ok" and info["vllm"] == "fake"
+        ready = parent.recv()
+        assert isinstance(ready, Ready) and ready.info["vllm"] == "fake"
         image = (2, 3, b"\xff" * 18)
-        params = {"temperature": 0.2, "top_p": 0.9, "max_tokens": 8}
-        parent.send(("add", "a", image, params))
-        parent.send(("add", "b", image, params))
+        sampling = Sampling(temperature=0.2, top_p=0.9, max_tokens=8)
+        parent.send(Add("a", image, sampling))
+        parent.send(Add("b", image, sampling))
         answers = {}
         for _ in range(2):
             assert parent.poll(30)
-            kind, rid, output = parent.recv()
-            assert kind == "done" and output["finish"] == "stop"
-            answers[rid] = output
+            done = parent.recv()
+            assert isinstance(done, Done) and done.finish == "stop"
+            answers[done.rid] = done
         assert sorted(answers) == ["a", "b"]
-        parent.send(("sleep",))
-        assert parent.poll(30) and parent.recv()[0] == "ok"
-        parent.send(("wake",))
-        assert parent.poll(30) and parent.recv()[0] == "ok"
+        parent.send(Sleep())
+        assert parent.poll(30) and isinstance(parent.recv(), Slept)
+        parent.send(Wake())
+        assert parent.poll(30) and isinstance(parent.recv(), Woke)
         refused = (2, 3, bytes(REFUSED) * 6)
-        parent.send(("add", "c", refused, params))
+        parent.send(Add("c", refused, sampling))
         assert parent.poll(30)
-        assert parent.recv()[:2] == ("refused", "c")
-        parent.send(("stop",))
-        assert parent.poll(30) and parent.recv() == ("ok", None)
+        answer = parent.recv()
+        assert isinstance(answer, Refused) and answer.rid == "c"
+        parent.send(Stop())
+        assert parent.poll(30) and parent.recv() == Stopped()
         proc.join(30)
         assert proc.exitcode == 0
     finally:
@@ -615,11 +629,11 @@ def test_idle_engine_sleeps_then_ends_its_worker_then_restarts() -> None:
         pid = eng.worker_pid
         assert pid is not None
         clock.now += 0.3
-        eng._poke()
+        eng.poke()
         assert eng.wait_for_state(["asleep"], 10)
         assert eng.worker_pid == pid  # asleep, still there
         clock.now += 0.6
-        eng._poke()
+        eng.poke()
         assert eng.wait_for_state(["stopped"], 10)
         assert eng.worker_pid is None and gone(pid)
         assert eng.describe()["gpu_memory_mb"] == 0
@@ -652,10 +666,10 @@ def test_a_worker_being_ended_is_still_named_while_its_state_says_so(
         eng.recognize([page(0)])
         pid = eng.worker_pid
         clock.now += 0.3
-        eng._poke()
+        eng.poke()
         assert eng.wait_for_state(["asleep"], 10)
         clock.now += 0.6
-        eng._poke()
+        eng.poke()
         assert eng.wait_for_state(["stopped"], 10)
         assert seen == [("asleep", pid)]
     finally:

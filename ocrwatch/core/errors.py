@@ -114,6 +114,13 @@ class DaemonError(OcrwatchError, kind=Kind.DAEMON):
     """The daemon could not be reached, did not answer, or refused a command."""
 
 
+class WorkerGone(EngineError):
+    """The vLLM worker process ended (crash, out of memory, killed) or stopped answering.
+
+    The engine reads its pages again in a fresh worker; the message says how it ended.
+    """
+
+
 class DaemonRunning(DaemonError):
     """Another ocrwatch daemon already runs for this user."""
 

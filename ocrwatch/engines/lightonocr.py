@@ -36,8 +36,14 @@ def image_tokens(width: int, height: int, max_side: int = MAX_SIDE) -> int:
     return min(MAX_IMAGE_TOKENS, math.ceil(w / PATCH) * math.ceil(h / PATCH))
 
 
-def looped(text: str, finish: str) -> bool:
-    """The model ran out of tokens or kept writing the same thing: worth a warmer retry."""
+def looped(text: str, finish: str, *, ignore_eos: bool = False) -> bool:
+    """The model ran out of tokens or kept writing the same thing: worth a warmer retry.
+
+    The one place that decides it, for every engine that runs the model. With
+    ``ignore_eos`` (benchmarks: every page runs to max_tokens on purpose) no page loops.
+    """
+    if ignore_eos:
+        return False
     return finish == "length" or repeats_itself(text)
 
 

@@ -95,6 +95,7 @@ class _Server:
 
 
 STAGES = ("encode", "queue", "send", "wait", "read", "parse")
+TOKENS = ("prompt", "completion")  # the server's usage counts of each answer
 
 
 class Stages:
@@ -105,10 +106,22 @@ class Stages:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._seconds: dict[str, deque[float]] = {s: deque(maxlen=4096) for s in STAGES}
+        self._tokens: dict[str, deque[int]] = {t: deque(maxlen=4096) for t in TOKENS}
 
     def add(self, stage: str, seconds: float) -> None:
         with self._lock:
             self._seconds[stage].append(seconds)
+
+    def add_tokens(self, prompt: int | None, completion: int | None) -> None:
+        with self._lock:
+            for kind, count in zip(TOKENS, (prompt, completion), strict=True):
+                if count is not None:
+                    self._tokens[kind].append(count)
+
+    def token_medians(self) -> dict[str, float]:
+        """The median tokens a page of each kind, over the answers that counted them."""
+        with self._lock:
+            return {t: statistics.median(v) for t, v in self._tokens.items() if v}
 
     def medians_ms(self) -> dict[str, float]:
         with self._lock:
@@ -219,6 +232,9 @@ class RemoteEngine(lightonocr.LightOnOCREngine):
             log.info("remote engine, median ms a page over %d answers: %s",
                      self.stages.pages(), ", ".join(
                          f"{k} {v:.2f}" for k, v in self.stages.medians_ms().items()))
+            if tokens := self.stages.token_medians():
+                log.info("remote engine, median tokens a page: %s", ", ".join(
+                    f"{k} {v:g}" for k, v in tokens.items()))
 
     def describe(self) -> dict[str, object]:
         with self._cond:
@@ -370,13 +386,13 @@ class RemoteEngine(lightonocr.LightOnOCREngine):
             try:
                 text, finish = self._ask(client, url, self._cfg.temperature)
                 warnings: list[str] = []
-                if self._looped(text, finish):
+                if lightonocr.looped(text, finish, ignore_eos=self._cfg.ignore_eos):
                     log.info("Page %d of %s did not finish cleanly; trying again at "
                              "temperature %.1f.", page.index + 1, page.source.name,
                              lightonocr.RETRY_TEMPERATURE)
                     with contextlib.suppress(PageFailed):  # else the first reading stands
                         text, finish = self._ask(client, url, lightonocr.RETRY_TEMPERATURE)
-                    if self._looped(text, finish):
+                    if lightonocr.looped(text, finish, ignore_eos=self._cfg.ignore_eos):
                         warnings.append(lightonocr.loop_warning(finish))
             except PageFailed as exc:
                 with self._cond:
@@ -385,11 +401,6 @@ class RemoteEngine(lightonocr.LightOnOCREngine):
         with self._cond:
             self._pages += 1
         return lightonocr.page_text(text, warnings)
-
-    def _looped(self, text: str, finish: str) -> bool:
-        if self._cfg.ignore_eos:  # benchmarks: every page runs to max_tokens on purpose
-            return False
-        return lightonocr.looped(text, finish)
 
     def _ask(self, client: httpx.Client, image_url: str, temperature: float) -> tuple[str, str]:
         """One reading of a page: retried across servers until one answers or time is up."""
@@ -408,6 +419,7 @@ class RemoteEngine(lightonocr.LightOnOCREngine):
                                    seconds=self._cfg.timeout_seconds, timing=timing)
                 for stage in ("send", "wait", "read", "parse"):
                     self.stages.add(stage, getattr(timing, stage))
+                self.stages.add_tokens(timing.prompt_tokens, timing.completion_tokens)
                 return answer
             except Retry as exc:
                 failure = exc

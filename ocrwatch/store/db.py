@@ -389,11 +389,12 @@ class Database:
 
     def set_setting(self, key: str, value: str) -> None:
         with self.transaction() as conn:
-            conn.execute(
-                "INSERT INTO settings(key, value) VALUES (?, ?) "
-                "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                (key, value),
-            )
+            put_setting(conn, key, value)
+
+    def query_only(self) -> None:
+        """Refuse every write on this connection from now on, whatever is asked of it."""
+        with self._lock:
+            self.conn.execute("PRAGMA query_only = ON")
 
     def write_back(self, clear: Callable[[], None]) -> None:
         """Write the open database to its path again and carry on with that file: the file
@@ -444,6 +445,12 @@ class Database:
             with contextlib.suppress(sqlite3.Error):
                 self.conn.execute("PRAGMA optimize")
             self.conn.close()
+
+
+def put_setting(conn: sqlite3.Connection, key: str, value: str) -> None:
+    """Set a setting inside the caller's transaction (the queue's id counter)."""
+    conn.execute("INSERT INTO settings(key, value) VALUES (?, ?) "
+                 "ON CONFLICT(key) DO UPDATE SET value = excluded.value", (key, value))
 
 
 def is_sqlite(path: Path) -> bool:
