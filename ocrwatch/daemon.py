@@ -153,7 +153,7 @@ class Daemon:
             settler = Settler(self.config.inbox, self.config.settle_seconds, self.consider,
                               lambda path: pipeline.gone(self.ctx, path),
                               rescan_seconds=self.config.rescan_minutes * 60,
-                              follow=self.follower)
+                              follow=self.follower, arriving=self._arriving)
             self._settler = settler
             self._watcher = Watcher(settler, observer=self.config.observer)
             self._watcher.start()
@@ -331,6 +331,13 @@ class Daemon:
         return count
 
     # -- discovery (called from the watcher thread and by `ocrwatch add`) -------------
+    def _arriving(self, path: Path) -> None:
+        """A file is being written or moved into the inbox: an engine that starts slowly
+        (the vLLM worker) starts now, while the file settles and its pages are prepared."""
+        warm = getattr(self.engine, "warm", None)
+        if warm is not None and not self.paused:
+            warm()
+
     def consider(self, path: Path) -> Seen | None:
         """A finished file: record it as a job unless its content is already known."""
         idle = not self.scheduler.busy()

@@ -74,11 +74,14 @@ def page(i: int, mark: tuple[int, int, int] = OK, size: tuple[int, int] = (120, 
     return Page(Path(f"scan{i}.png"), i, Image.new("RGB", size, mark))
 
 
-def make_engine(idle_sleep: float = 0.0, idle_stop: float = 0.0, **options: Any) -> VllmEngine:
+def make_engine(idle_sleep: float = 0.0, idle_stop: float = 0.0, queued: int | None = None,
+                **options: Any) -> VllmEngine:
     config = Config()
     config.vllm.idle_sleep_seconds = idle_sleep
     config.vllm.idle_stop_seconds = idle_stop
     config.vllm.max_tokens = 64
+    if queued is not None:
+        config.vllm.queued_pages = queued
     return VllmEngine(config, backend="fake", backend_options=options, card_mib=16 * 1024)
 
 
@@ -450,7 +453,7 @@ def test_a_page_added_while_others_decode_joins_them_and_no_page_waits_for_anoth
 
 
 def test_at_most_max_num_seqs_pages_are_in_flight_and_each_has_one_result() -> None:
-    eng = make_engine(delay=0.2)
+    eng = make_engine(delay=0.2, queued=0)
     try:
         n = eng.plan.max_num_seqs + 6
         pages = [page(i, size=(100 + i, 150)) for i in range(n)]
@@ -529,10 +532,66 @@ def test_sleep_while_pages_go_round_again_loses_none() -> None:
         eng.close()
 
 
+def test_queued_pages_wait_in_vllms_own_queue_beyond_max_num_seqs() -> None:
+    """vllm.queued_pages more than the plan's pages in flight are handed over, so that a
+    page that ends is replaced at vLLM's next step; vLLM (here its stand-in, which keeps
+    to max_num_seqs as vLLM's scheduler does) runs them as slots free."""
+    eng = make_engine(delay=0.3, queued=4)
+    try:
+        seqs = eng.plan.max_num_seqs
+        pages = [page(i, size=(100 + i, 150)) for i in range(seqs + 10)]
+        eng.start()
+        reader, results = read_behind(eng, pages, seqs + 4)
+        assert eng.describe()["pages_in_flight"] == seqs + 4  # never more
+        reader.join(30)
+        assert [r.markdown.splitlines()[0] for r in results] == [
+            f"# Page {100 + i}x150" for i in range(seqs + 10)]
+        assert eng.most_in_flight == seqs + 4
+    finally:
+        eng.close()
+
+
+def test_warm_starts_a_stopped_worker_without_a_page_and_is_a_no_op_when_up() -> None:
+    eng = make_engine(start_delay=0.5)
+    try:
+        assert eng.state == "stopped"
+        eng.warm()  # returns at once: the start runs on the feeder's thread
+        assert eng.state in ("stopped", "starting")
+        assert eng.wait_for_state(["ready"], 20)
+        pid = eng.worker_pid
+        eng.warm()
+        (result,) = eng.recognize([page(0)])
+        assert result.error is None and eng.worker_pid == pid  # the warmed worker read it
+    finally:
+        eng.close()
+
+
+def test_a_file_arriving_starts_the_engine_while_it_settles(tmp_path: Path) -> None:
+    """The first page after an idle stop: the worker starts when the file appears, not
+    once it has settled and its pages are prepared."""
+    from ocrwatch.daemon import Daemon
+
+    config = Config(inbox=[tmp_path / "inbox"], database=tmp_path / "index.sqlite3",
+                    settle_seconds=3.0, engine="vllm")
+    config.vllm.idle_sleep_seconds = config.vllm.idle_stop_seconds = 0
+    eng = VllmEngine(config, backend="fake", card_mib=16 * 1024)
+    inbox = config.inbox[0]
+    inbox.mkdir(parents=True)
+    with Daemon(config, engine=eng) as daemon:
+        assert eng.state == "stopped"
+        staged = tmp_path / "scan.png"
+        text_page(["a letter"]).save(staged)
+        os.rename(staged, inbox / "scan.png")
+        wait_for(lambda: eng.state == "ready", 2.5, "the worker started before the file settled")
+        assert daemon.jobs.known(inbox / "scan.png") is None  # still settling
+        wait_for(lambda: (job := daemon.jobs.known(inbox / "scan.png")) is not None
+                 and job.state.value == "done", 30, "the file read")
+
+
 def test_release_reads_every_page_handed_over_then_ends_the_worker() -> None:
     # The daemon pauses: pages already handed over (a full engine, four waiting) are
     # read, then the worker ends and is not started again for them.
-    eng = make_engine(delay=0.5)
+    eng = make_engine(delay=0.5, queued=0)
     try:
         eng.start()
         seqs = eng.plan.max_num_seqs
@@ -1010,7 +1069,9 @@ def test_mixed_pages_fill_every_slot_and_a_freed_slot_is_taken_at_once() -> None
             results = [r for rs in pool.map(lambda p: eng.recognize([p]), pages) for r in rs]
         took = time.monotonic() - started
         assert all(r.error is None for r in results)
-        assert eng.most_in_flight == seqs  # cards and A4 pages together, to the plan's bound
+        # Cards and A4 pages together, to the plan's bound: every slot, and the pages
+        # queued behind them in vLLM's own queue.
+        assert eng.most_in_flight == seqs + Config().vllm.queued_pages
         # Two rounds of 0.3 s: no page waited for a pair, a batch, or a like size.
         assert took < 2 * 0.3 + 1.2, took
     finally:

@@ -42,6 +42,10 @@ class VllmConfig:
     # 0: pages go in in arrival order (like sizes first measured no faster, docs/gpu.md); above 0,
     # like sizes go in together and none waits longer than this for its turn.
     admit_wait_seconds: float = 0.0
+    # Pages handed to vLLM beyond max_num_seqs: they wait in vLLM's own queue, their images
+    # already processed and nothing of theirs on the card, so a page that ends is replaced
+    # at the next step rather than after a round trip to the daemon.
+    queued_pages: int = 4
     start_timeout_seconds: float = 600.0
     ignore_eos: bool = False  # benchmarks only: every page writes exactly max_tokens
 
@@ -144,6 +148,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "vllm.idle_sleep_seconds": (0, 30 * 24 * 3600),
     "vllm.idle_stop_seconds": (0, 30 * 24 * 3600),
     "vllm.admit_wait_seconds": (0, 60),
+    "vllm.queued_pages": (0, 256),
     "vllm.start_timeout_seconds": (1, 24 * 3600),
     "remote.max_tokens": (1, 1_000_000),
     "remote.concurrency": (1, 1024),

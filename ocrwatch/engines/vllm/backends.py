@@ -7,6 +7,7 @@ and vLLM (imported lazily), so that it runs wherever vLLM runs.
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import sys
@@ -241,16 +242,29 @@ class FakeBackend:
                 os._exit(0)
             self.info["helper_pid"] = child
         self.asleep = False
+        # As vLLM's scheduler: at most max_num_seqs pages run, the others wait their turn.
+        self._seqs = int(settings.get("max_num_seqs") or 1)
+        self.most_running = 0
         # id -> (image, sampling, when it ends, most pages in flight alongside it)
         self._open: dict[str, tuple[Image.Image, Sampling, float, int]] = {}
+        self._waiting: collections.deque[tuple[str, Image.Image, Sampling]] = (
+            collections.deque())
 
     def add(self, request_id: str, image: Image.Image, sampling: Sampling) -> None:
         if self.asleep:
             raise RuntimeError("a page was added while asleep")
         if image.getpixel((0, 0)) == Fault.REFUSED:
             raise InputRefused("prompt is longer than the maximum model length")
-        self._open[request_id] = (image, sampling, time.monotonic() + self._delay, 0)
+        self._waiting.append((request_id, image, sampling))
+        self._schedule()
+
+    def _schedule(self) -> None:
+        """Waiting pages into the free slots, each timed from when it starts to run."""
+        while self._waiting and len(self._open) < self._seqs:
+            rid, image, sampling = self._waiting.popleft()
+            self._open[rid] = (image, sampling, time.monotonic() + self._delay, 0)
         n = len(self._open)
+        self.most_running = max(self.most_running, n)
         for key, (im, p, end, peers) in self._open.items():
             self._open[key] = (im, p, end, max(peers, n))
 
@@ -282,10 +296,12 @@ class FakeBackend:
                 text = (f"# Page {image.width}x{image.height}\n\nSome **bold** text, "
                         f"t={p.temperature}.")
                 done.append(Done(rid, text, 12, "stop", peers))
+        if done:
+            self._schedule()
         return done
 
     def busy(self) -> bool:
-        return bool(self._open)
+        return bool(self._open) or bool(self._waiting)
 
     def sleep(self) -> None:
         self.asleep = True

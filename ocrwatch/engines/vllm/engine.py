@@ -167,6 +167,11 @@ class VllmEngine(lightonocr.LightOnOCREngine):
         """Start (or wake) the worker now instead of on the first page."""
         self._feeder.command("start")
 
+    def warm(self) -> None:
+        """A file is arriving: start or wake the worker now, in the background, so that
+        its pages do not wait for the start after they are prepared."""
+        self._feeder.warm()
+
     def sleep(self) -> None:
         """Put the worker to sleep now (what the idle timer does after a while)."""
         self._feeder.command("sleep")

@@ -75,6 +75,7 @@ class _Command:
     op: str  # "start", "sleep" or "stop"
     done: threading.Event = field(default_factory=threading.Event)
     error: BaseException | None = None
+    waited: bool = True  # False: nobody waits for it (warm), its error is only logged
 
 
 class Feeder:
@@ -98,7 +99,7 @@ class Feeder:
         self._clock = clock
         self._cond = threading.Condition()  # guards every field below
         self._state = "stopped"
-        self._queue = Admission(self.plan.max_num_seqs, self._cfg.admit_wait_seconds)
+        self._queue = Admission(self._bound(self.plan), self._cfg.admit_wait_seconds)
         self._commands: collections.deque[_Command] = collections.deque()
         self._last_used = clock()
         self._closing = False
@@ -240,6 +241,24 @@ class Feeder:
         command.done.wait()
         if command.error is not None:
             raise command.error
+
+    def warm(self) -> None:
+        """Start or wake the worker in the background, without a page: a file is arriving,
+        and it settles and is prepared meanwhile. Does nothing while the engine is up,
+        starting, waiting for the card or closing; a failure is only logged (the page that
+        follows meets it again and reports it)."""
+        with self._cond:
+            if (self._closing or self._state not in ("stopped", "asleep")
+                    or self._busy is not None or any(c.op == "start" for c in self._commands)):
+                return
+            self._commands.append(_Command("start", waited=False))
+            self._start_feeder()
+        self.poke()
+
+    def _bound(self, plan: MemoryPlan) -> int:
+        """Pages handed to vLLM at most: the plan's in flight, plus ``vllm.queued_pages``
+        waiting in vLLM's own queue (they take no card memory until they run)."""
+        return plan.max_num_seqs + self._cfg.queued_pages
 
     def _start_feeder(self) -> None:
         """Caller holds ``_cond``."""
@@ -501,7 +520,7 @@ class Feeder:
             raise
         with self._cond:
             self.plan = plan
-            self._queue.max_in_flight = plan.max_num_seqs
+            self._queue.max_in_flight = self._bound(plan)
             self._set_state("starting")
             self._detail = "loading the model"
         try:
@@ -589,6 +608,8 @@ class Feeder:
                 self._end_standby()
         except BaseException as exc:  # handed to the caller
             command.error = exc
+            if not command.waited:
+                log.info("The vLLM engine could not be started ahead of a file: %s", exc)
         command.done.set()
 
     def _sleep(self) -> None:
