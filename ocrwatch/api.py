@@ -93,7 +93,7 @@ def search(query: str, *, limit: int = 20, database: str | os.PathLike[str] | No
     prefix*), best first: each :class:`~ocrwatch.store.index.Hit` has ``path``, ``page``,
     ``pages``, ``snippet`` and ``md_path``. The daemon may be running meanwhile."""
     from ocrwatch import config as config_mod
-    from ocrwatch.core.errors import OcrwatchError
+    from ocrwatch.core.errors import IndexUnavailable
     from ocrwatch.engines import registry  # noqa: F401  (the engine names the config accepts)
     from ocrwatch.store.db import Database
     from ocrwatch.store.index import search as index_search
@@ -101,7 +101,7 @@ def search(query: str, *, limit: int = 20, database: str | os.PathLike[str] | No
     where = (Path(database).expanduser() if database is not None
              else (config or config_mod.load()).database)
     if not where.exists():
-        raise OcrwatchError(f"no index at {where}: nothing has been read there yet")
+        raise IndexUnavailable(f"no index at {where}: nothing has been read there yet")
     db = Database(where, readonly=True)
     try:
         return index_search(db, query, limit=limit)

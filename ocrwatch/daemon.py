@@ -17,14 +17,16 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
-from ocrwatch import __version__, pipeline
+from ocrwatch import pipeline
 from ocrwatch.config import Config
 from ocrwatch.config import reload as reloading
-from ocrwatch.core.errors import OcrwatchError
+from ocrwatch.context import Context
+from ocrwatch.core.errors import DaemonError, OcrwatchError, StateError
 from ocrwatch.core.progress import PageCounts, Progress, Waiting, estimate
 from ocrwatch.core.status import EngineStatus, Reading, Status
+from ocrwatch.core.version import __version__
 from ocrwatch.engines import Engine, registry
 from ocrwatch.engines.registry import Choice, choose, create
 from ocrwatch.hooks.runner import AfterDone
@@ -33,7 +35,6 @@ from ocrwatch.intake.follow import Follower
 from ocrwatch.intake.settle import Settler
 from ocrwatch.intake.watch import Watcher
 from ocrwatch.pages.thumbs import Thumbnails
-from ocrwatch.pipeline import Context
 from ocrwatch.results.lifecycle import Lifecycle
 from ocrwatch.results.outputs import PdfMaker
 from ocrwatch.scheduler import Scheduler
@@ -43,6 +44,21 @@ from ocrwatch.store.jobs import JobQueue
 from ocrwatch.store.status_facts import IndexFacts, SettingWriter, StatusReader, read_facts
 
 log = logging.getLogger(__name__)
+
+
+class SearchPage(Protocol):
+    """The search page's server as the daemon uses it (:class:`ocrwatch.web.server.
+    SearchServer` is one). The front end that starts the daemon passes in what makes it
+    (``search_page``): the daemon stays below web/ in the layers."""
+
+    @property
+    def url(self) -> str: ...
+
+    def start(self) -> None: ...
+
+    def launch_url(self) -> str: ...
+
+    def close(self) -> None: ...
 
 
 class Daemon:
@@ -56,6 +72,7 @@ class Daemon:
         watch: bool = True,
         log_file: Path | None = None,
         reload_from: Callable[[], Config] | None = None,
+        search_page: Callable[[Config, Thumbnails], SearchPage] | None = None,
     ) -> None:
         self.config = config
         # How the configuration was loaded (file, environment, flags): `reload` does it again.
@@ -70,7 +87,9 @@ class Daemon:
         self.jobs = JobQueue(self.db)
         self.thumbs = Thumbnails(config.cache_dir / "thumbnails")
         self.follower = Follower(self.jobs, config, self.thumbs)
-        self._web: Any = None  # the search page's server, started on first use
+        # The search page's server, made by ``search_page`` and started on first use.
+        self._search_page = search_page
+        self._web: SearchPage | None = None
         self._web_lock = threading.Lock()
         # Status and pause answer from memory while the index is locked (status_facts).
         self._facts = (StatusReader(config.database)
@@ -108,7 +127,7 @@ class Daemon:
     def start(self, *, recover: bool = True) -> None:
         """Start the threads. ``recover=False`` when another daemon may own running jobs."""
         if self._started:
-            raise OcrwatchError("the daemon was started already")
+            raise StateError("the daemon was started already")
         self._started = True
         # qpdf (pikepdf) counts every PDF's pages a second time: loaded once here, not
         # inside the first PDF's reading (25-80 ms).
@@ -211,16 +230,14 @@ class Daemon:
         (a command line is readable by every local user, the token must not be on it)."""
         return str(self._search_server().launch_url())
 
-    def _search_server(self) -> Any:
-        from ocrwatch.web.server import SearchServer
-
+    def _search_server(self) -> SearchPage:
         with self._web_lock:
             if self._closed:
-                raise OcrwatchError("the daemon is stopping")
+                raise StateError("the daemon is stopping")
+            if self._search_page is None:
+                raise DaemonError("this daemon has no search page")
             if self._web is None:
-                server = SearchServer(self.config.database, self.thumbs,
-                                      inbox=self.config.inbox,
-                                      follow_symlinks=self.config.follow_symlinks)
+                server = self._search_page(self.config, self.thumbs)
                 server.start()
                 self._web = server
             return self._web
@@ -246,7 +263,7 @@ class Daemon:
         A configuration that does not load (a typo mid-edit) changes nothing: the
         ConfigError is logged and raised to the caller."""
         if self._reload_from is None:
-            raise OcrwatchError("this daemon was not started from a configuration it can "
+            raise DaemonError("this daemon was not started from a configuration it can "
                                 "load again")
         with self._reload_lock:
             try:

@@ -1,6 +1,6 @@
 """A file's outcome, the pipeline's last stage: published, failed or deferred.
 
-:func:`finish` carries a :class:`~ocrwatch.pipeline.Verdict` out for a job and its
+:func:`finish` carries a :class:`~ocrwatch.context.Verdict` out for a job and its
 identical copies: :func:`publish` writes the outputs (PDF, .md, .txt, all or none) and
 then the index rows and ``done`` in one transaction; :func:`after_success` archives or
 deletes the original and runs the hooks; :func:`fail` records the reason (and moves
@@ -25,7 +25,7 @@ from ocrwatch.results.sidecar import pdf_path, sidecar_mark, write_sidecars
 from ocrwatch.store.db import is_disk_full
 
 if TYPE_CHECKING:
-    from ocrwatch.pipeline import Context, Verdict
+    from ocrwatch.context import Context, Verdict
 
 log = logging.getLogger(__name__)
 

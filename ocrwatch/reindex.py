@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ocrwatch.config import Config
 from ocrwatch.core.domain import PageText
-from ocrwatch.core.errors import OcrwatchError
+from ocrwatch.core.errors import UsageError
 from ocrwatch.intake.inbox_files import walk
 from ocrwatch.results.lifecycle import output_folder
 from ocrwatch.results.sidecar import fitting, read_mark, sidecar_paths
@@ -137,7 +137,7 @@ def from_sidecars(config: Config, db: Database, progress: Progress | None = None
     originals deleted after reading (:func:`results_of_deleted`).
     """
     if config.output_dir is not None and config.output_layout == "date":
-        raise OcrwatchError("sidecars filed by date (output_layout = \"date\") do not say "
+        raise UsageError("sidecars filed by date (output_layout = \"date\") do not say "
                             "which original they belong to; read the files again instead "
                             "(`ocrwatch add` on the inbox)")
     jobs = JobQueue(db)

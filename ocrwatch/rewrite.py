@@ -22,7 +22,7 @@ from ocrwatch.results.sidecar import pdf_path, sidecar_paths, write_sidecars
 from ocrwatch.store.index import pages_of
 
 if TYPE_CHECKING:
-    from ocrwatch.pipeline import Context
+    from ocrwatch.context import Context
     from ocrwatch.results.outputs import PdfMaker
 
 log = logging.getLogger(__name__)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ocrwatch import outcome, pipeline
+from ocrwatch.context import Context
 from ocrwatch.core.domain import Job, Page, PageText
 from ocrwatch.core.errors import OcrwatchError, TransientError
 from ocrwatch.core.status import PageRate, Reading
@@ -31,7 +32,6 @@ from ocrwatch.core.threads import Loop, Service
 from ocrwatch.engines import Engine
 from ocrwatch.pagequeue import PageQueue
 from ocrwatch.pages import memory
-from ocrwatch.pipeline import Context
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ocrwatch import __version__
+from ocrwatch.core.version import __version__
 from ocrwatch.engines import registry
 from ocrwatch.store.index import MAX_HITS, QUERY_SECONDS
 
@@ -88,6 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"ocrwatch {__version__}")
     # Not required: a bare `ocrwatch` prints this help (cli.main) instead of an error.
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    # Boilerplate: every command below is declared in the same shape (_sub, the shared
+    # options, its own), so that its help reads alike; alike by design, not copied logic.
 
     p = _sub(sub, "run", "run the daemon in the foreground (with a tray icon when there is "
                          "a display)",

@@ -11,7 +11,6 @@ file's new place.
 from __future__ import annotations
 
 import datetime as _dt
-import errno
 import filecmp
 import logging
 import os
@@ -22,7 +21,7 @@ from pathlib import Path
 
 from ocrwatch.config import Config
 from ocrwatch.core.domain import Job
-from ocrwatch.core.errors import OcrwatchError
+from ocrwatch.core.errors import Doing, MachineError, OcrwatchError, os_reason
 from ocrwatch.core.fsmove import move_no_replace
 from ocrwatch.results.sidecar import pdf_path
 from ocrwatch.store.db import Database
@@ -322,7 +321,7 @@ class Lifecycle:
         return count
 
 
-class _Failed(Exception):
+class _Failed(MachineError):
     """A move of an archive failed; ``done`` are the moves made before it."""
 
     def __init__(self, error: OSError, done: list[tuple[Path, Path]]) -> None:
@@ -333,8 +332,4 @@ class _Failed(Exception):
 
 def move_failure(exc: OSError) -> str:
     """A plain reason for a failed move, with what to do."""
-    if exc.errno == errno.ENOSPC:
-        return ("the disk is full; free some space: it is tried again at the next start "
-                "(`ocrwatch stop`, then `ocrwatch run`)")
-    where = f" ({exc.filename})" if exc.filename else ""
-    return f"{exc.strerror or exc}{where}"
+    return str(os_reason(exc, Doing.MOVE))

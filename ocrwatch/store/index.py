@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ocrwatch.core.domain import PageText
 from ocrwatch.core.errors import SearchError
-from ocrwatch.store.db import Database, encode_path
+from ocrwatch.store.db import Database, SqliteProblem, encode_path, sqlite_problem
 
 # Han, Hiragana, Katakana, Hangul and CJK punctuation/fullwidth forms.
 _CJK = re.compile(
@@ -270,7 +270,7 @@ def _search(db: Database, query: str, *, limit: int, offset: int,
             )
             rows = db.query(sql, (*HIGHLIGHT, _fts_query(query), *fparams, limit, offset))
     except sqlite3.OperationalError as exc:
-        if "fts5" in str(exc) or "syntax" in str(exc) or "no such column" in str(exc):
+        if sqlite_problem(exc) is SqliteProblem.QUERY:
             raise SearchError(
                 f"could not understand the query {query or filters.name!r}: use words, "
                 "\"quoted phrases\", AND, OR, NOT and prefix* "

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ocrwatch.core.domain import Job, PageText, State
+from ocrwatch.core.naming import choose_stem, sidecar_paths
 from ocrwatch.core.status import Failure
-from ocrwatch.results.sidecar import choose_stem, sidecar_paths
 from ocrwatch.store.db import Database, decode_path, display_path, encode_path, put_setting
 from ocrwatch.store.index import drop_pages, pages_of, replace_pages, warnings_json
 from ocrwatch.store.jobfiles import (

@@ -35,7 +35,8 @@ from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from ocrwatch.core.errors import OcrwatchError, SearchError
+from ocrwatch.config import Config
+from ocrwatch.core.errors import SearchError, StateError
 from ocrwatch.core.private import private_dir
 from ocrwatch.core.safeopen import LinkRefused, open_beneath, source_root
 from ocrwatch.core.threads import Service
@@ -43,7 +44,7 @@ from ocrwatch.pages.thumbs import Thumbnails
 from ocrwatch.store.db import Database, file_identity
 from ocrwatch.store.index import Filters, Hit, search
 from ocrwatch.store.jobs import JobQueue
-from ocrwatch.web.handler import _Handler
+from ocrwatch.web.handler import App, _Handler
 from ocrwatch.web.listener import BoundedServer
 from ocrwatch.web.opener import open_file
 from ocrwatch.web.params import (
@@ -113,13 +114,14 @@ class SearchServer:
     def start(self) -> None:
         with self._lock:
             if self._closed:
-                raise OcrwatchError("the search page's server was closed; start a new one")
+                raise StateError("the search page's server was closed; start a new one")
             if self._httpd is not None:
                 return
             db = Database(self.database, readonly=True, origin="the search page")
             db.query_only()  # no request can write, whatever it does
             self._db = db
-            handler = type("Handler", (_Handler,), {"app": self})
+            app: App = self  # checked: the server is what the handler asks for
+            handler = type("Handler", (_Handler,), {"app": app})
             self._httpd = BoundedServer(("127.0.0.1", self._port), handler)
             self._serving = _Serving(self._httpd)
             self._serving.start()
@@ -206,7 +208,7 @@ class SearchServer:
     @property
     def port(self) -> int:
         if self._httpd is None:
-            raise OcrwatchError("the search page's server is not started")
+            raise StateError("the search page's server is not started")
         return int(self._httpd.server_address[1])
 
     @property
@@ -352,3 +354,9 @@ def _remove_old_pages(folder: Path) -> None:
             with contextlib.suppress(OSError):
                 if now - page.lstat().st_mtime > CODE_SECONDS:
                     page.unlink()
+
+
+def for_daemon(config: Config, thumbs: Thumbnails) -> SearchServer:
+    """The daemon's search page, for its settings (``Daemon(search_page=for_daemon)``)."""
+    return SearchServer(config.database, thumbs, inbox=config.inbox,
+                        follow_symlinks=config.follow_symlinks)

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ocrwatch.core.errors import EngineError
 from ocrwatch.engines.faults import Fault
 from ocrwatch.engines.vllm.messages import Done, Sampling
 
@@ -39,7 +40,7 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
-class InputRefused(Exception):
+class InputRefused(EngineError):
     """The engine refused a request but is still fine (e.g. a prompt too long)."""
 
 

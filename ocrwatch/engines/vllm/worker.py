@@ -29,6 +29,7 @@ import time
 import traceback
 from typing import TYPE_CHECKING, Any
 
+from ocrwatch.core.errors import is_out_of_memory
 from ocrwatch.engines.vllm.backends import Backend, InputRefused, make_backend, preload
 from ocrwatch.engines.vllm.messages import (
     Add,
@@ -54,9 +55,6 @@ if TYPE_CHECKING:
 ImageData = tuple[int, int, bytes]
 
 
-def _is_oom(exc: BaseException) -> bool:
-    text = f"{type(exc).__name__} {exc}".lower()
-    return "out of memory" in text or "outofmemory" in text
 
 
 def _short(exc: BaseException) -> str:
@@ -197,7 +195,7 @@ def main(conn: Connection, settings: dict[str, Any]) -> None:
         backend = make_backend(settings)
     except BaseException as exc:
         traceback.print_exc(file=sys.stderr)
-        conn.send(Failed(_short(exc), oom=_is_oom(exc)))
+        conn.send(Failed(_short(exc), oom=is_out_of_memory(exc)))
         return
     conn.send(Ready(backend.info))
     try:
@@ -205,7 +203,7 @@ def main(conn: Connection, settings: dict[str, Any]) -> None:
     except BaseException as exc:
         traceback.print_exc(file=sys.stderr)
         with contextlib.suppress(OSError):
-            conn.send(Failed(_short(exc), oom=_is_oom(exc)))
+            conn.send(Failed(_short(exc), oom=is_out_of_memory(exc)))
         _kill_group_and_exit(1)  # the engine may be broken; the parent starts a fresh one
     try:
         backend.close()
