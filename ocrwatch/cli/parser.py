@@ -67,10 +67,17 @@ def _overrides(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
 
 
-def _sub(sub: Any, name: str, text: str, *examples: str) -> argparse.ArgumentParser:
+def _sub(sub: Any, name: str, text: str, *examples: str,
+         options: str = "") -> argparse.ArgumentParser:
+    """A subcommand; ``options`` "config" adds --config, "reading" also the reading
+    overrides (engine, inbox, languages...)."""
     parser: argparse.ArgumentParser = sub.add_parser(
         name, help=text, description=text[0].upper() + text[1:] + ".",
         epilog=_examples(*examples), formatter_class=argparse.RawDescriptionHelpFormatter)
+    if options in ("config", "reading"):
+        _common(parser)
+    if options == "reading":
+        _overrides(parser)
     return parser
 
 
@@ -93,16 +100,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = _sub(sub, "run", "run the daemon in the foreground (with a tray icon when there is "
                          "a display)",
-             "ocrwatch run", "ocrwatch run --no-tray --inbox ~/Scans --languages eng,deu")
-    _common(p)
-    _overrides(p)
+             "ocrwatch run", "ocrwatch run --no-tray --inbox ~/Scans --languages eng,deu",
+             options="reading")
     p.add_argument("--no-tray", action="store_true", help="never show a tray icon")
 
     p = _sub(sub, "add", "read files or folders once, with a progress bar, then exit",
              "ocrwatch add ~/Downloads/letter.pdf", "ocrwatch add --engine tesseract ~/Scans",
-             "ocrwatch add --on-success archive ~/OCR-Inbox/old")
-    _common(p)
-    _overrides(p)
+             "ocrwatch add --on-success archive ~/OCR-Inbox/old", options="reading")
     p.add_argument("--on-success", choices=("keep", "archive", "delete"), default="keep",
                    help="what becomes of each file once it is completely read: kept where "
                         "it is (the default: the configured on_success is not applied to "
@@ -112,9 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = _sub(sub, "reread", "read again, with a progress bar, the files read with other "
                             "languages (or another engine) than now",
              "ocrwatch reread", "ocrwatch reread --languages eng,deu",
-             "ocrwatch reread --all", "ocrwatch reread --outputs    # after adding \"pdf\"")
-    _common(p)
-    _overrides(p)
+             "ocrwatch reread --all", "ocrwatch reread --outputs    # after adding \"pdf\"",
+             options="reading")
     p.add_argument("--all", action="store_true",
                    help="every file read so far, also those read as they would be now")
     p.add_argument("--outputs", action="store_true",
@@ -128,8 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
              "ocrwatch search 'pay* OR remittance NOT draft' --limit 5",
              "ocrwatch search --json -- -42     # after --, a query may begin with -",
              "ocrwatch search --name tax --type pdf --after 2024-01-01 receipt",
-             "ocrwatch search --web            # the search page in the browser")
-    _common(p)
+             "ocrwatch search --web            # the search page in the browser", options="config")
     p.add_argument("--database", type=Path, metavar="FILE", help="index file")
     p.add_argument("query", nargs="*", help='words, "phrases", AND/OR/NOT, prefix*')
     p.add_argument("--name", metavar="WORDS",
@@ -155,16 +157,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = _sub(sub, "reindex", "rebuild the full-text index from the stored page text, or from "
                              "the sidecars when the database is lost",
-             "ocrwatch reindex", "ocrwatch reindex --from-sidecars")
-    _common(p)
+             "ocrwatch reindex", "ocrwatch reindex --from-sidecars", options="config")
     p.add_argument("--database", type=Path, metavar="FILE", help="index file")
     p.add_argument("--from-sidecars", action="store_true",
                    help="rebuild the index from the .md/.txt sidecars of the files in the "
                         "watched folders (stop the daemon first)")
 
     p = _sub(sub, "status", "what the daemon is doing, counts by state, failures",
-             "ocrwatch status", "ocrwatch status --json")
-    _common(p)
+             "ocrwatch status", "ocrwatch status --json", options="config")
     p.add_argument("--database", type=Path, metavar="FILE", help="index file")
     p.add_argument("--json", action="store_true", help="print as JSON")
 
@@ -176,29 +176,24 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = _sub(sub, "reload", "make the running daemon read its config file again (also on "
                             "SIGHUP and when the file is saved); names what waits for a restart",
-             "ocrwatch reload", "kill -HUP $(pgrep -f 'ocrwatch run')")
-    _common(p)
+             "ocrwatch reload", "kill -HUP $(pgrep -f 'ocrwatch run')", options="config")
 
     p = _sub(sub, "retry", "read failed files again",
-             "ocrwatch retry ~/OCR-Inbox/scan.pdf", "ocrwatch retry --all-failed")
-    _common(p)
+             "ocrwatch retry ~/OCR-Inbox/scan.pdf", "ocrwatch retry --all-failed", options="config")
     p.add_argument("--database", type=Path, metavar="FILE", help="index file")
     p.add_argument("paths", nargs="*", type=Path, metavar="PATH")
     p.add_argument("--all-failed", action="store_true", help="every failed file")
 
     p = _sub(sub, "doctor", "check what the daemon needs and say how to fix gaps",
              "ocrwatch doctor", "ocrwatch doctor --engine vllm --languages eng+ita",
-             "ocrwatch doctor --json | jq '.[] | select(.ok | not)'")
-    _common(p)
-    _overrides(p)
+             "ocrwatch doctor --json | jq '.[] | select(.ok | not)'", options="reading")
     p.add_argument("--json", action="store_true",
                    help="print the checks as JSON: a list of {name, ok, detail, fix}")
 
     p = _sub(sub, "init", "write the example configuration, every key with its default and "
                           "what it does, to the config file",
              "ocrwatch init", "ocrwatch init --print > my-config.toml",
-             "ocrwatch init --config ~/ocrwatch.toml")
-    _common(p)
+             "ocrwatch init --config ~/ocrwatch.toml", options="config")
     p.add_argument("--print", action="store_true", dest="print_only",
                    help="print it instead of writing a file")
     p.add_argument("--force", action="store_true",

@@ -80,7 +80,8 @@ ToWorker = Start | Add | Sleep | Wake | Stop
 
 @dataclass(frozen=True)
 class StandbyReady:
-    """A standby's imports are done; it waits for :class:`Start`."""
+    """A standby's imports are done (torch, vLLM, the model's class, in
+    ``import_seconds``); process ``pid`` waits for :class:`Start` to become the worker."""
 
     import_seconds: float
     pid: int
