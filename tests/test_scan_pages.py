@@ -191,6 +191,28 @@ def test_a_page_with_too_little_text_to_decide_stays_as_it_is(tmp_path: Path) ->
         assert found.turn == 0, found
 
 
+@pytest.mark.skipif(not CORPUS.is_dir(), reason="the corpus (../shared/corpus) is not here")
+@pytest.mark.parametrize(("name", "lang", "fed"), [
+    ("tapus_08.jpeg", "fra", 90), ("tapus_08.jpeg", "fra", 180), ("tapus_08.jpeg", "fra", 270),
+    ("ehri_dan_00.jpg", "dan", 90)])
+def test_a_page_osd_cannot_decide_or_gets_wrong_unsure_is_turned_by_reading(
+        name: str, lang: str, fed: int) -> None:
+    """A small yellow page OSD finds too little text on (it was left turned: CER 1.0),
+    and a letter fed sideways that OSD turned with a confidence of 1.05, which a band
+    read at its mean word confidence did not confirm: Tesseract reads a sideways page's
+    lines too, as words standing on end."""
+    with Image.open(CORPUS / name) as opened:
+        upright = opened.convert("RGB")
+        dpi = round(opened.info.get("dpi", (300, 300))[0])
+    detector = orient.Detector(None, [lang])
+    try:
+        assert detector.detect(upright, dpi).turn == 0
+        found = detector.detect(orient.turn(upright, fed), dpi)
+    finally:
+        detector.close()
+    assert (fed + found.turn) % 360 == 0 and found.checked, found
+
+
 def test_without_osd_data_pages_are_read_as_they_are_and_the_log_says_why(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         caplog: pytest.LogCaptureFixture) -> None:
