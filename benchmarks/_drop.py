@@ -46,29 +46,36 @@ def text_page(width: int, height: int, seed: int) -> Any:
 
 
 def make_drop(folder: Path, a4: int = 24, cards: int = 24, pdfs: int = 4,
-              pdf_pages: int = 4) -> dict[str, int]:
-    """Write the drop into ``folder``; returns each file's name and page count."""
+              pdf_pages: int = 4, *, prefix: str = "", seed: int = 0) -> dict[str, int]:
+    """Write the drop into ``folder``; returns each file's name and page count. Drops of
+    another ``seed`` hold other pages (none a duplicate the daemon would not read)."""
     from PIL import Image
 
     folder.mkdir(parents=True, exist_ok=True)
     files: dict[str, int] = {}
     for i in range(a4):  # A4 at 300 dpi
-        name = f"a4_{i:02d}.jpg"
-        text_page(2480, 3508, i).save(folder / name, quality=85, dpi=(300, 300))
+        name = f"{prefix}a4_{i:02d}.jpg"
+        text_page(2480, 3508, seed + i).save(folder / name, quality=85, dpi=(300, 300))
         files[name] = 1
     for i in range(cards):  # a business card photographed: a card on a darker table
-        name = f"card_{i:02d}.jpg"
+        name = f"{prefix}card_{i:02d}.jpg"
         photo = Image.new("RGB", (1200, 900), (90, 80, 70))
-        photo.paste(text_page(1000, 600, 1000 + i), (100, 150))
+        photo.paste(text_page(1000, 600, seed + 1000 + i), (100, 150))
         photo.save(folder / name, quality=85)
         files[name] = 1
     for i in range(pdfs):
-        name = f"doc_{i}.pdf"
-        pages = [text_page(2480, 3508, 2000 + 10 * i + j) for j in range(pdf_pages)]
+        name = f"{prefix}doc_{i}.pdf"
+        pages = [text_page(2480, 3508, seed + 2000 + 10 * i + j) for j in range(pdf_pages)]
         pages[0].save(folder / name, "PDF", resolution=300, save_all=True,
                       append_images=pages[1:])
         files[name] = pdf_pages
     return files
+
+
+def warm_drop(text: str) -> tuple[int, int, int]:
+    """``--warm``'s "A4,CARDS,PDFS" as make_drop's counts."""
+    a4, cards, pdfs = (int(x) for x in text.split(","))
+    return a4, cards, pdfs
 
 
 def toml_list(values: Sequence[str]) -> str:
@@ -93,14 +100,17 @@ def daemon_env(home: Path, work: Path) -> dict[str, str]:
 
 def run_daemon_on_drop(engine: Sequence[str], folder: Path, files: dict[str, int], work: Path,
                        settle: float, sampler: Any, timeout: float,
-                       idle_mark: str | None = None) -> dict[str, Any]:
+                       idle_mark: str | None = None,
+                       warm: tuple[int, int, int] = (1, 0, 0)) -> dict[str, Any]:
     """`ocrwatch run` with the config lines ``engine`` (the engine's keys and section).
 
     Its HOME stays the user's (vLLM's compile cache lives there); its XDG folders, socket
     and database are under ``work``, and its log is ``work/daemon.log``. With
     ``idle_mark``, once the drop is read the run waits for that line in the log (the
     engine ending on idle), then drops one more A4 page and times it to its sidecar: the
-    first page after an idle stop, engine start included.
+    first page after an idle stop, engine start included. ``warm`` (A4 pages, cards,
+    PDFs) is the warm-up drop read before the clock starts: pages of each size the drop
+    holds meet a warm engine, as in a daemon that has been reading for a while.
     """
     home = work / "home"
     inbox, staging = work / "inbox", work / "staging"
@@ -123,18 +133,20 @@ def run_daemon_on_drop(engine: Sequence[str], folder: Path, files: dict[str, int
                              "--config", str(config)], stdout=log, stderr=subprocess.STDOUT,
                             env=env)
     try:
-        # Warm-up: a file of its own (a copy of a dropped one would make that one a
+        # Warm-up: files of their own (a copy of a dropped one would make that one a
         # duplicate, which the daemon does not read again), read before the clock starts.
-        text_page(2480, 3508, 999).save(staging / "warmup.jpg", quality=85, dpi=(300, 300))
-        os.rename(staging / "warmup.jpg", inbox / "warmup.jpg")
-        wait_jobs(database, 1, proc, time.monotonic() + timeout)
+        warmed = make_drop(staging, *warm, prefix="warmup_", seed=5000)
+        for name in warmed:
+            os.rename(staging / name, inbox / name)
+        wait_jobs(database, len(warmed), proc, time.monotonic() + timeout)
         first_file_s = time.monotonic() - launched
         for name in files:
             shutil.copy(folder / name, staging / name)
         started_wall, started = time.time(), time.monotonic()
         for name in files:  # the drop: every file appears at once, whole
             os.rename(staging / name, inbox / name)
-        states = wait_jobs(database, 1 + len(files), proc, time.monotonic() + timeout)
+        states = wait_jobs(database, len(warmed) + len(files), proc,
+                           time.monotonic() + timeout)
         ended_wall = max((inbox / name).with_suffix(".md").stat().st_mtime
                          for name in files if (inbox / name).with_suffix(".md").exists())
         pages = done_pages(database, files)
@@ -146,7 +158,8 @@ def run_daemon_on_drop(engine: Sequence[str], folder: Path, files: dict[str, int
                                             dpi=(300, 300))
             t = time.monotonic()
             os.rename(staging / "after_idle.jpg", inbox / "after_idle.jpg")
-            wait_jobs(database, 2 + len(files), proc, time.monotonic() + timeout)
+            wait_jobs(database, len(warmed) + 1 + len(files), proc,
+                      time.monotonic() + timeout)
             after_idle = round(time.monotonic() - t, 1)
     finally:
         proc.send_signal(signal.SIGTERM)

@@ -30,6 +30,13 @@ if ls "$WHL_DIR"/*.whl >/dev/null 2>&1; then
 fi
 if [ -f "$GPU_DIR/make_model.py" ]; then cp "$GPU_DIR/make_model.py" /tmp/make_model.py; fi
 export PYTHONPATH=$SITE:$PWD VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
+# Before any engine starts: every module the daemon loads is importable here (a wheel
+# missing from benchmarks/gpu_wheels.sh would otherwise end a run minutes in).
+if ! python3 -c "import ocrwatch.daemon, ocrwatch.cli, ocrwatch.engines.remote, \
+        ocrwatch.engines.vllm, ocrwatch.results.pdfout, ocrwatch.scan.prepare, \
+        ocrwatch.core.textutil, psutil, httpx, pikepdf, pypdfium2, rapidfuzz, pynvml"; then
+    echo "PREFLIGHT: a module the daemon needs is missing (benchmarks/gpu_wheels.sh)"; exit 4
+fi
 RUN=/tmp/ocrwatch-gpu-out
 rm -rf "$RUN" && mkdir -p "$RUN"
 OUT=$RUN MAKE_MODEL=/tmp/make_model.py timeout "${LIMIT:-560}" bash benchmarks/gpu_run.sh

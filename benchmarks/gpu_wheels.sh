@@ -18,5 +18,6 @@ PLATFORMS=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64
     --implementation cp "${PLATFORMS[@]}" -d "$DEST" \
     watchdog==7.1.0 sqlite-utils==4.2.1 sqlite-fts4==1.0.3 click-default-group==1.2.4 \
     platformdirs==4.14.9 pypdfium2==5.15.2 httpx==0.28.1 httpcore==1.0.9 h11==0.16.0 \
-    rapidfuzz==3.14.6 nvidia-ml-py==13.615.71 pikepdf==10.18.0 Deprecated==3.0.1
+    rapidfuzz==3.14.6 nvidia-ml-py==13.615.71 pikepdf==10.18.0 Deprecated==3.0.1 \
+    psutil==7.2.2 tqdm==4.70.1 markdown-it-py==4.3.0 mdurl==0.1.2 img2pdf==0.6.3
 ls -la "$DEST"

@@ -338,7 +338,12 @@ def _handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
             self.reply(200, {"id": "x", "object": "chat.completion", "model": body["model"],
                              "choices": [{"index": 0, "finish_reason": finish,
                                           "message": {"role": "assistant", "content": text}}],
-                             "usage": {"prompt_tokens": 1, "completion_tokens": 1}})
+                             # Counted as a vision model would: image patches, and
+                             # every token up to max_tokens when told to ignore its end.
+                             "usage": {"prompt_tokens": (image.width // 28) *
+                                       (image.height // 28) + 16,
+                                       "completion_tokens": body["max_tokens"]
+                                       if body.get("ignore_eos") else len(text) // 4 + 1}})
 
     return Handler
 

@@ -20,28 +20,37 @@ def test_the_remote_benchmark_runs_end_to_end_on_a_fake_server(tmp_path: Path) -
         done = subprocess.run(
             [sys.executable, str(ROOT / "benchmarks" / "gpu_remote.py"), "--url", server.url,
              "--drop", "1,1,1", "--concurrency", "4", "--settle", "0.3",
-             "--out", str(out), "--work", str(tmp_path / "work"), "--timeout", "120"],
+             "--out", str(out), "--work", str(tmp_path / "work"), "--timeout", "120",
+             "--warm", "1,0,0"],
             capture_output=True, text=True, timeout=240, cwd=ROOT)
         assert done.returncode == 0, done.stdout + done.stderr
-        # The daemon's drop (a warm-up file, then 1 A4 page, 1 card, a 4-page PDF), then
-        # the seeds' client and the plain client: each page asked for exactly once a run.
-        assert server.chat_requests == 1 + 6 + 6 + 6
-        assert sum(server.answered.values()) == 19
+        # A warm-up pass and the plain client, the daemon's drop (a warm-up file, then 1 A4
+        # page, 1 card, a 4-page PDF), the engine alone and the seeds' client: each page
+        # asked for exactly once a run.
+        assert server.chat_requests == 6 + 6 + 1 + 6 + 6 + 6
+        assert sum(server.answered.values()) == 31
         bodies = server.requests
     assert all(b["max_tokens"] == 500 and b["ignore_eos"] is True for b in bodies)
     report = out.read_text()
     rows = [line for line in report.splitlines() if line.startswith("| ") and "pages/s" not in
             line]
     assert [r.split(" | ")[0] for r in rows] == [
-        "| ocrwatch daemon, remote engine", "| seeds' client: plain HTTP, base64 PNG",
-        "| plain httpx client, kept-alive, base64 PNG"]
+        "| plain httpx client, kept-alive, base64 PNG", "| ocrwatch daemon, remote engine",
+        "| the remote engine alone, pages prepared beforehand",
+        "| seeds' client: plain HTTP, base64 PNG"]
     for row in rows:
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert cells[2:4] == ["6", "0"], row  # pages read, pages failed
         assert float(cells[6]) > 0  # pages/s
     assert re.search(r"# command: .*gpu_remote\.py --url", report)
-    daemon = [c.strip() for c in rows[0].strip("|").split("|")]
+    daemon = [c.strip() for c in rows[1].strip("|").split("|")]
     assert float(daemon[7]) >= float(daemon[6])  # from the first file queued: no settle
+    # The servers' own token counts: the same work on every side (the same pixels, 500
+    # tokens each).
+    tokens = [[c.strip() for c in r.strip("|").split("|")][10] for r in rows]
+    assert tokens[0].endswith(" + 500") and tokens == [tokens[0]] * 4, tokens
+    assert re.search(r"the remote engine alone / plain client at the same concurrency: "
+                     r"\d\.\d{3}", report)
     assert re.search(r"from the first file queued: \d\.\d{3} \(goal at least 0\.97", report)
     stages = re.search(r"engine stages, median ms a page: (.*)", report)
     assert stages is not None
@@ -49,7 +58,7 @@ def test_the_remote_benchmark_runs_end_to_end_on_a_fake_server(tmp_path: Path) -
         "encode", "queue", "send", "wait", "read", "parse"]
     inbox = tmp_path / "work" / "daemon_4" / "inbox"
     assert sorted(p.name for p in inbox.glob("*.md")) == [
-        "a4_00.md", "card_00.md", "doc_0.md", "warmup.md"]
+        "a4_00.md", "card_00.md", "doc_0.md", "warmup_a4_00.md"]
     assert (inbox / "doc_0.md").read_text().count("<!-- page") == 4
 
 
@@ -62,14 +71,16 @@ def test_an_empty_answer_is_a_page_read_and_only_errors_are_failures(tmp_path: P
         done = subprocess.run(
             [sys.executable, str(ROOT / "benchmarks" / "gpu_remote.py"), "--url", server.url,
              "--drop", "1,1,0", "--concurrency", "2", "--settle", "0.3",
-             "--out", str(out), "--work", str(tmp_path / "work"), "--timeout", "120"],
+             "--out", str(out), "--work", str(tmp_path / "work"), "--timeout", "120",
+             "--warm", "1,0,0"],
             capture_output=True, text=True, timeout=240, cwd=ROOT)
         assert done.returncode == 0, done.stdout + done.stderr
     rows = [[c.strip() for c in line.strip("|").split("|")]
             for line in out.read_text().splitlines()
             if line.startswith("| ") and "pages/s" not in line]
-    assert [r[2:4] for r in rows] == [["2", "0"]] * 3, rows  # pages read, failed
-    assert [r[4] for r in rows[1:]] == ["2", "2"]  # the plain clients' empty answers
+    assert [r[2:4] for r in rows] == [["2", "0"]] * 4, rows  # pages read, failed
+    # The plain clients' and the engine's empty answers (the daemon counts none).
+    assert [r[4] for r in rows] == ["2", "-", "2", "2"]
     assert "0 failed, 2 empty" in done.stdout
 
 

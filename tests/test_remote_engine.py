@@ -142,6 +142,19 @@ def test_ignore_eos_is_passed_for_benchmarks_and_asks_no_retry(stub: FakeServer)
     assert result.error is None and not result.warnings
 
 
+def test_the_servers_token_counts_are_kept_per_page(stub: FakeServer) -> None:
+    """What each page cost the server (the answer's usage), so that a benchmark can show
+    that two clients asked for the same work."""
+    engine = engine_for(stub.url, ignore_eos=True, max_tokens=300)
+    try:
+        engine.recognize([page(0, size=(280, 560))])
+        engine.recognize([page(1, size=(560, 560))])
+        engine.recognize([page(2, size=(560, 560))])
+        assert engine.stages.token_medians() == {"prompt": 416, "completion": 300}
+    finally:
+        engine.close()
+
+
 def test_keeps_concurrency_requests_in_flight_over_kept_alive_connections(
         stub: FakeServer) -> None:
     engine = engine_for(stub.url, concurrency=3)

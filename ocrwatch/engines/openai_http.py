@@ -70,6 +70,10 @@ class Timing:
     wait: float = 0.0  # from the request sent to the answer's headers: the server's work
     read: float = 0.0  # the answer's body received
     parse: float = 0.0  # JSON decoded and checked
+    # The server's own count (the answer's ``usage``), when it gives one: what the page
+    # cost it, so that two clients can be compared page for page.
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
     marks: dict[str, float] = field(default_factory=dict)
 
     def trace(self, event: str, info: dict[str, Any]) -> None:
@@ -177,7 +181,7 @@ def post_chat(client: httpx.Client, base: str, body: dict[str, Any], *, seconds:
                 "read. Check that remote.url points at the OCR model's server.")
         t = time.monotonic()
         try:
-            return parse_answer(raw)
+            return parse_answer(raw, timing)
         finally:
             timing.parse = time.monotonic() - t
     detail = _error_detail(raw or b"")
@@ -209,8 +213,10 @@ def _read_capped(response: httpx.Response, cap: int) -> bytes | None:
     return b"".join(chunks)
 
 
-def parse_answer(raw: bytes) -> tuple[str, str]:
-    """A chat completion's text and finish reason; :class:`PageFailed` for any other shape."""
+def parse_answer(raw: bytes, timing: Timing | None = None) -> tuple[str, str]:
+    """A chat completion's text and finish reason; :class:`PageFailed` for any other shape.
+
+    ``timing`` gets the answer's token counts, when the server gives them."""
     try:
         data: Any = json.loads(raw)
     except ValueError as exc:
@@ -225,7 +231,16 @@ def parse_answer(raw: bytes) -> tuple[str, str]:
         raise PageFailed(f"the server's answer has no text: message.content is {kind}, "
                          "not a string")
     finish = choices[0].get("finish_reason")
+    usage = data.get("usage")
+    if timing is not None and isinstance(usage, dict):
+        timing.prompt_tokens = _count(usage.get("prompt_tokens"))
+        timing.completion_tokens = _count(usage.get("completion_tokens"))
     return content, finish if isinstance(finish, str) and finish else "stop"
+
+
+def _count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 \
+        else None
 
 
 def probe(client: httpx.Client, base: str,

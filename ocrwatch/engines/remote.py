@@ -95,6 +95,7 @@ class _Server:
 
 
 STAGES = ("encode", "queue", "send", "wait", "read", "parse")
+TOKENS = ("prompt", "completion")  # the server's usage counts of each answer
 
 
 class Stages:
@@ -105,10 +106,22 @@ class Stages:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._seconds: dict[str, deque[float]] = {s: deque(maxlen=4096) for s in STAGES}
+        self._tokens: dict[str, deque[int]] = {t: deque(maxlen=4096) for t in TOKENS}
 
     def add(self, stage: str, seconds: float) -> None:
         with self._lock:
             self._seconds[stage].append(seconds)
+
+    def add_tokens(self, prompt: int | None, completion: int | None) -> None:
+        with self._lock:
+            for kind, count in zip(TOKENS, (prompt, completion), strict=True):
+                if count is not None:
+                    self._tokens[kind].append(count)
+
+    def token_medians(self) -> dict[str, float]:
+        """The median tokens a page of each kind, over the answers that counted them."""
+        with self._lock:
+            return {t: statistics.median(v) for t, v in self._tokens.items() if v}
 
     def medians_ms(self) -> dict[str, float]:
         with self._lock:
@@ -219,6 +232,9 @@ class RemoteEngine(lightonocr.LightOnOCREngine):
             log.info("remote engine, median ms a page over %d answers: %s",
                      self.stages.pages(), ", ".join(
                          f"{k} {v:.2f}" for k, v in self.stages.medians_ms().items()))
+            if tokens := self.stages.token_medians():
+                log.info("remote engine, median tokens a page: %s", ", ".join(
+                    f"{k} {v:g}" for k, v in tokens.items()))
 
     def describe(self) -> dict[str, object]:
         with self._cond:
@@ -408,6 +424,7 @@ class RemoteEngine(lightonocr.LightOnOCREngine):
                                    seconds=self._cfg.timeout_seconds, timing=timing)
                 for stage in ("send", "wait", "read", "parse"):
                     self.stages.add(stage, getattr(timing, stage))
+                self.stages.add_tokens(timing.prompt_tokens, timing.completion_tokens)
                 return answer
             except Retry as exc:
                 failure = exc
