@@ -300,11 +300,10 @@ def run_engine(model: str, tokens: int, n: int, fake: bool, eager: bool,
         mixed, like = [], []
         for _ in range(repeats):
             mixed.append(pipeline(images("mixed", n)))
-            with engine._cond:  # the running engine's queue; a restart would cost 30 s
-                engine._queue.admit_wait, configured = LIKE_WAIT, engine._queue.admit_wait
+            # Set on the running engine's queue: a restart would cost 30 s.
+            configured, engine.admit_wait = engine.admit_wait, LIKE_WAIT
             like.append(pipeline(images("mixed", n)))
-            with engine._cond:
-                engine._queue.admit_wait = configured
+            engine.admit_wait = configured
         result["mixed"] = dict(median_of(mixed), admit_wait=config.vllm.admit_wait_seconds)
         result["mixed_like"] = dict(median_of(like), admit_wait=LIKE_WAIT)
         result["peak_mib"] = sampler.peak(since) if sampler else None

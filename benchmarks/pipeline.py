@@ -29,7 +29,7 @@ if __package__ in (None, ""):
 
 from benchmarks._common import corpus, header, median, save
 from ocrwatch.core.domain import Page, PageText
-from ocrwatch.engines.base import BatchPolicy, Engine
+from ocrwatch.engines.base import Engine, ReadPolicy
 
 
 class TimedEngine:
@@ -46,7 +46,7 @@ class TimedEngine:
         return self.inner.max_side
 
     @property
-    def policy(self) -> BatchPolicy:
+    def policy(self) -> ReadPolicy:
         return self.inner.policy
 
     def recognize(self, pages: Sequence[Page]) -> list[PageText]:
@@ -89,8 +89,8 @@ def one_run(files: list[Path], engine_name: str, workers: int, languages: str,
             root: Path, timeout: float) -> Run:
     from ocrwatch import config as config_mod
     from ocrwatch.daemon import Daemon
-    from ocrwatch.engines import create
-    from ocrwatch.engines.fake import FakeEngine
+    from ocrwatch.engines.registry import create
+    from ocrwatch.testing.fake import FakeEngine  # registers "fake" for the config
 
     root.mkdir(parents=True)
     config = config_mod.load(None, environ={}, overrides={
@@ -100,8 +100,8 @@ def one_run(files: list[Path], engine_name: str, workers: int, languages: str,
     })
     inner: Engine
     if engine_name == "fake":
-        # The Tesseract engine's shape: full-size pages, one a batch, one batch per worker.
-        inner = FakeEngine(max_side=None, policy=BatchPolicy(max_pages=1, concurrency=workers),
+        # The Tesseract engine's shape: full-size pages, one page per worker at a time.
+        inner = FakeEngine(max_side=None, policy=ReadPolicy(concurrency=workers),
                            delay=0.0)
     else:
         inner = create(config, engine_name)

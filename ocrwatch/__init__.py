@@ -6,8 +6,7 @@ searches what the daemon has read (:mod:`ocrwatch.api`).
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 from ocrwatch.api import read, search
+from ocrwatch.core.version import __version__
 
 __all__ = ["__version__", "read", "search"]

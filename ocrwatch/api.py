@@ -30,6 +30,7 @@ BATCH = 8  # pages in memory at once: a 500-page PDF is read a few pages at a ti
 
 def _config(config: Config | None, engine: str | None) -> Config:
     from ocrwatch import config as config_mod
+    from ocrwatch.engines import registry  # noqa: F401  (the engine names the config accepts)
 
     if config is None:
         config = config_mod.load(overrides={"engine": engine} if engine else None)
@@ -47,16 +48,16 @@ def read(path: str | os.PathLike[str], *, config: Config | None = None,
     Returns one :class:`~ocrwatch.core.domain.PageText` per page (``markdown``, ``text``,
     ``warnings``); a page the engine could not read has ``error`` set. A PDF page with
     a real text layer gives that text, as in the daemon (``pdf_text``)."""
-    from ocrwatch import engines
     from ocrwatch.core.errors import InputError
+    from ocrwatch.engines import registry
     from ocrwatch.pages.decode import iter_pages
 
     source = Path(path).expanduser()
     if not source.is_file():
         raise InputError(f"{source} is not a file; name a scan or a PDF")
     config = _config(config, engine)
-    name = engines.choose(config).name
-    eng = engines.create(config, name)
+    name = registry.choose(config).name
+    eng = registry.create(config, name)
     results: list[PageText] = []
     try:
         batch: list[Page] = []
@@ -92,14 +93,15 @@ def search(query: str, *, limit: int = 20, database: str | os.PathLike[str] | No
     prefix*), best first: each :class:`~ocrwatch.store.index.Hit` has ``path``, ``page``,
     ``pages``, ``snippet`` and ``md_path``. The daemon may be running meanwhile."""
     from ocrwatch import config as config_mod
-    from ocrwatch.core.errors import OcrwatchError
+    from ocrwatch.core.errors import IndexUnavailable
+    from ocrwatch.engines import registry  # noqa: F401  (the engine names the config accepts)
     from ocrwatch.store.db import Database
     from ocrwatch.store.index import search as index_search
 
     where = (Path(database).expanduser() if database is not None
              else (config or config_mod.load()).database)
     if not where.exists():
-        raise OcrwatchError(f"no index at {where}: nothing has been read there yet")
+        raise IndexUnavailable(f"no index at {where}: nothing has been read there yet")
     db = Database(where, readonly=True)
     try:
         return index_search(db, query, limit=limit)

@@ -17,32 +17,48 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
-from ocrwatch import __version__, pipeline
+from ocrwatch import pipeline
 from ocrwatch.config import Config
 from ocrwatch.config import reload as reloading
-from ocrwatch.config.languages import locale_note
-from ocrwatch.core.errors import OcrwatchError
+from ocrwatch.context import Context
+from ocrwatch.core.errors import DaemonError, OcrwatchError, StateError
 from ocrwatch.core.progress import PageCounts, Progress, Waiting, estimate
 from ocrwatch.core.status import EngineStatus, Reading, Status
-from ocrwatch.engines import Choice, Engine, choose, create
+from ocrwatch.core.version import __version__
+from ocrwatch.engines import Engine, registry
+from ocrwatch.engines.registry import Choice, choose, create
 from ocrwatch.hooks.runner import AfterDone
 from ocrwatch.indexhealth import IndexGuard, open_index
 from ocrwatch.intake.follow import Follower
 from ocrwatch.intake.settle import Settler
 from ocrwatch.intake.watch import Watcher
 from ocrwatch.pages.thumbs import Thumbnails
-from ocrwatch.pipeline import Context
 from ocrwatch.results.lifecycle import Lifecycle
 from ocrwatch.results.outputs import PdfMaker
 from ocrwatch.scheduler import Scheduler
-from ocrwatch.store.db import display_path, encode_path
+from ocrwatch.store.db import display_path
 from ocrwatch.store.jobfiles import Seen
 from ocrwatch.store.jobs import JobQueue
 from ocrwatch.store.status_facts import IndexFacts, SettingWriter, StatusReader, read_facts
 
 log = logging.getLogger(__name__)
+
+
+class SearchPage(Protocol):
+    """The search page's server as the daemon uses it (:class:`ocrwatch.web.server.
+    SearchServer` is one). The front end that starts the daemon passes in what makes it
+    (``search_page``): the daemon stays below web/ in the layers."""
+
+    @property
+    def url(self) -> str: ...
+
+    def start(self) -> None: ...
+
+    def launch_url(self) -> str: ...
+
+    def close(self) -> None: ...
 
 
 class Daemon:
@@ -56,6 +72,7 @@ class Daemon:
         watch: bool = True,
         log_file: Path | None = None,
         reload_from: Callable[[], Config] | None = None,
+        search_page: Callable[[Config, Thumbnails], SearchPage] | None = None,
     ) -> None:
         self.config = config
         # How the configuration was loaded (file, environment, flags): `reload` does it again.
@@ -70,7 +87,9 @@ class Daemon:
         self.jobs = JobQueue(self.db)
         self.thumbs = Thumbnails(config.cache_dir / "thumbnails")
         self.follower = Follower(self.jobs, config, self.thumbs)
-        self._web: Any = None  # the search page's server, started on first use
+        # The search page's server, made by ``search_page`` and started on first use.
+        self._search_page = search_page
+        self._web: SearchPage | None = None
         self._web_lock = threading.Lock()
         # Status and pause answer from memory while the index is locked (status_facts).
         self._facts = (StatusReader(config.database)
@@ -84,8 +103,7 @@ class Daemon:
             self.choice = Choice(engine.name, "given by the caller")
             self.engine = engine
         # What a page is read with: a language change makes earlier pages stale.
-        self.read_with = (f"{self.engine.name} {'+'.join(config.languages)}"
-                          if self.engine.name == "tesseract" else self.engine.name)
+        self.read_with = registry.read_with(self.engine.name, config)
         self.ctx = Context(
             config, self.jobs, self.choice.name, self.read_with,
             # What happens around the sidecars: the PDF, the original's fate, hooks.
@@ -109,7 +127,7 @@ class Daemon:
     def start(self, *, recover: bool = True) -> None:
         """Start the threads. ``recover=False`` when another daemon may own running jobs."""
         if self._started:
-            raise OcrwatchError("the daemon was started already")
+            raise StateError("the daemon was started already")
         self._started = True
         # qpdf (pikepdf) counts every PDF's pages a second time: loaded once here, not
         # inside the first PDF's reading (25-80 ms).
@@ -134,7 +152,7 @@ class Daemon:
             settler = Settler(self.config.inbox, self.config.settle_seconds, self.consider,
                               lambda path: pipeline.gone(self.ctx, path),
                               rescan_seconds=self.config.rescan_minutes * 60,
-                              follow=self.follower)
+                              follow=self.follower, arriving=self._arriving)
             self._settler = settler
             self._watcher = Watcher(settler, observer=self.config.observer)
             self._watcher.start()
@@ -212,16 +230,14 @@ class Daemon:
         (a command line is readable by every local user, the token must not be on it)."""
         return str(self._search_server().launch_url())
 
-    def _search_server(self) -> Any:
-        from ocrwatch.web.server import SearchServer
-
+    def _search_server(self) -> SearchPage:
         with self._web_lock:
             if self._closed:
-                raise OcrwatchError("the daemon is stopping")
+                raise StateError("the daemon is stopping")
+            if self._search_page is None:
+                raise DaemonError("this daemon has no search page")
             if self._web is None:
-                server = SearchServer(self.config.database, self.thumbs,
-                                      inbox=self.config.inbox,
-                                      follow_symlinks=self.config.follow_symlinks)
+                server = self._search_page(self.config, self.thumbs)
                 server.start()
                 self._web = server
             return self._web
@@ -247,7 +263,7 @@ class Daemon:
         A configuration that does not load (a typo mid-edit) changes nothing: the
         ConfigError is logged and raised to the caller."""
         if self._reload_from is None:
-            raise OcrwatchError("this daemon was not started from a configuration it can "
+            raise DaemonError("this daemon was not started from a configuration it can "
                                 "load again")
         with self._reload_lock:
             try:
@@ -314,6 +330,13 @@ class Daemon:
         return count
 
     # -- discovery (called from the watcher thread and by `ocrwatch add`) -------------
+    def _arriving(self, path: Path) -> None:
+        """A file is being written or moved into the inbox: an engine that starts slowly
+        (the vLLM worker) starts now, while the file settles and its pages are prepared."""
+        warm = getattr(self.engine, "warm", None)
+        if warm is not None and not self.paused:
+            warm()
+
     def consider(self, path: Path) -> Seen | None:
         """A finished file: record it as a job unless its content is already known."""
         idle = not self.scheduler.busy()
@@ -352,11 +375,7 @@ class Daemon:
 
     def _was_done(self, source: Path, md: Path | None) -> bool:
         """Whether the index holds ``source`` (or its Markdown, moved with it) as done."""
-        keys = [encode_path(source)] + ([encode_path(md)] if md is not None else [])
-        marks = ", ".join("?" * len(keys))
-        return bool(self.db.query(
-            f"SELECT 1 FROM jobs WHERE state = 'done' AND (path IN ({marks}) "
-            f"OR md_path IN ({marks})) LIMIT 1", (*keys, *keys)))
+        return self.jobs.was_done(source, md)
 
     def is_idle(self) -> bool:
         """Nothing in hand and nothing queued (the batch notification waits for this)."""
@@ -445,8 +464,7 @@ class Daemon:
             database=str(self.config.database),
             log_file=str(self.log_file) if self.log_file else None,
             pid=os.getpid(), version=__version__,
-            language_note=locale_note(self.config.languages)
-            if self.choice.name == "tesseract" else None,
+            language_note=registry.note(self.choice.name, self.config),
             reading=self.reading(), languages=tuple(self.config.languages),
             restart_needed=self.restart_needed,
             progress=self.progress(str(engine_facts.get("state", "")), facts,

@@ -1,6 +1,6 @@
 """A file's outcome, the pipeline's last stage: published, failed or deferred.
 
-:func:`finish` carries a :class:`~ocrwatch.pipeline.Verdict` out for a job and its
+:func:`finish` carries a :class:`~ocrwatch.context.Verdict` out for a job and its
 identical copies: :func:`publish` writes the outputs (PDF, .md, .txt, all or none) and
 then the index rows and ``done`` in one transaction; :func:`after_success` archives or
 deletes the original and runs the hooks; :func:`fail` records the reason (and moves
@@ -25,7 +25,7 @@ from ocrwatch.results.sidecar import pdf_path, sidecar_mark, write_sidecars
 from ocrwatch.store.db import is_disk_full
 
 if TYPE_CHECKING:
-    from ocrwatch.pipeline import Context, Verdict
+    from ocrwatch.context import Context, Verdict
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ def publish(ctx: Context, job: Job, pages: list[PageText], engine: str) -> Path 
     pages = [_valid_text(p) for p in pages]
     pdf: Path | None = None
     try:
-        stem = ctx.jobs.name_sidecars(job, folder)
+        stem = ctx.jobs.files.name_sidecars(job, folder)
         prepared = []
         if ctx.pdf is not None:
             pdf = pdf_path(stem)
@@ -99,7 +99,7 @@ def publish(ctx: Context, job: Job, pages: list[PageText], engine: str) -> Path 
             ctx.after.forget(job.path)
             # The content changed (it is queued again) or the file is gone: then
             # these outputs belong to nothing.
-            if not ctx.jobs.exists(job.id):
+            if not ctx.jobs.files.exists(job.id):
                 for path in (md, txt, pdf):
                     if path is not None:
                         path.unlink(missing_ok=True)

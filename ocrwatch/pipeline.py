@@ -22,63 +22,35 @@ import contextlib
 import logging
 import os
 from collections.abc import Generator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import BinaryIO
 
 from ocrwatch.config import Config
+from ocrwatch.context import Context, Verdict
 from ocrwatch.core.domain import Job, Page, PageText
-from ocrwatch.core.errors import EngineUnavailable, InputError, OcrwatchError, TransientError
-from ocrwatch.core.safeopen import (
-    NotRegular,
-    open_failure,
-    open_file_beneath,
-    resource_shortage,
-    source_root,
+from ocrwatch.core.errors import (
+    Doing,
+    EngineError,
+    EngineUnavailable,
+    InputError,
+    OcrwatchError,
+    StateError,
+    TransientError,
+    os_reason,
 )
+from ocrwatch.core.safeopen import NotRegular, open_file_beneath, source_root
 from ocrwatch.core.textutil import text_to_markdown
 from ocrwatch.engines import Engine
-from ocrwatch.hooks.runner import AfterDone
-from ocrwatch.intake.follow import Follower
 from ocrwatch.outcome import defer, fail, refuse
 from ocrwatch.pages.decode import Limits, check_size, iter_pages
-from ocrwatch.pages.thumbs import Thumbnails
 from ocrwatch.reindex import known_by_sidecars
-from ocrwatch.results.lifecycle import Lifecycle
-from ocrwatch.results.outputs import PdfMaker
 from ocrwatch.results.sidecar import remove_stale_temps
-from ocrwatch.scan.prepare import ScanPrep, blank_result, finish
+from ocrwatch.scan.prepare import blank_result, finish
 from ocrwatch.store.jobfiles import Seen
-from ocrwatch.store.jobs import JobQueue, file_sha256
+from ocrwatch.store.jobs import file_sha256
 
 log = logging.getLogger(__name__)
-
-@dataclass(frozen=True)
-class Context:
-    """What every stage needs: the settings, the queue, the engine's name, and what
-    happens around the sidecars (the searchable PDF, the original's fate, hooks)."""
-
-    config: Config
-    jobs: JobQueue
-    engine_name: str
-    read_with: str | None  # what a page is read with: a language change makes pages stale
-    lifecycle: Lifecycle
-    after: AfterDone
-    follower: Follower  # files and folders moved or renamed keep their rows
-    thumbs: Thumbnails  # page pictures for the search page
-    pdf: PdfMaker | None = None
-    # Originals moved or deleted on purpose after reading: their "gone" event must not
-    # drop them from the index. (set.add and set.discard are atomic: no lock needed.)
-    retired: set[Path] = field(default_factory=set)
-    # Blank pages, orientation and skew (made from ``config`` when not given). The fake
-    # engine (tests only) reads no pixels: its pages go to it as decoded.
-    scan: ScanPrep | None = None
-
-    def __post_init__(self) -> None:
-        if self.scan is None:
-            object.__setattr__(self, "scan", ScanPrep(self.config,
-                                                      enabled=self.engine_name != "fake"))
-
 
 # -- 0. start-up --------------------------------------------------------------------
 def tidy(config: Config) -> None:
@@ -109,7 +81,7 @@ def consider(ctx: Context, path: Path) -> Seen | None:
         # go through this one handle.
         with open_source(ctx, path) as fh:
             st = os.fstat(fh.fileno())
-            if ctx.jobs.is_current(path, st.st_size, st.st_mtime_ns):
+            if ctx.jobs.files.is_current(path, st.st_size, st.st_mtime_ns):
                 return Seen.UNCHANGED
             new = ctx.jobs.known(path) is None
             if new and ctx.follower.relocated(path, st):
@@ -123,14 +95,14 @@ def consider(ctx: Context, path: Path) -> Seen | None:
     except (FileNotFoundError, NotRegular):
         return None  # gone again before we looked, or not a file: nothing to do
     except OSError as exc:
-        if resource_shortage(exc):  # not the file's fault: offered again, never failed
+        reason = os_reason(exc, Doing.OPEN, name=path.name)
+        if isinstance(reason, TransientError):  # not the file's fault: offered again
             log.warning("cannot open %s now (%s); will try again", path.name, exc.strerror)
-            raise TransientError(f"cannot open {path.name} now: {exc.strerror}; will try "
-                                 "again") from None
-        ctx.jobs.reject(path, open_failure(exc))
+            raise reason from None
+        ctx.jobs.files.reject(path, str(reason))
         return None
     except InputError as exc:  # a link below the inbox, a file over max_file_mb
-        ctx.jobs.reject(path, str(exc))
+        ctx.jobs.files.reject(path, str(exc))
         return None
     try:
         seen = ctx.jobs.offer(path, st.st_size, st.st_mtime_ns, sha, dev=st.st_dev,
@@ -153,12 +125,12 @@ def _link(ctx: Context, path: Path) -> None:
     try:
         target = path.resolve(strict=True)
     except (OSError, RuntimeError):
-        ctx.jobs.reject(path, "a symbolic link that loops or points to nothing; "
+        ctx.jobs.files.reject(path, "a symbolic link that loops or points to nothing; "
                               "remove it or fix its target")
         return
     if any(target.is_relative_to(root.resolve()) for root in ctx.config.inbox):
         return  # the target is watched itself and read on its own
-    ctx.jobs.reject(path, f"a symbolic link to {target}, outside the watched folders: "
+    ctx.jobs.files.reject(path, f"a symbolic link to {target}, outside the watched folders: "
                           "not followed (set follow_symlinks = true to read such links)")
 
 
@@ -192,15 +164,16 @@ def identify(ctx: Context, job: Job) -> Job | None:
             st = os.fstat(fh.fileno())
             check_size(st.st_size, Limits.from_config(ctx.config))  # before hashing
             sha = file_sha256(fh)
-        ctx.jobs.refresh(job.id, st.st_size, st.st_mtime_ns, sha)
+        ctx.jobs.files.refresh(job.id, st.st_size, st.st_mtime_ns, sha)
     except (TransientError, InputError) as exc:
         refuse(ctx, job, exc)
         return None
     except OSError as exc:
-        if resource_shortage(exc):
-            defer(ctx, job, f"cannot open the file now: {exc.strerror}; will try again")
+        reason = os_reason(exc, Doing.OPEN)
+        if isinstance(reason, TransientError):  # descriptors ran out: not the file's fault
+            defer(ctx, job, str(reason))
         else:
-            fail(ctx, job, open_failure(exc))
+            fail(ctx, job, str(reason))
         return None
     return replace(job, sha256=sha, size=st.st_size, mtime_ns=st.st_mtime_ns)
 
@@ -250,10 +223,9 @@ def open_error(job: Job, exc: Exception) -> tuple[str | None, str | None]:
         return None, str(exc)
     if isinstance(exc, MemoryError):
         return "not enough memory to decode this file; lower max_pixels", None
-    if isinstance(exc, OSError) and resource_shortage(exc):
-        return None, f"cannot open the file now: {exc.strerror}; will try again"
-    if isinstance(exc, OSError):  # opening it: gone, unreadable
-        return open_failure(exc), None
+    if isinstance(exc, OSError):  # opening it: gone, unreadable, descriptors run out
+        reason = os_reason(exc, Doing.OPEN)
+        return (None, str(reason)) if isinstance(reason, TransientError) else (str(reason), None)
     log.error("cannot read %s", job.display, exc_info=exc)
     return f"unexpected error while decoding: {exc.__class__.__name__}: {exc}", None
 
@@ -298,7 +270,7 @@ def recognize(engine: Engine, name: str,
     try:
         results = engine.recognize(pages)
         if len(results) != len(pages):
-            raise OcrwatchError(f"the engine returned {len(results)} results for "
+            raise EngineError(f"the engine returned {len(results)} results for "
                                 f"{len(pages)} pages")
         return results, None
     except EngineUnavailable as exc:
@@ -312,15 +284,6 @@ def recognize(engine: Engine, name: str,
 
 
 # -- 4. judge -----------------------------------------------------------------------
-@dataclass(frozen=True)
-class Verdict:
-    """What to do with a file once its reading is over."""
-
-    pages: list[PageText] | None = None  # publish these
-    error: str | None = None  # fail with this reason
-    transient: str | None = None  # try again later, for this reason
-
-
 def judge(results: Mapping[int, PageText], expected: int | None, *,
           error: str | None = None, transient: str | None = None) -> Verdict:
     """The verdict on one file from its page results (keyed by 0-based page)."""
@@ -329,7 +292,7 @@ def judge(results: Mapping[int, PageText], expected: int | None, *,
     if error:
         return Verdict(error=error)
     if expected is None:
-        raise OcrwatchError("a file was judged before all its pages were opened")
+        raise StateError("a file was judged before all its pages were opened")
     pages = [results[i] for i in range(expected)]
     bad = [(i, p.error) for i, p in enumerate(pages, 1) if p.error]
     if bad:

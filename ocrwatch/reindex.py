@@ -25,50 +25,21 @@ from pathlib import Path
 
 from ocrwatch.config import Config
 from ocrwatch.core.domain import PageText
-from ocrwatch.core.errors import OcrwatchError
+from ocrwatch.core.errors import UsageError
 from ocrwatch.intake.inbox_files import walk
 from ocrwatch.results.lifecycle import output_folder
 from ocrwatch.results.sidecar import fitting, read_mark, sidecar_paths
 from ocrwatch.store.db import Database
+from ocrwatch.store.index import count_pages as count_pages  # re-exported for the CLI
+from ocrwatch.store.index import rebuild_fts as rebuild_fts
 from ocrwatch.store.jobfiles import Seen
 from ocrwatch.store.jobs import JobQueue, file_sha256
 
 log = logging.getLogger(__name__)
 
-CHUNK = 2000  # pages per step of the progress bar
 _PAGE_MARK = re.compile(r"^<!-- page (\d+) -->\n\n", re.M)
 
 Progress = Callable[[int], None]  # called with how many more items are done
-
-
-def count_pages(db: Database) -> int:
-    return int(db.query("SELECT COUNT(*) AS n FROM pages")[0]["n"])
-
-
-def rebuild_fts(db: Database, progress: Progress | None = None) -> int:
-    """Fill the full-text tables again from ``pages`` and ``jobs``; returns pages indexed."""
-    done = 0
-    with db.transaction() as conn:
-        for table in ("pages_fts", "pages_tri", "jobs_fts"):
-            conn.execute(f"INSERT INTO {table}({table}) VALUES ('delete-all')")
-        conn.execute("INSERT INTO jobs_fts(rowid, display) SELECT id, display FROM jobs")
-        (top,) = conn.execute("SELECT COALESCE(MAX(id), 0) FROM pages").fetchone()
-        low = 0
-        while low < top:
-            high = low + CHUNK
-            conn.execute("INSERT INTO pages_fts(rowid, text) SELECT id, text FROM pages "
-                         "WHERE id > ? AND id <= ?", (low, high))
-            # Trigrams only for pages with CJK text, as the index's triggers keep them.
-            conn.execute("INSERT INTO pages_tri(rowid, text) SELECT id, text FROM pages "
-                         "WHERE id > ? AND id <= ? AND cjk", (low, high))
-            (n,) = conn.execute("SELECT COUNT(*) FROM pages WHERE id > ? AND id <= ?",
-                                (low, high)).fetchone()
-            done += n
-            if progress is not None and n:
-                progress(n)
-            low = high
-        conn.execute("INSERT INTO pages_fts(pages_fts) VALUES ('optimize')")
-    return done
 
 
 @dataclass(frozen=True)
@@ -166,7 +137,7 @@ def from_sidecars(config: Config, db: Database, progress: Progress | None = None
     originals deleted after reading (:func:`results_of_deleted`).
     """
     if config.output_dir is not None and config.output_layout == "date":
-        raise OcrwatchError("sidecars filed by date (output_layout = \"date\") do not say "
+        raise UsageError("sidecars filed by date (output_layout = \"date\") do not say "
                             "which original they belong to; read the files again instead "
                             "(`ocrwatch add` on the inbox)")
     jobs = JobQueue(db)
@@ -206,7 +177,7 @@ def from_sidecars(config: Config, db: Database, progress: Progress | None = None
             progress(1)
     if deleted:
         for result, md, txt in results_of_deleted(config):
-            if jobs.known(result) is not None or jobs.sidecars_owned(md, txt):
+            if jobs.known(result) is not None or jobs.files.sidecars_owned(md, txt):
                 continue
             try:
                 pages += _restore_result(jobs, result, md, txt)
@@ -223,7 +194,7 @@ def _restore_result(jobs: JobQueue, result: Path, md: Path, txt: Path) -> int:
     markdown = md.read_text(encoding="utf-8") if _is_file(md) else None
     read = split_pages(text, markdown)
     sha = str(mark.get("sha256"))
-    job_id = jobs.restore(result, os.stat(result), sha)
+    job_id = jobs.files.restore(result, os.stat(result), sha)
     jobs.complete(job_id, read, engine=mark.get("engine") or "sidecars",
                   md_path=md if markdown is not None else None, txt_path=txt, sha256=sha,
                   read_with=mark.get("read_with"))
@@ -241,7 +212,7 @@ def known_by_sidecars(config: Config, jobs: JobQueue, original: Path, st: os.sta
     folder = output_folder(config, original)
     pair = next((pair for stem in (fitting(original.name), fitting(original.stem))
                  if _is_file((pair := sidecar_paths(folder / stem))[1])
-                 and read_mark(pair[1]) is not None and not jobs.sidecars_owned(*pair)), None)
+                 and read_mark(pair[1]) is not None and not jobs.files.sidecars_owned(*pair)), None)
     if pair is None:
         return None
     try:
@@ -271,14 +242,14 @@ def _restore(jobs: JobQueue, original: Path, st: os.stat_result, sha: str,
         jobs.offer(original, st.st_size, st.st_mtime_ns, sha, dev=st.st_dev, inode=st.st_ino)
         job = jobs.known(original)
         if job is not None:
-            jobs.reserve_sidecars(job.id, md, txt)
+            jobs.files.reserve_sidecars(job.id, md, txt)
         log.info("%s changed since its sidecars were written: read again over them",
                  original)
         return 0
     text = txt.read_text(encoding="utf-8")
     markdown = md.read_text(encoding="utf-8") if _is_file(md) else None
     read = split_pages(text, markdown)
-    job_id = jobs.restore(original, st, sha)
+    job_id = jobs.files.restore(original, st, sha)
     jobs.complete(job_id, read, engine=(mark or {}).get("engine") or "sidecars",
                   md_path=md if markdown is not None else None, txt_path=txt, sha256=sha,
                   read_with=(mark or {}).get("read_with"))

@@ -22,7 +22,7 @@ from ocrwatch.results.sidecar import pdf_path, sidecar_paths, write_sidecars
 from ocrwatch.store.index import pages_of
 
 if TYPE_CHECKING:
-    from ocrwatch.pipeline import Context
+    from ocrwatch.context import Context
     from ocrwatch.results.outputs import PdfMaker
 
 log = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ def missing_outputs(ctx: Context, pdf: PdfMaker | None) -> Written:
         if (st.st_size, st.st_mtime_ns) != (job.size, job.mtime_ns):
             skipped += 1  # changed since it was read: the daemon reads it again anyway
             continue
-        stem = ctx.jobs.name_sidecars(job, output_folder(ctx.config, job.path))
+        stem = ctx.jobs.files.name_sidecars(job, output_folder(ctx.config, job.path))
         md, txt = sidecar_paths(stem)
         have = {"md": md.exists(), "txt": txt.exists(), "pdf": pdf_path(stem).exists()}
         missing = [o for o in wanted if not have[o]]

@@ -1,10 +1,11 @@
 """When each stage of the pipeline runs, and on which thread: the only code with locks.
 
 - ``policy.preparers`` preparer threads claim queued jobs, one file each, and open its
-  pages into a bounded buffer (the batcher), so a 500-page PDF never sits in memory
-  whole, and a GPU engine is never left waiting on one core's decoding.
-- ``policy.concurrency`` reader threads take batches from the buffer, read them with
-  the engine, and finish a file once all its pages are read.
+  pages into a bounded page queue (:mod:`ocrwatch.pagequeue`), so a 500-page PDF never
+  sits in memory whole, and a GPU engine is never left waiting on one core's decoding.
+- ``policy.concurrency`` reader threads take pages from the queue one at a time, read
+  each with the engine (which does its own admission), and finish a file once all its
+  pages are read.
 - Identical content in flight is read once: later copies follow the first.
 - Pausing drains the buffer, puts unread jobs back in the queue and releases the
   engine's memory. The release runs outside every lock (vLLM's can take 30 s), so
@@ -23,14 +24,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ocrwatch import outcome, pipeline
-from ocrwatch.batching import Batcher
+from ocrwatch.context import Context
 from ocrwatch.core.domain import Job, Page, PageText
 from ocrwatch.core.errors import OcrwatchError, TransientError
 from ocrwatch.core.status import PageRate, Reading
 from ocrwatch.core.threads import Loop, Service
 from ocrwatch.engines import Engine
+from ocrwatch.pagequeue import PageQueue
 from ocrwatch.pages import memory
-from ocrwatch.pipeline import Context
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ class _Work:
     results: dict[int, PageText] = field(default_factory=dict)
     expected: int | None = None  # known once every page was opened
     total: int | None = None  # the file's page count, read first (for status and progress)
-    in_flight: int = 0  # pages handed to the batcher and not yet read
+    in_flight: int = 0  # pages put in the page queue and not yet read
     error: str | None = None
     transient: str | None = None
     discarded: bool = False
@@ -73,16 +74,11 @@ class Scheduler:
         self.ctx = ctx
         self.engine = engine
         policy = engine.policy
-        self._batcher: Batcher[_Item] = Batcher(
-            policy, tokens=lambda item: 0 if item.page.text is not None  # read by no engine
-            else policy.cost(*item.page.size)
-        )
-        # Enough opened pages to keep every batch slot busy, and no more.
-        self._max_waiting = max(2, 2 * policy.max_pages * policy.concurrency)
         self._cond = threading.Condition()
+        # Pages opened and not yet read: enough to keep every reader busy, and no more.
+        self._pages: PageQueue[_Item] = PageQueue(max(2, 2 * policy.concurrency), self._cond)
         self._works: dict[int, _Work] = {}
-        self._waiting = 0  # pages opened and not yet read
-        self._batches_running = 0
+        self._in_engine = 0  # pages in recognize() now: a pause drain waits for them
         self._preparing = 0  # preparers inside a file: a pause drain waits for them
         self._paused = paused
         self._released = paused  # the engine's memory was given back for this pause
@@ -105,10 +101,10 @@ class Scheduler:
             thread.start()
 
     def stop(self) -> None:
-        """Ask every thread to end after the batch in hand."""
+        """Ask every thread to end after the page in hand."""
         with self._cond:
             self._stopping = True
-            self._cond.notify_all()
+            self._pages.close()  # wakes the readers and preparers waiting on it
         for thread in self._threads:
             thread.stop()
 
@@ -162,7 +158,7 @@ class Scheduler:
     def busy(self) -> bool:
         """Whether a file is in hand: being opened, buffered, read or finished."""
         with self._cond:
-            return bool(self._works) or self._batches_running > 0 or len(self._batcher) > 0
+            return bool(self._works) or self._in_engine > 0 or len(self._pages) > 0
 
     def reading(self) -> tuple[Reading, ...]:
         """The files whose pages are being read now, with pages read and in all."""
@@ -181,7 +177,7 @@ class Scheduler:
                 if not release:
                     self._cond.wait(1.0)
                     return
-            elif self._waiting >= self._max_waiting:
+            elif self._pages.full():
                 self._cond.wait(1.0)
                 return
             else:
@@ -244,18 +240,15 @@ class Scheduler:
                     if prepare is not None and page.text is None:
                         page = prepare(page)  # e.g. encoded here, off the request path
                     with self._cond:
-                        while (self._waiting >= self._max_waiting and not self._stopping
-                               and not self._paused):
-                            self._cond.wait(0.5)
+                        queued = self._pages.put(_Item(work, page), cancel=lambda: (
+                            self._stopping or self._paused or work.discarded
+                            or bool(work.transient or work.error)))
                         if self._stopping or self._paused or work.discarded:
                             work.discarded = True
                             return  # put back by the pause drain or by close
-                        if work.transient or work.error:
+                        if not queued:
                             break  # the engine gave up on an earlier page: open no more
-                        self._batcher.add(_Item(work, page), time.monotonic())
                         work.in_flight += 1
-                        self._waiting += 1
-                        self._cond.notify_all()
                     count += 1
             with self._cond:
                 work.expected = count
@@ -273,15 +266,14 @@ class Scheduler:
         Returns True when the engine's memory is to be released now, by the caller and
         outside the lock.
         """
-        if self._batches_running or self._preparing:
+        if self._in_engine or self._preparing:
             return False  # a reader or another preparer is inside a file: wait for it
         works = list(self._works.values())
         self._works.clear()
         for work in works:
             work.discarded = True
             self._put_back(work)
-        while (batch := self._batcher.take(time.monotonic(), flush=True)) is not None:
-            self._waiting -= len(batch)
+        self._pages.drain()  # their works were put back above
         if self._released:
             return False
         self._released = self._releasing = True
@@ -307,52 +299,43 @@ class Scheduler:
     # -- the readers -----------------------------------------------------------------
     def _read_step(self) -> None:
         with self._cond:
-            batch = None
-            while batch is None:
-                if self._stopping:
-                    return
-                if not self._paused and not self._releasing:
-                    batch = self._batcher.take(time.monotonic())
-                    if batch is not None:
-                        break
-                deadline = self._batcher.next_deadline()
-                wait = 1.0 if deadline is None else deadline - time.monotonic()
-                self._cond.wait(max(0.01, min(1.0, wait)))
-            self._batches_running += 1
+            item = self._pages.get(timeout=1.0,
+                                   ready=lambda: not self._paused and not self._releasing)
+            if item is None:
+                return  # stopping (the queue is closed), or nothing to read for a second
+            self._in_engine += 1
         # In a call of its own, so that no page's pixels stay referenced from this frame
-        # while the thread waits for the next batch (a big page held its memory for as
+        # while the thread waits for the next page (a big page held its memory for as
         # long as the daemon was idle).
-        big = any(memory.big(i.page.size) for i in batch)
-        self._run_batch(batch)
-        del batch
+        big = memory.big(item.page.size)
+        self._read(item)
+        del item
         if big:
             memory.give_back()
 
-    def _run_batch(self, batch: list[_Item]) -> None:
-        items = [i for i in batch if not i.work.discarded]
-        results, unavailable = (pipeline.read(self.engine, self.ctx.engine_name,
-                                              [i.page for i in items])
-                                if items else ([], None))
+    def _read(self, item: _Item) -> None:
+        work = item.work
+        live = not work.discarded
+        results, unavailable = (pipeline.read(self.engine, self.ctx.engine_name, [item.page])
+                                if live else ([], None))
         self.rate.add(sum(1 for r in results if not r.error))
-        done: list[_Work] = []
+        complete = False
         with self._cond:
-            self._batches_running -= 1
-            self._waiting -= len(batch)
-            if unavailable is not None:
-                # The engine cannot work at all: the files are not at fault, so they go
-                # back to the queue with backoff instead of failing.
-                for item in items:
-                    item.work.transient = unavailable
-            for item, result in zip(items, results, strict=True):
-                item.work.results[item.page.index] = result
-                item.work.in_flight -= 1
-                if item.work.complete() and item.work not in done:
-                    done.append(item.work)
-            for item in batch:
-                if item.work.discarded:
-                    item.work.in_flight -= 1
+            self._in_engine -= 1
+            self._pages.done()
+            if live:
+                if unavailable is not None:
+                    # The engine cannot work at all: the file is not at fault, so it goes
+                    # back to the queue with backoff instead of failing.
+                    work.transient = unavailable
+                (result,) = results
+                work.results[item.page.index] = result
+                work.in_flight -= 1
+                complete = work.complete()
+            if work.discarded:
+                work.in_flight -= 1
             self._cond.notify_all()
-        for work in done:
+        if complete:
             try:
                 self._finish(work)
             except Exception:

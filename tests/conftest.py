@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -10,8 +11,14 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+# The fake engine (ocrwatch/testing/) for this process and every ocrwatch process the
+# tests start: set before ocrwatch is imported, so that its engine registry loads it.
+os.environ["OCRWATCH_TESTING"] = "1"
+
 from helpers import home_env, use_home
 from hermetic import pytest_configure, pytest_sessionfinish  # noqa: F401  (the run's checks)
+
+import ocrwatch.testing  # noqa: F401  (registers the fake engine)
 
 # Variables of the user's own set-up that would reach past the private home.
 USER_VARIABLES = ("OCRWATCH_CONFIG", "OCRWATCH_REMOTE_API_KEY")

@@ -14,6 +14,7 @@ import pytest
 from PIL import Image, ImageDraw, ImageFont
 
 from ocrwatch.config import Config
+from ocrwatch.engines.registry import TESTING_VARIABLE
 
 T = TypeVar("T")
 
@@ -96,7 +97,7 @@ def use_home(home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     folders and none of the caller's OCRWATCH_ variables."""
     home.mkdir(parents=True, exist_ok=True)
     for key in list(os.environ):
-        if key.startswith("OCRWATCH_"):
+        if key.startswith("OCRWATCH_") and key != TESTING_VARIABLE:
             monkeypatch.delenv(key)
     for key, value in home_env(home).items():
         monkeypatch.setenv(key, value)
@@ -110,6 +111,7 @@ def child_env(home: Path, extra: Mapping[str, str] | None = None, *,
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("OCRWATCH_", "XDG_")) and k not in ("DISPLAY", "WAYLAND_DISPLAY")}
     env.update(home_env(home, run))
+    env[TESTING_VARIABLE] = "1"  # the fake engine, for what surrounds an engine
     env["PYTHONUNBUFFERED"] = "1"
     if extra:
         env.update(extra)

@@ -15,8 +15,8 @@ from helpers import save_pdf, text_page, wait_for
 
 from ocrwatch.config import Config
 from ocrwatch.daemon import Daemon
-from ocrwatch.engines.fake import FakeEngine
 from ocrwatch.pages.thumbs import Thumbnails
+from ocrwatch.testing.fake import FakeEngine
 from ocrwatch.web.server import SearchServer
 
 

@@ -18,10 +18,9 @@ from ocrwatch.config import Config
 from ocrwatch.control.client import request
 from ocrwatch.control.server import ControlServer
 from ocrwatch.daemon import Daemon
-from ocrwatch.engines.base import BatchPolicy
-from ocrwatch.engines.fake import FakeEngine
-from ocrwatch.engines.lightonocr import image_tokens
+from ocrwatch.engines.base import ReadPolicy
 from ocrwatch.store.index import search
+from ocrwatch.testing.fake import FakeEngine
 
 
 @pytest.fixture
@@ -32,8 +31,7 @@ def config(tmp_path: Path) -> Config:
 
 @pytest.fixture
 def engine() -> FakeEngine:
-    return FakeEngine(policy=BatchPolicy(max_pages=4, max_tokens=8192, size_matched=True,
-                                         partner_wait=0.05))
+    return FakeEngine()
 
 
 @pytest.fixture
@@ -248,7 +246,7 @@ def test_several_preparers_open_files_at_the_same_time(
     both = threading.Barrier(2, timeout=20)
     opened: list[str] = []
     gated_open_pages(monkeypatch, both.wait, opened)
-    engine = FakeEngine(policy=BatchPolicy(max_pages=1, concurrency=2, preparers=2))
+    engine = FakeEngine(policy=ReadPolicy(concurrency=2, preparers=2))
     with Daemon(config, engine=engine) as d:
         paths = [config.inbox[0] / "one.png", config.inbox[0] / "two.png"]
         for path in paths:
@@ -263,7 +261,7 @@ def test_a_pause_while_several_preparers_are_inside_files_loses_none(
     let_go = threading.Event()
     opened: list[str] = []
     gated_open_pages(monkeypatch, lambda: let_go.wait(20), opened)
-    engine = FakeEngine(policy=BatchPolicy(max_pages=1, concurrency=2, preparers=3))
+    engine = FakeEngine(policy=ReadPolicy(concurrency=2, preparers=3))
     d = Daemon(config, engine=engine)
     d.start()
     try:
@@ -302,31 +300,33 @@ def test_startup_recovers_running_jobs(config: Config) -> None:
         wait_for(lambda: state(d, path) == "done", 30, "recovered job")
 
 
-def test_size_matched_batches_reach_the_engine(config: Config) -> None:
-    engine = FakeEngine(policy=BatchPolicy(max_pages=2, max_tokens=6100, size_matched=True,
-                                           partner_wait=0.5, cost=image_tokens))
+def test_pages_reach_the_engine_one_at_a_time_in_order(config: Config) -> None:
+    # Every engine takes one page per call and does its own admission: pages and strips
+    # of every size go in singly, each page once, a file's pages in their order.
+    engine = FakeEngine()
     d = Daemon(config, engine=engine)
     d.pause()
     inbox = config.inbox[0]
     inbox.mkdir(parents=True)
     names = []
-    # Every page is fitted to 1540 px: pages and strips differ in shape, not in scale.
     for i, height in enumerate([2171, 200, 2171, 200]):
         path = inbox / f"p{i}.png"
         text_page([str(i)], width=1540).resize((1540, height)).save(path)
         names.append(path)
+    names.append(save_pdf(inbox / "five.pdf", [[str(n)] for n in range(5)]))
     d.start()
     try:
         for p in names:
             d.consider(p)
         d.resume()
-        wait_for(lambda: finished(d, *names), 30, "four pages")
+        wait_for(lambda: finished(d, *names), 30, "four pages and a PDF")
     finally:
         d.close()
-    for batch in engine.batches:
-        widths = {int(n[1:].split(".")[0]) % 2 for n, _ in batch}
-        assert len(widths) == 1, f"mixed sizes in one batch: {batch}"
-    assert sorted(len(b) for b in engine.batches) == [2, 2]
+    assert [len(b) for b in engine.batches] == [1] * 9
+    read = [page for batch in engine.batches for page in batch]
+    assert sorted(read) == sorted([(f"p{i}.png", 0) for i in range(4)]
+                                  + [("five.pdf", n) for n in range(5)])
+    assert [n for name, n in read if name == "five.pdf"] == [0, 1, 2, 3, 4]
 
 
 def test_status_reports_engine_and_counts(daemon: Daemon) -> None:
@@ -355,7 +355,7 @@ class _Unavailable(FakeEngine):
     """An engine that cannot start (no driver, no server) until told otherwise."""
 
     def __init__(self) -> None:
-        super().__init__(policy=BatchPolicy(max_pages=2, partner_wait=0.0))
+        super().__init__()
         self.broken = True
 
     def recognize(self, pages):  # type: ignore[no-untyped-def]

@@ -13,8 +13,8 @@ from helpers import save_pdf, text_page, wait_for
 
 from ocrwatch.config import Config
 from ocrwatch.daemon import Daemon
-from ocrwatch.engines.fake import FakeEngine
 from ocrwatch.store.index import Filters, search
+from ocrwatch.testing.fake import FakeEngine
 
 OBSERVERS = ["native", "polling"]
 

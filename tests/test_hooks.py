@@ -18,9 +18,9 @@ import pytest
 from helpers import make_config, text_page, wait_for
 
 from ocrwatch.daemon import Daemon
-from ocrwatch.engines.fake import FakeEngine
 from ocrwatch.hooks import runner as hooks
 from ocrwatch.hooks.runner import AfterDone, Finished, run_hook
+from ocrwatch.testing.fake import FakeEngine
 
 RECORD = """
 import json, os, sys

@@ -22,11 +22,11 @@ from helpers import make_config, text_page, wait_for
 from ocrwatch.config import Config
 from ocrwatch.core.domain import PageText
 from ocrwatch.daemon import Daemon
-from ocrwatch.engines.fake import FakeEngine
 from ocrwatch.results.lifecycle import Lifecycle
 from ocrwatch.store.db import Database
 from ocrwatch.store.index import search
 from ocrwatch.store.jobs import JobQueue, file_sha256
+from ocrwatch.testing.fake import FakeEngine
 
 
 def done(d: Daemon, path: Path) -> bool:

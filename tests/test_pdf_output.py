@@ -24,11 +24,11 @@ from ocrwatch.config import Config
 from ocrwatch.core.domain import Page, PageText
 from ocrwatch.core.layout import PageLayout, Word
 from ocrwatch.daemon import Daemon
-from ocrwatch.engines.base import BatchPolicy, Engine
-from ocrwatch.engines.fake import FakeEngine
+from ocrwatch.engines.base import Engine
 from ocrwatch.intake.inbox_files import wanted
 from ocrwatch.results.align import place_text
 from ocrwatch.results.sidecar import choose_stem
+from ocrwatch.testing.fake import FakeEngine
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.pdf_output import DPI, bbox_words, page_lines, synthetic_page, word_offsets
@@ -48,7 +48,7 @@ class KnownTextEngine(FakeEngine):
     name = "known-text"
 
     def __init__(self, texts: dict[str, list[str]]) -> None:
-        super().__init__(max_side=1540, policy=BatchPolicy(max_pages=2, max_tokens=100000))
+        super().__init__(max_side=1540)
         self.texts = texts
 
     def recognize(self, pages: Sequence[Page]) -> list[PageText]:

@@ -163,8 +163,8 @@ def test_the_daemon_takes_the_layer_and_reads_only_the_scanned_page(tmp_path: Pa
     from helpers import wait_for
 
     from ocrwatch.daemon import Daemon
-    from ocrwatch.engines.fake import FakeEngine
     from ocrwatch.store.index import search
+    from ocrwatch.testing.fake import FakeEngine
 
     inbox = tmp_path / "inbox"
     inbox.mkdir()

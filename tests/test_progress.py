@@ -25,7 +25,7 @@ from ocrwatch.core.progress import (
 )
 from ocrwatch.core.status import Status
 from ocrwatch.daemon import Daemon
-from ocrwatch.engines.fake import FakeEngine
+from ocrwatch.testing.fake import FakeEngine
 
 
 def test_estimate_counts_pages_in_hand_and_queued_and_guesses_the_rest() -> None:

@@ -51,7 +51,7 @@ def test_job_lifecycle(db: Database, tmp_path: Path) -> None:
     path = tmp_path / "a.png"
     assert q.offer(path, 10, 100, "aaa") is Seen.NEW
     assert q.offer(path, 10, 100, "aaa") is Seen.UNCHANGED
-    assert q.is_current(path, 10, 100) and not q.is_current(path, 11, 100)
+    assert q.files.is_current(path, 10, 100) and not q.files.is_current(path, 11, 100)
     assert q.counts()["queued"] == 1
     job = q.claim()
     assert job is not None and job.state is State.RUNNING
@@ -111,9 +111,9 @@ def test_forget_removes_pages_from_index(db: Database, tmp_path: Path) -> None:
     path = tmp_path / "a.png"
     add_done(db, path, ["zebra crossing"])
     assert search(db, "zebra")
-    assert JobQueue(db).forget(path)
+    assert JobQueue(db).files.forget(path)
     assert search(db, "zebra") == []
-    assert not JobQueue(db).forget(path)
+    assert not JobQueue(db).files.forget(path)
 
 
 def test_complete_refuses_stale_content(db: Database, tmp_path: Path) -> None:
@@ -233,7 +233,7 @@ def test_trigrams_only_for_cjk_pages_and_short_cjk_words(db: Database, tmp_path:
     assert [Path(h.path).name for h in search(db, "会議")] == ["cjk.png"]
     assert [Path(h.path).name for h in search(db, "东京都 报告")] == []
     assert [Path(h.path).name for h in search(db, "東京都")] == ["cjk.png"]
-    jobs.forget(tmp_path / "cjk.png")
+    jobs.files.forget(tmp_path / "cjk.png")
     db.conn.execute("INSERT INTO pages_tri(pages_tri) VALUES ('integrity-check')")
     db.conn.execute("INSERT INTO pages_fts(pages_fts) VALUES ('integrity-check')")
     assert [Path(h.path).name for h in search(db, "東京")] == ["mixed.png"]

@@ -10,11 +10,11 @@ from helpers import child_env, ocrwatch, save_pdf, text_page, wait_for
 
 from ocrwatch.config import Config
 from ocrwatch.daemon import Daemon
-from ocrwatch.engines.fake import FakeEngine
 from ocrwatch.reindex import split_pages
 from ocrwatch.results.sidecar import render_markdown, render_text
 from ocrwatch.store.db import Database
 from ocrwatch.store.index import Filters, search
+from ocrwatch.testing.fake import FakeEngine
 
 
 def read_inbox(tmp_path: Path, config: Config, engine: FakeEngine) -> list[Path]:

@@ -19,12 +19,11 @@ from ocrwatch.core.domain import Page, PageText
 from ocrwatch.core.layout import PageLayout, Word
 from ocrwatch.core.status import format_status
 from ocrwatch.daemon import Daemon
-from ocrwatch.engines.base import BatchPolicy
-from ocrwatch.engines.fake import FakeEngine
 from ocrwatch.results import pdfout
 from ocrwatch.scan import deskew, inkcover, orient
 from ocrwatch.scan import prepare as scanprep
 from ocrwatch.store.index import search
+from ocrwatch.testing.fake import FakeEngine
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks import cases
@@ -94,7 +93,7 @@ class Recording(FakeEngine):
     name = "recording"
 
     def __init__(self, text: str) -> None:
-        super().__init__(max_side=None, policy=BatchPolicy(max_pages=4, max_tokens=100000))
+        super().__init__(max_side=None)
         self.text = text
         self.seen: list[Page] = []
 

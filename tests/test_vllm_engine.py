@@ -27,6 +27,7 @@ from ocrwatch.config import Config
 from ocrwatch.core.domain import Page, PageText
 from ocrwatch.core.errors import EngineError, EngineUnavailable
 from ocrwatch.core.textutil import markdown_to_text, repeats_itself
+from ocrwatch.engines.base import ReadPolicy, gpu_preparers
 from ocrwatch.engines.faults import Fault
 from ocrwatch.engines.lightonocr import MAX_PROMPT_TOKENS, image_tokens
 from ocrwatch.engines.vllm import VllmEngine, plan_memory
@@ -42,6 +43,19 @@ from ocrwatch.engines.vllm.memory import (
     WORKING_GIB_AT_STEP,
     WORKING_GIB_EAGER,
     GpuBusy,
+)
+from ocrwatch.engines.vllm.messages import (
+    Add,
+    Done,
+    Ready,
+    Refused,
+    Sampling,
+    Sleep,
+    Slept,
+    Stop,
+    Stopped,
+    Wake,
+    Woke,
 )
 from ocrwatch.engines.vllm.supervisor import worker_settings
 from ocrwatch.engines.vllm.worker import main as worker_main
@@ -61,11 +75,14 @@ def page(i: int, mark: tuple[int, int, int] = OK, size: tuple[int, int] = (120, 
     return Page(Path(f"scan{i}.png"), i, Image.new("RGB", size, mark))
 
 
-def make_engine(idle_sleep: float = 0.0, idle_stop: float = 0.0, **options: Any) -> VllmEngine:
+def make_engine(idle_sleep: float = 0.0, idle_stop: float = 0.0, queued: int | None = None,
+                **options: Any) -> VllmEngine:
     config = Config()
     config.vllm.idle_sleep_seconds = idle_sleep
     config.vllm.idle_stop_seconds = idle_stop
     config.vllm.max_tokens = 64
+    if queued is not None:
+        config.vllm.queued_pages = queued
     return VllmEngine(config, backend="fake", backend_options=options, card_mib=16 * 1024)
 
 
@@ -170,10 +187,10 @@ def test_plan_leaves_what_other_programs_hold_and_says_when_that_is_too_much() -
 def test_engine_policy_comes_from_the_plan() -> None:
     eng = make_engine()
     try:
-        # One page per call, twice max_num_seqs callers: pages stream, results come singly.
-        assert eng.policy.max_pages == 1
-        assert eng.policy.concurrency == 2 * eng.plan.max_num_seqs
-        assert eng.policy.cost(1088, 1540) == image_tokens(1088, 1540)
+        # One page per call (as for every engine), twice max_num_seqs callers: pages
+        # stream, results come singly.
+        assert eng.policy == ReadPolicy(concurrency=2 * eng.plan.max_num_seqs,
+                                        preparers=gpu_preparers())
         assert eng.max_side == 1540
         assert eng.describe()["state"] == "stopped"
     finally:
@@ -204,29 +221,30 @@ def test_worker_protocol_answers_each_request_once() -> None:
     child.close()
     try:
         assert parent.poll(30)
-        kind, info = parent.recv()
-        assert kind == "ok" and info["vllm"] == "fake"
+        ready = parent.recv()
+        assert isinstance(ready, Ready) and ready.info["vllm"] == "fake"
         image = (2, 3, b"\xff" * 18)
-        params = {"temperature": 0.2, "top_p": 0.9, "max_tokens": 8}
-        parent.send(("add", "a", image, params))
-        parent.send(("add", "b", image, params))
+        sampling = Sampling(temperature=0.2, top_p=0.9, max_tokens=8)
+        parent.send(Add("a", image, sampling))
+        parent.send(Add("b", image, sampling))
         answers = {}
         for _ in range(2):
             assert parent.poll(30)
-            kind, rid, output = parent.recv()
-            assert kind == "done" and output["finish"] == "stop"
-            answers[rid] = output
+            done = parent.recv()
+            assert isinstance(done, Done) and done.finish == "stop"
+            answers[done.rid] = done
         assert sorted(answers) == ["a", "b"]
-        parent.send(("sleep",))
-        assert parent.poll(30) and parent.recv()[0] == "ok"
-        parent.send(("wake",))
-        assert parent.poll(30) and parent.recv()[0] == "ok"
+        parent.send(Sleep())
+        assert parent.poll(30) and isinstance(parent.recv(), Slept)
+        parent.send(Wake())
+        assert parent.poll(30) and isinstance(parent.recv(), Woke)
         refused = (2, 3, bytes(REFUSED) * 6)
-        parent.send(("add", "c", refused, params))
+        parent.send(Add("c", refused, sampling))
         assert parent.poll(30)
-        assert parent.recv()[:2] == ("refused", "c")
-        parent.send(("stop",))
-        assert parent.poll(30) and parent.recv() == ("ok", None)
+        answer = parent.recv()
+        assert isinstance(answer, Refused) and answer.rid == "c"
+        parent.send(Stop())
+        assert parent.poll(30) and parent.recv() == Stopped()
         proc.join(30)
         assert proc.exitcode == 0
     finally:
@@ -436,7 +454,7 @@ def test_a_page_added_while_others_decode_joins_them_and_no_page_waits_for_anoth
 
 
 def test_at_most_max_num_seqs_pages_are_in_flight_and_each_has_one_result() -> None:
-    eng = make_engine(delay=0.2)
+    eng = make_engine(delay=0.2, queued=0)
     try:
         n = eng.plan.max_num_seqs + 6
         pages = [page(i, size=(100 + i, 150)) for i in range(n)]
@@ -515,10 +533,66 @@ def test_sleep_while_pages_go_round_again_loses_none() -> None:
         eng.close()
 
 
+def test_queued_pages_wait_in_vllms_own_queue_beyond_max_num_seqs() -> None:
+    """vllm.queued_pages more than the plan's pages in flight are handed over, so that a
+    page that ends is replaced at vLLM's next step; vLLM (here its stand-in, which keeps
+    to max_num_seqs as vLLM's scheduler does) runs them as slots free."""
+    eng = make_engine(delay=0.3, queued=4)
+    try:
+        seqs = eng.plan.max_num_seqs
+        pages = [page(i, size=(100 + i, 150)) for i in range(seqs + 10)]
+        eng.start()
+        reader, results = read_behind(eng, pages, seqs + 4)
+        assert eng.describe()["pages_in_flight"] == seqs + 4  # never more
+        reader.join(30)
+        assert [r.markdown.splitlines()[0] for r in results] == [
+            f"# Page {100 + i}x150" for i in range(seqs + 10)]
+        assert eng.most_in_flight == seqs + 4
+    finally:
+        eng.close()
+
+
+def test_warm_starts_a_stopped_worker_without_a_page_and_is_a_no_op_when_up() -> None:
+    eng = make_engine(start_delay=0.5)
+    try:
+        assert eng.state == "stopped"
+        eng.warm()  # returns at once: the start runs on the feeder's thread
+        assert eng.state in ("stopped", "starting")
+        assert eng.wait_for_state(["ready"], 20)
+        pid = eng.worker_pid
+        eng.warm()
+        (result,) = eng.recognize([page(0)])
+        assert result.error is None and eng.worker_pid == pid  # the warmed worker read it
+    finally:
+        eng.close()
+
+
+def test_a_file_arriving_starts_the_engine_while_it_settles(tmp_path: Path) -> None:
+    """The first page after an idle stop: the worker starts when the file appears, not
+    once it has settled and its pages are prepared."""
+    from ocrwatch.daemon import Daemon
+
+    config = Config(inbox=[tmp_path / "inbox"], database=tmp_path / "index.sqlite3",
+                    settle_seconds=3.0, engine="vllm")
+    config.vllm.idle_sleep_seconds = config.vllm.idle_stop_seconds = 0
+    eng = VllmEngine(config, backend="fake", card_mib=16 * 1024)
+    inbox = config.inbox[0]
+    inbox.mkdir(parents=True)
+    with Daemon(config, engine=eng) as daemon:
+        assert eng.state == "stopped"
+        staged = tmp_path / "scan.png"
+        text_page(["a letter"]).save(staged)
+        os.rename(staged, inbox / "scan.png")
+        wait_for(lambda: eng.state == "ready", 2.5, "the worker started before the file settled")
+        assert daemon.jobs.known(inbox / "scan.png") is None  # still settling
+        wait_for(lambda: (job := daemon.jobs.known(inbox / "scan.png")) is not None
+                 and job.state.value == "done", 30, "the file read")
+
+
 def test_release_reads_every_page_handed_over_then_ends_the_worker() -> None:
     # The daemon pauses: pages already handed over (a full engine, four waiting) are
     # read, then the worker ends and is not started again for them.
-    eng = make_engine(delay=0.5)
+    eng = make_engine(delay=0.5, queued=0)
     try:
         eng.start()
         seqs = eng.plan.max_num_seqs
@@ -615,11 +689,11 @@ def test_idle_engine_sleeps_then_ends_its_worker_then_restarts() -> None:
         pid = eng.worker_pid
         assert pid is not None
         clock.now += 0.3
-        eng._poke()
+        eng.poke()
         assert eng.wait_for_state(["asleep"], 10)
         assert eng.worker_pid == pid  # asleep, still there
         clock.now += 0.6
-        eng._poke()
+        eng.poke()
         assert eng.wait_for_state(["stopped"], 10)
         assert eng.worker_pid is None and gone(pid)
         assert eng.describe()["gpu_memory_mb"] == 0
@@ -652,10 +726,10 @@ def test_a_worker_being_ended_is_still_named_while_its_state_says_so(
         eng.recognize([page(0)])
         pid = eng.worker_pid
         clock.now += 0.3
-        eng._poke()
+        eng.poke()
         assert eng.wait_for_state(["asleep"], 10)
         clock.now += 0.6
-        eng._poke()
+        eng.poke()
         assert eng.wait_for_state(["stopped"], 10)
         assert seen == [("asleep", pid)]
     finally:
@@ -996,7 +1070,9 @@ def test_mixed_pages_fill_every_slot_and_a_freed_slot_is_taken_at_once() -> None
             results = [r for rs in pool.map(lambda p: eng.recognize([p]), pages) for r in rs]
         took = time.monotonic() - started
         assert all(r.error is None for r in results)
-        assert eng.most_in_flight == seqs  # cards and A4 pages together, to the plan's bound
+        # Cards and A4 pages together, to the plan's bound: every slot, and the pages
+        # queued behind them in vLLM's own queue.
+        assert eng.most_in_flight == seqs + Config().vllm.queued_pages
         # Two rounds of 0.3 s: no page waited for a pair, a batch, or a like size.
         assert took < 2 * 0.3 + 1.2, took
     finally:

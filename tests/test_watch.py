@@ -170,6 +170,35 @@ def test_real_events_in_a_real_folder(tmp_path: Path, observer: str) -> None:
         watcher.stop()
 
 
+def test_arriving_is_told_of_files_written_or_moved_in_not_of_what_a_scan_finds(
+        tmp_path: Path) -> None:
+    ready: queue.Queue[Path] = queue.Queue()
+    arriving: queue.Queue[Path] = queue.Queue()
+    existing = tmp_path / "before.png"
+    text_page(["x"], width=100).save(existing)
+    watcher = Watcher(Settler([tmp_path], 0.5, ready.put, lambda p: None,
+                              arriving=arriving.put))
+    watcher.start()
+    try:
+        assert ready.get(timeout=10) == existing  # the startup scan: nothing arriving
+        assert arriving.empty()
+        staged = tmp_path.parent / f"{tmp_path.name}-staged.png"
+        text_page(["y"], width=100).save(staged)
+        staged.rename(tmp_path / "moved-in.png")
+        assert arriving.get(timeout=10) == tmp_path / "moved-in.png"
+        assert ready.empty()  # told while it still settles
+        assert ready.get(timeout=10) == tmp_path / "moved-in.png"
+        (tmp_path / "moved-in.png").rename(tmp_path / "renamed.png")  # there already
+        text_page(["z"], width=100).save(tmp_path / "written.png")
+        assert arriving.get(timeout=10) == tmp_path / "written.png"
+        assert {ready.get(timeout=10), ready.get(timeout=10)} == {
+            tmp_path / "renamed.png", tmp_path / "written.png"}
+        assert arriving.empty()  # once per file, and not for the rename
+    finally:
+        watcher.stop()
+        staged.unlink(missing_ok=True)
+
+
 def test_rescan_finds_files_without_events(tmp_path: Path) -> None:
     ready: queue.Queue[Path] = queue.Queue()
     # No observer at all: as if every event was lost. Only the rescan can find the file.

@@ -157,12 +157,13 @@ def test_the_tray_opens_the_daemons_page(tmp_path: Path, home: Path) -> None:
     from ocrwatch import tray
     from ocrwatch.config import Config
     from ocrwatch.daemon import Daemon
-    from ocrwatch.engines.fake import FakeEngine
+    from ocrwatch.testing.fake import FakeEngine
+    from ocrwatch.web.server import for_daemon
 
     config = Config(inbox=[tmp_path / "inbox"], database=tmp_path / "index.sqlite3",
                     engine="fake", cache_dir=tmp_path / "cache")
     opened: list[str] = []
-    with Daemon(config, engine=FakeEngine()) as daemon:
+    with Daemon(config, engine=FakeEngine(), search_page=for_daemon) as daemon:
         tray.TrayController(daemon, opener=lambda p: opened.append(str(p))).open_search()
         # The browser is handed a private page with a one-time code, never the token.
         assert len(opened) == 1 and opened[0].startswith("file://")

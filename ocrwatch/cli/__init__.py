@@ -19,7 +19,7 @@ from ocrwatch.cli import desktop, results, running, steering
 from ocrwatch.cli.common import EXIT_BROKEN_PIPE, echo, log
 from ocrwatch.cli.parser import build_parser
 from ocrwatch.cli.termsafe import safe
-from ocrwatch.core.errors import OcrwatchError
+from ocrwatch.core.errors import OcrwatchError, UsageError
 
 
 def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
@@ -71,4 +71,4 @@ def _command(name: str) -> Any:
         handler = getattr(module, f"cmd_{name}", None)
         if handler is not None:
             return handler
-    raise OcrwatchError(f"no such command: {name}")
+    raise UsageError(f"no such command: {name}")

@@ -10,13 +10,10 @@ from typing import Any
 
 from ocrwatch import config as config_mod
 from ocrwatch.cli.termsafe import safe_lines
-from ocrwatch.config.schema import ENGINES
+from ocrwatch.engines import registry  # noqa: F401  (registers the engines the config accepts)
 
 log = logging.getLogger("ocrwatch")
 
-# The engines a user may choose; "fake" (for tests of what surrounds an engine) is
-# accepted but not offered.
-PUBLIC_ENGINES = tuple(e for e in ENGINES if e != "fake")
 EXIT_BROKEN_PIPE = 141  # what a shell reports for a program ended by SIGPIPE
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from ocrwatch.cli.common import echo
 from ocrwatch.cli.termsafe import safe
 from ocrwatch.core import paths
-from ocrwatch.core.errors import OcrwatchError
+from ocrwatch.core.errors import UsageError
 
 
 def example_config() -> str:
@@ -39,7 +39,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     target = config_target(args)
     target.parent.mkdir(parents=True, exist_ok=True)
     if target.exists() and not args.force:
-        raise OcrwatchError(f"{safe(target)} already exists; edit it, or run `ocrwatch init "
+        raise UsageError(f"{safe(target)} already exists; edit it, or run `ocrwatch init "
                             "--force` to replace it (the old one is kept as .bak)")
     if target.exists():
         backup = target.with_name(target.name + ".bak")
@@ -67,8 +67,8 @@ def cmd_completion(args: argparse.Namespace) -> int:
 def cmd_manpage(args: argparse.Namespace) -> int:
     from argparse_manpage.manpage import Manpage
 
-    from ocrwatch import __version__
     from ocrwatch.cli.parser import build_parser
+    from ocrwatch.core.version import __version__
 
     parser = build_parser()
     parser.man_short_description = "watch a folder, read every page, search them"  # type: ignore[attr-defined]

@@ -22,7 +22,7 @@ from typing import Any
 from ocrwatch.cli.native_stderr import is_native
 from ocrwatch.cli.termsafe import safe_lines
 from ocrwatch.core import paths
-from ocrwatch.core.errors import OcrwatchError
+from ocrwatch.core.errors import MachineError, UsageError
 from ocrwatch.core.private import PRIVATE_FILE, private_dir
 
 LOG_NAME = "ocrwatch.log"
@@ -153,7 +153,7 @@ def setup_logging(
     """
     numeric = logging.getLevelName(level.upper())
     if not isinstance(numeric, int):
-        raise OcrwatchError(
+        raise UsageError(
             f"unknown log level {level!r}; use DEBUG, INFO, WARNING or ERROR"
         )
     path = Path(log_file) if log_file is not None else default_log_file()
@@ -163,7 +163,7 @@ def setup_logging(
             path, maxBytes=max_bytes, backupCount=backups, encoding="utf-8"
         )
     except OSError as exc:
-        raise OcrwatchError(
+        raise MachineError(
             f"cannot write the log file {path}: {exc.strerror}. Make its folder writable "
             "for your user, or free some disk space."
         ) from exc

@@ -15,7 +15,14 @@ from typing import Any
 from ocrwatch import config as config_mod
 from ocrwatch.cli.common import database_arg, echo
 from ocrwatch.cli.termsafe import safe
-from ocrwatch.core.errors import DaemonNotRunning, DaemonRunning, OcrwatchError, SearchTimeout
+from ocrwatch.core.errors import (
+    DaemonError,
+    DaemonNotRunning,
+    DaemonRunning,
+    IndexUnavailable,
+    SearchTimeout,
+    UsageError,
+)
 from ocrwatch.core.status import EngineStatus, Status, format_status
 
 
@@ -28,10 +35,10 @@ def cmd_search(args: argparse.Namespace) -> int:
     query = " ".join(args.query).strip()
     filters = _filters(args)
     if not query and not filters.name:
-        raise OcrwatchError("give one or more words to look for, e.g. `ocrwatch search invoice`"
+        raise UsageError("give one or more words to look for, e.g. `ocrwatch search invoice`"
                             ", or a file name with --name")
     if args.page < 1:
-        raise OcrwatchError("--page must be 1 or more")
+        raise UsageError("--page must be 1 or more")
     path, origin = database_arg(args)
     db = Database(path, readonly=True, origin=origin)
     try:
@@ -130,7 +137,7 @@ def cmd_reindex(args: argparse.Namespace) -> int:
     config = replace(config, database=path)
     if not args.from_sidecars:
         if not path.exists():
-            raise OcrwatchError(f"no index at {safe(path)}: to rebuild it from the sidecars, "
+            raise IndexUnavailable(f"no index at {safe(path)}: to rebuild it from the sidecars, "
                                 "run `ocrwatch reindex --from-sidecars`")
         db = Database(path, origin=origin)
         try:
@@ -145,7 +152,7 @@ def cmd_reindex(args: argparse.Namespace) -> int:
     try:
         lock.acquire()
     except DaemonRunning:
-        raise OcrwatchError("a daemon is running on this index; stop it (`ocrwatch stop`), "
+        raise DaemonError("a daemon is running on this index; stop it (`ocrwatch stop`), "
                             "then run `ocrwatch reindex --from-sidecars` again") from None
     try:
         db = Database(path, origin=origin)
@@ -188,8 +195,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def _offline_status(args: argparse.Namespace) -> Status:
     from ocrwatch.cli.logs import default_log_file
-    from ocrwatch.config.languages import locale_note
-    from ocrwatch.engines import choose
+    from ocrwatch.engines import registry
     from ocrwatch.store.db import Database
     from ocrwatch.store.jobs import JobQueue
 
@@ -198,12 +204,11 @@ def _offline_status(args: argparse.Namespace) -> Status:
     if getattr(args, "database", None):
         config.database = Path(args.database).expanduser()
         origin = "the command-line flag --database"
-    choice = choose(config)
+    choice = registry.choose(config)
     status = Status(state="stopped", engine=EngineStatus(choice.name, choice.why),
                     database=str(config.database), log_file=str(default_log_file()),
                     languages=tuple(config.languages),
-                    language_note=locale_note(config.languages)
-                    if choice.name == "tesseract" else None)
+                    language_note=registry.note(choice.name, config))
     if config.database.exists():
         db = Database(config.database, readonly=True, origin=origin)
         try:

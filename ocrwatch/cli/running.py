@@ -16,7 +16,7 @@ from typing import Any
 from ocrwatch import config as config_mod
 from ocrwatch.cli.common import echo, load_config, log, plural
 from ocrwatch.cli.termsafe import safe
-from ocrwatch.core.errors import DaemonRunning, OcrwatchError
+from ocrwatch.core.errors import DaemonRunning, OcrwatchError, UsageError
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -38,11 +38,13 @@ def _run(args: argparse.Namespace, config: config_mod.Config, log_file: Path) ->
     from ocrwatch.control.lock import DaemonLocks
     from ocrwatch.control.server import ControlServer
     from ocrwatch.daemon import Daemon
+    from ocrwatch.web.server import for_daemon
 
     lock = DaemonLocks(config.database)
     lock.acquire()  # raises DaemonRunning naming the other one
     try:
-        daemon = Daemon(config, log_file=log_file, reload_from=lambda: load_config(args))
+        daemon = Daemon(config, log_file=log_file, reload_from=lambda: load_config(args),
+                        search_page=for_daemon)
         stop = threading.Event()
 
         def on_signal(signum: int, _frame: object) -> None:
@@ -128,7 +130,7 @@ def _add(args: argparse.Namespace, config: config_mod.Config) -> int:
     # line says so, whatever the configured on_success.
     config.on_success = args.on_success
     if config.on_success == "archive" and config.archive_dir is None:
-        raise OcrwatchError("--on-success archive needs archive_dir in the config: the "
+        raise UsageError("--on-success archive needs archive_dir in the config: the "
                             "folder the originals go to")
     files: list[Path] = []
     for path in args.paths:
@@ -138,10 +140,10 @@ def _add(args: argparse.Namespace, config: config_mod.Config) -> int:
         elif path.is_file():
             files.append(path)
         elif path.exists():
-            raise OcrwatchError(f"{safe(path)} is not a regular file (a pipe, a device or a "
+            raise UsageError(f"{safe(path)} is not a regular file (a pipe, a device or a "
                                 "socket); name scans, PDFs or folders")
         else:
-            raise OcrwatchError(f"{safe(path)} does not exist")
+            raise UsageError(f"{safe(path)} does not exist")
     if not files:
         echo("ocrwatch: nothing to read: no PNG, JPEG, TIFF, BMP, WebP or PDF files given",
              err=True)

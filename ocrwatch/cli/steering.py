@@ -11,7 +11,7 @@ import os
 
 from ocrwatch.cli.common import database_arg, echo, load_config, plural
 from ocrwatch.cli.termsafe import safe
-from ocrwatch.core.errors import DaemonNotRunning, OcrwatchError
+from ocrwatch.core.errors import DaemonNotRunning, IndexUnavailable, UsageError
 
 
 def _control(cmd: str, said: str) -> int:
@@ -61,11 +61,11 @@ def cmd_retry(args: argparse.Namespace) -> int:
     from ocrwatch.control.client import request
 
     if not args.paths and not args.all_failed:
-        raise OcrwatchError("name the files to retry, or use --all-failed")
+        raise UsageError("name the files to retry, or use --all-failed")
     given = [p.expanduser().absolute() for p in args.paths]
     missing = [p for p in given if not p.exists()]
     if missing:
-        raise OcrwatchError(f"{safe(missing[0])} does not exist; name a file that failed "
+        raise UsageError(f"{safe(missing[0])} does not exist; name a file that failed "
                             "(`ocrwatch status` lists them) or use --all-failed")
     paths = [str(p) for p in given]
     try:
@@ -77,7 +77,7 @@ def cmd_retry(args: argparse.Namespace) -> int:
 
         path, origin = database_arg(args)
         if not path.exists():
-            raise OcrwatchError(f"no index at {safe(path)} (set by {origin}): nothing has been "
+            raise IndexUnavailable(f"no index at {safe(path)} (set by {origin}): nothing has been "
                                 "read there, so there is nothing to retry") from None
         db = Database(path, origin=origin)
         try:
@@ -89,7 +89,7 @@ def cmd_retry(args: argparse.Namespace) -> int:
         if args.all_failed:
             echo("nothing to retry: no file has failed")
             return 0
-        raise OcrwatchError(
+        raise UsageError(
             f"{'this file has' if len(given) == 1 else 'these files have'} not been read yet, "
             "so there is nothing to retry; the daemon reads files in its inbox by itself, and "
             f"`ocrwatch add {safe(given[0])}` reads one now")
@@ -116,7 +116,7 @@ def cmd_autostart(args: argparse.Namespace) -> int:
 
     exe = args.executable
     if exe is not None and not (exe.is_file() and os.access(exe, os.X_OK)):
-        raise OcrwatchError(f"{safe(exe)} is not a program that can be run; give the path of "
+        raise UsageError(f"{safe(exe)} is not a program that can be run; give the path of "
                             "the installed `ocrwatch` with --exec, or leave --exec out")
     if args.action == "enable":
         echo(str(autostart.enable(kind=args.kind, executable=exe, start=args.now)))

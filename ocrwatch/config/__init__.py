@@ -12,5 +12,5 @@ from ocrwatch.config.check import validate
 from ocrwatch.config.load import load
 from ocrwatch.config.schema import Config, RemoteConfig, VllmConfig
 
-# The allowed values (ENGINES, RANGES...) are imported from the schema module itself.
+# The allowed values (engine_names(), RANGES...) are imported from the schema module itself.
 __all__ = ["Config", "RemoteConfig", "VllmConfig", "load", "validate"]

@@ -11,7 +11,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ocrwatch.config.schema import (
-    ENGINES,
     LAYOUTS,
     OBSERVERS,
     ON_DONE_TIMEOUT_MAX,
@@ -22,6 +21,7 @@ from ocrwatch.config.schema import (
     RANGES,
     Config,
     RemoteConfig,
+    engine_names,
 )
 from ocrwatch.core.errors import ConfigError
 
@@ -46,8 +46,9 @@ def validate(config: Config) -> None:
     def fail(key: str, msg: str) -> None:
         raise ConfigError(f"{config.origin(key)}: {key} {msg}")
 
-    if config.engine not in ENGINES:
-        fail("engine", f"= {config.engine!r} is not one of {', '.join(ENGINES)}.")
+    engines = engine_names()  # registered by ocrwatch/engines/registry.py
+    if config.engine not in engines:
+        fail("engine", f"= {config.engine!r} is not one of {', '.join(engines)}.")
     if config.pdf_text not in PDF_TEXT:
         fail("pdf_text", f"= {config.pdf_text!r} is not one of {', '.join(PDF_TEXT)} (auto: "
                          "a PDF page's own text when it is real text, else OCR).")

@@ -9,7 +9,22 @@ from typing import Any
 from ocrwatch.config.languages import default_languages
 from ocrwatch.core import paths
 
-ENGINES = ("auto", "tesseract", "vllm", "remote", "fake")
+# The values ``engine`` takes: "auto" and each registered engine's name. The engines import
+# the config, so the config cannot list them: ocrwatch/engines/registry.py adds each here.
+_ENGINES: list[str] = []
+
+
+def allow_engine(name: str) -> None:
+    """Accept ``engine = name`` (called by the engine registry)."""
+    if name not in _ENGINES:
+        _ENGINES.append(name)
+
+
+def engine_names() -> tuple[str, ...]:
+    """The values ``engine`` may take, in the order they were registered."""
+    return tuple(_ENGINES)
+
+
 OBSERVERS = ("auto", "native", "polling")
 PDF_TEXT = ("auto", "ocr", "text")
 OUTPUTS = ("md", "txt", "pdf")
@@ -42,6 +57,10 @@ class VllmConfig:
     # 0: pages go in in arrival order (like sizes first measured no faster, docs/gpu.md); above 0,
     # like sizes go in together and none waits longer than this for its turn.
     admit_wait_seconds: float = 0.0
+    # Pages handed to vLLM beyond max_num_seqs: they wait in vLLM's own queue, their images
+    # already processed and nothing of theirs on the card, so a page that ends is replaced
+    # at the next step rather than after a round trip to the daemon.
+    queued_pages: int = 4
     start_timeout_seconds: float = 600.0
     ignore_eos: bool = False  # benchmarks only: every page writes exactly max_tokens
 
@@ -144,6 +163,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "vllm.idle_sleep_seconds": (0, 30 * 24 * 3600),
     "vllm.idle_stop_seconds": (0, 30 * 24 * 3600),
     "vllm.admit_wait_seconds": (0, 60),
+    "vllm.queued_pages": (0, 256),
     "vllm.start_timeout_seconds": (1, 24 * 3600),
     "remote.max_tokens": (1, 1_000_000),
     "remote.concurrency": (1, 1024),

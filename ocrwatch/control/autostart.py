@@ -30,7 +30,7 @@ from pathlib import Path
 from xml.sax.saxutils import escape as xml_escape
 
 from ocrwatch.core import paths
-from ocrwatch.core.errors import OcrwatchError
+from ocrwatch.core.errors import MachineError, OcrwatchError, UsageError
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ def target_path(kind: str, environ: Mapping[str, str] | None = None) -> Path:
         return _config_home(env) / "autostart" / DESKTOP
     if kind == "launchd":
         return _home(env) / "Library" / "LaunchAgents" / PLIST
-    raise OcrwatchError(f"unknown autostart kind {kind!r}; use one of {', '.join(KINDS)}")
+    raise UsageError(f"unknown autostart kind {kind!r}; use one of {', '.join(KINDS)}")
 
 
 def systemd_present() -> bool:
@@ -110,7 +110,7 @@ def detect(
     if plat == "darwin":
         return "launchd", ""
     if not plat.startswith("linux") and not plat.startswith("freebsd"):
-        raise OcrwatchError(
+        raise MachineError(
             "ocrwatch cannot set up autostart on this platform; add `ocrwatch run` to the "
             "programs your session starts at login (on Windows: a shortcut in shell:startup)"
         )
@@ -137,7 +137,7 @@ def find_executable(environ: Mapping[str, str] | None = None) -> Path:
     found = shutil.which("ocrwatch", path=env.get("PATH"))
     if found:
         return Path(found).absolute()
-    raise OcrwatchError(
+    raise MachineError(
         "cannot find the `ocrwatch` program to start at login; install ocrwatch with pip "
         "(or pipx) so that `ocrwatch` is on your PATH, or pass its path with --exec"
     )
@@ -155,7 +155,7 @@ def template(kind: str) -> str:
     source = SOURCE_TEMPLATES / name
     if source.is_file():
         return source.read_text(encoding="utf-8")
-    raise OcrwatchError(
+    raise MachineError(
         f"the {kind} template {name} is missing from this installation (neither in the "
         f"package's data nor in {SOURCE_TEMPLATES}); reinstall ocrwatch from its wheel or sdist"
     )
@@ -198,7 +198,7 @@ def _check(runner: Runner, cmd: list[str], result: Result, fix: str) -> None:
     result.commands.append(cmd)
     done = runner(cmd)
     if done.returncode != 0:
-        raise OcrwatchError(
+        raise MachineError(
             f"`{' '.join(cmd)}` failed: {(done.stderr or done.stdout).strip()}. {fix}"
         )
 
@@ -232,7 +232,7 @@ def enable(
     elif kind == "systemd" and not (env.get("DISPLAY") or env.get("WAYLAND_DISPLAY")):
         wanted_by = "default.target"
     if kind not in KINDS:
-        raise OcrwatchError(f"unknown autostart kind {kind!r}; use one of {', '.join(KINDS)}")
+        raise UsageError(f"unknown autostart kind {kind!r}; use one of {', '.join(KINDS)}")
     exe = executable if executable is not None else find_executable(env)
     path = target_path(kind, env)
     result = Result(kind=kind, paths=[path])

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ocrwatch.core import paths
-from ocrwatch.core.errors import DaemonNotRunning, OcrwatchError
+from ocrwatch.core.errors import DaemonError, DaemonNotRunning, OcrwatchError
 
 log = logging.getLogger(__name__)
 
@@ -41,14 +41,14 @@ def request(
         except OSError as exc:
             if exc.errno in (errno.ENOENT, errno.ECONNREFUSED, errno.ENOTSOCK):
                 raise DaemonNotRunning(NOT_RUNNING) from None
-            raise OcrwatchError(
+            raise DaemonError(
                 f"cannot reach the daemon at {path}: {exc.strerror or exc}"
             ) from exc
         try:
             sock.sendall(json.dumps({"cmd": cmd, **args}).encode() + b"\n")
             line = read_line(sock)
         except TimeoutError:
-            raise OcrwatchError(
+            raise DaemonError(
                 f"the daemon did not answer `{cmd}` within {timeout:.0f} s; it may be busy. "
                 "Try again, or see its log (the path is in `ocrwatch status` output)."
             ) from None
@@ -62,13 +62,13 @@ def request(
     try:
         reply = json.loads(line)
     except ValueError:
-        raise OcrwatchError(
+        raise DaemonError(
             f"the process on {path} did not answer like an ocrwatch daemon"
         ) from None
     if not isinstance(reply, dict) or "ok" not in reply:
-        raise OcrwatchError(f"the process on {path} did not answer like an ocrwatch daemon")
+        raise DaemonError(f"the process on {path} did not answer like an ocrwatch daemon")
     if not reply["ok"]:
-        raise OcrwatchError(str(reply.get("error", "the daemon refused the command")))
+        raise DaemonError(str(reply.get("error", "the daemon refused the command")))
     return reply.get("result")
 
 
@@ -93,7 +93,7 @@ def _connect(sock: socket.socket, path: Path, timeout: float) -> None:
             return
         except BlockingIOError:
             if time.monotonic() >= deadline:
-                raise OcrwatchError(
+                raise DaemonError(
                     f"the daemon at {path} is too busy to take a connection; try again"
                 ) from None
             time.sleep(0.05)
@@ -123,7 +123,7 @@ def stop_daemon(
         if not is_running(socket_path=socket_path, timeout=poll * 10):
             return pid
         time.sleep(poll)
-    raise OcrwatchError(
+    raise DaemonError(
         f"the daemon (PID {pid}) is still running {timeout:.0f} s after being asked to stop; "
         f"it may be finishing a long page. Wait, or end it with `kill {pid}`."
     )

@@ -13,7 +13,7 @@ from pathlib import Path
 from types import TracebackType
 
 from ocrwatch.core import paths
-from ocrwatch.core.errors import DaemonRunning, OcrwatchError
+from ocrwatch.core.errors import DaemonRunning, MachineError
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ class InstanceLock:
         except OSError as exc:
             os.close(fd)
             if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise OcrwatchError(f"cannot lock {self.path}: {exc.strerror}") from exc
+                raise MachineError(f"cannot lock {self.path}: {exc.strerror}") from exc
             pid = read_pid(self.path)
             who = f"PID {pid}" if pid else "another process"
             raise DaemonRunning(self._busy.format(who=who)) from None

@@ -10,7 +10,7 @@ import os
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
-from ocrwatch.core.errors import OcrwatchError
+from ocrwatch.core.errors import DaemonError, OcrwatchError, UsageError
 from ocrwatch.core.status import Status
 
 log = logging.getLogger(__name__)
@@ -100,7 +100,7 @@ class Commands:
     def _web(self, _req: dict[str, Any]) -> dict[str, str]:
         web_url = getattr(self.target, "web_url", None)
         if web_url is None:
-            raise OcrwatchError("this daemon has no search page")
+            raise DaemonError("this daemon has no search page")
         launch = getattr(self.target, "web_launch", None)
         # "url" (with the token) for scripts of this user; "open" for a browser's command
         # line, which other users can read: a private file with a one-time code.
@@ -109,20 +109,20 @@ class Commands:
     def _reload(self, _req: dict[str, Any]) -> Any:
         reload = getattr(self.target, "reload", None)
         if reload is None:
-            raise OcrwatchError("this daemon cannot reload its configuration")
+            raise DaemonError("this daemon cannot reload its configuration")
         return reload("ocrwatch reload")
 
     def _reread(self, req: dict[str, Any]) -> int:
         reread = getattr(self.target, "reread", None)
         if reread is None:
-            raise OcrwatchError("this daemon cannot read files again; stop it and run "
+            raise DaemonError("this daemon cannot read files again; stop it and run "
                                 "`ocrwatch reread`")
         return int(reread(bool(req.get("all", False))))
 
     def _outputs(self, _req: dict[str, Any]) -> Any:
         write = getattr(self.target, "write_outputs", None)
         if write is None:
-            raise OcrwatchError("this daemon cannot write outputs again; stop it and run "
+            raise DaemonError("this daemon cannot write outputs again; stop it and run "
                                 "`ocrwatch reread --outputs`")
         return write()
 
@@ -130,7 +130,7 @@ class Commands:
         raw = req.get("paths")
         if raw is not None and (not isinstance(raw, list)
                                 or not all(isinstance(p, str) for p in raw)):
-            raise OcrwatchError("retry: 'paths' must be a list of file paths")
+            raise UsageError("retry: 'paths' must be a list of file paths")
         return self.target.retry(raw, bool(req.get("all_failed", False)))
 
 

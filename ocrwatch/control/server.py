@@ -17,7 +17,7 @@ from typing import Any
 
 from ocrwatch.control.protocol import MAX_LINE, Commands, Controllable, encode
 from ocrwatch.core import paths
-from ocrwatch.core.errors import DaemonRunning, OcrwatchError
+from ocrwatch.core.errors import DaemonRunning, MachineError, StateError
 from ocrwatch.core.threads import Loop
 
 log = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ class ControlServer:
     def start(self) -> None:
         with self._lock:
             if self._closed:
-                raise OcrwatchError("the control server was closed; create a new one")
+                raise StateError("the control server was closed; create a new one")
             if self._threads:
                 return
             self._sock = self._bind()
@@ -132,7 +132,7 @@ class ControlServer:
             sock.setblocking(False)
         except OSError as exc:
             sock.close()
-            raise OcrwatchError(
+            raise MachineError(
                 f"cannot listen on the control socket {self.path}: {exc.strerror}. "
                 "Check that the folder exists and belongs to you."
             ) from exc

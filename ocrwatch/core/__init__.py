@@ -2,6 +2,7 @@
 (``domain``, ``layout``, ``status``), the exception tree (``errors``), the daemon's threads
 (``threads``), where files live (``paths``), file modes (``private``), opening beneath a
 folder without links (``safeopen``), moving without replacing (``fsmove``), text helpers
-(``textutil``), quoting for a shell's command string (``hookshell``) and the status's
-progress figures (``progress``).
+(``textutil``), the sidecars' names (``naming``), quoting for a shell's command string
+(``hookshell``), the status's progress figures (``progress``) and the version
+(``version``).
 """

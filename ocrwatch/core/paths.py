@@ -9,7 +9,7 @@ from pathlib import Path
 
 import platformdirs
 
-from ocrwatch.core.errors import OcrwatchError
+from ocrwatch.core.errors import MachineError
 
 APP = "ocrwatch"
 
@@ -81,7 +81,7 @@ def runtime_dir() -> Path:
             return _private(path)
         except OSError as exc:
             problems.append(str(exc))
-    raise OcrwatchError(
+    raise MachineError(
         f"no private runtime folder for the control socket ({'; '.join(problems)}). Set "
         "XDG_RUNTIME_DIR to a folder that only you own (mode 0700), as a desktop session "
         "does, e.g. `export XDG_RUNTIME_DIR=/run/user/$(id -u)`."

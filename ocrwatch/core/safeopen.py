@@ -28,7 +28,7 @@ from typing import BinaryIO
 
 from ocrwatch.core.errors import InputError
 
-__all__ = ["LinkRefused", "NotRegular", "open_beneath", "open_dir_beneath", "open_failure",
+__all__ = ["LinkRefused", "NotRegular", "open_beneath", "open_dir_beneath",
            "open_file_beneath", "original_mode", "root_of", "source_root"]
 
 _SYS_OPENAT2 = {"x86_64": 437, "aarch64": 437, "riscv64": 437, "ppc64le": 437, "s390x": 437}
@@ -218,26 +218,6 @@ class NotRegular(InputError):
 def source_root(path: Path, inboxes: list[Path], follow_symlinks: bool) -> Path | None:
     """The folder below which no link may be followed to reach ``path`` (None: any)."""
     return None if follow_symlinks else root_of(path, inboxes)
-
-
-# Out of descriptors or memory for a moment (another program, a flood of connections):
-# the file is not at fault, so it is tried again later, never failed for good.
-RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS,
-                             errno.EAGAIN})
-
-
-def resource_shortage(exc: BaseException) -> bool:
-    return isinstance(exc, OSError) and exc.errno in RESOURCE_ERRNOS
-
-
-def open_failure(exc: OSError) -> str:
-    """A plain reason, with what to do, for a file that cannot be opened."""
-    if isinstance(exc, FileNotFoundError):
-        return "the file was deleted before it could be read"
-    if isinstance(exc, PermissionError):
-        return ("permission denied: ocrwatch cannot read this file; make it readable "
-                "(chmod u+r) and run `ocrwatch retry` on it")
-    return f"cannot open the file: {exc.strerror or exc}"
 
 
 def original_mode(path: Path, root: Path | None) -> int | None:

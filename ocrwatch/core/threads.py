@@ -15,7 +15,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from ocrwatch.core.errors import OcrwatchError
+from ocrwatch.core.errors import StateError
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ class Service:
 
     def start(self) -> None:
         if self._thread is not None:
-            raise OcrwatchError(f"{self.name} was started already")
+            raise StateError(f"{self.name} was started already")
         self._thread = threading.Thread(target=self._main, name=self.name, daemon=True)
         self._thread.start()
 

@@ -24,13 +24,15 @@ from ocrwatch.core.errors import EngineUnavailable, OcrwatchError
 from ocrwatch.doctor.check import Check
 from ocrwatch.doctor.desktop import check_desktop, check_tray
 from ocrwatch.doctor.gpu import _reachable, _smi, _wants_gpu, check_gpu, check_model, check_vllm
+from ocrwatch.engines import registry
+from ocrwatch.engines.base import Doctor
 
 log = logging.getLogger(__name__)
 
 MIN_FREE_DISK_MB = 1024
 def check_tesseract(config: Config) -> list[Check]:
     # The searchable PDF takes its word positions from Tesseract, whatever the engine.
-    if config.engine in ("vllm", "remote", "fake") and "pdf" not in config.outputs:
+    if registry.needs(config, Doctor.TESSERACT) is False and "pdf" not in config.outputs:
         return [Check("Tesseract", True, f"not needed: the engine is {config.engine}")]
     if importlib.util.find_spec("tesserocr") is None:
         return [Check("Tesseract", False, "tesserocr is not installed",
@@ -104,7 +106,8 @@ def _writable(name: str, path: Path, *, is_dir: bool, fix_hint: str) -> Check:
 
 def check_remote(config: Config) -> list[Check]:
     """Each OCR server of the remote engine answers and serves the model."""
-    if config.engine != "remote":
+    entry = registry.get(config.engine)
+    if entry is None or Doctor.SERVERS not in entry.doctor:
         return []
     from ocrwatch.engines.remote import RemoteEngine
 
@@ -112,7 +115,7 @@ def check_remote(config: Config) -> list[Check]:
     try:
         servers = engine.check()
     except EngineUnavailable as exc:
-        return [Check("OCR servers", False, str(exc), "fix the [remote] section")]
+        return [Check("OCR servers", False, str(exc), f"fix the [{entry.section}] section")]
     finally:
         engine.close()
     checks = []

@@ -14,7 +14,8 @@ from pathlib import Path
 from ocrwatch.config import Config
 from ocrwatch.core.errors import EngineUnavailable
 from ocrwatch.doctor.check import NET_TIMEOUT, Check, _version
-from ocrwatch.engines import gpu
+from ocrwatch.engines import gpu, registry
+from ocrwatch.engines.base import Doctor
 from ocrwatch.engines.gpu import Gpu
 from ocrwatch.engines.vllm.memory import GpuBusy, default_budget, plan_memory
 
@@ -30,11 +31,7 @@ def _smi() -> list[Gpu] | str:
 
 def _wants_gpu(config: Config) -> bool | None:
     """True: the config needs the GPU; None: it would use one if present; False: no."""
-    if config.engine == "vllm":
-        return True
-    if config.engine == "auto":
-        return None
-    return False
+    return registry.needs(config, Doctor.GPU)
 
 
 def check_gpu(config: Config, smi: list[Gpu] | str) -> list[Check]:

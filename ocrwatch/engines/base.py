@@ -5,33 +5,28 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from ocrwatch.core.domain import Page, PageText
 
+if TYPE_CHECKING:
+    from ocrwatch.config import Config
+
 
 @dataclass(frozen=True)
-class BatchPolicy:
-    """How the batcher may group pages for one engine.
+class ReadPolicy:
+    """How the daemon feeds one engine. Every engine takes one page per ``recognize`` call
+    and does its own admission (vLLM groups pages inside its worker).
 
-    ``max_tokens`` bounds the estimated image tokens of all pages in one batch;
-    ``size_matched`` keeps pages of similar size together; ``partner_wait`` is
-    how long a lone page may wait for a partner before it runs alone;
-    ``concurrency`` is how many ``recognize`` calls may run at the same time;
-    ``preparers`` how many files the daemon opens (decodes, scales) at the same time.
+    ``concurrency`` is how many ``recognize`` calls may run at the same time (CPU engines:
+    one per core; vLLM and remote: the pages they keep in flight); ``preparers`` how many
+    files the daemon opens (decodes, scales) at the same time.
     """
 
-    max_pages: int = 1
-    max_tokens: int | None = None
-    size_matched: bool = False
-    partner_wait: float = 0.0
-    concurrency: int = 1  # batches the daemon may run at once (CPU engines: one per core)
+    concurrency: int = 1
     # A GPU reads A4 pages about as fast as one core prepares them; CPU engines keep every
     # core for reading.
     preparers: int = 1
-    # What one page of (width, height) counts against ``max_tokens``: the engine's own
-    # arithmetic, so that the daemon does none.
-    cost: Callable[[int, int], int] = lambda width, height: 1
 
 
 def gpu_preparers() -> int:
@@ -55,12 +50,12 @@ class Engine(Protocol):
         ...
 
     @property
-    def policy(self) -> BatchPolicy:
-        """How pages may be grouped into one ``recognize`` call."""
+    def policy(self) -> ReadPolicy:
+        """How many pages the daemon may have in ``recognize`` at once, and opened ahead."""
         ...
 
     def recognize(self, pages: Sequence[Page]) -> list[PageText]:
-        """Read one batch; returns one result per page, in order."""
+        """Read the pages given (the daemon gives one); one result per page, in order."""
         ...
 
     def release(self) -> None:
@@ -74,3 +69,27 @@ class Engine(Protocol):
     def describe(self) -> dict[str, object]:
         """A few facts for ``ocrwatch status`` (state, memory held, pages/s...)."""
         ...
+
+
+# What ``ocrwatch doctor`` checks for an engine (doctor/ holds the checks themselves).
+class Doctor:
+    GPU = "GPU"  # the card, vLLM and its pins, the model's files
+    TESSERACT = "Tesseract"  # tesserocr and the configured languages
+    SERVERS = "OCR servers"  # each remote server answers and serves the model
+
+
+@dataclass(frozen=True)
+class Registration:
+    """One engine, as the rest of ocrwatch sees it before it is built."""
+
+    name: str  # the value of ``engine`` in the config
+    build: Callable[[Config], Engine]  # imports what the engine needs only when called
+    section: str | None = None  # its own table in the config file ([vllm], [remote])
+    doctor: tuple[str, ...] = ()  # :class:`Doctor` checks it needs
+    # The status note for this engine's configuration, or None (Tesseract: the desktop's
+    # language left out for want of its data).
+    note: Callable[[Config], str | None] | None = None
+    # Its reading depends on ``languages``: a language change makes earlier pages stale.
+    languages: bool = False
+    scans: bool = True  # pages go through blank, orientation and skew checks first
+    public: bool = True  # offered to users (config, command line); False: tests only

@@ -12,7 +12,7 @@ import math
 
 from ocrwatch.core.domain import PageText
 from ocrwatch.core.textutil import markdown_to_text, repeats_itself, strip_controls
-from ocrwatch.engines.base import BatchPolicy
+from ocrwatch.engines.base import ReadPolicy
 
 # The model was made for pages whose longest side is 1540 px: every page is fitted to it,
 # a smaller one enlarged and a larger one shrunk (pages.scale_to, with the engine's
@@ -36,8 +36,14 @@ def image_tokens(width: int, height: int, max_side: int = MAX_SIDE) -> int:
     return min(MAX_IMAGE_TOKENS, math.ceil(w / PATCH) * math.ceil(h / PATCH))
 
 
-def looped(text: str, finish: str) -> bool:
-    """The model ran out of tokens or kept writing the same thing: worth a warmer retry."""
+def looped(text: str, finish: str, *, ignore_eos: bool = False) -> bool:
+    """The model ran out of tokens or kept writing the same thing: worth a warmer retry.
+
+    The one place that decides it, for every engine that runs the model. With
+    ``ignore_eos`` (benchmarks: every page runs to max_tokens on purpose) no page loops.
+    """
+    if ignore_eos:
+        return False
     return finish == "length" or repeats_itself(text)
 
 
@@ -73,14 +79,14 @@ def failed_page(reason: str) -> PageText:
 
 class LightOnOCREngine:
     """What the engines that run this model (vllm, remote) say about pages: the model's
-    largest side, and the batch policy each engine sets in ``_policy``."""
+    largest side, and the read policy each engine sets in ``_policy``."""
 
-    _policy: BatchPolicy
+    _policy: ReadPolicy
 
     @property
     def max_side(self) -> int | None:
         return MAX_SIDE
 
     @property
-    def policy(self) -> BatchPolicy:
+    def policy(self) -> ReadPolicy:
         return self._policy

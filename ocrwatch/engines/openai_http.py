@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from ocrwatch.core.errors import EngineUnavailable
+from ocrwatch.core.errors import EngineError, EngineUnavailable, Kind
 from ocrwatch.core.textutil import strip_controls
 from ocrwatch.engines import http_deadline
 
@@ -45,11 +45,11 @@ ERROR_BODY_CAP = 64 * 1024  # what is read of an error answer, for its message
 IDENTITY = {"Accept-Encoding": "identity"}  # answers uncompressed, so the cap holds
 
 
-class PageFailed(Exception):
+class PageFailed(EngineError):
     """The server answered, but not with a usable reading of this page."""
 
 
-class Retry(Exception):
+class Retry(EngineError, kind=Kind.TRANSIENT):
     """This request failed in a way another try may not: backpressure or a lost server."""
 
     def __init__(self, reason: str, *, down: bool, after: float = 0.0) -> None:
@@ -58,7 +58,7 @@ class Retry(Exception):
         self.after = after  # the server's Retry-After, in seconds
 
 
-class ServerError(Exception):
+class ServerError(EngineError):
     """HTTP 500 and the like: the server failed on this request."""
 
 

@@ -43,7 +43,7 @@ from ocrwatch.core.domain import Page, PageText
 from ocrwatch.core.errors import EngineError, EngineUnavailable
 from ocrwatch.core.threads import Loop
 from ocrwatch.engines import lightonocr
-from ocrwatch.engines.base import BatchPolicy, gpu_preparers
+from ocrwatch.engines.base import Doctor, ReadPolicy, Registration, gpu_preparers
 from ocrwatch.engines.openai_http import (
     CONNECT_TIMEOUT,
     PROBE_TIMEOUT,
@@ -147,8 +147,7 @@ class RemoteEngine(lightonocr.LightOnOCREngine):
         self._cfg = config.remote
         urls = self._cfg.urls or [self._cfg.url]
         self._servers = [_Server(u.rstrip("/")) for u in urls]
-        self._policy = BatchPolicy(max_pages=1, concurrency=self._cfg.concurrency,
-                                   preparers=gpu_preparers())
+        self._policy = ReadPolicy(concurrency=self._cfg.concurrency, preparers=gpu_preparers())
         self._cond = threading.Condition()
         self._starting = threading.Lock()
         self._slots = threading.BoundedSemaphore(self._cfg.concurrency)
@@ -386,13 +385,13 @@ class RemoteEngine(lightonocr.LightOnOCREngine):
             try:
                 text, finish = self._ask(client, url, self._cfg.temperature)
                 warnings: list[str] = []
-                if self._looped(text, finish):
+                if lightonocr.looped(text, finish, ignore_eos=self._cfg.ignore_eos):
                     log.info("Page %d of %s did not finish cleanly; trying again at "
                              "temperature %.1f.", page.index + 1, page.source.name,
                              lightonocr.RETRY_TEMPERATURE)
                     with contextlib.suppress(PageFailed):  # else the first reading stands
                         text, finish = self._ask(client, url, lightonocr.RETRY_TEMPERATURE)
-                    if self._looped(text, finish):
+                    if lightonocr.looped(text, finish, ignore_eos=self._cfg.ignore_eos):
                         warnings.append(lightonocr.loop_warning(finish))
             except PageFailed as exc:
                 with self._cond:
@@ -401,11 +400,6 @@ class RemoteEngine(lightonocr.LightOnOCREngine):
         with self._cond:
             self._pages += 1
         return lightonocr.page_text(text, warnings)
-
-    def _looped(self, text: str, finish: str) -> bool:
-        if self._cfg.ignore_eos:  # benchmarks: every page runs to max_tokens on purpose
-            return False
-        return lightonocr.looped(text, finish)
 
     def _ask(self, client: httpx.Client, image_url: str, temperature: float) -> tuple[str, str]:
         """One reading of a page: retried across servers until one answers or time is up."""
@@ -443,3 +437,5 @@ class RemoteEngine(lightonocr.LightOnOCREngine):
                 raise EngineError("the remote engine was closed; start the daemon again.")
             queued = time.monotonic()
 
+
+ENGINE = Registration("remote", RemoteEngine, section="remote", doctor=(Doctor.SERVERS,))

@@ -22,13 +22,13 @@ from typing import Any
 from PIL import Image
 
 from ocrwatch.config import Config
-from ocrwatch.config.languages import available_languages, tessdata_dirs
+from ocrwatch.config.languages import available_languages, locale_note, tessdata_dirs
 from ocrwatch.core import paths
 from ocrwatch.core.domain import Page, PageText
 from ocrwatch.core.errors import EngineUnavailable
 from ocrwatch.core.layout import PageLayout, Word
 from ocrwatch.core.textutil import text_to_markdown
-from ocrwatch.engines.base import BatchPolicy
+from ocrwatch.engines.base import Doctor, ReadPolicy, Registration
 from ocrwatch.pages import memory
 
 __all__ = ["TesseractEngine", "available_languages", "tessdata_dirs", "text_to_markdown"]
@@ -169,8 +169,8 @@ class TesseractEngine:
         return None  # Tesseract wants about 300 dpi: never shrink the scan for it
 
     @property
-    def policy(self) -> BatchPolicy:
-        return BatchPolicy(max_pages=1, concurrency=self.workers)
+    def policy(self) -> ReadPolicy:
+        return ReadPolicy(concurrency=self.workers)
 
     def _api(self) -> Any:
         api = getattr(self._local, "api", None)
@@ -306,3 +306,8 @@ class TesseractEngine:
 def _shrink(box: tuple[int, ...], factor: float) -> tuple[int, int, int, int]:
     left, top, right, bottom = (round(v / factor) for v in box)
     return left, top, right, bottom
+
+
+# Status notes the desktop's language when Tesseract has no data for it.
+ENGINE = Registration("tesseract", TesseractEngine, doctor=(Doctor.TESSERACT,),
+                      note=lambda config: locale_note(config.languages), languages=True)

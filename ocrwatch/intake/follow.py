@@ -42,7 +42,7 @@ class Follower:
     # -- events ------------------------------------------------------------------------
     def moved(self, old: Path, new: Path) -> bool:
         """A file was renamed or moved inside the watched folders; False if unknown."""
-        moved, replaced = self.jobs.move(old.absolute(), new.absolute())
+        moved, replaced = self.jobs.files.move(old.absolute(), new.absolute())
         if replaced is not None:
             self._clean([replaced])
         if moved is None:
@@ -53,7 +53,7 @@ class Follower:
 
     def moved_tree(self, old: Path, new: Path) -> int:
         """A folder was renamed or moved inside the watched folders; returns rows moved."""
-        moved = self.jobs.move_tree(old.absolute(), new.absolute())
+        moved = self.jobs.files.move_tree(old.absolute(), new.absolute())
         for item in moved:
             self._place_sidecars(item)
         if moved:
@@ -61,7 +61,7 @@ class Follower:
         return len(moved)
 
     def gone(self, path: Path) -> bool:
-        forgotten = self.jobs.remove(path.absolute())
+        forgotten = self.jobs.files.remove(path.absolute())
         if forgotten is None:
             return False
         log.info("%s was removed: dropped from the index", path)
@@ -70,7 +70,7 @@ class Follower:
 
     def gone_tree(self, folder: Path) -> int:
         """A folder was deleted or moved out of the watched folders."""
-        forgotten = self.jobs.forget_tree(folder.absolute())
+        forgotten = self.jobs.files.forget_tree(folder.absolute())
         if forgotten:
             log.info("%s left the watched folders: %d files dropped from the index", folder,
                      len(forgotten))
@@ -81,15 +81,13 @@ class Follower:
         """Known files that no longer exist (the rescan reports them as gone, so that a
         file moved meanwhile is followed rather than dropped), after sweeping thumbnails
         of content no longer in the index."""
-        keep = {str(r["sha256"]) for r in
-                self.jobs.db.query("SELECT DISTINCT sha256 FROM jobs WHERE sha256 IS NOT NULL")}
-        self.thumbs.sweep(keep)
-        return self.jobs.missing()
+        self.thumbs.sweep(self.jobs.files.contents())
+        return self.jobs.files.missing()
 
     def relocated(self, path: Path, st: os.stat_result, sha256: str | None = None) -> bool:
         """Whether ``path`` is a known file that moved while nothing watched (its old
         path gone); if so its row, sidecars and thumbnails now follow it."""
-        job: Job | None = self.jobs.moved_away(st.st_dev, st.st_ino, st.st_size,
+        job: Job | None = self.jobs.files.moved_away(st.st_dev, st.st_ino, st.st_size,
                                                st.st_mtime_ns, sha256)
         if job is None:
             return False
@@ -101,7 +99,7 @@ class Follower:
             # copy, it gets sidecars made from the stored text (nothing is read again).
             log.info("%s has the content of %s, which is gone with its sidecars: "
                      "a copy, given sidecars of its own", path, job.path)
-            self.jobs.drop_sidecar_names(job.id)
+            self.jobs.files.drop_sidecar_names(job.id)
             return False
         log.info("%s is %s, moved: the index follows without reading it again", path,
                  job.path)
@@ -111,7 +109,7 @@ class Follower:
     def _sidecars_left(self, job_id: int) -> bool:
         """Whether a job's recorded sidecars (or its searchable PDF) are still on disk, or
         it has none recorded (queued, failed): only then is there something to follow."""
-        own = self.jobs.own_sidecars(job_id)
+        own = self.jobs.files.own_sidecars(job_id)
         pdfs = {pdf_path(p.with_suffix("")) for p in own}
         return not own or any(os.path.lexists(p) for p in own | pdfs)
 
@@ -135,12 +133,12 @@ class Follower:
             folder = md0.parent  # filed by the month it was read: only the name follows
         else:
             folder = output_folder(self.config, moved.path)
-        stem = choose_stem(moved.path, folder, self.jobs.sidecars_of_others(moved.id),
+        stem = choose_stem(moved.path, folder, self.jobs.files.sidecars_of_others(moved.id),
                            {md0, txt0})
         md, txt = sidecar_paths(stem)
         if (md, txt) == (md0, txt0):
             if (md0, txt0) != (moved.md_path, moved.txt_path):
-                self.jobs.reserve_sidecars(moved.id, md0, txt0)
+                self.jobs.files.reserve_sidecars(moved.id, md0, txt0)
             return
         placed: list[tuple[Path, Path]] = []
         pairs = [(md0, md), (txt0, txt)]
@@ -157,9 +155,9 @@ class Follower:
                 # Keep the pair together and the record pointing at what is there.
                 for o, n in placed:
                     move_without_overwriting(n, o)
-                self.jobs.reserve_sidecars(moved.id, md0, txt0)
+                self.jobs.files.reserve_sidecars(moved.id, md0, txt0)
                 return
-        self.jobs.reserve_sidecars(moved.id, md, txt)
+        self.jobs.files.reserve_sidecars(moved.id, md, txt)
 
     @staticmethod
     def _remove_pdf(item: Forgotten) -> list[Path]:
@@ -183,6 +181,5 @@ class Follower:
                 removed += self._remove_pdf(item)
                 if removed:
                     log.info("removed %s", ", ".join(p.name for p in removed))
-            if item.sha256 and not self.jobs.db.query(
-                    "SELECT 1 FROM jobs WHERE sha256 = ? LIMIT 1", (item.sha256,)):
+            if item.sha256 and not self.jobs.files.has_content(item.sha256):
                 self.thumbs.remove(item.sha256)

@@ -65,6 +65,7 @@ class Settler(Service):
         rescan_seconds: float | None = None,
         clock: Callable[[], float] = time.monotonic,
         follow: Follows | None = None,
+        arriving: Callable[[Path], None] | None = None,
     ) -> None:
         super().__init__("ocrwatch-settle")
         self.roots = roots
@@ -74,6 +75,9 @@ class Settler(Service):
         self._roots_gone: set[Path] = set()
         self._next_tick = 0.0
         self.follow = follow
+        # Called when the watcher reports a file being written or moved in that was not
+        # settling yet (not for what a scan finds): the daemon starts its engine then.
+        self.arriving = arriving
         self.settle = settle_seconds
         self.ready = ready
         self.gone = gone
@@ -236,12 +240,12 @@ class Settler(Service):
                 kind, path, dest = self.events.get(timeout=self.TICK)
                 if kind == "stop":
                     break
-                self._guarded(self.feed, kind, path, dest)
+                self._guarded(self._live, kind, path, dest)
                 while True:  # drain what else arrived
                     kind, path, dest = self.events.get_nowait()
                     if kind == "stop":
                         return
-                    self._guarded(self.feed, kind, path, dest)
+                    self._guarded(self._live, kind, path, dest)
             except queue.Empty:
                 pass
             self._guarded(self.check)
@@ -253,6 +257,14 @@ class Settler(Service):
                 assert self.rescan_seconds is not None
                 self._next_rescan = self.clock() + self.rescan_seconds
                 self._guarded(self._scan)
+
+    def _live(self, kind: str, path: Path, dest: Path | None) -> None:
+        """An event from the watcher: fed, and a file newly written or moved in is told to
+        ``arriving`` (a rename inside the folders is a file that was there already)."""
+        new = kind in ("changed", "closed") and path not in self.pending
+        self.feed(kind, path, dest)
+        if new and self.arriving is not None and path in self.pending:
+            self.arriving(path)
 
     def _guarded(self, fn: Callable[..., None], *args: object) -> None:
         # One bad path must never stop the watcher.

@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 import struct
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -21,9 +19,15 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 from ocrwatch.config import Config
 from ocrwatch.core.domain import Page
-from ocrwatch.core.errors import InputError, TransientError
+from ocrwatch.core.errors import Doing, InputError, os_reason
 from ocrwatch.pages import memory
 from ocrwatch.pages.budget import Budget, unlimited
+from ocrwatch.pages.image import READ_PIXELS as READ_PIXELS  # what a page may cost
+from ocrwatch.pages.image import Limits as Limits
+from ocrwatch.pages.image import blank as blank
+from ocrwatch.pages.image import scale_to as scale_to
+from ocrwatch.pages.image import to_rgb as to_rgb
+from ocrwatch.pages.image import within_budget
 
 log = logging.getLogger(__name__)
 
@@ -80,17 +84,10 @@ def sniff(path: Path, fh: BinaryIO | None = None) -> str:
         else:
             with path.open("rb") as opened:
                 head = opened.read(1024)
-    except FileNotFoundError:
-        raise InputError("the file was deleted before it could be read") from None
-    except PermissionError:
-        raise InputError(
-            "permission denied: ocrwatch cannot read this file; make it readable "
-            "(chmod u+r) and run `ocrwatch retry` on it"
-        ) from None
-    except IsADirectoryError:
-        raise InputError("this is a folder, not a file") from None
+    except (FileNotFoundError, PermissionError, IsADirectoryError) as exc:
+        raise os_reason(exc, Doing.READ) from None
     except OSError as exc:
-        raise os_error(exc, "read") from exc
+        raise os_reason(exc, Doing.READ) from exc
     if not head:
         raise InputError("the file is empty (0 bytes)")
     for magic, kind in _MAGIC:
@@ -110,89 +107,8 @@ def sniff(path: Path, fh: BinaryIO | None = None) -> str:
     )
 
 
-def os_error(exc: OSError, verb: str) -> Exception:
-    import errno
-
-    if exc.errno in (errno.ENOSPC, errno.EAGAIN, errno.EBUSY, errno.EIO, errno.ENOMEM,
-                     errno.EMFILE, errno.ENFILE, errno.ENOBUFS):
-        return TransientError(f"could not {verb} the file: {exc.strerror}; will try again")
-    return InputError(f"could not {verb} the file: {exc.strerror or exc}")
-
-
-# What reading a page may cost, whatever the file claims. Real scans stay as they are
-# (A3 at 600 dpi is 70 megapixels): every shrink of a scan was measured to cost
-# Tesseract accuracy on some page. Only a larger image is reduced, by a whole factor
-# (a box filter, as a scanner at a lower resolution would give), so a 14000x14000
-# image costs what an A3 scan costs.
-READ_PIXELS = 100_000_000
 MIN_SIDE = 16  # pixels: a line of text is taller than this
 MAX_ASPECT = 100  # a receipt roll is 30:1; a 100000x10 strip is not a page
-
-
-@dataclass(frozen=True)
-class Limits:
-    max_pages: int
-    max_pixels: int
-    max_bytes: int
-
-    @classmethod
-    def from_config(cls, config: Config) -> Limits:
-        return cls(config.max_pages, config.max_pixels, int(config.max_file_mb * 1024 * 1024))
-
-
-def to_rgb(image: Image.Image) -> Image.Image:
-    """RGB on white: transparency flattened, palettes, CMYK, 16-bit and 1-bit converted."""
-    if image.mode in ("I;16", "I;16B", "I;16L", "I"):
-        # 16-bit greys would clip to white with a plain convert; rescale to 8 bits first.
-        hi = image.getextrema()[1]
-        hi_value = hi if isinstance(hi, int | float) else 65535
-        scale = 255.0 / max(1.0, float(hi_value))
-        image = image.point(lambda v: v * scale).convert("L")
-    if image.mode == "P":
-        image = image.convert("RGBA" if "transparency" in image.info else "RGB")
-    if image.mode in ("RGBA", "LA", "PA", "RGBa", "La"):
-        rgba = image.convert("RGBA")
-        background = Image.new("RGB", rgba.size, (255, 255, 255))
-        background.paste(rgba, mask=rgba.getchannel("A"))
-        return background
-    if image.mode != "RGB":
-        return image.convert("RGB")
-    return image
-
-
-def scale_to(image: Image.Image, max_side: int | None) -> Image.Image:
-    """Scale so the longest side is exactly ``max_side``, up or down (None: as it is).
-
-    The vision model was made for pages whose longest side is ``MAX_SIDE``: a smaller
-    page is enlarged to it (its text would otherwise be a few pixels high for the
-    encoder), a larger one shrunk.
-    """
-    if max_side is None or max(image.size) == max_side:
-        return image
-    ratio = max_side / max(image.size)
-    size = (max(1, round(image.width * ratio)), max(1, round(image.height * ratio)))
-    method = Image.Resampling.LANCZOS if ratio < 1 else Image.Resampling.BICUBIC
-    return image.resize(size, method)
-
-
-def within_budget(image: Image.Image, budget: int | None = None) -> tuple[Image.Image, float]:
-    """The image reduced by a whole factor to at most ``budget`` pixels, and the factor
-    applied (1: as it is)."""
-    budget = budget or READ_PIXELS
-    pixels = image.width * image.height
-    if pixels <= budget:
-        return image, 1.0
-    whole = math.ceil((pixels / budget) ** 0.5)
-    if image.mode not in ("L", "RGB"):
-        image = to_rgb(image) if image.mode != "1" else image.convert("L")  # strokes in grey
-    return image.reduce(whole), 1.0 / whole
-
-
-def blank(image: Image.Image) -> bool:
-    """Whether every pixel of the page has (nearly) the same colour: nothing to read."""
-    extrema = image.getextrema()
-    bands = extrema if isinstance(extrema[0], tuple) else (extrema,)
-    return all(float(hi) - float(lo) <= 2 for lo, hi in bands)  # type: ignore[misc, arg-type]
 
 
 def _check_shape(width: int, height: int, where: str) -> None:
@@ -282,7 +198,7 @@ def _image_pages(path: Path, limits: Limits, max_side: int | None,
     except UnidentifiedImageError:
         raise InputError("the image is damaged: no decoder recognises its content") from None
     except OSError as exc:
-        raise os_error(exc, "open") from exc
+        raise os_reason(exc, Doing.DECODE, verb="open") from exc
     except _DECODE_ERRORS as exc:  # e.g. a PNG header chunk cut short
         raise _damaged("the image", exc) from exc
     with opened:
@@ -385,7 +301,7 @@ def check_scans(path: Path, fh: BinaryIO | None = None) -> None:
                         "ten): decoding it would take minutes. It is refused as a scan "
                         "bomb; if it is genuine, save it again as a baseline JPEG")
     except OSError as exc:
-        raise os_error(exc, "read") from exc
+        raise os_reason(exc, Doing.DECODE, verb="read") from exc
 
 
 def count_pages(path: Path, config: Config) -> int:

@@ -1,7 +1,7 @@
 """A PDF's pages: opened with PDFium, each page's own text taken or the page drawn.
 
 Imported only when a PDF comes, so that pypdfium2 loads then. The checks shared with
-images (limits, scaling, blank pages) are in :mod:`ocrwatch.pages.decode`.
+images (limits, scaling, blank pages) are in :mod:`ocrwatch.pages.image`.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from typing import BinaryIO
 from PIL import Image
 
 from ocrwatch.core.domain import Page
-from ocrwatch.core.errors import InputError
+from ocrwatch.core.errors import Doing, InputError, os_reason
 from ocrwatch.pages import memory
 from ocrwatch.pages.budget import Budget, unlimited
-from ocrwatch.pages.decode import Limits, blank, os_error, scale_to, to_rgb
+from ocrwatch.pages.image import Limits, blank, scale_to, to_rgb
 from ocrwatch.pages.pdfdraw import draw
 from ocrwatch.pages.pdfium_lock import PDFIUM
 
@@ -44,7 +44,7 @@ def pdf_document(path: Path, fh: BinaryIO | None = None) -> object:
     except pdfium.PdfiumError as exc:
         raise _pdf_open_error(path, exc, fh) from None
     except OSError as exc:
-        raise os_error(exc, "open") from exc
+        raise os_reason(exc, Doing.DECODE, verb="open") from exc
 
 
 def page_tree_count(path: Path, fh: BinaryIO | None = None) -> int | None:

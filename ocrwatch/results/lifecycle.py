@@ -11,7 +11,6 @@ file's new place.
 from __future__ import annotations
 
 import datetime as _dt
-import errno
 import filecmp
 import logging
 import os
@@ -22,12 +21,11 @@ from pathlib import Path
 
 from ocrwatch.config import Config
 from ocrwatch.core.domain import Job
-from ocrwatch.core.errors import OcrwatchError
+from ocrwatch.core.errors import Doing, MachineError, OcrwatchError, os_reason
 from ocrwatch.core.fsmove import move_no_replace
 from ocrwatch.results.sidecar import pdf_path
-from ocrwatch.store.db import Database, decode_path, display_path, encode_path
-from ocrwatch.store.jobfiles import job_from_row
-from ocrwatch.store.jobs import file_sha256
+from ocrwatch.store.db import Database
+from ocrwatch.store.jobs import JobQueue, file_sha256
 
 log = logging.getLogger(__name__)
 
@@ -74,15 +72,13 @@ class Lifecycle:
     def __init__(self, config: Config, db: Database) -> None:
         self.config = config
         self.db = db
+        self.jobs = JobQueue(db)
         # The move of the source happens between these steps; a test may stop it there.
         self._move: Callable[[Path, Path], None] = move_no_replace
 
     # -- journal -------------------------------------------------------------------------
     def _journal(self, job_id: int, moves: list[tuple[Path, Path]]) -> None:
-        with self.db.transaction() as conn:
-            conn.executemany(
-                "INSERT INTO moves(job_id, src, dest) VALUES (?, ?, ?)",
-                [(job_id, encode_path(s), encode_path(d)) for s, d in moves])
+        self.jobs.journal_moves(job_id, moves)
 
     def _settle(self, job_id: int, moves: list[tuple[Path, Path]],
                 original: Path | None,
@@ -90,26 +86,12 @@ class Lifecycle:
         """Point the job at the moved files, drop the journal rows and record what
         on_success still owes the file (``retire``: nothing, by default), in one
         transaction."""
-        with self.db.transaction() as conn:
-            for src, dest in moves:
-                old, new = encode_path(src), encode_path(dest)
-                if original is not None and src == original:
-                    conn.execute("UPDATE jobs SET path = ?, display = ? WHERE id = ? AND path = ?",
-                                 (new, display_path(dest), job_id, old))
-                conn.execute("UPDATE jobs SET md_path = ? WHERE id = ? AND md_path = ?",
-                             (new, job_id, old))
-                conn.execute("UPDATE jobs SET txt_path = ? WHERE id = ? AND txt_path = ?",
-                             (new, job_id, old))
-            conn.execute("DELETE FROM moves WHERE job_id = ?", (job_id,))
-            conn.execute("UPDATE jobs SET retire = ?, retire_reason = ? WHERE id = ?",
-                         (*retire, job_id))
+        self.jobs.settle_moves(job_id, moves, original, retire)
 
     def record(self, job_id: int, retire: str | None, reason: str | None = None) -> None:
         """What on_success still owes the job: None (nothing), "kept" or "failed" (and
         why: shown by ``ocrwatch status`` and kept in the job row)."""
-        with self.db.transaction() as conn:
-            conn.execute("UPDATE jobs SET retire = ?, retire_reason = ? WHERE id = ?",
-                         (retire, reason, job_id))
+        self.jobs.record_retire(job_id, retire, reason)
 
     # -- after a good read ---------------------------------------------------------------
     def finish(self, job_id: int, original: Path, sidecars: list[Path],
@@ -172,12 +154,7 @@ class Lifecycle:
         except OSError as exc:
             self.record(job_id, "failed", f"could not be deleted: {move_failure(exc)}")
             raise
-        with self.db.transaction() as conn:
-            if result is not None:
-                conn.execute("UPDATE jobs SET path = ?, display = ? WHERE id = ?",
-                             (encode_path(result), display_path(result), job_id))
-            conn.execute("UPDATE jobs SET retire = NULL, retire_reason = NULL WHERE id = ?",
-                         (job_id,))
+        self.jobs.deleted_original(job_id, result)
         log.info("deleted %s after reading it (on_success = \"delete\")", original)
         return Outcome(None, {})
 
@@ -247,24 +224,16 @@ class Lifecycle:
         content that was read: a new version saved at the original's name since (after
         an archive that failed, say) is never archived unread beside the old sidecars.
         """
-        rows = self.db.query(
-            "SELECT job_id, src, dest FROM moves WHERE ? IS NULL OR job_id IN "
-            "(SELECT job_id FROM moves WHERE src = ?) ORDER BY id",
-            (None if src is None else encode_path(src),) * 2)
-        jobs: dict[int, list[tuple[Path, Path]]] = {}
-        for row in rows:
-            jobs.setdefault(int(row["job_id"]), []).append(
-                (decode_path(row["src"]), decode_path(row["dest"])))
+        jobs = self.jobs.journal(src)
         for job_id, moves in jobs.items():
-            found = self.db.query("SELECT path, sha256, state FROM jobs WHERE id = ?",
-                                  (job_id,))
-            if not found or found[0]["state"] != "done":
+            found = self.jobs.get(job_id)
+            if found is None or found.state != "done":
                 log.warning("a move of %s was cut short, but that file is no longer done: "
                             "left where it is", moves[-1][0])
                 self._settle(job_id, [], None)
                 continue
-            original = decode_path(found[0]["path"])
-            sha = found[0]["sha256"]
+            original = found.path
+            sha = found.sha256
             if (os.path.lexists(original) and sha is not None
                     and not self._still_read(original, sha)):
                 log.warning("%s changed since its archiving was cut short: left in place "
@@ -309,15 +278,12 @@ class Lifecycle:
 
     def journalled(self, path: Path) -> bool:
         """Whether a move of ``path`` is in the journal (under way, or cut short)."""
-        return bool(self.db.query("SELECT 1 FROM moves WHERE src = ? LIMIT 1",
-                                  (encode_path(path),)))
+        return self.jobs.journalled(path)
 
     def owed(self) -> list[Job]:
         """Done files whose on_success was cut short ("pending": killed between "done"
         and archiving) or failed (a full disk...): to be tried again at start."""
-        rows = self.db.query("SELECT * FROM jobs WHERE state = 'done' "
-                             "AND retire IN ('pending', 'failed') ORDER BY id")
-        return [job_from_row(r) for r in rows]
+        return self.jobs.owed()
 
     def resume(self) -> int:
         """At start, after :meth:`recover`: carry out the on_success still owed.
@@ -329,10 +295,10 @@ class Lifecycle:
             return 0
         count = 0
         for job in self.owed():
-            rows = self.db.query("SELECT md_path, txt_path FROM jobs WHERE id = ?", (job.id,))
-            outputs = [decode_path(v) for v in (rows[0]["txt_path"], rows[0]["md_path"]) if v]
-            if rows[0]["md_path"]:
-                outputs.append(pdf_path(decode_path(rows[0]["md_path"]).with_suffix("")))
+            md, txt = self.jobs.sidecar_names(job.id)
+            outputs = [v for v in (txt, md) if v]
+            if md:
+                outputs.append(pdf_path(md.with_suffix("")))
             outputs = [p for p in outputs if os.path.lexists(p)]
             if not os.path.lexists(job.path):
                 if self.config.on_success == "delete" and outputs:
@@ -355,7 +321,7 @@ class Lifecycle:
         return count
 
 
-class _Failed(Exception):
+class _Failed(MachineError):
     """A move of an archive failed; ``done`` are the moves made before it."""
 
     def __init__(self, error: OSError, done: list[tuple[Path, Path]]) -> None:
@@ -366,8 +332,4 @@ class _Failed(Exception):
 
 def move_failure(exc: OSError) -> str:
     """A plain reason for a failed move, with what to do."""
-    if exc.errno == errno.ENOSPC:
-        return ("the disk is full; free some space: it is tried again at the next start "
-                "(`ocrwatch stop`, then `ocrwatch run`)")
-    where = f" ({exc.filename})" if exc.filename else ""
-    return f"{exc.strerror or exc}{where}"
+    return str(os_reason(exc, Doing.MOVE))

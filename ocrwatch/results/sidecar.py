@@ -3,24 +3,25 @@
 from __future__ import annotations
 
 import contextlib
-import errno
-import hashlib
 import json
 import os
 import secrets
 from pathlib import Path
 
 from ocrwatch.core.domain import PageText
-from ocrwatch.core.errors import InputError, TransientError
+from ocrwatch.core.errors import Doing, os_reason
 from ocrwatch.core.fsmove import TEMP_PREFIX, move_no_replace, temp_in
+from ocrwatch.core.naming import MD_SUFFIX as MD_SUFFIX
+from ocrwatch.core.naming import NAME_MAX as NAME_MAX
+from ocrwatch.core.naming import PDF_SUFFIX as PDF_SUFFIX
+from ocrwatch.core.naming import TXT_SUFFIX as TXT_SUFFIX
+from ocrwatch.core.naming import choose_stem as choose_stem
+from ocrwatch.core.naming import fitting as fitting
+from ocrwatch.core.naming import pdf_path as pdf_path
+from ocrwatch.core.naming import sidecar_paths as sidecar_paths
 from ocrwatch.core.private import sidecar_mode
 from ocrwatch.core.safeopen import open_dir_beneath
 
-MD_SUFFIX = ".md"
-TXT_SUFFIX = ".txt"
-PDF_SUFFIX = ".ocr.pdf"
-NAME_MAX = 255  # bytes in a file name on Linux's file systems (ext4, btrfs, xfs, tmpfs)
-_HASH = 12  # hex digits of the whole name's SHA-256 kept in a shortened name
 # An extended attribute on each sidecar saying that ocrwatch wrote it, for which content
 # and how it was read: an index lost while nothing watched is rebuilt from these, and
 # the file is not read again beside a second pair. Where the file system keeps no
@@ -58,54 +59,6 @@ def render_markdown(pages: list[PageText]) -> str:
 def render_text(pages: list[PageText]) -> str:
     """Plain text; pages separated by a form feed, as pdftotext does."""
     return "\f".join(p.text.strip() + "\n" for p in pages)
-
-
-def _shorten(name: str, room: int) -> str:
-    """``name``, or, past ``room`` bytes, its beginning, ``~`` and a hash of the whole:
-    still recognisable, and as unique as the whole name."""
-    raw = os.fsencode(name)
-    if len(raw) <= room:
-        return name
-    digest = hashlib.sha256(raw).hexdigest()[:_HASH]
-    keep = raw[:room - _HASH - 1]
-    while keep and keep[-1] & 0xC0 == 0x80:  # never cut a UTF-8 character in two
-        keep = keep[:-1]
-    if keep and keep[-1] >= 0xC0:
-        keep = keep[:-1]
-    return os.fsdecode(keep) + "~" + digest
-
-
-def fitting(stem: str) -> str:
-    """``stem``, shortened (:func:`_shorten`) when ``STEM.txt`` would be longer than a
-    file name may be."""
-    return _shorten(stem, NAME_MAX - max(len(MD_SUFFIX), len(TXT_SUFFIX)))
-
-
-def choose_stem(source: Path, folder: Path, others: set[Path], own: set[Path]) -> Path:
-    """``folder/STEM`` for the sidecars, unless that name belongs to someone else.
-
-    ``scan.jpg`` and ``scan.pdf`` side by side get ``scan.md`` and ``scan.pdf.md``: the
-    first keeps the short name, the other falls back to its full name. A file ocrwatch
-    did not write (the user's own ``scan.md``) is never overwritten either. A name too
-    long for its sidecars' suffixes is shortened (:func:`fitting`, :func:`pdf_path`).
-    """
-
-    def free(stem: str) -> bool:
-        mine = folder / (stem + MD_SUFFIX) in own  # then its PDF is ours too
-        for suffix in (MD_SUFFIX, TXT_SUFFIX, PDF_SUFFIX):
-            path = pdf_path(folder / stem) if suffix == PDF_SUFFIX else folder / (stem + suffix)
-            ours = path in own or (suffix == PDF_SUFFIX and mine)
-            if path in others or (not ours and os.path.lexists(path)):
-                return False
-        return True
-
-    for stem in (fitting(source.stem), fitting(source.name)):
-        if free(stem):
-            return folder / stem
-    n = 2
-    while not free(fitting(f"{source.name}.{n}")):
-        n += 1
-    return folder / fitting(f"{source.name}.{n}")
 
 
 def _open_folder(folder: Path, root: Path | None) -> int:
@@ -146,24 +99,6 @@ def _write_temp(dirfd: int, path: Path, content: str, mode: int,
             os.unlink(name, dir_fd=dirfd)
         raise
     return name
-
-
-def _plain_os_error(exc: OSError, path: Path) -> Exception:
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return TransientError(
-            f"the disk is full: could not write {path.name}; will retry when there is space"
-        )
-    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        return InputError(
-            f"cannot write {path}: {exc.strerror}; make the folder writable or set "
-            "output_dir in the config, then `ocrwatch retry`"
-        )
-    if exc.errno == errno.ENAMETOOLONG:
-        return InputError(
-            f"the sidecar name for {path.name[:40]}… is too long for the file system; "
-            "set output_dir or shorten the file name"
-        )
-    return TransientError(f"could not write {path.name}: {exc.strerror}")
 
 
 def write_atomic(path: Path, content: str, *, root: Path | None = None,
@@ -234,22 +169,11 @@ def write_all_atomic(files: list[tuple[Path, str]],
             with contextlib.suppress(OSError):
                 tmp_path.unlink()
         if isinstance(exc, OSError):
-            raise _plain_os_error(exc, current) from exc
+            raise os_reason(exc, Doing.WRITE, path=current) from exc
         raise
     finally:
         for fd in folders.values():
             os.close(fd)
-
-
-def sidecar_paths(stem: Path) -> tuple[Path, Path]:
-    """``STEM.md`` and ``STEM.txt``."""
-    return stem.with_name(stem.name + MD_SUFFIX), stem.with_name(stem.name + TXT_SUFFIX)
-
-
-def pdf_path(stem: Path) -> Path:
-    """``STEM.ocr.pdf``; for a stem so long that this would pass 255 bytes (a 250-byte
-    ``invoice.scan.png``: the whole file failed), the stem shortened (:func:`_shorten`)."""
-    return stem.with_name(_shorten(stem.name, NAME_MAX - len(PDF_SUFFIX)) + PDF_SUFFIX)
 
 
 def write_sidecars(stem: Path, pages: list[PageText], outputs: tuple[str, ...] = ("md", "txt"),

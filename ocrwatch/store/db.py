@@ -9,7 +9,7 @@ and recorded.
 from __future__ import annotations
 
 import contextlib
-import errno
+import enum
 import logging
 import os
 import sqlite3
@@ -27,9 +27,11 @@ from ocrwatch.core.domain import display_path as display_path  # re-exported for
 from ocrwatch.core.errors import (
     ConfigError,
     IndexDamaged,
-    OcrwatchError,
+    IndexUnavailable,
     SearchTimeout,
+    StateError,
     TransientError,
+    is_disk_full_os,
 )
 from ocrwatch.core.fsmove import move_no_replace
 from ocrwatch.core.private import private_dir, private_file
@@ -38,17 +40,75 @@ from ocrwatch.store.migrations import MIGRATIONS
 log = logging.getLogger(__name__)
 
 
+class SqliteProblem(enum.Enum):
+    """What a SQLite error means for ocrwatch (see :func:`sqlite_problem`)."""
+
+    FULL = "full"  # the disk (or quota) is full: may work later
+    BUSY = "busy"  # another connection holds the lock: may work later
+    DAMAGED = "damaged"  # a malformed page, or not a database at all
+    READONLY = "readonly"  # the file (or its folder) cannot be written by this user
+    INTERRUPTED = "interrupted"  # a progress handler stopped the statement (time_limit)
+    QUERY = "query"  # the FTS5 query cannot be parsed
+    OTHER = "other"
+
+
+_BY_CODE = {
+    sqlite3.SQLITE_FULL: SqliteProblem.FULL,
+    sqlite3.SQLITE_BUSY: SqliteProblem.BUSY,
+    sqlite3.SQLITE_LOCKED: SqliteProblem.BUSY,  # a table locked by another connection
+    sqlite3.SQLITE_CORRUPT: SqliteProblem.DAMAGED,
+    sqlite3.SQLITE_NOTADB: SqliteProblem.DAMAGED,
+    sqlite3.SQLITE_READONLY: SqliteProblem.READONLY,
+    sqlite3.SQLITE_INTERRUPT: SqliteProblem.INTERRUPTED,
+}
+# SQLite's own words for the same, for an error that carries no code (one made by hand,
+# as a wrapper or a test does): the first match wins.
+_BY_TEXT = (
+    ("disk is full", SqliteProblem.FULL),
+    ("database is locked", SqliteProblem.BUSY),
+    ("malformed", SqliteProblem.DAMAGED),
+    ("not a database", SqliteProblem.DAMAGED),
+    ("readonly", SqliteProblem.READONLY),
+    ("read-only", SqliteProblem.READONLY),
+    ("interrupt", SqliteProblem.INTERRUPTED),
+)
+# A query FTS5 cannot parse has only the generic SQLITE_ERROR code: its text tells.
+_QUERY_WORDS = ("fts5", "syntax", "no such column")
+
+
+def sqlite_problem(exc: BaseException | None) -> SqliteProblem | None:
+    """What SQLite's error ``exc`` means, from its result code (``sqlite_errorcode``,
+    primary part) where it has one; None when ``exc`` is no SQLite error."""
+    if not isinstance(exc, sqlite3.Error):
+        return None
+    text = str(exc)
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        found = _BY_CODE.get(code & 0xFF)
+        if found is not None:
+            return found
+        if code & 0xFF != sqlite3.SQLITE_ERROR:
+            return SqliteProblem.OTHER
+    else:
+        for words, problem in _BY_TEXT:
+            if words in text:
+                return problem
+    if any(words in text for words in _QUERY_WORDS):
+        return SqliteProblem.QUERY
+    return SqliteProblem.OTHER
+
+
 def is_disk_full(exc: BaseException) -> bool:
-    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return True
-    return isinstance(exc, sqlite3.OperationalError) and "disk is full" in str(exc)
+    return is_disk_full_os(exc) or (isinstance(exc, sqlite3.OperationalError)
+                                    and sqlite_problem(exc) is SqliteProblem.FULL)
 
 
 def _transient(exc: BaseException) -> TransientError | None:
     """The error as a TransientError when waiting may cure it (full disk, busy index)."""
     if is_disk_full(exc):
         return TransientError("the disk holding the index is full")
-    if isinstance(exc, sqlite3.OperationalError) and "database is locked" in str(exc):
+    if (isinstance(exc, sqlite3.OperationalError)
+            and sqlite_problem(exc) is SqliteProblem.BUSY):
         return TransientError("the index was busy (another ocrwatch process was writing it); "
                               "will try again")
     return None
@@ -56,12 +116,8 @@ def _transient(exc: BaseException) -> TransientError | None:
 
 def is_damage(exc: BaseException) -> bool:
     """Whether SQLite says the file is damaged (a malformed page) or no database at all."""
-    if not isinstance(exc, sqlite3.DatabaseError):
-        return False
-    code = getattr(exc, "sqlite_errorcode", None)
-    if code is not None:
-        return code & 0xFF in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
-    return "malformed" in str(exc) or "not a database" in str(exc)
+    return (isinstance(exc, sqlite3.DatabaseError)
+            and sqlite_problem(exc) is SqliteProblem.DAMAGED)
 
 
 def damaged_message(path: Path, detail: str) -> str:
@@ -120,12 +176,12 @@ class Database:
         named = f" (set by {origin})" if origin else ""
         if str(path) != ":memory:":
             if readonly and not self.path.exists():
-                raise OcrwatchError(
+                raise IndexUnavailable(
                     f"no index at {self.path}{named} yet: start the daemon with "
                     "`ocrwatch run` or read files with `ocrwatch add`"
                 )
             if self.path.is_dir():
-                raise OcrwatchError(f"the index {self.path}{named} is a folder; name a file")
+                raise IndexUnavailable(f"the index {self.path}{named} is a folder; name a file")
             if self.path.exists() and not self.path.is_file():
                 # A pipe would block the open for ever; a device is nobody's index.
                 raise ConfigError(f"the index {self.path}{named} is not a regular file (a "
@@ -161,17 +217,18 @@ class Database:
         except sqlite3.DatabaseError as exc:
             if check and is_damage(exc) and is_sqlite(self.path):
                 raise IndexDamaged(damaged_message(self.path, str(exc))) from None
-            if "not a database" in str(exc) or "malformed" in str(exc):
+            meaning = sqlite_problem(exc)
+            if meaning is SqliteProblem.DAMAGED:
                 raise ConfigError(
                     f"{path}{named} is not an ocrwatch index (SQLite: {exc}). Name the index "
                     "file, or move this file away so that a new index is made there."
                 ) from None
-            if "readonly" in str(exc) or "read-only" in str(exc):
-                raise OcrwatchError(
+            if meaning is SqliteProblem.READONLY:
+                raise IndexUnavailable(
                     f"the index {path}{named} is read-only for your user; make it and its "
                     "folder writable, or name another file"
                 ) from None
-            raise OcrwatchError(f"cannot open the index {path}{named}: {exc}") from None
+            raise IndexUnavailable(f"cannot open the index {path}{named}: {exc}") from None
         self._lock = threading.RLock()
         self.conn = conn
         self.db = sqlite_utils.Database(conn)
@@ -186,7 +243,7 @@ class Database:
                 raise
             except sqlite3.OperationalError as exc:
                 conn.close()
-                raise OcrwatchError(
+                raise IndexUnavailable(
                     f"cannot write the index {path}{named}: {exc}. Make it and its folder "
                     "writable for your user, or name another file."
                 ) from None
@@ -240,7 +297,7 @@ class Database:
         """
         with self._lock:
             if self._closed:
-                raise OcrwatchError("the index is closed")
+                raise StateError("the index is closed")
             try:
                 self.conn.execute("BEGIN IMMEDIATE")
             except sqlite3.DatabaseError as exc:
@@ -317,7 +374,8 @@ class Database:
             try:
                 yield
             except sqlite3.OperationalError as exc:
-                if "interrupt" in str(exc) and time.monotonic() > deadline:
+                if (sqlite_problem(exc) is SqliteProblem.INTERRUPTED
+                        and time.monotonic() > deadline):
                     raise SearchTimeout(
                         f"the search was stopped after {seconds:g} s; narrow the query "
                         "(fewer or longer prefix* words, a phrase in quotes)") from None
@@ -331,11 +389,12 @@ class Database:
 
     def set_setting(self, key: str, value: str) -> None:
         with self.transaction() as conn:
-            conn.execute(
-                "INSERT INTO settings(key, value) VALUES (?, ?) "
-                "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                (key, value),
-            )
+            put_setting(conn, key, value)
+
+    def query_only(self) -> None:
+        """Refuse every write on this connection from now on, whatever is asked of it."""
+        with self._lock:
+            self.conn.execute("PRAGMA query_only = ON")
 
     def write_back(self, clear: Callable[[], None]) -> None:
         """Write the open database to its path again and carry on with that file: the file
@@ -344,7 +403,7 @@ class Database:
         once the copy is made and before it is put in place."""
         with self._lock:
             if self._closed or self.readonly:
-                raise OcrwatchError("the index is closed")
+                raise StateError("the index is closed")
             tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.restoring")
             private_dir(self.path.parent, ours=self.path.parent == paths.data_dir())
             tmp.unlink(missing_ok=True)
@@ -386,6 +445,12 @@ class Database:
             with contextlib.suppress(sqlite3.Error):
                 self.conn.execute("PRAGMA optimize")
             self.conn.close()
+
+
+def put_setting(conn: sqlite3.Connection, key: str, value: str) -> None:
+    """Set a setting inside the caller's transaction (the queue's id counter)."""
+    conn.execute("INSERT INTO settings(key, value) VALUES (?, ?) "
+                 "ON CONFLICT(key) DO UPDATE SET value = excluded.value", (key, value))
 
 
 def is_sqlite(path: Path) -> bool:

@@ -11,12 +11,13 @@ import json
 import os
 import re
 import sqlite3
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ocrwatch.core.domain import PageText
 from ocrwatch.core.errors import SearchError
-from ocrwatch.store.db import Database, encode_path
+from ocrwatch.store.db import Database, SqliteProblem, encode_path, sqlite_problem
 
 # Han, Hiragana, Katakana, Hangul and CJK punctuation/fullwidth forms.
 _CJK = re.compile(
@@ -26,6 +27,7 @@ HIGHLIGHT = ("\x02", "\x03")  # markers the CLI turns into bold or brackets
 QUERY_SECONDS = 10.0  # a search running longer is stopped (`a* b* c* ...` can take minutes)
 MAX_TERMS = 64  # SQLite refuses expressions deeper than 1000; no one types 64 words
 MAX_HITS = 10_000
+CHUNK = 2000  # pages per step of the progress bar of a rebuild
 
 
 @dataclass(frozen=True)
@@ -39,9 +41,11 @@ class Hit:
     job_id: int = 0
     mtime: float | None = None  # the file's modification time (seconds since the epoch)
     turned: int = 0  # degrees the page was turned clockwise to read it upright
+    sha256: str | None = None  # the file's content (names its thumbnails), not printed
 
     def as_dict(self) -> dict[str, object]:
         data = asdict(self)
+        del data["sha256"]
         data["snippet"] = self.snippet.replace(HIGHLIGHT[0], "[").replace(HIGHLIGHT[1], "]")
         return data
 
@@ -100,6 +104,15 @@ def replace_pages(conn: sqlite3.Connection, job_id: int, pages: list[PageText]) 
     )
 
 
+def drop_pages(conn: sqlite3.Connection, job_id: int) -> list[tuple[str, str]]:
+    """Remove the job's page rows (and their FTS rows) inside the caller's transaction;
+    returns each page's (markdown, text), by which the job's sidecars are recognised."""
+    rows = conn.execute("SELECT markdown, text FROM pages WHERE job_id = ? ORDER BY page",
+                        (job_id,)).fetchall()
+    conn.execute("DELETE FROM pages WHERE job_id = ?", (job_id,))
+    return [(m, t) for m, t in rows]
+
+
 def pages_of(db: Database, job_id: int) -> list[PageText]:
     """The pages stored for a job, in order."""
     rows = db.query(
@@ -111,6 +124,40 @@ def pages_of(db: Database, job_id: int) -> list[PageText]:
                      turned=int(r["turned"]), skew=float(r["skew"]), blank=bool(r["blank"]),
                      nonwords=bool(r["nonwords"]))
             for r in rows]
+
+
+def count_pages(db: Database) -> int:
+    return int(db.query("SELECT COUNT(*) AS n FROM pages")[0]["n"])
+
+
+def rebuild_fts(db: Database, progress: Callable[[int], None] | None = None) -> int:
+    """Fill the full-text tables again from ``pages`` and ``jobs`` (``ocrwatch reindex``),
+    in one transaction, in chunks so that ``progress`` hears how many more pages are done;
+    returns the pages indexed."""
+    done = 0
+    with db.transaction() as conn:
+        # Each table named in full: the test of table owners reads the statements.
+        conn.execute("INSERT INTO pages_fts(pages_fts) VALUES ('delete-all')")
+        conn.execute("INSERT INTO pages_tri(pages_tri) VALUES ('delete-all')")
+        conn.execute("INSERT INTO jobs_fts(jobs_fts) VALUES ('delete-all')")
+        conn.execute("INSERT INTO jobs_fts(rowid, display) SELECT id, display FROM jobs")
+        (top,) = conn.execute("SELECT COALESCE(MAX(id), 0) FROM pages").fetchone()
+        low = 0
+        while low < top:
+            high = low + CHUNK
+            conn.execute("INSERT INTO pages_fts(rowid, text) SELECT id, text FROM pages "
+                         "WHERE id > ? AND id <= ?", (low, high))
+            # Trigrams only for pages with CJK text, as the index's triggers keep them.
+            conn.execute("INSERT INTO pages_tri(rowid, text) SELECT id, text FROM pages "
+                         "WHERE id > ? AND id <= ? AND cjk", (low, high))
+            (n,) = conn.execute("SELECT COUNT(*) FROM pages WHERE id > ? AND id <= ?",
+                                (low, high)).fetchone()
+            done += n
+            if progress is not None and n:
+                progress(n)
+            low = high
+        conn.execute("INSERT INTO pages_fts(pages_fts) VALUES ('optimize')")
+    return done
 
 
 def _fts_query(query: str) -> str:
@@ -173,6 +220,7 @@ def _search(db: Database, query: str, *, limit: int, offset: int,
     base = (
         "SELECT j.id AS job_id, j.display AS path, p.page AS page, j.pages AS pages, "
         "j.md_path AS md_path, j.mtime_ns AS mtime_ns, p.turned AS turned, "
+        "j.sha256 AS sha256, "
     )
     try:
         if not query:
@@ -222,7 +270,7 @@ def _search(db: Database, query: str, *, limit: int, offset: int,
             )
             rows = db.query(sql, (*HIGHLIGHT, _fts_query(query), *fparams, limit, offset))
     except sqlite3.OperationalError as exc:
-        if "fts5" in str(exc) or "syntax" in str(exc) or "no such column" in str(exc):
+        if sqlite_problem(exc) is SqliteProblem.QUERY:
             raise SearchError(
                 f"could not understand the query {query or filters.name!r}: use words, "
                 "\"quoted phrases\", AND, OR, NOT and prefix* "
@@ -241,7 +289,7 @@ def _hit(r: sqlite3.Row, snippet: str) -> Hit:
     mtime = r["mtime_ns"]
     return Hit(r["path"], r["page"], r["pages"] or 0, snippet, float(r["score"]),
                _md(r["md_path"]), int(r["job_id"]), mtime / 1e9 if mtime is not None else None,
-               int(r["turned"] or 0))
+               int(r["turned"] or 0), r["sha256"])
 
 
 def _md(raw: bytes | None) -> str | None:

@@ -2,23 +2,36 @@
 
 Every transition is one transaction, so a crash at any moment loses nothing: at start,
 rows left ``running`` go back to ``queued``. This module is the only writer of the
-``jobs`` table: it also completes a job (with its index rows, in the same transaction),
-finds a finished copy to reuse, and names and reserves sidecars.
+``jobs`` table and of the ``moves`` journal: :class:`JobQueue` takes a job through its
+states, completes it (with its index rows, in the same transaction), finds a finished copy
+to reuse and records what ``on_success`` did and still owes; the :class:`JobFiles` it
+holds follows where each file is and names and reserves sidecars.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import os
+import sqlite3
 import time
 from pathlib import Path
 from typing import BinaryIO
 
 from ocrwatch.core.domain import Job, PageText, State
+from ocrwatch.core.naming import choose_stem, sidecar_paths
 from ocrwatch.core.status import Failure
-from ocrwatch.store.db import decode_path, encode_path
-from ocrwatch.store.index import pages_of, replace_pages, warnings_json
-from ocrwatch.store.jobfiles import JobFiles, job_from_row
+from ocrwatch.store.db import Database, decode_path, display_path, encode_path, put_setting
+from ocrwatch.store.index import drop_pages, pages_of, replace_pages, warnings_json
+from ocrwatch.store.jobfiles import (
+    Forgotten,
+    Moved,
+    Seen,
+    job_from_row,
+    opt_path,
+    rebase,
+    tree_range,
+)
 
 log = logging.getLogger(__name__)
 
@@ -38,9 +51,276 @@ def file_sha256(source: Path | BinaryIO, chunk: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
-class JobQueue(JobFiles):
-    """Queue operations on a :class:`Database`: the files' rows (:class:`JobFiles`) and
-    their way through the states."""
+def new_id(conn: sqlite3.Connection) -> int:
+    """A job id never used before, even by a job since forgotten.
+
+    SQLite would reuse the highest id once its row is deleted; a reader still holding
+    the forgotten job would then fail or defer a different file's job.
+    """
+    (top,) = conn.execute("SELECT COALESCE(MAX(id), 0) FROM jobs").fetchone()
+    row = conn.execute("SELECT value FROM settings WHERE key = 'last_job_id'").fetchone()
+    new = max(int(top), int(row[0]) if row else 0) + 1
+    put_setting(conn, "last_job_id", str(new))
+    return new
+
+
+class JobFiles:
+    """Where each job's file is, on a :class:`Database`: the queue's file bookkeeping,
+    held by :class:`JobQueue` as ``files``."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    # -- discovery -----------------------------------------------------------------
+    def known(self, path: Path) -> Job | None:
+        rows = self.db.query("SELECT * FROM jobs WHERE path = ?", (encode_path(path),))
+        return job_from_row(rows[0]) if rows else None
+
+    def get(self, job_id: int) -> Job | None:
+        rows = self.db.query("SELECT * FROM jobs WHERE id = ?", (job_id,))
+        return job_from_row(rows[0]) if rows else None
+
+    def is_current(self, path: Path, size: int, mtime_ns: int) -> bool:
+        """Whether ``path`` is known with this size and mtime (no need to hash it again)."""
+        rows = self.db.query(
+            "SELECT size, mtime_ns FROM jobs WHERE path = ?", (encode_path(path),)
+        )
+        return bool(rows) and rows[0]["size"] == size and rows[0]["mtime_ns"] == mtime_ns
+
+    def offer(self, path: Path, size: int, mtime_ns: int, sha256: str, *,
+              dev: int | None = None, inode: int | None = None) -> Seen:
+        """Record a settled file; queue it when new or when its content changed."""
+        now = time.time()
+        key = encode_path(path)
+        with self.db.transaction() as conn:
+            row = conn.execute(
+                "SELECT id, sha256, state FROM jobs WHERE path = ?", (key,)
+            ).fetchone()
+            if row is None:
+                conn.execute(
+                    "INSERT INTO jobs(id, path, display, sha256, size, mtime_ns, state, "
+                    "attempts, not_before, created, updated, dev, inode) "
+                    "VALUES (?, ?, ?, ?, ?, ?, 'queued', 0, 0, ?, ?, ?, ?)",
+                    (new_id(conn), key, display_path(path), sha256, size, mtime_ns, now, now,
+                     dev, inode),
+                )
+                return Seen.NEW
+            job_id, old_sha, state = row
+            if old_sha == sha256 and state != State.RUNNING:
+                # Touched but same content: remember the new stat, keep the result.
+                conn.execute(
+                    "UPDATE jobs SET size = ?, mtime_ns = ?, updated = ?, "
+                    "dev = COALESCE(?, dev), inode = COALESCE(?, inode) WHERE id = ?",
+                    (size, mtime_ns, now, dev, inode, job_id),
+                )
+                return Seen.UNCHANGED
+            conn.execute(
+                "UPDATE jobs SET sha256 = ?, size = ?, mtime_ns = ?, state = 'queued', "
+                "reason = NULL, attempts = 0, not_before = 0, updated = ?, "
+                "dev = COALESCE(?, dev), inode = COALESCE(?, inode) WHERE id = ?",
+                (sha256, size, mtime_ns, now, dev, inode, job_id),
+            )
+            return Seen.CHANGED
+
+    def forget(self, path: Path) -> bool:
+        """The file is gone: drop its job and its index entries."""
+        return self.remove(path) is not None
+
+    def remove(self, path: Path) -> Forgotten | None:
+        """Like :meth:`forget`, returning what the caller needs to clean up after it."""
+        with self.db.transaction() as conn:
+            found = _forget_where(conn, "path = ?", (encode_path(path),))
+        return found[0] if found else None
+
+    def forget_tree(self, folder: Path) -> list[Forgotten]:
+        """A folder is gone (deleted, or moved out of the watched folders)."""
+        low, high = tree_range(folder)
+        with self.db.transaction() as conn:
+            return _forget_where(conn, "path > ? AND path < ?", (low, high))
+
+    def forget_ids(self, ids: list[int]) -> list[Forgotten]:
+        out: list[Forgotten] = []
+        with self.db.transaction() as conn:
+            for job_id in ids:
+                out += _forget_where(conn, "id = ?", (job_id,))
+        return out
+
+    def missing(self) -> list[Path]:
+        """Known files that no longer exist (the rescan prunes them)."""
+        return [decode_path(r["path"]) for r in self.db.query("SELECT path FROM jobs")
+                if not os.path.lexists(os.fsdecode(r["path"]))]
+
+    def move(self, old: Path, new: Path) -> tuple[Moved | None, Forgotten | None]:
+        """A file was renamed or moved: its row follows it, with its pages and state.
+
+        A known file that the move replaced is forgotten (returned second).
+        """
+        old_key, new_key = encode_path(old), encode_path(new)
+        with self.db.transaction() as conn:
+            row = conn.execute("SELECT id, md_path, txt_path FROM jobs WHERE path = ?",
+                               (old_key,)).fetchone()
+            if row is None:
+                return None, None
+            replaced = _forget_where(conn, "path = ?", (new_key,))
+            conn.execute("UPDATE jobs SET path = ?, display = ?, updated = ? WHERE id = ?",
+                         (new_key, display_path(new), time.time(), row[0]))
+        return (Moved(row[0], old, new, opt_path(row[1]), opt_path(row[2])),
+                replaced[0] if replaced else None)
+
+    def move_tree(self, old: Path, new: Path) -> list[Moved]:
+        """A folder was renamed or moved: every row under it follows.
+
+        Sidecars kept beside the originals moved with the folder, so their recorded
+        names follow too; those kept in ``output_dir`` are the caller's to move.
+        """
+        low, high = tree_range(old)
+        old_key, new_key = encode_path(old), encode_path(new)
+        out: list[Moved] = []
+        now = time.time()
+        with self.db.transaction() as conn:
+            rows = conn.execute("SELECT id, path, md_path, txt_path FROM jobs "
+                                "WHERE path > ? AND path < ?", (low, high)).fetchall()
+            for job_id, key, md, txt in rows:
+                dest = new_key + key[len(old_key):]
+                for (replaced,) in conn.execute("SELECT id FROM jobs WHERE path = ?",
+                                                (dest,)).fetchall():
+                    drop_pages(conn, replaced)
+                conn.execute("DELETE FROM jobs WHERE path = ?", (dest,))
+                md, txt = (rebase(v, old_key, new_key) for v in (md, txt))
+                conn.execute("UPDATE jobs SET path = ?, display = ?, md_path = ?, txt_path = ?, "
+                             "updated = ? WHERE id = ?",
+                             (dest, display_path(decode_path(dest)), md, txt, now, job_id))
+                out.append(Moved(job_id, decode_path(key), decode_path(dest), opt_path(md),
+                                 opt_path(txt)))
+        return out
+
+    def moved_away(self, dev: int, inode: int, size: int, mtime_ns: int,
+                   sha256: str | None = None) -> Job | None:
+        """A known job whose file is gone and that ``path`` may be, moved while nothing
+        watched: the same inode, size and time, or else the same content (``sha256``)."""
+        rows = self.db.query(
+            "SELECT * FROM jobs WHERE dev = ? AND inode = ? AND size = ? AND mtime_ns = ?",
+            (dev, inode, size, mtime_ns))
+        if sha256 is not None:
+            rows += self.db.query("SELECT * FROM jobs WHERE sha256 = ? AND state = 'done'",
+                                  (sha256,))
+        for row in rows:
+            if not os.path.lexists(os.fsdecode(row["path"])):
+                return job_from_row(row)
+        return None
+
+    def restore(self, path: Path, st: os.stat_result, sha256: str) -> int:
+        """A job for a file whose pages come back from its sidecars (``ocrwatch reindex
+        --from-sidecars``): recorded as being read, for :meth:`complete` to finish."""
+        now = time.time()
+        with self.db.transaction() as conn:
+            job_id = new_id(conn)
+            conn.execute(
+                "INSERT INTO jobs(id, path, display, sha256, size, mtime_ns, state, attempts, "
+                "not_before, created, updated, dev, inode) "
+                "VALUES (?, ?, ?, ?, ?, ?, 'running', 0, 0, ?, ?, ?, ?)",
+                (job_id, encode_path(path), display_path(path), sha256, st.st_size,
+                 st.st_mtime_ns, now, now, st.st_dev, st.st_ino))
+        return job_id
+
+    def reject(self, path: Path, reason: str) -> None:
+        """Record a file that cannot even be opened (a looping link...) as failed."""
+        now = time.time()
+        with self.db.transaction() as conn:
+            conn.execute(
+                "INSERT INTO jobs(id, path, display, state, reason, attempts, not_before, "
+                "created, updated, finished) VALUES (?, ?, ?, 'failed', ?, 0, 0, ?, ?, ?) "
+                "ON CONFLICT(path) DO UPDATE SET state = 'failed', reason = excluded.reason, "
+                "sha256 = NULL, size = NULL, mtime_ns = NULL, updated = excluded.updated, "
+                "finished = excluded.finished",
+                (new_id(conn), encode_path(path), display_path(path), reason, now, now, now),
+            )
+
+    def contents(self) -> set[str]:
+        """The content hash of every known file."""
+        return {str(r["sha256"]) for r in
+                self.db.query("SELECT DISTINCT sha256 FROM jobs WHERE sha256 IS NOT NULL")}
+
+    def has_content(self, sha256: str) -> bool:
+        """Whether a known file has this content."""
+        return bool(self.db.query("SELECT 1 FROM jobs WHERE sha256 = ? LIMIT 1", (sha256,)))
+
+    def exists(self, job_id: int) -> bool:
+        return bool(self.db.query("SELECT 1 FROM jobs WHERE id = ?", (job_id,)))
+
+    def sidecars_of_others(self, job_id: int) -> set[Path]:
+        """Sidecar files that belong to other originals (never to be overwritten)."""
+        rows = self.db.query(
+            "SELECT md_path, txt_path FROM jobs WHERE id != ? AND md_path IS NOT NULL", (job_id,)
+        )
+        out: set[Path] = set()
+        for r in rows:
+            out.add(decode_path(r["md_path"]))
+            if r["txt_path"] is not None:
+                out.add(decode_path(r["txt_path"]))
+        return out
+
+    def refresh(self, job_id: int, size: int, mtime_ns: int, sha256: str) -> None:
+        """Record what a running job's file is now (it was refused before being hashed)."""
+        with self.db.transaction() as conn:
+            conn.execute("UPDATE jobs SET sha256 = ?, size = ?, mtime_ns = ?, updated = ? "
+                         "WHERE id = ?", (sha256, size, mtime_ns, time.time(), job_id))
+
+    def reserve_sidecars(self, job_id: int, md: Path, txt: Path) -> None:
+        """Record the sidecar names before writing them, so that after a crash between
+        writing and storing, the next try knows them as its own and reuses them."""
+        with self.db.transaction() as conn:
+            conn.execute("UPDATE jobs SET md_path = ?, txt_path = ? WHERE id = ?",
+                         (encode_path(md), encode_path(txt), job_id))
+
+    def drop_sidecar_names(self, job_id: int) -> None:
+        """Forget a job's sidecar names (they are gone): another file may take them, and
+        the job's later removal cannot mistake that file's sidecars for its own."""
+        with self.db.transaction() as conn:
+            conn.execute("UPDATE jobs SET md_path = NULL, txt_path = NULL WHERE id = ?",
+                         (job_id,))
+
+    def sidecars_owned(self, md: Path, txt: Path) -> bool:
+        """Whether a job has these sidecar names recorded."""
+        return bool(self.db.query(
+            "SELECT 1 FROM jobs WHERE md_path = ? OR txt_path = ? LIMIT 1",
+            (encode_path(md), encode_path(txt))))
+
+    def own_sidecars(self, job_id: int) -> set[Path]:
+        rows = self.db.query("SELECT md_path, txt_path FROM jobs WHERE id = ?", (job_id,))
+        return {decode_path(v) for r in rows for v in (r["md_path"], r["txt_path"]) if v}
+
+    def name_sidecars(self, job: Job, folder: Path) -> Path:
+        """The stem for the job's sidecars in ``folder``, reserved for it before writing.
+
+        Never a name another original's sidecars hold; the job's own earlier names are
+        reused (a crash between writing and completing leaves them behind).
+        """
+        stem = choose_stem(job.path, folder, self.sidecars_of_others(job.id),
+                           self.own_sidecars(job.id))
+        self.reserve_sidecars(job.id, *sidecar_paths(stem))
+        return stem
+
+
+class JobQueue:
+    """Queue operations on a :class:`Database`: the files' rows (:attr:`files`, a
+    :class:`JobFiles`) and their way through the states."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self.files = JobFiles(db)
+
+    # -- the files' rows, as most callers need them ------------------------------------
+    def known(self, path: Path) -> Job | None:
+        return self.files.known(path)
+
+    def get(self, job_id: int) -> Job | None:
+        return self.files.get(job_id)
+
+    def offer(self, path: Path, size: int, mtime_ns: int, sha256: str, *,
+              dev: int | None = None, inode: int | None = None) -> Seen:
+        """Record a settled file; queue it when new or when its content changed."""
+        return self.files.offer(path, size, mtime_ns, sha256, dev=dev, inode=inode)
 
     # -- processing ----------------------------------------------------------------
     def recover(self) -> int:
@@ -221,7 +501,113 @@ class JobQueue(JobFiles):
             "ORDER BY id", (read_with,))
         return [job_from_row(r) for r in rows]
 
+    # -- on_success: the moves journal and what is still owed (results.lifecycle) -----
+    def journal_moves(self, job_id: int, moves: list[tuple[Path, Path]]) -> None:
+        """Record the moves of an archive before any is made (a crash mid-move is
+        finished at the next start)."""
+        with self.db.transaction() as conn:
+            conn.executemany(
+                "INSERT INTO moves(job_id, src, dest) VALUES (?, ?, ?)",
+                [(job_id, encode_path(s), encode_path(d)) for s, d in moves])
+
+    def settle_moves(self, job_id: int, moves: list[tuple[Path, Path]],
+                     original: Path | None,
+                     retire: tuple[str | None, str | None] = (None, None)) -> None:
+        """Point the job at the moved files, drop its journal rows and record what
+        on_success still owes the file (``retire``: nothing, by default), in one
+        transaction."""
+        with self.db.transaction() as conn:
+            for src, dest in moves:
+                old, new = encode_path(src), encode_path(dest)
+                if original is not None and src == original:
+                    conn.execute("UPDATE jobs SET path = ?, display = ? WHERE id = ? AND path = ?",
+                                 (new, display_path(dest), job_id, old))
+                conn.execute("UPDATE jobs SET md_path = ? WHERE id = ? AND md_path = ?",
+                             (new, job_id, old))
+                conn.execute("UPDATE jobs SET txt_path = ? WHERE id = ? AND txt_path = ?",
+                             (new, job_id, old))
+            conn.execute("DELETE FROM moves WHERE job_id = ?", (job_id,))
+            conn.execute("UPDATE jobs SET retire = ?, retire_reason = ? WHERE id = ?",
+                         (*retire, job_id))
+
+    def record_retire(self, job_id: int, retire: str | None, reason: str | None = None) -> None:
+        """What on_success still owes the job: None (nothing), "kept" or "failed", and
+        why."""
+        with self.db.transaction() as conn:
+            conn.execute("UPDATE jobs SET retire = ?, retire_reason = ? WHERE id = ?",
+                         (retire, reason, job_id))
+
+    def deleted_original(self, job_id: int, result: Path | None) -> None:
+        """The original was deleted after its reading: the job names its result (when
+        there is one) and owes nothing more, in one transaction."""
+        with self.db.transaction() as conn:
+            if result is not None:
+                conn.execute("UPDATE jobs SET path = ?, display = ? WHERE id = ?",
+                             (encode_path(result), display_path(result), job_id))
+            conn.execute("UPDATE jobs SET retire = NULL, retire_reason = NULL WHERE id = ?",
+                         (job_id,))
+
+    def journal(self, src: Path | None = None) -> dict[int, list[tuple[Path, Path]]]:
+        """The journalled moves, by job, in the order made (with ``src``: those of the job
+        moving ``src`` only)."""
+        rows = self.db.query(
+            "SELECT job_id, src, dest FROM moves WHERE ? IS NULL OR job_id IN "
+            "(SELECT job_id FROM moves WHERE src = ?) ORDER BY id",
+            (None if src is None else encode_path(src),) * 2)
+        jobs: dict[int, list[tuple[Path, Path]]] = {}
+        for row in rows:
+            jobs.setdefault(int(row["job_id"]), []).append(
+                (decode_path(row["src"]), decode_path(row["dest"])))
+        return jobs
+
+    def journalled(self, path: Path) -> bool:
+        """Whether a move of ``path`` is in the journal (under way, or cut short)."""
+        return bool(self.db.query("SELECT 1 FROM moves WHERE src = ? LIMIT 1",
+                                  (encode_path(path),)))
+
+    def owed(self) -> list[Job]:
+        """Done files whose on_success was cut short ("pending") or failed."""
+        rows = self.db.query("SELECT * FROM jobs WHERE state = 'done' "
+                             "AND retire IN ('pending', 'failed') ORDER BY id")
+        return [job_from_row(r) for r in rows]
+
+    def sidecar_names(self, job_id: int) -> tuple[Path | None, Path | None]:
+        """The job's recorded (Markdown, text) sidecar names."""
+        rows = self.db.query("SELECT md_path, txt_path FROM jobs WHERE id = ?", (job_id,))
+        if not rows:
+            return None, None
+        return opt_path(rows[0]["md_path"]), opt_path(rows[0]["txt_path"])
+
     # -- reporting -----------------------------------------------------------------
+    def was_done(self, source: Path, md: Path | None) -> bool:
+        """Whether the index holds ``source`` (or its Markdown, moved with it) as done."""
+        keys = [encode_path(source)] + ([encode_path(md)] if md is not None else [])
+        marks = ", ".join("?" * len(keys))
+        return bool(self.db.query(
+            f"SELECT 1 FROM jobs WHERE state = 'done' AND (path IN ({marks}) "
+            f"OR md_path IN ({marks})) LIMIT 1", (*keys, *keys)))
+
+    def done_paths(self) -> list[Path]:
+        """Every file read (done), in no particular order."""
+        return [decode_path(r["path"])
+                for r in self.db.query("SELECT path FROM jobs WHERE state = 'done'")]
+
+    def done_files(self, job_id: int) -> dict[str, Path | None] | None:
+        """A done job's original ("original") and sidecars ("md", "txt"), or None when no
+        such job is done."""
+        rows = self.db.query("SELECT path, md_path, txt_path FROM jobs WHERE id = ? "
+                             "AND state = 'done'", (job_id,))
+        if not rows:
+            return None
+        return {"original": opt_path(rows[0]["path"]), "md": opt_path(rows[0]["md_path"]),
+                "txt": opt_path(rows[0]["txt_path"])}
+
+    def done_content(self, job_id: int) -> str | None:
+        """The content hash of a done job (names its thumbnails), or None."""
+        rows = self.db.query("SELECT sha256 FROM jobs WHERE id = ? AND state = 'done'",
+                             (job_id,))
+        return str(rows[0]["sha256"]) if rows and rows[0]["sha256"] else None
+
     def counts(self) -> dict[str, int]:
         counts = {s.value: 0 for s in State}
         for row in self.db.query("SELECT state, COUNT(*) AS n FROM jobs GROUP BY state"):
@@ -283,3 +669,16 @@ class JobQueue(JobFiles):
             "ORDER BY finished DESC LIMIT 1"
         )
         return decode_path(rows[0]["md_path"]) if rows else None
+
+
+def _forget_where(conn: sqlite3.Connection, where: str,
+                  params: tuple[object, ...]) -> list[Forgotten]:
+    out: list[Forgotten] = []
+    rows = conn.execute("SELECT id, path, sha256, md_path, txt_path, finished FROM jobs "
+                        f"WHERE {where}", params).fetchall()
+    for job_id, key, sha, md, txt, finished in rows:
+        pages = drop_pages(conn, job_id)
+        conn.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
+        out.append(Forgotten(job_id, decode_path(key), sha, opt_path(md), opt_path(txt),
+                             pages, finished))
+    return out

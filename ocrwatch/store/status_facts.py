@@ -24,9 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ocrwatch.core.errors import OcrwatchError
+from ocrwatch.core.errors import OcrwatchError, StateError
 from ocrwatch.core.status import Failure
-from ocrwatch.store.db import Database, file_identity
+from ocrwatch.store.db import Database, SqliteProblem, file_identity, sqlite_problem
 from ocrwatch.store.jobs import JobQueue
 
 log = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ class StatusReader:
             return self._last, self._note("another status is still waiting for it")
         try:
             if self._closed:
-                raise OcrwatchError("the daemon is stopping")
+                raise StateError("the daemon is stopping")
             jobs = JobQueue(self._connection())
             with jobs.db.time_limit(WAIT_SECONDS * 2):
                 facts = read_facts(jobs, since, time.time())
@@ -117,10 +117,12 @@ class StatusReader:
 
 
 def _plain(exc: BaseException) -> str:
-    text = str(exc)
-    if "locked" in text or "busy" in text:
-        return "it is locked"
-    return text
+    # SQLite's own error, or the one it was turned into (a TransientError, an OcrwatchError
+    # saying the index cannot be opened).
+    for error in (exc, exc.__cause__, exc.__context__):
+        if sqlite_problem(error) is SqliteProblem.BUSY:
+            return "it is locked"
+    return str(exc)
 
 
 class SettingWriter:

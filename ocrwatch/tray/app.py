@@ -14,7 +14,7 @@ import types
 from typing import Any
 
 from ocrwatch.control.protocol import Controllable
-from ocrwatch.core.errors import OcrwatchError
+from ocrwatch.core.errors import StateError
 from ocrwatch.tray.backends import choose_backend, has_display
 from ocrwatch.tray.icon import draw_icon, icon_key
 from ocrwatch.tray.menu import TrayController, build_menu, status_lines, tooltip
@@ -39,7 +39,7 @@ def run_tray(target: Controllable, stop: threading.Event, *,
     """
     global _said_headless
     if threading.current_thread() is not threading.main_thread():
-        raise OcrwatchError("run_tray must be called on the main thread (pystray needs it)")
+        raise StateError("run_tray must be called on the main thread (pystray needs it)")
     if not has_display():
         if not _said_headless:
             log.info("no display: running without a tray icon")

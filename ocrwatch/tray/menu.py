@@ -17,7 +17,7 @@ from typing import Any
 
 from ocrwatch.control.protocol import Controllable
 from ocrwatch.core import paths
-from ocrwatch.core.errors import OcrwatchError
+from ocrwatch.core.errors import MachineError, OcrwatchError
 from ocrwatch.core.progress import eta_text, rate_text, short
 from ocrwatch.core.status import Status, in_hand
 from ocrwatch.tray.icon import look
@@ -85,7 +85,7 @@ def open_path(path: str | Path) -> None:
         fix = ("install xdg-utils (Debian/Ubuntu: sudo apt install xdg-utils; Fedora: "
                "sudo dnf install xdg-utils; Arch: sudo pacman -S xdg-utils)"
                if cmd[0] == "xdg-open" else "open it by hand")
-        raise OcrwatchError(f"cannot open {target} with {cmd[0]} ({exc.strerror}): "
+        raise MachineError(f"cannot open {target} with {cmd[0]} ({exc.strerror}): "
                             f"{fix}") from None
 
 

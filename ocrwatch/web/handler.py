@@ -16,7 +16,7 @@ from http import HTTPStatus
 from http.cookies import SimpleCookie
 from http.server import BaseHTTPRequestHandler
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
 from ocrwatch.core.errors import OcrwatchError, SearchError
@@ -26,7 +26,8 @@ from ocrwatch.web.params import (
 )
 
 if TYPE_CHECKING:
-    from ocrwatch.web.server import SearchServer
+    from collections.abc import Callable
+    from pathlib import Path
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +44,32 @@ STATIC = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; 
           "style.css": "text/css; charset=utf-8", "favicon.svg": "image/svg+xml"}
 
 
+class App(Protocol):
+    """What the handler asks of the page's server (:class:`ocrwatch.web.server.SearchServer`
+    is one): named here so that the handler does not import the server that imports it."""
+
+    token: str
+    opener: Callable[[Path, int | None], None]  # opens a file for the user
+
+    @property
+    def port(self) -> int: ...
+
+    def redeem(self, code: str) -> bool: ...
+
+    def api_search(self, params: dict[str, str]) -> dict[str, Any]: ...
+
+    def api_folders(self) -> list[dict[str, str]]: ...
+
+    def thumbnail(self, job_id: int, page: int) -> bytes | None: ...
+
+    def job_file(self, job_id: int, what: str) -> Path | None: ...
+
+    def openable(self, path: Path) -> str | None: ...
+
+
+
 class _Handler(BaseHTTPRequestHandler):
-    app: SearchServer
+    app: App
     server_version = "ocrwatch"
     sys_version = ""
     protocol_version = "HTTP/1.1"

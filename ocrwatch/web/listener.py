@@ -27,10 +27,11 @@ import time
 from http.server import ThreadingHTTPServer
 from typing import Any
 
+from ocrwatch.core.errors import resource_shortage
+
 log = logging.getLogger(__name__)
 
 MAX_CONNECTIONS = 32  # one user's browser opens a handful
-RESOURCE_ERRORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 RESOURCE_PAUSE = 0.2  # seconds without accepting after such an error
 _BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n"
          b"Retry-After: 1\r\n\r\n")
@@ -50,7 +51,8 @@ class BoundedServer(ThreadingHTTPServer):
         try:
             return super().get_request()
         except OSError as exc:
-            if exc.errno in RESOURCE_ERRORS:
+            # EAGAIN from accept() means no connection waits: nothing has run out.
+            if resource_shortage(exc) and exc.errno != errno.EAGAIN:
                 self.resource_errors += 1
                 if self.resource_errors == 1 or self.resource_errors % 1000 == 0:
                     log.warning("search page: cannot accept a connection (%s); pausing "

@@ -35,14 +35,16 @@ from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from ocrwatch.core.errors import OcrwatchError, SearchError
+from ocrwatch.config import Config
+from ocrwatch.core.errors import SearchError, StateError
 from ocrwatch.core.private import private_dir
 from ocrwatch.core.safeopen import LinkRefused, open_beneath, source_root
 from ocrwatch.core.threads import Service
 from ocrwatch.pages.thumbs import Thumbnails
-from ocrwatch.store.db import Database, decode_path, file_identity
+from ocrwatch.store.db import Database, file_identity
 from ocrwatch.store.index import Filters, Hit, search
-from ocrwatch.web.handler import _Handler
+from ocrwatch.store.jobs import JobQueue
+from ocrwatch.web.handler import App, _Handler
 from ocrwatch.web.listener import BoundedServer
 from ocrwatch.web.opener import open_file
 from ocrwatch.web.params import (
@@ -112,13 +114,14 @@ class SearchServer:
     def start(self) -> None:
         with self._lock:
             if self._closed:
-                raise OcrwatchError("the search page's server was closed; start a new one")
+                raise StateError("the search page's server was closed; start a new one")
             if self._httpd is not None:
                 return
             db = Database(self.database, readonly=True, origin="the search page")
-            db.conn.execute("PRAGMA query_only = ON")  # no request can write, whatever it does
+            db.query_only()  # no request can write, whatever it does
             self._db = db
-            handler = type("Handler", (_Handler,), {"app": self})
+            app: App = self  # checked: the server is what the handler asks for
+            handler = type("Handler", (_Handler,), {"app": app})
             self._httpd = BoundedServer(("127.0.0.1", self._port), handler)
             self._serving = _Serving(self._httpd)
             self._serving.start()
@@ -205,7 +208,7 @@ class SearchServer:
     @property
     def port(self) -> int:
         if self._httpd is None:
-            raise OcrwatchError("the search page's server is not started")
+            raise StateError("the search page's server is not started")
         return int(self._httpd.server_address[1])
 
     @property
@@ -229,7 +232,7 @@ class SearchServer:
             if self._closed or old is None or file_identity(self.database) == old.identity:
                 return
             db = Database(self.database, readonly=True, origin="the search page")
-            db.conn.execute("PRAGMA query_only = ON")
+            db.query_only()
             self._db = db
             self._retired.append(old)  # a request may be reading it: closed with the server
 
@@ -242,10 +245,9 @@ class SearchServer:
     def hit_json(self, hit: Hit) -> dict[str, Any]:
         path = Path(hit.path)
         has_thumb = False
-        rows = self.db.query("SELECT sha256 FROM jobs WHERE id = ?", (hit.job_id,))
-        if rows and rows[0]["sha256"]:
+        if hit.sha256:  # in the hit's row: no query per hit
             with contextlib.suppress(ValueError):
-                has_thumb = self.thumbs.path(rows[0]["sha256"], hit.page).exists()
+                has_thumb = self.thumbs.path(hit.sha256, hit.page).exists()
         return {
             "job_id": hit.job_id, "page": hit.page, "pages": hit.pages,
             "name": path.name, "folder": self.relative(path.parent), "path": hit.path,
@@ -285,8 +287,8 @@ class SearchServer:
     def api_folders(self) -> list[dict[str, str]]:
         """Every folder holding an indexed file, and the folders above it in the inbox."""
         found: set[Path] = set()
-        for r in self.db.query("SELECT path FROM jobs WHERE state = 'done'"):
-            folder = decode_path(r["path"]).parent
+        for path in JobQueue(self.db).done_paths():
+            folder = path.parent
             while folder not in found:
                 found.add(folder)
                 if folder in self.inbox or folder.parent == folder:
@@ -297,14 +299,10 @@ class SearchServer:
     def job_file(self, job_id: int, what: str) -> Path | None:
         if not 0 <= job_id <= MAX_ID:
             return None
-        rows = self.db.query("SELECT path, md_path, txt_path FROM jobs WHERE id = ? "
-                             "AND state = 'done'", (job_id,))
-        if not rows:
+        files = JobQueue(self.db).done_files(job_id)
+        if files is None:
             return None
-        column = {"original": "path", "md": "md_path", "txt": "txt_path"}.get(what)
-        if column is None or rows[0][column] is None:
-            return None
-        return decode_path(rows[0][column])
+        return files.get(what)
 
     def openable(self, path: Path) -> str | None:
         """Why ``path`` must not be opened now, or None. The file in the index may have
@@ -335,12 +333,11 @@ class SearchServer:
     def thumbnail(self, job_id: int, page: int) -> bytes | None:
         if not (0 <= job_id <= MAX_ID and 0 <= page <= MAX_ID):
             return None
-        rows = self.db.query("SELECT sha256 FROM jobs WHERE id = ? AND state = 'done'",
-                             (job_id,))
-        if not rows or not rows[0]["sha256"]:
+        sha256 = JobQueue(self.db).done_content(job_id)
+        if sha256 is None:
             return None
         try:
-            return self.thumbs.path(rows[0]["sha256"], page).read_bytes()
+            return self.thumbs.path(sha256, page).read_bytes()
         except (OSError, ValueError):
             return None
 
@@ -357,3 +354,9 @@ def _remove_old_pages(folder: Path) -> None:
             with contextlib.suppress(OSError):
                 if now - page.lstat().st_mtime > CODE_SECONDS:
                     page.unlink()
+
+
+def for_daemon(config: Config, thumbs: Thumbnails) -> SearchServer:
+    """The daemon's search page, for its settings (``Daemon(search_page=for_daemon)``)."""
+    return SearchServer(config.database, thumbs, inbox=config.inbox,
+                        follow_symlinks=config.follow_symlinks)

@@ -50,7 +50,6 @@ def gpu_config(model: str, load_format: str = "dummy") -> Config:
 
 def run_pipeline(engine: VllmEngine, pages: list[Page]) -> list[tuple[Page, PageText]]:
     """Read pages the way the daemon does: ``policy.concurrency`` threads, a page each."""
-    assert engine.policy.max_pages == 1
     with ThreadPoolExecutor(engine.policy.concurrency) as pool:
         results = list(pool.map(lambda p: engine.recognize([p]), pages))
     assert all(len(r) == 1 for r in results)

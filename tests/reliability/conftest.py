@@ -12,7 +12,8 @@ import pytest
 from ocrwatch.config import Config
 from ocrwatch.core.domain import Page, PageText
 from ocrwatch.daemon import Daemon
-from ocrwatch.engines.fake import FakeEngine
+from ocrwatch.testing.fake import FakeEngine
+from ocrwatch.web.server import for_daemon
 
 from .helpers import DaemonProcess, Home
 
@@ -76,7 +77,8 @@ def run_daemon(home: Home) -> Iterator[StartDaemon]:
     def start(engine: RecordingEngine | None = None, watch: bool = True,
               **overrides: Any) -> tuple[Daemon, RecordingEngine]:
         engine = engine or RecordingEngine()
-        daemon = Daemon(base_config(home, **overrides), engine=engine, watch=watch)
+        daemon = Daemon(base_config(home, **overrides), engine=engine, watch=watch,
+                        search_page=for_daemon)  # as `ocrwatch run` makes it
         started.append(daemon)
         daemon.start()
         return daemon, engine

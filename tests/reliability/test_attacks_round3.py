@@ -21,8 +21,8 @@ from search_site import Site, indexed, serve
 
 from ocrwatch.config import Config
 from ocrwatch.daemon import Daemon
-from ocrwatch.engines.fake import FakeEngine
 from ocrwatch.hooks.runner import Finished, hook_argv, run_hook
+from ocrwatch.testing.fake import FakeEngine
 from ocrwatch.web.handler import IDLE_TIMEOUT
 
 

@@ -172,7 +172,7 @@ class QueueMachine(RuleBasedStateMachine):
         known = path in self.model
         if known:
             self.claimed.pop(self._id(path), None)
-        assert self.queue.forget(path) is known
+        assert self.queue.files.forget(path) is known
         self.model.pop(path, None)
         self.sha.pop(path, None)
         self.not_due.discard(path)
@@ -206,7 +206,7 @@ def test_a_forgotten_job_id_is_never_reused() -> None:
         queue.offer(PATHS[0], 1, 1, SHAS[0])
         old = queue.claim()
         assert old is not None
-        assert queue.forget(PATHS[0])
+        assert queue.files.forget(PATHS[0])
         queue.offer(PATHS[1], 1, 1, SHAS[0])
         new = queue.claim()
         assert new is not None and new.id != old.id

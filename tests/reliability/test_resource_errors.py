@@ -22,7 +22,7 @@ _CHILD = textwrap.dedent('''
     from pathlib import Path
     from ocrwatch.config import Config
     from ocrwatch.daemon import Daemon
-    from ocrwatch.engines.fake import FakeEngine
+    from ocrwatch.testing.fake import FakeEngine
 
     inbox, db, first, second = map(Path, sys.argv[1:5])
     warned = []

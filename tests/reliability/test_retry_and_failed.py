@@ -79,7 +79,7 @@ def test_retry_of_a_file_refused_before_reading(home: Home, run_daemon: StartDae
     """A file rejected before it was hashed (unreadable, a bad link) reads fine once fixed."""
     daemon, engine = run_daemon(watch=False)
     scan = drop(home.inbox / "was-unreadable.png", image_bytes("fixed now"))
-    daemon.jobs.reject(scan.absolute(), "permission denied (as it was then)")
+    daemon.jobs.files.reject(scan.absolute(), "permission denied (as it was then)")
     assert daemon.retry([str(scan)]) == 1
     row = wait_for(lambda: ended(home.database, scan), 30, "the retried file to end")
     assert row["state"] == "done", row["reason"]

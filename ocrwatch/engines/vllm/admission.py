@@ -11,11 +11,12 @@ import itertools
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ocrwatch.core.domain import Page
 from ocrwatch.core.errors import EngineUnavailable
 from ocrwatch.engines import lightonocr
+from ocrwatch.engines.vllm.messages import Done
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -33,7 +34,8 @@ class Request:
     arrived: float
     temperature: float
     done: threading.Event = field(default_factory=threading.Event)
-    output: dict[str, Any] | None = None
+    output: Done | None = None
+    looped: bool = False  # its output looped (lightonocr.looped), after the retry too
     error: str | None = None
     unavailable: EngineUnavailable | None = None
     alone: bool = False  # admitted only with nothing else in flight
@@ -44,9 +46,10 @@ class Request:
     sent_alone: bool = False
     sent: bool = False  # handed to the worker
 
-    def finish(self, *, output: dict[str, Any] | None = None, error: str | None = None,
-               unavailable: EngineUnavailable | None = None) -> None:
-        self.output, self.error, self.unavailable = output, error, unavailable
+    def finish(self, *, output: Done | None = None, looped: bool = False,
+               error: str | None = None, unavailable: EngineUnavailable | None = None) -> None:
+        self.output, self.looped = output, looped
+        self.error, self.unavailable = error, unavailable
         self.done.set()
 
 
@@ -118,7 +121,7 @@ class Admission:
         self.most_in_flight = max(self.most_in_flight, len(self.in_flight))
         return out
 
-    def finished(self, rid: str, output: dict[str, Any], looped: bool) -> Request | None:
+    def finished(self, rid: str, output: Done, looped: bool) -> Request | None:
         """The page that ended, or None when it goes round again (looped) or is unknown."""
         request = self.in_flight.pop(rid, None)
         if request is None:
@@ -129,7 +132,7 @@ class Admission:
             request.sent = False
             self.pending.insert(0, request)
             return None
-        request.finish(output=output)
+        request.finish(output=output, looped=looped)
         return request
 
     def refused(self, rid: str, reason: str) -> None:

@@ -7,6 +7,7 @@ and vLLM (imported lazily), so that it runs wherever vLLM runs.
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import sys
@@ -14,21 +15,19 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ocrwatch.core.errors import EngineError
 from ocrwatch.engines.faults import Fault
+from ocrwatch.engines.vllm.messages import Done, Sampling
 
 if TYPE_CHECKING:
     from PIL import Image
 
-Params = dict[str, Any]
-Output = dict[str, Any]
-
-
 class Backend(Protocol):
     info: dict[str, Any]
 
-    def add(self, request_id: str, image: Image.Image, params: Params) -> None: ...
+    def add(self, request_id: str, image: Image.Image, sampling: Sampling) -> None: ...
 
-    def step(self) -> list[tuple[str, Output]]:
+    def step(self) -> list[Done]:
         """Advance every page in flight; the pages that finished."""
         ...
 
@@ -41,7 +40,7 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
-class InputRefused(Exception):
+class InputRefused(EngineError):
     """The engine refused a request but is still fine (e.g. a prompt too long)."""
 
 
@@ -118,19 +117,18 @@ class VllmBackend:
             return fallback
         return prompt
 
-    def add(self, request_id: str, image: Image.Image, params: Params) -> None:
+    def add(self, request_id: str, image: Image.Image, sampling: Sampling) -> None:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
         # FINAL_ONLY: step() reports a page once, when it ends, not its growing text.
-        sampling = SamplingParams(temperature=params["temperature"], top_p=params["top_p"],
-                                  max_tokens=params["max_tokens"],
-                                  ignore_eos=params.get("ignore_eos", False),
-                                  output_kind=RequestOutputKind.FINAL_ONLY)
+        params = SamplingParams(temperature=sampling.temperature, top_p=sampling.top_p,
+                                max_tokens=sampling.max_tokens, ignore_eos=sampling.ignore_eos,
+                                output_kind=RequestOutputKind.FINAL_ONLY)
         try:
             self._engine.add_request(
                 request_id, {"prompt": self._prompt, "multi_modal_data": {"image": image}},
-                sampling)
+                params)
         except (ValueError, TypeError) as exc:  # vLLM checks inputs before they reach the GPU
             raise InputRefused(str(exc)) from exc
         self._open[request_id] = 0
@@ -138,7 +136,7 @@ class VllmBackend:
         for key in self._open:
             self._open[key] = max(self._open[key], n)
 
-    def step(self) -> list[tuple[str, Output]]:
+    def step(self) -> list[Done]:
         done = []
         for out in self._engine.step():
             if not out.finished:
@@ -146,8 +144,8 @@ class VllmBackend:
             rid = _known_id(out.request_id, self._open)
             peers = self._open.pop(rid, 1)
             first = out.outputs[0]
-            done.append((rid, {"text": first.text, "tokens": len(first.token_ids),
-                               "finish": first.finish_reason or "stop", "peers": peers}))
+            done.append(Done(rid, first.text, len(first.token_ids),
+                             first.finish_reason or "stop", peers))
         return done
 
     def busy(self) -> bool:
@@ -244,20 +242,33 @@ class FakeBackend:
                 os._exit(0)
             self.info["helper_pid"] = child
         self.asleep = False
-        # id -> (image, params, when it ends, most pages in flight alongside it)
-        self._open: dict[str, tuple[Image.Image, Params, float, int]] = {}
+        # As vLLM's scheduler: at most max_num_seqs pages run, the others wait their turn.
+        self._seqs = int(settings.get("max_num_seqs") or 1)
+        self.most_running = 0
+        # id -> (image, sampling, when it ends, most pages in flight alongside it)
+        self._open: dict[str, tuple[Image.Image, Sampling, float, int]] = {}
+        self._waiting: collections.deque[tuple[str, Image.Image, Sampling]] = (
+            collections.deque())
 
-    def add(self, request_id: str, image: Image.Image, params: Params) -> None:
+    def add(self, request_id: str, image: Image.Image, sampling: Sampling) -> None:
         if self.asleep:
             raise RuntimeError("a page was added while asleep")
         if image.getpixel((0, 0)) == Fault.REFUSED:
             raise InputRefused("prompt is longer than the maximum model length")
-        self._open[request_id] = (image, params, time.monotonic() + self._delay, 0)
+        self._waiting.append((request_id, image, sampling))
+        self._schedule()
+
+    def _schedule(self) -> None:
+        """Waiting pages into the free slots, each timed from when it starts to run."""
+        while self._waiting and len(self._open) < self._seqs:
+            rid, image, sampling = self._waiting.popleft()
+            self._open[rid] = (image, sampling, time.monotonic() + self._delay, 0)
         n = len(self._open)
+        self.most_running = max(self.most_running, n)
         for key, (im, p, end, peers) in self._open.items():
             self._open[key] = (im, p, end, max(peers, n))
 
-    def step(self) -> list[tuple[str, Output]]:
+    def step(self) -> list[Done]:
         many = len(self._open) > 1
         for image, _, _, _ in self._open.values():
             mark = image.getpixel((0, 0))
@@ -278,19 +289,19 @@ class FakeBackend:
             image, p, _, peers = self._open.pop(rid)
             mark = image.getpixel((0, 0))
             if mark == Fault.LOOPS_ALWAYS or (mark == Fault.LOOPS_WHEN_COLD
-                                              and p["temperature"] <= 0.2):
-                text = "# Page\n\n" + "the same line again\n" * (p["max_tokens"] // 4)
-                done.append((rid, {"text": text, "tokens": p["max_tokens"], "finish": "length",
-                                   "peers": peers}))
+                                              and p.temperature <= 0.2):
+                text = "# Page\n\n" + "the same line again\n" * (p.max_tokens // 4)
+                done.append(Done(rid, text, p.max_tokens, "length", peers))
             else:
                 text = (f"# Page {image.width}x{image.height}\n\nSome **bold** text, "
-                        f"t={p['temperature']}.")
-                done.append((rid, {"text": text, "tokens": 12, "finish": "stop",
-                                   "peers": peers}))
+                        f"t={p.temperature}.")
+                done.append(Done(rid, text, 12, "stop", peers))
+        if done:
+            self._schedule()
         return done
 
     def busy(self) -> bool:
-        return bool(self._open)
+        return bool(self._open) or bool(self._waiting)
 
     def sleep(self) -> None:
         self.asleep = True

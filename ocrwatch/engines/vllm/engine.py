@@ -2,15 +2,16 @@
 
 Pages stream through one worker process (:mod:`.worker`). Any number of threads may
 call :meth:`VllmEngine.recognize` at once; their pages wait in one admission queue
-(:mod:`.admission`: arrival order, or like sizes together within a bound), and the feeder
-thread (:mod:`.feeder`) keeps up to ``max_num_seqs`` of them in flight and hands each
-result back as soon as its page ends. Each page gets exactly one result.
+(:mod:`.admission`: arrival order, or like sizes together within a bound), and the
+engine's :class:`~.feeder.Feeder` keeps up to ``max_num_seqs`` of them in flight and hands
+each result back as soon as its page ends. Each page gets exactly one result. The feeder
+owns the pages, the worker, their state and the lock around them; the engine adds what
+the daemon sees (policy, page text) and otherwise asks the feeder.
 """
 
 from __future__ import annotations
 
 import atexit
-import contextlib
 import importlib.util
 import logging
 import os
@@ -19,9 +20,9 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ocrwatch.core.domain import Page, PageText
-from ocrwatch.core.errors import EngineError, EngineUnavailable
+from ocrwatch.core.errors import EngineUnavailable
 from ocrwatch.engines import gpu, lightonocr
-from ocrwatch.engines.base import BatchPolicy, gpu_preparers
+from ocrwatch.engines.base import ReadPolicy, gpu_preparers
 from ocrwatch.engines.vllm.admission import Request
 from ocrwatch.engines.vllm.feeder import Feeder
 from ocrwatch.engines.vllm.memory import MemoryPlan, default_budget, plan_memory
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class VllmEngine(lightonocr.LightOnOCREngine, Feeder):
+class VllmEngine(lightonocr.LightOnOCREngine):
     """The ``vllm`` engine. Thread-safe; one worker process at most."""
 
     name = "vllm"
@@ -78,13 +79,11 @@ class VllmEngine(lightonocr.LightOnOCREngine, Feeder):
             held_mib = gpu.processes_mib
         if others_mib is None and backend == "vllm":
             others_mib = gpu.others_mib
-        super().__init__(cfg, plan, backend, dict(backend_options or {}), clock, held_mib,
-                         replan, others_mib)
+        self._feeder = Feeder(cfg, plan, backend, dict(backend_options or {}), clock,
+                              held_mib, replan, others_mib)
         # One page per call: each page's result goes on to its file the moment it ends.
         # Twice max_num_seqs callers keep a choice of pages waiting for admission.
-        self._policy = BatchPolicy(max_pages=1, concurrency=2 * plan.max_num_seqs,
-                                   preparers=gpu_preparers(),
-                                   cost=lightonocr.image_tokens)
+        self._policy = ReadPolicy(concurrency=2 * plan.max_num_seqs, preparers=gpu_preparers())
         atexit.register(self.close)
 
     # -- the Engine interface ------------------------------------------------------------
@@ -94,17 +93,7 @@ class VllmEngine(lightonocr.LightOnOCREngine, Feeder):
         gets ``error`` set. Raises EngineUnavailable when the worker cannot start."""
         if not pages:
             return []
-        now = self._clock()
-        requests = [Request(p, p.image, lightonocr.image_tokens(*p.size), now,
-                             self._cfg.temperature) for p in pages]
-        with self._cond:
-            if self._closing:
-                raise EngineError("the vLLM engine was closed; start the daemon again.")
-            self._queue.pending.extend(requests)
-            self._start_feeder()
-        self._poke()
-        for request in requests:
-            request.done.wait()
+        requests = self._feeder.read(pages)
         for request in requests:
             if request.unavailable is not None:
                 raise request.unavailable
@@ -114,103 +103,87 @@ class VllmEngine(lightonocr.LightOnOCREngine, Feeder):
         """End the worker so the card gets every byte back; the next page restarts it.
 
         The pages already handed over (in flight or waiting) are read first."""
-        self._command("stop")
+        self._feeder.command("stop")
 
     def close(self) -> None:
         """Stop the feeder and the worker. Safe to call twice."""
-        with self._cond:
-            if self._state == "closed":
-                return
-            self._closing = True
-            feeder = self._feeder
-            self._cond.notify_all()
-        self._poke()
-        if feeder is not None:
-            feeder.join()
-        self._end_worker("closed")
-        self._end_standby()
-        with self._cond:
-            self._queue.close()
-            self._set_state("closed")
-        for fd in (self._wake_r, self._wake_w):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        self._feeder.close()
         atexit.unregister(self.close)
 
     def describe(self) -> dict[str, object]:
-        with self._cond:
-            facts: dict[str, object] = {
-                "engine": self.name,
-                "state": self._state,
-                "model": self._cfg.model,
-                "gpu_memory_budget_gb": self.plan.budget_gib,
-                "memory_plan": self.plan.describe(),
-                "pages_per_second": self._rate(),
-                "pages_in_flight": self._queue.sent_count(),
-                "pages_waiting": len(self._queue.pending),
-                "restarts": self._restarts,
-            }
-            if self._detail:
-                facts["detail"] = self._detail
-            if self._busy is not None:
-                facts["waiting_reason"] = str(self._busy)
-            if self._last_error:
-                facts["last_error"] = self._last_error
-            worker, state, standby = self._worker, self._state, self._standby
-        if standby is not None:
-            # Only the feeder reads the standby's pipe; its message sets ``info``.
-            facts["standby"] = {"pid": standby.pid, "ready": bool(standby.info),
-                                "rss_mb": standby.rss_mib()}
-        if worker is not None and self._backend == "vllm":
-            facts["gpu_memory_mb"] = gpu.processes_mib(worker.members())
-        elif state in ("stopped", "closed", "waiting"):
-            facts["gpu_memory_mb"] = 0
-        return facts
+        return {"engine": self.name, **self._feeder.describe()}
 
     # -- extra controls (benchmarks, tests, status) ---------------------------------------
 
     @property
+    def plan(self) -> MemoryPlan:
+        """The memory plan of the running worker (of an empty card before the first start)."""
+        return self._feeder.plan
+
+    @property
+    def timings(self) -> dict[str, float]:
+        """Seconds the last start, sleep and wake took."""
+        return self._feeder.timings
+
+    @property
+    def worker_info(self) -> dict[str, Any]:
+        """What the running worker said about itself (and its standby) when it started."""
+        return self._feeder.worker_info
+
+    @property
     def state(self) -> str:
-        with self._cond:
-            return self._state
+        return self._feeder.state
 
     @property
     def most_in_flight(self) -> int:
         """The most pages in flight at once since the last reset (benchmarks, tests)."""
-        with self._cond:
-            return self._queue.most_in_flight
+        return self._feeder.most_in_flight
 
     @most_in_flight.setter
     def most_in_flight(self, value: int) -> None:
-        with self._cond:
-            self._queue.most_in_flight = value
+        self._feeder.most_in_flight = value
+
+    @property
+    def admit_wait(self) -> float:
+        """How long a page may wait while like sizes go first (``vllm.admit_wait_seconds``);
+        set on a running engine by the benchmarks."""
+        return self._feeder.admit_wait
+
+    @admit_wait.setter
+    def admit_wait(self, seconds: float) -> None:
+        self._feeder.admit_wait = seconds
 
     @property
     def standby_pid(self) -> int | None:
-        with self._cond:
-            return self._standby.pid if self._standby is not None else None
+        return self._feeder.standby_pid
 
     @property
     def worker_pid(self) -> int | None:
-        with self._cond:
-            return self._worker.pid if self._worker is not None else None
+        return self._feeder.worker_pid
 
     def start(self) -> None:
         """Start (or wake) the worker now instead of on the first page."""
-        self._command("start")
+        self._feeder.command("start")
+
+    def warm(self) -> None:
+        """A file is arriving: start or wake the worker now, in the background, so that
+        its pages do not wait for the start after they are prepared."""
+        self._feeder.warm()
 
     def sleep(self) -> None:
         """Put the worker to sleep now (what the idle timer does after a while)."""
-        self._command("sleep")
+        self._feeder.command("sleep")
 
     def wake(self) -> None:
         self.start()
 
+    def poke(self) -> None:
+        """Have the feeder look at its idle timers now (tests that step the clock)."""
+        self._feeder.poke()
+
     def wait_for_state(self, states: Iterable[str], timeout: float) -> bool:
         """Block until the engine is in one of ``states``; False after ``timeout`` seconds."""
-        wanted = set(states)
-        with self._cond:
-            return self._cond.wait_for(lambda: self._state in wanted, timeout)
+        return self._feeder.wait_for_state(states, timeout)
 
     def _to_text(self, request: Request) -> PageText:
         if request.output is None:
@@ -220,6 +193,6 @@ class VllmEngine(lightonocr.LightOnOCREngine, Feeder):
             return lightonocr.failed_page(request.error or "no answer from the vLLM worker")
         out = request.output
         warnings = []
-        if self._looped(out):
-            warnings.append(lightonocr.loop_warning(out["finish"]))
-        return lightonocr.page_text(out["text"], warnings)
+        if request.looped:
+            warnings.append(lightonocr.loop_warning(out.finish))
+        return lightonocr.page_text(out.text, warnings)

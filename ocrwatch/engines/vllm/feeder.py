@@ -1,4 +1,4 @@
-"""The feeder: the one thread that talks to the vLLM worker, and the state it shares.
+"""The feeder: the one thread that talks to the vLLM worker, and the state it owns.
 
 It admits pages from the queue (:mod:`.admission`) up to ``max_num_seqs`` in flight,
 sends each to the worker as soon as it is chosen, hands each result back the moment
@@ -28,19 +28,34 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait as wait_fds
 from typing import TYPE_CHECKING, Any
 
-from ocrwatch.core.errors import EngineError, EngineUnavailable
-from ocrwatch.engines import lightonocr
+from ocrwatch.core.domain import Page
+from ocrwatch.core.errors import EngineError, EngineUnavailable, WorkerGone
+from ocrwatch.engines import gpu, lightonocr
 from ocrwatch.engines.vllm.admission import Admission, Request
 from ocrwatch.engines.vllm.memory import GpuBusy, MemoryPlan
+from ocrwatch.engines.vllm.messages import (
+    Add,
+    Done,
+    Failed,
+    Ready,
+    Refused,
+    Sampling,
+    Sleep,
+    Slept,
+    StandbyReady,
+    Stopped,
+    UnknownMessage,
+    Wake,
+    Woke,
+)
 from ocrwatch.engines.vllm.supervisor import (
     Standby,
     Worker,
-    WorkerGone,
     image_data,
     memory_kept,
     worker_settings,
@@ -60,10 +75,14 @@ class _Command:
     op: str  # "start", "sleep" or "stop"
     done: threading.Event = field(default_factory=threading.Event)
     error: BaseException | None = None
+    waited: bool = True  # False: nobody waits for it (warm), its error is only logged
 
 
 class Feeder:
-    """The state the engine and its feeder thread share (under ``_cond``), and the feeder."""
+    """The pages, the worker and their state (under ``_cond``, which only this class
+    takes), and the one thread that talks to the worker.
+
+    The engine holds one and calls its public methods from any thread."""
 
     def __init__(self, cfg: VllmConfig, plan: MemoryPlan, backend: str,
                  backend_options: dict[str, Any], clock: Callable[[], float],
@@ -80,11 +99,11 @@ class Feeder:
         self._clock = clock
         self._cond = threading.Condition()  # guards every field below
         self._state = "stopped"
-        self._queue = Admission(self.plan.max_num_seqs, self._cfg.admit_wait_seconds)
+        self._queue = Admission(self._bound(self.plan), self._cfg.admit_wait_seconds)
         self._commands: collections.deque[_Command] = collections.deque()
         self._last_used = clock()
         self._closing = False
-        self._feeder: threading.Thread | None = None
+        self._thread: threading.Thread | None = None
         self._worker: Worker | None = None
         self._standby: Standby | None = None
         self._busy: GpuBusy | None = None  # set while pages wait for the card
@@ -100,9 +119,116 @@ class Feeder:
         self.timings: dict[str, float] = {}
         self.worker_info: dict[str, Any] = {}
 
-    # -- helpers for callers ----------------------------------------------------------------
+    # -- what the engine calls (any thread) ------------------------------------------------
 
-    def _command(self, op: str) -> None:
+    def read(self, pages: Sequence[Page]) -> list[Request]:
+        """Queue ``pages`` and wait until each has its result (or its error)."""
+        now = self._clock()
+        requests = [Request(p, p.image, lightonocr.image_tokens(*p.size), now,
+                            self._cfg.temperature) for p in pages]
+        with self._cond:
+            if self._closing:
+                raise EngineError("the vLLM engine was closed; start the daemon again.")
+            self._queue.pending.extend(requests)
+            self._start_feeder()
+        self.poke()
+        for request in requests:
+            request.done.wait()
+        return requests
+
+    def close(self) -> None:
+        """Stop the feeder thread and the worker. Safe to call twice."""
+        with self._cond:
+            if self._state == "closed":
+                return
+            self._closing = True
+            thread = self._thread
+            self._cond.notify_all()
+        self.poke()
+        if thread is not None:
+            thread.join()
+        self._end_worker("closed")
+        self._end_standby()
+        with self._cond:
+            self._queue.close()
+            self._set_state("closed")
+        for fd in (self._wake_r, self._wake_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def describe(self) -> dict[str, object]:
+        """The facts ``ocrwatch status`` shows (the engine adds its name)."""
+        with self._cond:
+            facts: dict[str, object] = {
+                "state": self._state,
+                "model": self._cfg.model,
+                "gpu_memory_budget_gb": self.plan.budget_gib,
+                "memory_plan": self.plan.describe(),
+                "pages_per_second": self._rate(),
+                "pages_in_flight": self._queue.sent_count(),
+                "pages_waiting": len(self._queue.pending),
+                "restarts": self._restarts,
+            }
+            if self._detail:
+                facts["detail"] = self._detail
+            if self._busy is not None:
+                facts["waiting_reason"] = str(self._busy)
+            if self._last_error:
+                facts["last_error"] = self._last_error
+            worker, state, standby = self._worker, self._state, self._standby
+        if standby is not None:
+            # Only the feeder thread reads the standby's pipe; its message sets ``info``.
+            facts["standby"] = {"pid": standby.pid, "ready": bool(standby.info),
+                                "rss_mb": standby.rss_mib()}
+        if worker is not None and self._backend == "vllm":
+            facts["gpu_memory_mb"] = gpu.processes_mib(worker.members())
+        elif state in ("stopped", "closed", "waiting"):
+            facts["gpu_memory_mb"] = 0
+        return facts
+
+    @property
+    def state(self) -> str:
+        with self._cond:
+            return self._state
+
+    @property
+    def most_in_flight(self) -> int:
+        with self._cond:
+            return self._queue.most_in_flight
+
+    @most_in_flight.setter
+    def most_in_flight(self, value: int) -> None:
+        with self._cond:
+            self._queue.most_in_flight = value
+
+    @property
+    def admit_wait(self) -> float:
+        with self._cond:
+            return self._queue.admit_wait
+
+    @admit_wait.setter
+    def admit_wait(self, seconds: float) -> None:
+        with self._cond:
+            self._queue.admit_wait = seconds
+
+    @property
+    def standby_pid(self) -> int | None:
+        with self._cond:
+            return self._standby.pid if self._standby is not None else None
+
+    @property
+    def worker_pid(self) -> int | None:
+        with self._cond:
+            return self._worker.pid if self._worker is not None else None
+
+    def wait_for_state(self, states: Iterable[str], timeout: float) -> bool:
+        wanted = set(states)
+        with self._cond:
+            return self._cond.wait_for(lambda: self._state in wanted, timeout)
+
+    def command(self, op: str) -> None:
+        """Have the feeder thread run ``op`` ("start", "sleep" or "stop") between pages,
+        and wait for it; its error, if any, is raised here."""
         command = _Command(op)
         with self._cond:
             if self._closing:
@@ -111,20 +237,39 @@ class Feeder:
                 return
             self._commands.append(command)
             self._start_feeder()
-        self._poke()
+        self.poke()
         command.done.wait()
         if command.error is not None:
             raise command.error
 
+    def warm(self) -> None:
+        """Start or wake the worker in the background, without a page: a file is arriving,
+        and it settles and is prepared meanwhile. Does nothing while the engine is up,
+        starting, waiting for the card or closing; a failure is only logged (the page that
+        follows meets it again and reports it)."""
+        with self._cond:
+            if (self._closing or self._state not in ("stopped", "asleep")
+                    or self._busy is not None or any(c.op == "start" for c in self._commands)):
+                return
+            self._commands.append(_Command("start", waited=False))
+            self._start_feeder()
+        self.poke()
+
+    def _bound(self, plan: MemoryPlan) -> int:
+        """Pages handed to vLLM at most: the plan's in flight, plus ``vllm.queued_pages``
+        waiting in vLLM's own queue (they take no card memory until they run)."""
+        return plan.max_num_seqs + self._cfg.queued_pages
+
     def _start_feeder(self) -> None:
         """Caller holds ``_cond``."""
-        if self._feeder is None:
-            self._feeder = threading.Thread(target=self._feed_loop, name="ocrwatch-vllm-feed",
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._feed_loop, name="ocrwatch-vllm-feed",
                                             daemon=True)
-            self._feeder.start()
+            self._thread.start()
 
-    def _poke(self) -> None:
-        """Wake the feeder, which may be waiting on the worker's pipe."""
+    def poke(self) -> None:
+        """Wake the feeder thread, which may be waiting on the worker's pipe: it looks at
+        its queue, its commands and its idle timers again."""
         with contextlib.suppress(OSError):  # full (it wakes anyway) or closed
             os.write(self._wake_w, b".")
 
@@ -141,11 +286,6 @@ class Feeder:
             log.debug("vLLM engine: %s -> %s", self._state, state)
             self._state = state
             self._cond.notify_all()
-
-    def _looped(self, out: dict[str, Any]) -> bool:
-        if self._cfg.ignore_eos:  # benchmarks: every page runs to max_tokens on purpose
-            return False
-        return lightonocr.looped(out["text"], out["finish"])
 
     # -- the feeder: the only thread that talks to the worker --------------------------------
 
@@ -217,10 +357,10 @@ class Feeder:
             self._last_used = self._clock()
             self._set_state("busy")
         for rid, request in sending:
-            params = {"temperature": request.temperature, "top_p": self._cfg.top_p,
-                      "max_tokens": self._cfg.max_tokens, "ignore_eos": self._cfg.ignore_eos}
+            sampling = Sampling(request.temperature, self._cfg.top_p, self._cfg.max_tokens,
+                                self._cfg.ignore_eos)
             try:
-                worker.send(("add", rid, image_data(request.image), params))
+                worker.send(Add(rid, image_data(request.image), sampling))
             except WorkerGone as exc:
                 self._lost(str(exc))
                 return
@@ -258,33 +398,40 @@ class Feeder:
             if not worker.ready([self._wake_r], timeout) and worker.alive():
                 return
             messages = worker.pending()
-        except WorkerGone as exc:
+        except WorkerGone as exc:  # pending() sees the end once every message is read
             if self._queue.in_flight:
                 self._lost(str(exc))
             else:
                 self._worker_failed(str(exc))
             return
         for message in messages:
-            kind = message[0]
-            if kind == "done":
-                self._finished(message[1], message[2])
-            elif kind == "refused":
-                self._refused(message[1], message[2])
-            elif kind == "error":
-                why = ("the GPU ran out of memory" if message[1] == "oom"
-                       else "the vLLM worker failed")
-                self._lost(f"{why}: {message[2]}")
-                return
+            match message:
+                case Done():
+                    self._finished(message)
+                case Refused(rid=rid, reason=reason):
+                    self._refused(rid, reason)
+                case Failed(reason=reason, oom=oom):
+                    why = "the GPU ran out of memory" if oom else "the vLLM worker failed"
+                    self._lost(f"{why}: {reason}")
+                    return
+                case Ready() | StandbyReady() | Slept() | Woke() | Stopped():  # not now
+                    log.warning("The vLLM worker sent %r while reading pages; ignored.",
+                                message)
+                case _:  # not one of ours: this worker cannot be talked to
+                    self._lost(str(UnknownMessage(message, "daemon")))
+                    return
 
-    def _finished(self, rid: str, output: dict[str, Any]) -> None:
+    def _finished(self, done: Done) -> None:
+        rid = done.rid
         with self._cond:
             request = self._queue.in_flight.get(rid)
-            looped = self._looped(output)
+            looped = lightonocr.looped(done.text, done.finish,
+                                       ignore_eos=self._cfg.ignore_eos)
             if request is not None and looped and not request.retried_loop:
                 log.info("Page %d of %s did not finish cleanly; trying again at temperature "
                          "%.1f.", request.page.index + 1, request.page.source.name,
                          lightonocr.RETRY_TEMPERATURE)
-            if self._queue.finished(rid, output, looped) is not None:
+            if self._queue.finished(rid, done, looped) is not None:
                 self._finished_at.append(self._clock())
             self._last_used = self._clock()
             if not self._queue.in_flight:
@@ -326,8 +473,8 @@ class Feeder:
             return self._start_worker()
         if worker is not None and state == "asleep":
             try:
-                self.timings["wake"] = float(worker.request(("wake",), None))
-            except (WorkerGone, OSError) as exc:
+                self.timings["wake"] = worker.request(Wake(), Woke, None).seconds
+            except (WorkerGone, UnknownMessage, OSError) as exc:
                 self._worker_failed(str(exc))
                 return self._ready_worker()
             with self._cond:
@@ -373,7 +520,7 @@ class Feeder:
             raise
         with self._cond:
             self.plan = plan
-            self._queue.max_in_flight = plan.max_num_seqs
+            self._queue.max_in_flight = self._bound(plan)
             self._set_state("starting")
             self._detail = "loading the model"
         try:
@@ -461,6 +608,8 @@ class Feeder:
                 self._end_standby()
         except BaseException as exc:  # handed to the caller
             command.error = exc
+            if not command.waited:
+                log.info("The vLLM engine could not be started ahead of a file: %s", exc)
         command.done.set()
 
     def _sleep(self) -> None:
@@ -469,8 +618,8 @@ class Feeder:
         if worker is None or state != "ready":
             return
         try:
-            self.timings["sleep"] = float(worker.request(("sleep",), None))
-        except (WorkerGone, OSError) as exc:
+            self.timings["sleep"] = worker.request(Sleep(), Slept, None).seconds
+        except (WorkerGone, UnknownMessage, OSError) as exc:
             self._worker_failed(str(exc))
             return
         held = None if self._held_mib is None else memory_kept(worker, self._held_mib)

@@ -16,11 +16,22 @@ import signal
 import threading
 import time
 from multiprocessing.connection import wait
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from ocrwatch.core.errors import EngineUnavailable
+from ocrwatch.core.errors import EngineUnavailable, WorkerGone
 from ocrwatch.engines.vllm import worker
 from ocrwatch.engines.vllm.memory import ASLEEP_MAX_MIB, MemoryPlan
+from ocrwatch.engines.vllm.messages import (
+    Failed,
+    FromWorker,
+    Ready,
+    StandbyReady,
+    Start,
+    Stop,
+    Stopped,
+    ToWorker,
+    UnknownMessage,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -33,9 +44,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-
-class WorkerGone(Exception):
-    """The worker process ended (crash, out of memory, killed); a fresh one may work."""
+_Answer = TypeVar("_Answer", bound=FromWorker)
 
 
 def _spawn(settings: dict[str, Any]) -> tuple[BaseProcess, Connection]:
@@ -61,7 +70,7 @@ class Standby:
     """A worker process that has imported torch and vLLM and waits for its settings.
 
     It holds no CUDA context and so nothing on the card; the next start hands it the
-    plan (``("start", settings)``) and pays only the engine's creation, not the 20 s of
+    plan (:class:`~.messages.Start`) and pays only the engine's creation, not the 20 s of
     imports.
     """
 
@@ -81,8 +90,8 @@ class Standby:
             with contextlib.suppress(EOFError, OSError):
                 if self.conn.poll(0):
                     message = self.conn.recv()
-                    if message[0] == "standby":
-                        self.info = dict(message[1])
+                    if isinstance(message, StandbyReady):
+                        self.info = _standby_info(message)
         return bool(self.info)
 
     def rss_mib(self) -> int | None:
@@ -93,8 +102,13 @@ class Standby:
 
     def end(self) -> None:
         with contextlib.suppress(OSError, ValueError):
-            self.conn.send(("stop",))
+            self.conn.send(Stop())
         _end_process(self.proc, self.conn, self.pid)
+
+
+def _standby_info(message: StandbyReady) -> dict[str, Any]:
+    """What describe() and the worker's facts say about a standby."""
+    return {"import_seconds": message.import_seconds, "pid": message.pid}
 
 
 class Worker:
@@ -106,7 +120,7 @@ class Worker:
             self._proc, self.conn = standby.proc, standby.conn
             self.standby_info: dict[str, Any] = dict(standby.info)
             try:
-                self.conn.send(("start", settings))
+                self.conn.send(Start(settings))
             except OSError:
                 standby.end()
                 self._proc, self.conn = _spawn(settings)
@@ -118,25 +132,33 @@ class Worker:
         self.pid: int = self._proc.pid or 0
         try:
             reply = self.receive(start_timeout)
-            while reply[0] == "standby":  # a standby's own message, before the reply
-                self.standby_info = dict(reply[1])
+            while isinstance(reply, StandbyReady):  # a standby's own message, before the reply
+                self.standby_info = _standby_info(reply)
                 reply = self.receive(start_timeout)
-        except WorkerGone as exc:
+        except (WorkerGone, UnknownMessage) as exc:
             self.end()
             raise EngineUnavailable(
                 f"the vLLM worker could not start: {exc}. See the log for vLLM's own "
                 "messages; lower vllm.gpu_memory_gb if other programs use the GPU."
             ) from exc
-        if reply[0] != "ok":
-            self.end()
-            if reply[1] == "oom":
+        match reply:
+            case Ready(info=info):
+                self.info: dict[str, Any] = dict(info)
+            case Failed(reason=reason, oom=True):
+                self.end()
                 raise EngineUnavailable(
-                    f"the GPU ran out of memory while the model loaded ({reply[2]}). Close "
+                    f"the GPU ran out of memory while the model loaded ({reason}). Close "
                     "programs that use the GPU, or lower vllm.gpu_memory_gb.")
-            raise EngineUnavailable(
-                f"the vLLM worker could not start: {reply[2]}. Check vllm.model, and lower "
-                "vllm.gpu_memory_gb if other programs use the GPU.")
-        self.info: dict[str, Any] = dict(reply[1])
+            case Failed(reason=reason):
+                self.end()
+                raise EngineUnavailable(
+                    f"the vLLM worker could not start: {reason}. Check vllm.model, and lower "
+                    "vllm.gpu_memory_gb if other programs use the GPU.")
+            case _:
+                self.end()
+                raise EngineUnavailable(
+                    f"the vLLM worker could not start: it answered {reply!r:.80} instead of "
+                    "saying it was ready. Restart the daemon.")
 
     def alive(self) -> bool:
         return self._proc.is_alive()
@@ -158,14 +180,14 @@ class Worker:
         """Wait for the worker's pipe or one of ``others`` (file descriptors) to be readable."""
         return wait([self.conn, *others], timeout)
 
-    def receive(self, timeout: float | None) -> tuple[Any, ...]:
-        """The worker's next message; raises WorkerGone if it ends or stays silent."""
+    def receive(self, timeout: float | None) -> FromWorker:
+        """The worker's next message; raises WorkerGone if it ends or stays silent, and
+        UnknownMessage for anything that is not a message of :mod:`.messages`."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             try:
                 if self.conn.poll(0.2):
-                    message: tuple[Any, ...] = self.conn.recv()
-                    return message
+                    return _checked(self.conn.recv())
             except (EOFError, OSError):  # the worker's end closed: it has ended
                 self._proc.join(5.0)
                 raise WorkerGone(self.how_it_ended()) from None
@@ -174,9 +196,10 @@ class Worker:
             if deadline is not None and time.monotonic() > deadline:
                 raise WorkerGone(f"the vLLM worker did not answer within {timeout:.0f} s")
 
-    def pending(self) -> list[tuple[Any, ...]]:
-        """Every message waiting on the pipe now; raises WorkerGone once it has ended."""
-        out = []
+    def pending(self) -> list[object]:
+        """Every message waiting on the pipe now, in order, for the caller to dispatch on
+        (an unknown one included); raises WorkerGone once the worker has ended."""
+        out: list[object] = []
         try:
             while self.conn.poll(0):
                 out.append(self.conn.recv())
@@ -189,7 +212,7 @@ class Worker:
             raise WorkerGone(self.how_it_ended())
         return out
 
-    def send(self, message: tuple[Any, ...]) -> None:
+    def send(self, message: ToWorker) -> None:
         """Write without hanging if the worker dies mid-write.
 
         Pages are megabytes, more than the pipe holds. vLLM's engine process is forked
@@ -215,24 +238,33 @@ class Worker:
         if failed:
             raise WorkerGone(f"{self.how_it_ended()} ({failed[0]})")
 
-    def request(self, message: tuple[Any, ...], timeout: float | None) -> Any:
-        """Send ``message`` with no page in flight and return the answer's payload."""
+    def request(self, message: ToWorker, answer: type[_Answer],
+                timeout: float | None) -> _Answer:
+        """Send ``message`` with no page in flight and return its answer, of type ``answer``."""
         self.send(message)
         reply = self.receive(timeout)
-        if reply[0] != "ok":
-            raise WorkerGone(f"the vLLM worker failed ({reply[-1]})")
-        return reply[1]
+        if not isinstance(reply, answer):
+            why = reply.reason if isinstance(reply, Failed) else repr(reply)
+            raise WorkerGone(f"the vLLM worker failed ({why})")
+        return reply
 
     def stop(self) -> None:
         """Ask the worker to exit, then make sure its whole session has ended."""
         if self._proc.is_alive():
-            with contextlib.suppress(WorkerGone, OSError):
-                self.request(("stop",), 30.0)
+            with contextlib.suppress(WorkerGone, UnknownMessage, OSError):
+                self.request(Stop(), Stopped, 30.0)
         self.end()
 
     def end(self) -> None:
         """End the worker and every process of its session, and wait for them."""
         _end_process(self._proc, self.conn, self.pid)
+
+
+def _checked(message: object) -> FromWorker:
+    """A message from the worker, or UnknownMessage for anything else."""
+    if not isinstance(message, FromWorker):
+        raise UnknownMessage(message, "daemon")
+    return message
 
 
 def _end_process(proc: BaseProcess, conn: Connection, session: int) -> None:

@@ -15,25 +15,7 @@ This module and :mod:`.backends` (what it drives: vLLM, or a stand-in for tests)
 only the standard library, Pillow and vLLM (imported lazily), so that they run wherever
 vLLM runs.
 
-Protocol (tuples over the pipe):
-
-=========================================  ==========================================
-parent sends                               worker answers
-=========================================  ==========================================
-(after start, nothing)                     ("ok", info) or ("error", kind, msg)
-a standby (settings["standby"]): nothing    ("standby", info) once vLLM is imported
-("start", settings) to a standby            ("ok", info) or ("error", kind, msg)
-("add", id, image, params)                 ("done", id, output) when the page ends,
-                                           or ("refused", id, msg) at once
-("sleep",) / ("wake",)                     ("ok", seconds taken)
-("stop",)                                  ("ok", None), then it exits
-=========================================  ==========================================
-
-``image`` is ``(width, height, rgb_bytes)``; ``params`` holds temperature, top_p,
-max_tokens and ignore_eos; ``output`` text, tokens, finish and peers (the most pages
-in flight while this one was). The parent sends sleep, wake and stop only with no page
-in flight. A failure inside the engine is answered ``("error", "oom" | "failed", msg)``
-and the worker exits: its engine may be broken, and a fresh process is the sure way back.
+The messages on the pipe, and which answers which, are in :mod:`.messages`.
 """
 
 from __future__ import annotations
@@ -47,7 +29,23 @@ import time
 import traceback
 from typing import TYPE_CHECKING, Any
 
+from ocrwatch.core.errors import is_out_of_memory
 from ocrwatch.engines.vllm.backends import Backend, InputRefused, make_backend, preload
+from ocrwatch.engines.vllm.messages import (
+    Add,
+    Failed,
+    Ready,
+    Refused,
+    Sleep,
+    Slept,
+    StandbyReady,
+    Start,
+    Stop,
+    Stopped,
+    UnknownMessage,
+    Wake,
+    Woke,
+)
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -57,9 +55,6 @@ if TYPE_CHECKING:
 ImageData = tuple[int, int, bytes]
 
 
-def _error_kind(exc: BaseException) -> str:
-    text = f"{type(exc).__name__} {exc}".lower()
-    return "oom" if "out of memory" in text or "outofmemory" in text else "failed"
 
 
 def _short(exc: BaseException) -> str:
@@ -115,8 +110,10 @@ def _to_image(data: ImageData) -> Image.Image:
     return Image.frombytes("RGB", (width, height), raw)
 
 
-def _reader(conn: Connection, inbox: queue.Queue[tuple[Any, ...] | None]) -> None:
-    """Takes the parent's messages off the pipe at once, so its writes never wait on a step."""
+def _reader(conn: Connection, inbox: queue.Queue[object]) -> None:
+    """Takes the parent's messages off the pipe at once, so its writes never wait on a step.
+
+    None in ``inbox``: the pipe closed."""
     while True:
         try:
             inbox.put(conn.recv())
@@ -126,11 +123,11 @@ def _reader(conn: Connection, inbox: queue.Queue[tuple[Any, ...] | None]) -> Non
 
 
 def _serve(conn: Connection, backend: Backend) -> None:
-    inbox: queue.Queue[tuple[Any, ...] | None] = queue.Queue()
+    inbox: queue.Queue[object] = queue.Queue()
     threading.Thread(target=_reader, args=(conn, inbox), daemon=True,
                      name="ocrwatch-worker-reader").start()
     while True:
-        messages: list[tuple[Any, ...] | None] = []
+        messages: list[object] = []
         if not backend.busy():
             messages.append(inbox.get())  # nothing to step: wait for the parent
         while True:
@@ -139,43 +136,45 @@ def _serve(conn: Connection, backend: Backend) -> None:
             except queue.Empty:
                 break
         for message in messages:
-            if message is None or message[0] == "stop":
-                if message is not None:
-                    conn.send(("ok", None))
-                return
-            op = message[0]
-            if op == "add":
-                _, rid, data, params = message
-                try:
-                    backend.add(rid, _to_image(data), params)
-                except InputRefused as exc:
-                    conn.send(("refused", rid, str(exc)))
-            elif op in ("sleep", "wake"):
-                started = time.monotonic()
-                backend.sleep() if op == "sleep" else backend.wake()
-                conn.send(("ok", round(time.monotonic() - started, 3)))
-            else:
-                raise ValueError(f"unknown request {op!r}")
+            match message:
+                case None:
+                    return
+                case Stop():
+                    conn.send(Stopped())
+                    return
+                case Add(rid=rid, image=data, sampling=sampling):
+                    try:
+                        backend.add(rid, _to_image(data), sampling)
+                    except InputRefused as exc:
+                        conn.send(Refused(rid, str(exc)))
+                case Sleep():
+                    started = time.monotonic()
+                    backend.sleep()
+                    conn.send(Slept(round(time.monotonic() - started, 3)))
+                case Wake():
+                    started = time.monotonic()
+                    backend.wake()
+                    conn.send(Woke(round(time.monotonic() - started, 3)))
+                case _:
+                    raise UnknownMessage(message, "vLLM worker")
         if backend.busy():
-            for rid, output in backend.step():
-                conn.send(("done", rid, output))
+            for done in backend.step():
+                conn.send(done)
 
 
 def _standby(conn: Connection, settings: dict[str, Any]) -> dict[str, Any] | None:
     """Import what the engine needs without touching the card, say so, and wait for the
-    settings to start with: ("start", settings). None when told to stop instead."""
+    settings to start with (:class:`Start`). None when told to stop instead."""
     started = time.monotonic()
     preload(settings)
-    conn.send(("standby", {"import_seconds": round(time.monotonic() - started, 2),
-                           "pid": os.getpid()}))
+    conn.send(StandbyReady(round(time.monotonic() - started, 2), os.getpid()))
     try:
         message = conn.recv()
     except (EOFError, OSError):
         return None
-    if message[0] != "start":
+    if not isinstance(message, Start):  # Stop, or the daemon's end closed
         return None
-    started_settings: dict[str, Any] = message[1]
-    return started_settings
+    return message.settings
 
 
 def main(conn: Connection, settings: dict[str, Any]) -> None:
@@ -196,16 +195,15 @@ def main(conn: Connection, settings: dict[str, Any]) -> None:
         backend = make_backend(settings)
     except BaseException as exc:
         traceback.print_exc(file=sys.stderr)
-        kind = "oom" if _error_kind(exc) == "oom" else "start"
-        conn.send(("error", kind, _short(exc)))
+        conn.send(Failed(_short(exc), oom=is_out_of_memory(exc)))
         return
-    conn.send(("ok", backend.info))
+    conn.send(Ready(backend.info))
     try:
         _serve(conn, backend)
     except BaseException as exc:
         traceback.print_exc(file=sys.stderr)
         with contextlib.suppress(OSError):
-            conn.send(("error", _error_kind(exc), _short(exc)))
+            conn.send(Failed(_short(exc), oom=is_out_of_memory(exc)))
         _kill_group_and_exit(1)  # the engine may be broken; the parent starts a fresh one
     try:
         backend.close()

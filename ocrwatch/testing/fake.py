@@ -1,7 +1,8 @@
 """A fake engine for testing everything around the engine. It reads nothing.
 
 Each page "reads" as a line naming its file, page number and size, so tests can check
-that every page arrived, in order, at the size the engine asked for. Environment knobs
+that every page arrived, in order, at the size the engine asked for. Like every engine it
+takes one page per call unless its ``policy`` lets several run at once. Environment knobs
 make it slow (``OCRWATCH_FAKE_DELAY`` seconds a page) or fail pages whose file name
 contains ``OCRWATCH_FAKE_FAIL`` (default ``fake-engine-fail``).
 """
@@ -13,18 +14,17 @@ import threading
 from collections.abc import Sequence
 
 from ocrwatch.core.domain import Page, PageText
-from ocrwatch.engines.base import BatchPolicy
-from ocrwatch.engines.lightonocr import MAX_SIDE, image_tokens
+from ocrwatch.engines.base import ReadPolicy
+from ocrwatch.engines.lightonocr import MAX_SIDE
 
 
 class FakeEngine:
     name = "fake"
 
-    def __init__(self, *, max_side: int | None = MAX_SIDE, policy: BatchPolicy | None = None,
+    def __init__(self, *, max_side: int | None = MAX_SIDE, policy: ReadPolicy | None = None,
                  delay: float | None = None) -> None:
         self._max_side = max_side
-        self._policy = policy or BatchPolicy(max_pages=4, max_tokens=8192, size_matched=True,
-                                             partner_wait=0.05, cost=image_tokens)
+        self._policy = policy or ReadPolicy()
         self.delay = float(os.environ.get("OCRWATCH_FAKE_DELAY", "0")) if delay is None else delay
         self.fail_marker = os.environ.get("OCRWATCH_FAKE_FAIL", "fake-engine-fail")
         self.batches: list[list[tuple[str, int]]] = []
@@ -37,7 +37,7 @@ class FakeEngine:
         return self._max_side
 
     @property
-    def policy(self) -> BatchPolicy:
+    def policy(self) -> ReadPolicy:
         return self._policy
 
     def recognize(self, pages: Sequence[Page]) -> list[PageText]:

@@ -1,0 +1,56 @@
+"""What the stages of a file's way through share: the :class:`Context` every stage runs
+in and the :class:`Verdict` on a file once its reading is over. Its own module, so that
+:mod:`ocrwatch.pipeline` and :mod:`ocrwatch.outcome` both use them without importing
+each other."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ocrwatch.config import Config
+from ocrwatch.core.domain import PageText
+from ocrwatch.engines import registry
+from ocrwatch.hooks.runner import AfterDone
+from ocrwatch.intake.follow import Follower
+from ocrwatch.pages.thumbs import Thumbnails
+from ocrwatch.results.lifecycle import Lifecycle
+from ocrwatch.results.outputs import PdfMaker
+from ocrwatch.scan.prepare import ScanPrep
+from ocrwatch.store.jobs import JobQueue
+
+
+@dataclass(frozen=True)
+class Context:
+    """What every stage needs: the settings, the queue, the engine's name, and what
+    happens around the sidecars (the searchable PDF, the original's fate, hooks)."""
+
+    config: Config
+    jobs: JobQueue
+    engine_name: str
+    read_with: str | None  # what a page is read with: a language change makes pages stale
+    lifecycle: Lifecycle
+    after: AfterDone
+    follower: Follower  # files and folders moved or renamed keep their rows
+    thumbs: Thumbnails  # page pictures for the search page
+    pdf: PdfMaker | None = None
+    # Originals moved or deleted on purpose after reading: their "gone" event must not
+    # drop them from the index. (set.add and set.discard are atomic: no lock needed.)
+    retired: set[Path] = field(default_factory=set)
+    # Blank pages, orientation and skew (made from ``config`` when not given). An engine
+    # registered without scans (the tests' fake engine reads no pixels) gets pages as decoded.
+    scan: ScanPrep | None = None
+
+    def __post_init__(self) -> None:
+        if self.scan is None:
+            object.__setattr__(self, "scan", ScanPrep(self.config,
+                                                      enabled=registry.scans(self.engine_name)))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What to do with a file once its reading is over."""
+
+    pages: list[PageText] | None = None  # publish these
+    error: str | None = None  # fail with this reason
+    transient: str | None = None  # try again later, for this reason

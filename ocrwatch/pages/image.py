@@ -1,0 +1,84 @@
+"""Image helpers shared by images and PDF pages: the reading limits, RGB on white, the
+scaling to the model's side, the reduction to a pixel budget, the blank-page test."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from PIL import Image
+
+from ocrwatch.config import Config
+
+# What reading a page may cost, whatever the file claims. Real scans stay as they are
+# (A3 at 600 dpi is 70 megapixels): every shrink of a scan was measured to cost
+# Tesseract accuracy on some page. Only a larger image is reduced, by a whole factor
+# (a box filter, as a scanner at a lower resolution would give), so a 14000x14000
+# image costs what an A3 scan costs.
+READ_PIXELS = 100_000_000
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_pages: int
+    max_pixels: int
+    max_bytes: int
+
+    @classmethod
+    def from_config(cls, config: Config) -> Limits:
+        return cls(config.max_pages, config.max_pixels, int(config.max_file_mb * 1024 * 1024))
+
+
+def to_rgb(image: Image.Image) -> Image.Image:
+    """RGB on white: transparency flattened, palettes, CMYK, 16-bit and 1-bit converted."""
+    if image.mode in ("I;16", "I;16B", "I;16L", "I"):
+        # 16-bit greys would clip to white with a plain convert; rescale to 8 bits first.
+        hi = image.getextrema()[1]
+        hi_value = hi if isinstance(hi, int | float) else 65535
+        scale = 255.0 / max(1.0, float(hi_value))
+        image = image.point(lambda v: v * scale).convert("L")
+    if image.mode == "P":
+        image = image.convert("RGBA" if "transparency" in image.info else "RGB")
+    if image.mode in ("RGBA", "LA", "PA", "RGBa", "La"):
+        rgba = image.convert("RGBA")
+        background = Image.new("RGB", rgba.size, (255, 255, 255))
+        background.paste(rgba, mask=rgba.getchannel("A"))
+        return background
+    if image.mode != "RGB":
+        return image.convert("RGB")
+    return image
+
+
+def scale_to(image: Image.Image, max_side: int | None) -> Image.Image:
+    """Scale so the longest side is exactly ``max_side``, up or down (None: as it is).
+
+    The vision model was made for pages whose longest side is ``MAX_SIDE``: a smaller
+    page is enlarged to it (its text would otherwise be a few pixels high for the
+    encoder), a larger one shrunk.
+    """
+    if max_side is None or max(image.size) == max_side:
+        return image
+    ratio = max_side / max(image.size)
+    size = (max(1, round(image.width * ratio)), max(1, round(image.height * ratio)))
+    method = Image.Resampling.LANCZOS if ratio < 1 else Image.Resampling.BICUBIC
+    return image.resize(size, method)
+
+
+def within_budget(image: Image.Image, budget: int | None = None) -> tuple[Image.Image, float]:
+    """The image reduced by a whole factor to at most ``budget`` pixels, and the factor
+    applied (1: as it is)."""
+    budget = budget or READ_PIXELS
+    pixels = image.width * image.height
+    if pixels <= budget:
+        return image, 1.0
+    whole = math.ceil((pixels / budget) ** 0.5)
+    if image.mode not in ("L", "RGB"):
+        image = to_rgb(image) if image.mode != "1" else image.convert("L")  # strokes in grey
+    return image.reduce(whole), 1.0 / whole
+
+
+def blank(image: Image.Image) -> bool:
+    """Whether every pixel of the page has (nearly) the same colour: nothing to read."""
+    extrema = image.getextrema()
+    bands = extrema if isinstance(extrema[0], tuple) else (extrema,)
+    return all(float(hi) - float(lo) <= 2 for lo, hi in bands)  # type: ignore[misc, arg-type]
