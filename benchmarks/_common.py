@@ -205,3 +205,14 @@ def save(name: str, lines: Sequence[str], out: Path | None = None) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return target
+
+
+_LINE_END_HYPHEN = re.compile(r"(\w)-[ \t]*\n\s*(?=\w)")
+
+
+def joined_hyphens(text: str) -> str:
+    """``text`` with each word hyphenated at a line's end joined ("Fontai-" / "nel" ->
+    "Fontainel"), as ``pdftotext``'s default mode joins it whatever the PDF: scoring the
+    .txt so too separates what the text layer's geometry costs from what that reader does."""
+    return _LINE_END_HYPHEN.sub(r"\1", text)
+

@@ -53,6 +53,7 @@ from benchmarks._common import (
     Score,
     corpus,
     header,
+    joined_hyphens,
     median,
     save,
     score,
@@ -98,6 +99,7 @@ class Result:
     daemon_text: str
     plain_text: str
     layer: Score | None = None  # pdftotext (default mode) of the searchable PDF
+    joined: Score | None = None  # the .txt with line-end hyphens joined, as pdftotext does
     turned: tuple[int, ...] = ()  # each page's recorded turn
     skews: tuple[float, ...] = ()  # each page's recorded straightening
 
@@ -348,9 +350,13 @@ def scan_report(by_case: dict[str, list[Result]], max_ratio: float) -> tuple[lis
 def layer_report(by_case: dict[str, list[Result]]) -> list[str]:
     """pdftotext (default mode) of each searchable PDF against the file's .txt."""
     lines = ["", "## the searchable PDF's text layer: `pdftotext` (default mode) against the "
-             ".txt", "", "| case | file | CER .txt | CER pdftotext | ratio |",
-             "|---|---|--:|--:|--:|"]
-    worst, within, total = 0.0, 0, 0
+             ".txt", "", "pdftotext's default mode joins a word hyphenated at a line's end "
+             "(\"gentle-\" / \"men\" -> \"gentlemen\") whatever the PDF holds; the ground "
+             "truth keeps the hyphen. \"joined\": the .txt with that same join, so its ratio "
+             "shows what the layer's geometry costs (reading order, words split or merged).",
+             "", "| case | file | CER .txt | CER pdftotext | ratio | CER .txt joined | "
+             "ratio to joined |", "|---|---|--:|--:|--:|--:|--:|"]
+    worst, within, within_joined, total = 0.0, 0, 0, 0
     for case, results in by_case.items():
         for r in results:
             if r.layer is None:
@@ -360,10 +366,14 @@ def layer_report(by_case: dict[str, list[Result]]) -> list[str]:
                 1.0 if r.layer.cer == 0 else float("inf"))
             worst = max(worst, ratio)
             within += r.layer.cer <= 1.1 * r.daemon.cer + 0.002
+            joined = r.joined.cer if r.joined is not None else r.daemon.cer
+            within_joined += r.layer.cer <= 1.1 * joined + 0.002
             lines.append(f"| {case} | {r.item.path.name} | {r.daemon.cer:.4f} "
-                         f"| {r.layer.cer:.4f} | {_ratio(r.layer.cer, r.daemon.cer)} |")
+                         f"| {r.layer.cer:.4f} | {_ratio(r.layer.cer, r.daemon.cer)} "
+                         f"| {joined:.4f} | {_ratio(r.layer.cer, joined)} |")
     lines += ["", f"within 1.1x of the .txt (+0.002): {within} of {total}; worst ratio "
-              f"{worst:.3f}"]
+              f"{worst:.3f}; within 1.1x of the joined .txt (+0.002): {within_joined} of "
+              f"{total}"]
     return lines
 
 
@@ -519,6 +529,7 @@ def main(argv: list[str] | None = None) -> int:
                                 plain, turned=run.turned, skews=run.skews)
                 if args.pdf:
                     result.layer = score(truth, pdf_layer_text(run.txt_path))
+                    result.joined = score(truth, joined_hyphens(text))
                 results.append(result)
                 print(f"{case} {item.path.name}: CER {result.daemon.cer:.4f} ocrwatch, "
                       + (f"{result.plain.cer:.4f} tesseract" if plain_seconds else

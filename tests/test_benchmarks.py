@@ -146,3 +146,13 @@ def test_search_benchmark_end_to_end(tmp_path: Path) -> None:
     assert report.count("| word, planted | `q=Zollverein` | 3 |") == 1  # planted: known hits
     for goal in ("p95 of the query mix", "first results on the page", "indexing >="):
         assert re.search(re.escape(goal) + r".*: (PASS|FAIL|not measured)", report), goal
+
+
+def test_line_end_hyphens_are_joined_as_pdftotext_joins_them() -> None:
+    from benchmarks._common import joined_hyphens
+
+    assert joined_hyphens("Jacqueline Fontai-\nnel me dit") == "Jacqueline Fontainel me dit"
+    assert joined_hyphens("gentle- \n  men") == "gentlemen"
+    # A dash that begins a line, or one alone, is no hyphenated word.
+    assert joined_hyphens("-Non!\n-À bientôt.\nwords -\nmore") == (
+        "-Non!\n-À bientôt.\nwords -\nmore")

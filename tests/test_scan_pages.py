@@ -27,7 +27,7 @@ from ocrwatch.testing.fake import FakeEngine
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks import cases
-from benchmarks._common import score
+from benchmarks._common import joined_hyphens, score
 from benchmarks.pdf_output import DPI, bbox_words, page_lines, synthetic_page, word_offsets
 
 pytestmark = pytest.mark.skipif(
@@ -188,6 +188,28 @@ def test_a_page_with_too_little_text_to_decide_stays_as_it_is(tmp_path: Path) ->
     for clockwise in (0, 90):
         found = detector.detect(orient.turn(page, clockwise), DPI)
         assert found.turn == 0, found
+
+
+@pytest.mark.skipif(not CORPUS.is_dir(), reason="the corpus (../shared/corpus) is not here")
+@pytest.mark.parametrize(("name", "lang", "fed"), [
+    ("tapus_08.jpeg", "fra", 90), ("tapus_08.jpeg", "fra", 180), ("tapus_08.jpeg", "fra", 270),
+    ("ehri_dan_00.jpg", "dan", 90)])
+def test_a_page_osd_cannot_decide_or_gets_wrong_unsure_is_turned_by_reading(
+        name: str, lang: str, fed: int) -> None:
+    """A small yellow page OSD finds too little text on (it was left turned: CER 1.0),
+    and a letter fed sideways that OSD turned with a confidence of 1.05, which a band
+    read at its mean word confidence did not confirm: Tesseract reads a sideways page's
+    lines too, as words standing on end."""
+    with Image.open(CORPUS / name) as opened:
+        upright = opened.convert("RGB")
+        dpi = round(opened.info.get("dpi", (300, 300))[0])
+    detector = orient.Detector(None, [lang])
+    try:
+        assert detector.detect(upright, dpi).turn == 0
+        found = detector.detect(orient.turn(upright, fed), dpi)
+    finally:
+        detector.close()
+    assert (fed + found.turn) % 360 == 0 and found.checked, found
 
 
 def test_without_osd_data_pages_are_read_as_they_are_and_the_log_says_why(
@@ -433,3 +455,61 @@ def test_each_line_is_one_text_object_with_spaces_on_one_baseline() -> None:
     assert text.count("<0020> Tj") == 3  # a space between the words of each line
     tms = [line.split()[5] for line in text.splitlines() if " Tm " in line]
     assert tms[0] == tms[1] and tms[2] == tms[3] == tms[4]  # one baseline per line
+
+
+@pytest.mark.skipif(not CORPUS.is_dir(), reason="the corpus (../shared/corpus) is not here")
+def test_pdftotext_reads_a_double_spaced_two_column_typescript_column_by_column(
+        tmp_path: Path) -> None:
+    """Its lines sized to their ink were 1.8 sizes apart, over pdftotext's 1.5: each line
+    became a block and the two columns interleaved line by line (CER 0.70 against the
+    .txt's 0.04)."""
+    config = config_for(tmp_path, languages=["fra"])
+    scan = CORPUS / "tapus_01.jpg"
+    reference = scan.with_name("tapus_01.gt.txt").read_text(encoding="utf-8")
+    src = config.inbox[0] / scan.name
+    shutil.copy(scan, src)
+    daemon = read(config, src)
+    try:
+        (row,) = rows(daemon)
+    finally:
+        daemon.close()
+    layer = pdf_text(src.with_name("tapus_01.ocr.pdf"))
+    # The left column reads on before the right one begins.
+    assert layer.index("Monnier sait") < layer.index("à Paris") < layer.index("anguilles")
+    txt_cer = score(reference, joined_hyphens(str(row["text"]))).cer
+    assert score(reference, layer).cer <= 1.2 * txt_cer, (score(reference, layer).cer, txt_cer)
+
+
+
+@pytest.mark.skipif(not CORPUS.is_dir(), reason="the corpus (../shared/corpus) is not here")
+def test_a_table_row_keeps_its_ink_size_and_reads_closer_to_rows(tmp_path: Path) -> None:
+    """A table's rows have gaps of an em or more between cells, where readers split
+    them. Sized up to the rows' pitch like running text, each cell joined the cells
+    above and below it and the table read column by column: CER 0.580 from the PDF
+    (0.503 with every line sized to its ink) where the .txt has 0.289."""
+    config = config_for(tmp_path, languages=["fra"])
+    scan = CORPUS / "tapus_table_00.jpg"
+    reference = scan.with_name("tapus_table_00.gt.txt").read_text(encoding="utf-8")
+    src = config.inbox[0] / scan.name
+    shutil.copy(scan, src)
+    daemon = read(config, src)
+    try:
+        (row,) = rows(daemon)
+    finally:
+        daemon.close()
+    layer_cer = score(reference, pdf_text(src.with_name("tapus_table_00.ocr.pdf"))).cer
+    assert layer_cer <= 0.49, (layer_cer, score(reference, str(row["text"])).cer)
+
+def test_words_whose_boxes_touch_read_as_two_words(tmp_path: Path) -> None:
+    """Tesseract's boxes of "avaient" and ":" touch: drawn to their boxes, pdftotext read
+    "avaient:"."""
+    words = (Word("Elles", (100, 100, 190, 130), 0), Word("avaient", (210, 100, 330, 130), 0),
+             Word(":", (330, 108, 338, 130), 0), Word("dit", (360, 100, 410, 130), 0))
+    pdf = pikepdf.new()
+    pdf.add_blank_page(page_size=(500, 500))
+    page = pdf.pages[0]
+    name = page.add_resource(pdfout._font(pdf), pikepdf.Name.Font, prefix="F")
+    page.contents_add(pdf.make_stream(
+        pdfout.text_layer(PageLayout(500, 500, words), str(name), (0, 0, 500, 500), 0)))
+    pdf.save(tmp_path / "touch.pdf")
+    assert pdf_text(tmp_path / "touch.pdf").split() == ["Elles", "avaient", ":", "dit"]

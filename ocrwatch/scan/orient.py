@@ -6,9 +6,14 @@ every page is turned upright before any engine sees it. Tesseract's OSD
 confidence. OCRmyPDF's ``--rotate-pages`` trusts it above a threshold; on the corpus
 (docs/outputs.md) OSD was right on every page it could decide, but its confidence
 for a right answer went as low as 0.2, and wrong answers on reduced pages reached 1.2.
-So a turn proposed with a confidence under ``SURE`` is checked: a band of the page is
-read both ways, and the page is turned only when the turned reading is clearly better.
-A page with too little text for OSD to decide is left as it is.
+So a turn proposed with a confidence under ``SURE``, and a page OSD cannot decide (too
+little text for it: a small or faint page), is checked by reading: the page, reduced to
+at most ``CHECK_SIDE`` pixels, is read as it is and turned, and each reading scores its
+confident level words (Tesseract's word confidence, summed over words of three or more
+characters whose box is wider than tall: Tesseract reads the lines of a page lying
+sideways too, at a good mean confidence, but as words standing on end). The page is
+turned only when a turn scores ``CHECK_FACTOR`` times the page as it is; a page neither
+OSD nor the reading can decide is left as it is.
 """
 
 from __future__ import annotations
@@ -28,9 +33,9 @@ from ocrwatch.config.languages import available_languages
 log = logging.getLogger(__name__)
 
 SURE = 2.0  # OSD confidence above which its turn is taken without a check
-CHECK_MARGIN = 8.0  # mean word confidence points the turned band must win by
-MIN_CHECK_WORDS = 3  # a band with fewer words decides nothing
-
+CHECK_FACTOR = 2.0  # how much more confident level text a turn must read
+MIN_CHECK_WORDS = 3  # a turn reading fewer level words decides nothing
+CHECK_SIDE = 2000  # pixels: the longest side of the page read for the check
 
 MAX_SIDE = 3600  # pixels: the longest side OSD looks at (A4 at 300 dpi is 3508)
 
@@ -41,7 +46,7 @@ class Orientation:
 
     turn: int
     confidence: float  # OSD's own; -1 when it could not decide
-    checked: bool = False  # a low-confidence turn was checked by reading a band
+    checked: bool = False  # OSD was unsure or undecided: the turn was checked by reading
 
 
 def turn(image: Image.Image, clockwise: int) -> Image.Image:
@@ -116,37 +121,65 @@ class Detector:
         finally:
             api.Clear()
         if not found:
-            return Orientation(0, -1.0)  # too little text to decide
+            # Too little text for OSD: the reading decides among the four, if it can.
+            best = self._best(image, (90, 180, 270), dpi)
+            return Orientation(best, -1.0, checked=self.can_check)
         # OSD's orient_deg is the counter-clockwise turn that makes the page upright.
         clockwise = (360 - int(found["orient_deg"])) % 360
         confidence = float(found["orient_conf"])
         if clockwise == 0 or confidence >= SURE:
             return Orientation(clockwise, confidence)
-        if self._better(image, clockwise, dpi):
-            return Orientation(clockwise, confidence, checked=True)
-        return Orientation(0, confidence, checked=True)
+        return Orientation(self._best(image, (clockwise,), dpi), confidence, checked=True)
 
-    def _better(self, image: Image.Image, clockwise: int, dpi: int | None) -> bool:
-        """Whether a middle band of the page reads clearly better turned than as it is."""
+    @property
+    def can_check(self) -> bool:
+        return bool(self.check_data)
+
+    def _best(self, image: Image.Image, turns: tuple[int, ...], dpi: int | None) -> int:
+        """The one of ``turns`` that reads clearly better than the page as it is, or 0."""
         if not self.check_data:
-            return False  # no folder with the reading languages: stay as it is
-        scores = []
-        for candidate in (image, turn(image, clockwise)):
-            width, height = candidate.size
-            band = candidate.crop((0, height * 3 // 8, width, height * 5 // 8))
-            api = self._api("read")
-            try:
-                api.SetImage(band)
-                api.SetSourceResolution(dpi or 300)
-                api.Recognize()
-                confs = [c for c in api.AllWordConfidences() if c > 0]
-            except RuntimeError:
-                confs = []
-            finally:
-                api.Clear()
-            scores.append((sum(confs) / len(confs), len(confs)) if confs else (0.0, 0))
-        (as_is, _n_as_is), (turned, n_turned) = scores
-        return n_turned >= MIN_CHECK_WORDS and turned >= as_is + CHECK_MARGIN
+            return 0  # no folder with the reading languages: stay as it is
+        factor = -(-max(image.size) // CHECK_SIDE)
+        if factor > 1:
+            image = image.reduce(factor)
+            dpi = max(72, (dpi or 300) // factor)
+        as_is, _ = self._level_words(image, dpi)
+        best, best_score = 0, 0.0
+        for clockwise in turns:
+            score, count = self._level_words(turn(image, clockwise), dpi)
+            if count >= MIN_CHECK_WORDS and score > best_score:
+                best, best_score = clockwise, score
+        return best if best_score >= CHECK_FACTOR * as_is and best_score > 0 else 0
+
+    def _level_words(self, image: Image.Image, dpi: int | None) -> tuple[float, int]:
+        """Confident level text in ``image`` read as it is: the sum of the word
+        confidences (0-1) of its words of three or more characters lying level, and
+        how many such words."""
+        from tesserocr import RIL, iterate_level
+
+        api = self._api("read")
+        score, count = 0.0, 0
+        try:
+            api.SetImage(image)
+            api.SetSourceResolution(dpi or 300)
+            api.Recognize()
+            iterator = api.GetIterator()
+            for word in iterate_level(iterator, RIL.WORD) if iterator else ():
+                try:
+                    text = word.GetUTF8Text(RIL.WORD)
+                    confidence = word.Confidence(RIL.WORD)
+                    box = word.BoundingBox(RIL.WORD)
+                except RuntimeError:  # tesserocr's way of saying "no text here"
+                    continue
+                if box and len(text.strip()) >= 3 and confidence > 0 and (
+                        box[2] - box[0] > box[3] - box[1]):
+                    score += confidence / 100
+                    count += 1
+        except RuntimeError:
+            return 0.0, 0
+        finally:
+            api.Clear()
+        return score, count
 
     def close(self) -> None:
         with self._lock:
