@@ -87,6 +87,7 @@ def daemon_env(home: Path, work: Path) -> dict[str, str]:
     the user's, its XDG folders under ``home``, its socket under ``work/run``, this
     checkout first on the path, no display."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OCRWATCH_", "XDG_"))}
+    env["OCRWATCH_TESTING"] = "1"  # the benchmark switches of its config (ignore_eos)
     env.update({"XDG_CONFIG_HOME": str(home / ".config"),
                 "XDG_DATA_HOME": str(home / ".local/share"),
                 "XDG_STATE_HOME": str(home / ".local/state"),

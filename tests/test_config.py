@@ -47,7 +47,8 @@ def test_example_file_documents_every_key_with_its_default(home: Path) -> None:
     assert set(data) | {"languages"} == fields and "languages" not in data
     loaded = cfg.load(example, environ={})
     for section, cls in (("vllm", cfg.VllmConfig), ("remote", cfg.RemoteConfig)):
-        assert set(data[section]) == {f.name for f in dataclasses.fields(cls)}
+        assert set(data[section]) == {f.name for f in dataclasses.fields(cls)
+                                      if f"{section}.{f.name}" not in schema.BENCHMARK_KEYS}
         for f in dataclasses.fields(cls):
             default = (f.default_factory() if f.default_factory is not dataclasses.MISSING
                        else f.default)
@@ -204,3 +205,16 @@ def test_remote_servers_and_key_from_file_and_environment(home: Path, tmp_path: 
     c = cfg.load(environ=env)
     assert c.remote.urls == ["http://a:8000/v1", "http://b:8001/v1"]  # colons kept
     assert c.remote.api_key == "sekret"
+
+
+def test_benchmark_switches_are_read_only_where_testing_is_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ignore_eos (every page runs to max_tokens, for benchmarks) is not a user's setting."""
+    path = tmp_path / "config.toml"
+    path.write_text("[vllm]\nignore_eos = true\n")
+    monkeypatch.delenv(schema.TESTING_VARIABLE, raising=False)
+    with pytest.raises(ConfigError, match=r"vllm\.ignore_eos is a benchmark switch .*"
+                                          r"OCRWATCH_TESTING=1"):
+        cfg.load(path, environ={})
+    monkeypatch.setenv(schema.TESTING_VARIABLE, "1")
+    assert cfg.load(path, environ={}).vllm.ignore_eos is True

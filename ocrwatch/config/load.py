@@ -15,7 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from ocrwatch.config.check import validate
-from ocrwatch.config.schema import _INTERNAL, _SECTIONS, Config
+from ocrwatch.config.schema import (
+    _INTERNAL,
+    _SECTIONS,
+    BENCHMARK_KEYS,
+    TESTING_VARIABLE,
+    Config,
+)
 from ocrwatch.core import paths
 from ocrwatch.core.errors import ConfigError
 
@@ -118,6 +124,10 @@ def _apply(target: Any, data: Mapping[str, Any], where: str, origins: dict[str, 
             raise ConfigError(
                 f"{where}: unknown key {full!r}. Known keys here: {', '.join(sorted(known))}."
             )
+        if full in BENCHMARK_KEYS and os.environ.get(TESTING_VARIABLE) != "1":
+            raise ConfigError(
+                f"{where}: {full} is a benchmark switch (every page runs to max_tokens) and "
+                f"is read only with {TESTING_VARIABLE}=1 in the environment; remove it.")
         if key in _SECTIONS and not prefix:
             if not isinstance(value, Mapping):
                 raise ConfigError(f"{where}: [{key}] must be a table of settings.")

@@ -141,6 +141,12 @@ class Config:
 
 _SECTIONS: dict[str, type[Any]] = {"vllm": VllmConfig, "remote": RemoteConfig}
 _INTERNAL = {"source", "origins"}
+# "1" in the environment: the tests' and benchmarks' own engines and switches are taken
+# (ocrwatch/testing/); a user's configuration never needs them.
+TESTING_VARIABLE = "OCRWATCH_TESTING"
+# Benchmark switches kept out of the user's configuration: a file may set them only where
+# TESTING_VARIABLE is "1" (every page then runs to max_tokens, so runs compare alike).
+BENCHMARK_KEYS = frozenset({"vllm.ignore_eos", "remote.ignore_eos"})
 
 # Sane ranges (inclusive) for numbers: a value outside is a typo or a unit mix-up, and
 # some are harmful (100000 workers start 100000 threads; an infinite size limit fails

@@ -23,7 +23,7 @@ from ocrwatch.engines import gpu as gpus
 from ocrwatch.engines.base import Engine, Registration
 
 AUTO = "auto"  # the engine value that leaves the choice to :func:`choose`
-TESTING_VARIABLE = "OCRWATCH_TESTING"  # "1": register the test-only engines too
+TESTING_VARIABLE = schema.TESTING_VARIABLE  # "1": register the test-only engines too
 
 
 @dataclass(frozen=True)
