@@ -228,7 +228,7 @@ class Scheduler:
             with self._cond:
                 work.expected = len(pages)
                 work.results = dict(enumerate(pages))
-            self._finish(work, engine=engine)
+            self._conclude(work, engine=engine)
             return
         count = 0
         try:
@@ -257,8 +257,8 @@ class Scheduler:
             with self._cond:
                 work.error = work.error or error
                 work.transient = work.transient or transient
-        if work.complete():
-            self._finish(work)
+        if work.complete():  # its last page was read before the file's end was seen
+            self._conclude(work)
 
     def _drain_for_pause(self) -> bool:
         """With the lock held while paused: drop unread pages and put their jobs back.
@@ -336,14 +336,19 @@ class Scheduler:
                 work.in_flight -= 1
             self._cond.notify_all()
         if complete:
-            try:
-                self._finish(work)
-            except Exception:
-                # A reader must outlive any one file: if even recording the failure
-                # failed, the job stays running until the next start.
-                log.exception("could not record the outcome of %s", work.job.display)
+            self._conclude(work)
 
     # -- finishing -------------------------------------------------------------------
+    def _conclude(self, work: _Work, *, engine: str | None = None) -> None:
+        """Finish a file from whichever thread saw its last page: a reader, or a preparer
+        whose file's pages were all read before it reached the file's end."""
+        try:
+            self._finish(work, engine=engine)
+        except Exception:
+            # A reader or preparer must outlive any one file: if even recording the
+            # failure failed, the job stays running until the next start.
+            log.exception("could not record the outcome of %s", work.job.display)
+
     def _finish(self, work: _Work, *, engine: str | None = None) -> None:
         with self._cond:
             if work.finished:
