@@ -72,10 +72,17 @@ def make_drop(folder: Path, a4: int = 24, cards: int = 24, pdfs: int = 4,
     return files
 
 
-def warm_drop(text: str) -> tuple[int, int, int]:
-    """``--warm``'s "A4,CARDS,PDFS" as make_drop's counts."""
+def drop_counts(text: str) -> tuple[int, int, int]:
+    """``--drop``'s or ``--warm``'s "A4,CARDS,PDFS" as make_drop's counts."""
     a4, cards, pdfs = (int(x) for x in text.split(","))
     return a4, cards, pdfs
+
+
+def vllm_lines(model: str, tokens: int) -> list[str]:
+    """A benchmark daemon's config lines for the vLLM engine: the model shape with random
+    weights, every page writing exactly ``tokens`` tokens."""
+    return ['engine = "vllm"', "[vllm]", f"model = {json.dumps(model)}",
+            'load_format = "dummy"', f"max_tokens = {tokens}", "ignore_eos = true"]
 
 
 def toml_list(values: Sequence[str]) -> str:

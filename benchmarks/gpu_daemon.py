@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from _drop import make_drop, run_daemon_on_drop, warm_drop  # noqa: E402
+from _drop import drop_counts, make_drop, run_daemon_on_drop, vllm_lines  # noqa: E402
 from gpu_engine import Sampler, emit, gpu_facts, used_mib  # noqa: E402
 
 from ocrwatch.engines.base import gpu_preparers  # noqa: E402
@@ -77,12 +77,19 @@ def prepare_rates(folder: Path, files: dict[str, int]) -> dict[str, Any]:
     scan = ScanPrep(config)  # blank pages, orientation and skew, as the daemon checks them
     seconds: dict[str, float] = {"a4": 0.0, "card": 0.0, "pdf": 0.0}
     pages: dict[str, int] = {"a4": 0, "card": 0, "pdf": 0}
+
+    def count(name: str) -> int:
+        """Prepare one file's pages as the daemon does; how many there were."""
+        n = 0
+        for page in iter_pages(folder / name, config, MAX_SIDE):
+            scan.prepare(page)
+            n += 1
+        return n
+
     for name in files:
         kind = kind_of(name)
         t = time.monotonic()
-        for page in iter_pages(folder / name, config, MAX_SIDE):
-            scan.prepare(page)
-            pages[kind] += 1
+        pages[kind] += count(name)
         seconds[kind] += time.monotonic() - t
     rates: dict[str, Any] = {
         k: {"pages": pages[k], "s": round(seconds[k], 2),
@@ -90,13 +97,6 @@ def prepare_rates(folder: Path, files: dict[str, int]) -> dict[str, Any]:
         for k in pages}
     # The daemon's way for a GPU engine: its preparers, a file each, all the drop at once.
     threads = gpu_preparers()
-
-    def count(name: str) -> int:
-        n = 0
-        for page in iter_pages(folder / name, config, MAX_SIDE):
-            scan.prepare(page)
-            n += 1
-        return n
 
     t = time.monotonic()
     with ThreadPoolExecutor(threads) as pool:
@@ -116,12 +116,7 @@ def run_daemon(model: str, folder: Path, files: dict[str, int], tokens: int, set
                torch_compile: bool, warm: tuple[int, int, int] = (1, 0, 0)) -> dict[str, Any]:
     """`ocrwatch run` with the vLLM engine on the drop (benchmarks/_drop.py)."""
     return run_daemon_on_drop([
-        'engine = "vllm"',
-        "[vllm]",
-        f"model = {json.dumps(model)}",
-        'load_format = "dummy"',
-        f"max_tokens = {tokens}",
-        "ignore_eos = true",
+        *vllm_lines(model, tokens),
         f"torch_compile = {'true' if torch_compile else 'false'}",
         "idle_sleep_seconds = 0.0",
         f"idle_stop_seconds = {IDLE_STOP_S}",
@@ -398,7 +393,7 @@ def main() -> None:
         sampler = Sampler()
         saved["daemon"] = run_daemon(args.model, folder, files, args.tokens, args.settle,
                                      args.work, sampler, args.timeout, args.torch_compile,
-                                     warm_drop(args.warm))
+                                     drop_counts(args.warm))
         print("daemon:", json.dumps(saved["daemon"]), flush=True)
         if args.json:
             args.json.write_text(json.dumps(saved, indent=1))

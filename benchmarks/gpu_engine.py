@@ -454,9 +454,9 @@ def main() -> None:
     parser.add_argument("--report-from", type=Path, help="print the report of a --json file")
     args = parser.parse_args()
     if args.report_from:
-        saved = json.loads(args.report_from.read_text())
-        print(report(saved["raw"], saved.get("strongest"), saved["engine"], saved["meta"]),
-              end="")
+        earlier = json.loads(args.report_from.read_text())
+        print(report(earlier["raw"], earlier.get("strongest"), earlier["engine"],
+                     earlier["meta"]), end="")
         return
     if args.raw:
         raw_main(args.model, args.tokens, args.pages, args.strongest, args.repeats)

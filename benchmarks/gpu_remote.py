@@ -54,10 +54,11 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _common import header, save  # noqa: E402
-from _drop import make_drop, run_daemon_on_drop, toml_list, warm_drop  # noqa: E402
+from _drop import drop_counts, make_drop, run_daemon_on_drop, toml_list  # noqa: E402
 from gpu_engine import Sampler, total_mib, used_mib  # noqa: E402
 
 from ocrwatch.engines.lightonocr import MAX_SIDE  # noqa: E402
+from ocrwatch.engines.remote import Stages  # noqa: E402
 
 MODEL = "lightonai/LightOnOCR-2-1B"
 PDF_DPI = 200  # the daemon's pdf_dpi default; the plain client renders PDFs the same
@@ -267,8 +268,7 @@ def run_plain(urls: Sequence[str], folder: Path, files: dict[str, int], in_fligh
     pages = [(folder / name, i) for name, n in files.items() for i in range(n)]
     latencies: list[float] = []
     errors: list[str] = []
-    prompt_tokens: list[int] = []
-    completion_tokens: list[int] = []
+    tokens_used = Stages()  # the servers' usage counts, kept as the engine keeps them
     empty = 0
     lock = threading.Lock()
     counter = iter(range(10**9))
@@ -311,8 +311,7 @@ def run_plain(urls: Sequence[str], folder: Path, files: dict[str, int], in_fligh
             latencies.append(time.monotonic() - sent)
             empty += not content.strip()
             if isinstance(usage, dict):
-                prompt_tokens.append(int(usage.get("prompt_tokens") or 0))
-                completion_tokens.append(int(usage.get("completion_tokens") or 0))
+                tokens_used.add_tokens(usage.get("prompt_tokens"), usage.get("completion_tokens"))
 
     started = time.monotonic()
     try:
@@ -326,14 +325,9 @@ def run_plain(urls: Sequence[str], folder: Path, files: dict[str, int], in_fligh
     return {"pages": done, "empty": empty, "failed": len(errors), "errors": errors[:5],
             "seconds": seconds, "rate": done / seconds,
             "median_latency": statistics.median(latencies) if latencies else float("nan"),
-            "tokens": _token_medians(prompt_tokens, completion_tokens),
+            "tokens": tokens_used.token_medians(),
             "peak_mib": sampler.peak(started) if sampler else None}
 
-
-def _token_medians(prompt: list[int], completion: list[int]) -> dict[str, float]:
-    """The server's own count of each answer's tokens (its ``usage``), median a page."""
-    return {k: statistics.median(v) for k, v in (("prompt", prompt), ("completion", completion))
-            if v}
 
 
 # -- the daemon -------------------------------------------------------------------------
@@ -560,7 +554,7 @@ def main() -> None:
 
     work = args.work or Path(tempfile.mkdtemp(prefix="ocrwatch-remote-bench-"))
     work.mkdir(parents=True, exist_ok=True)
-    a4, cards, pdfs = (int(x) for x in args.drop.split(","))
+    a4, cards, pdfs = drop_counts(args.drop)
     folder = work / "drop"
     for old in [folder, *work.glob("daemon_*")]:  # an earlier run's files, not anything else
         shutil.rmtree(old, ignore_errors=True)
@@ -610,7 +604,7 @@ def main() -> None:
             with Occupancy(urls) as occupancy:
                 result = run_daemon(urls, folder, files, c, args.tokens, args.settle,
                                     work / f"daemon_{c}", sampler, args.timeout,
-                                    warm_drop(args.warm))
+                                    drop_counts(args.warm))
             result["occupancy"] = occupancy.busy_means()
             runs.append(("ocrwatch daemon, remote engine", c, result))
             print(f"daemon, {c} in flight: {result['rate']:.2f} pages/s, "

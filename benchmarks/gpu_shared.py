@@ -46,6 +46,7 @@ from _drop import (  # noqa: E402
     query,
     text_page,
     toml_list,
+    vllm_lines,
 )
 from gpu_engine import Sampler, emit, gpu_facts, used_mib  # noqa: E402
 
@@ -99,12 +100,7 @@ class Daemon:
             f"database = {json.dumps(str(self.database))}",
             "settle_seconds = 1.0",
             "rescan_minutes = 60.0",
-            'engine = "vllm"',
-            "[vllm]",
-            f"model = {json.dumps(model)}",
-            'load_format = "dummy"',
-            f"max_tokens = {tokens}",
-            "ignore_eos = true",
+            *vllm_lines(model, tokens),
             "idle_sleep_seconds = 0.0",
             f"idle_stop_seconds = {IDLE_STOP_S}",
             "card_gb = 16.0",

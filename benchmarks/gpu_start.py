@@ -57,6 +57,7 @@ def child(model: str, mode: str, launched: float, tokens: int) -> None:
 
     imported = time.monotonic() - t
     from ocrwatch.engines.vllm.backends import VllmBackend
+    from ocrwatch.engines.vllm.messages import Sampling
 
     cfg = Config().vllm  # the engine's own settings, as the worker gets them
     cfg.load_format, cfg.max_tokens, cfg.torch_compile = "dummy", tokens, mode == "compile"
@@ -66,8 +67,7 @@ def child(model: str, mode: str, launched: float, tokens: int) -> None:
     backend = VllmBackend(worker_settings(cfg, plan, "vllm", {}, model))
     built = time.monotonic() - t
     ready = time.time() - launched
-    params = {"temperature": cfg.temperature, "top_p": cfg.top_p, "max_tokens": tokens,
-              "ignore_eos": True}
+    params = Sampling(cfg.temperature, cfg.top_p, tokens, ignore_eos=True)
 
     runs = iter(range(1000))
 

@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _common import header, save  # noqa: E402
-from _drop import make_drop  # noqa: E402
+from _drop import drop_counts, make_drop  # noqa: E402
 from gpu_remote import run_daemon, run_plain  # noqa: E402
 
 from ocrwatch.config import Config  # noqa: E402
@@ -111,7 +111,7 @@ def main() -> None:
 
     work = args.work or Path(tempfile.mkdtemp(prefix="ocrwatch-remote-overhead-"))
     work.mkdir(parents=True, exist_ok=True)
-    a4, cards, pdfs = (int(x) for x in args.drop.split(","))
+    a4, cards, pdfs = drop_counts(args.drop)
     folder = work / "drop"
     shutil.rmtree(folder, ignore_errors=True)
     files = make_drop(folder, a4, cards, pdfs)
