@@ -91,13 +91,17 @@ def toml_list(values: Sequence[str]) -> str:
 
 def daemon_env(home: Path, work: Path) -> dict[str, str]:
     """The environment of a benchmark's `ocrwatch run`: no OCRWATCH_ or XDG_ settings of
-    the user's, its XDG folders under ``home``, its socket under ``work/run``, this
-    checkout first on the path, no display."""
+    the user's, its XDG folders (its cache of page thumbnails too) under ``home``, its
+    socket under ``work/run``, this checkout first on the path, no display. vLLM's compile
+    cache stays the user's, so that a benchmark's engine starts as the user's would."""
+    user_cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OCRWATCH_", "XDG_"))}
+    env["VLLM_CACHE_ROOT"] = os.environ.get("VLLM_CACHE_ROOT") or str(user_cache / "vllm")
     env["OCRWATCH_TESTING"] = "1"  # the benchmark switches of its config (ignore_eos)
     env.update({"XDG_CONFIG_HOME": str(home / ".config"),
                 "XDG_DATA_HOME": str(home / ".local/share"),
                 "XDG_STATE_HOME": str(home / ".local/state"),
+                "XDG_CACHE_HOME": str(home / ".cache"),
                 "XDG_RUNTIME_DIR": str(work / "run"),
                 "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
                                                             os.environ.get("PYTHONPATH")]))})

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from fake_openai import FakeServer
 from helpers import wait_for
 
@@ -120,3 +121,17 @@ def test_the_servers_occupancy_is_read_from_vllms_metrics() -> None:
         with Occupancy([server.url]) as occupancy:
             wait_for(lambda: not occupancy.sampling(), 10, "the sampler to give up")
         assert occupancy.busy_means() is None
+
+
+def test_a_benchmark_daemon_keeps_out_of_the_users_folders_but_not_vllms_cache(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from _drop import daemon_env
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "user-cache"))
+    monkeypatch.delenv("VLLM_CACHE_ROOT", raising=False)
+    env = daemon_env(tmp_path / "home", tmp_path / "work")
+    for var in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME"):
+        assert Path(env[var]).is_relative_to(tmp_path / "home"), var  # thumbnails too
+    assert env["VLLM_CACHE_ROOT"] == str(tmp_path / "user-cache" / "vllm")
+    assert env["OCRWATCH_TESTING"] == "1"
