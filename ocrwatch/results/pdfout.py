@@ -124,7 +124,7 @@ def text_layer(layout: PageLayout, font: str, box: tuple[float, float, float, fl
     # wider than about an em, and typescripts space words widely (a letter skewed 2
     # degrees, sized from top to baseline, read as 58 blocks and CER 0.29 against its
     # .txt's 0.18). A line much larger or smaller (a heading, a footnote) keeps its own.
-    full = [max(w.box[3] for w in words) - top for words, top, _ in lines]
+    full = [_height(words) for words, _, _ in lines]
     usual = statistics.median(full) if full else 1.0
     # Readers also keep two lines in one block only while their baselines are at most
     # 1.5 sizes apart: a double-spaced typescript's lines, sized to their ink, each became
@@ -134,29 +134,38 @@ def text_layer(layout: PageLayout, font: str, box: tuple[float, float, float, fl
     # read column by column (tapus_table_00: CER 0.580 where its .txt, row by row, has
     # 0.289; sized to its ink, 0.503).
     common = max(usual, _pitch(lines, usual) / LINE_SPACING)
-    for (words, _top, baseline), height in zip(lines, full, strict=True):
+    room = _room_above(lines)
+    for (words, _top, baseline), height, above in zip(lines, full, room, strict=True):
         if 0.67 * usual <= height <= 1.5 * usual:
             height = usual if _widest_gap(words) >= common else common
+        elif height > 1.5 * usual and above:
+            # An outsized line (a few tall boxes: a mark in the margin, words typed over)
+            # reaching above the line before it would be read before that line.
+            height = max(usual, min(height, above))
         size = max(1.0, height * sy)
         em = GLYPH_WIDTH / 1000 * size  # every glyph's width at 100% stretch
         middle = (words[0].box[0] + words[-1].box[2]) / 2
         level = layout.to_page(middle, baseline)[1]  # the baseline's height, mid-line
         out += [b"BT", b"3 Tr", f"{font} {_num(size)} Tf".encode()]
+        # Readers join words whose boxes touch ("avaient:" for "avaient :"), and read a
+        # word drawn left of the one before (typed over, or a box that overlaps it) as
+        # a line of its own: each word starts a little after the one before has ended.
+        apart = WORD_GAP * size / sy
+        start = float(words[0].box[0])
         for i, word in enumerate(words):
             left, _top, right, _bottom = word.box
             end = float(right)
             if i + 1 < len(words):
-                # Readers join words whose boxes touch ("avaient:" for "avaient :"):
-                # a word ends a little before the next begins.
-                end = max(left + (right - left) / 2,
-                          min(end, words[i + 1].box[0] - WORD_GAP * size / sy))
-            px = layout.to_page(left, baseline)[0]
-            stretch = 100 * max(0.5, (end - left) * sx) / max(len(word.text) * em, 0.01)
+                end = min(end, words[i + 1].box[0] - apart)
+            end = max(end, start + (right - left) / 2)
+            px = layout.to_page(start, baseline)[0]
+            stretch = 100 * max(0.5, (end - start) * sx) / max(len(word.text) * em, 0.01)
             encoded = word.text.encode("utf-16-be").hex().upper()
             out.append(f"1 0 0 1 {_num(px * sx)} {_num(disp_h - level * sy)} Tm "
                        f"{_num(stretch)} Tz <{encoded}> Tj".encode())
             if i + 1 < len(words):
-                gap = (words[i + 1].box[0] - end) * sx
+                start = max(float(words[i + 1].box[0]), end + apart)
+                gap = (start - end) * sx
                 fill = 100 * gap / max(em, 0.01) if gap > 0 else 1.0
                 out.append(f"{_num(max(fill, 1.0))} Tz <{space}> Tj".encode())
         out.append(b"ET")
@@ -183,6 +192,26 @@ def _pitch(lines: list[tuple[list[Word], float, float]], usual: float) -> float:
         if below and min(below) <= 3 * usual:
             steps.append(min(below))
     return float(statistics.median(steps)) if steps else 0.0
+
+
+def _room_above(lines: list[tuple[list[Word], float, float]]) -> list[float]:
+    """Each line's distance (pixels) from its baseline up to the nearest baseline above
+    it in the same column (words overlapping it across); 0 where there is none."""
+    spans = [(words[0].box[0], words[-1].box[2], baseline) for words, _, baseline in lines]
+    out = []
+    for left, right, base in spans:
+        above = [base - b for x0, x1, b in spans if b < base and x0 < right and x1 > left]
+        out.append(min(above) if above else 0.0)
+    return out
+
+
+def _height(words: list[Word]) -> float:
+    """A line's height in pixels, top to the lowest descender, over its ordinary words: a
+    box much taller than the line's usual word (a mark in the margin, a word typed over
+    another) does not size the line."""
+    usual = statistics.median(w.box[3] - w.box[1] for w in words)
+    ordinary = [w for w in words if w.box[3] - w.box[1] <= 1.6 * usual] or words
+    return float(max(w.box[3] for w in ordinary) - min(w.box[1] for w in ordinary))
 
 
 def _widest_gap(words: list[Word]) -> float:
