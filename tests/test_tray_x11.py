@@ -204,7 +204,7 @@ class X:
         """The icon's window: its name is the tooltip, which starts with "ocrwatch:"."""
         win = wait_for(lambda: self.xdotool(
             "search", "--onlyvisible", "--name", "^ocrwatch: ").split()[:1],
-            20, "the tray icon", ignore=(Exception,), interval=POLL)
+            60, "the tray icon", ignore=(Exception,), interval=POLL)
         return self.geometry(win[0])
 
     def visible(self) -> set[str]:
