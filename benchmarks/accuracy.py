@@ -444,8 +444,13 @@ def _data_sources(languages: set[str]) -> str:
 
     have = available_languages()
     wanted = sorted({lang for langs in languages for lang in langs.split("+")})
-    return ", ".join(f"{lang}={have[lang].parent}" if lang in have else f"{lang}=MISSING"
-                     for lang in wanted)
+    repo = Path(__file__).resolve().parent.parent
+
+    def shown(folder: Path) -> Path:  # inside the checkout: relative to it
+        return folder.relative_to(repo) if folder.is_relative_to(repo) else folder
+
+    return ", ".join(f"{lang}={shown(have[lang].parent)}" if lang in have
+                     else f"{lang}=MISSING" for lang in wanted)
 
 
 def main(argv: list[str] | None = None) -> int:
