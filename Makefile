@@ -88,6 +88,7 @@ start: $(VENV)/.base tray-extra gpu-extra link
 lint: $(VENV)/.dev tray-extra
 	$(BIN)/ruff check ocrwatch tests benchmarks
 	$(BIN)/mypy ocrwatch
+	$(BIN)/mypy -p benchmarks
 	$(BIN)/lint-imports
 
 test: lint

@@ -43,11 +43,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from _drop import drop_counts, make_drop, run_daemon_on_drop, vllm_lines  # noqa: E402
-from gpu_engine import Sampler, emit, gpu_facts, used_mib  # noqa: E402
-
+from benchmarks._drop import drop_counts, make_drop, run_daemon_on_drop, vllm_lines  # noqa: E402
+from benchmarks.gpu_engine import Sampler, emit, gpu_facts, used_mib  # noqa: E402
 from ocrwatch.engines.base import gpu_preparers  # noqa: E402
 
 GIB = 1024.0

@@ -51,12 +51,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from _common import header, save  # noqa: E402
-from _drop import drop_counts, make_drop, run_daemon_on_drop, toml_list  # noqa: E402
-from gpu_engine import Sampler, total_mib, used_mib  # noqa: E402
-
+from benchmarks._common import header, save  # noqa: E402
+from benchmarks._drop import drop_counts, make_drop, run_daemon_on_drop, toml_list  # noqa: E402
+from benchmarks.gpu_engine import Sampler, total_mib, used_mib  # noqa: E402
 from ocrwatch.engines.lightonocr import MAX_SIDE  # noqa: E402
 from ocrwatch.engines.remote import Stages  # noqa: E402
 

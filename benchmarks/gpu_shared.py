@@ -36,9 +36,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from _drop import (  # noqa: E402
+from benchmarks._drop import (  # noqa: E402
     daemon_env,
     done_pages,
     failures,
@@ -48,7 +47,7 @@ from _drop import (  # noqa: E402
     toml_list,
     vllm_lines,
 )
-from gpu_engine import Sampler, emit, gpu_facts, used_mib  # noqa: E402
+from benchmarks.gpu_engine import Sampler, emit, gpu_facts, used_mib  # noqa: E402
 
 GIB = 1024.0
 IDLE_STOP_S = 10.0

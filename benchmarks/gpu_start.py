@@ -34,7 +34,6 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
 MODES = ("plain", "compile")
 PHASES = re.compile(r"Model loading took|Dynamo bytecode transform|torch\.compile took|"
@@ -45,8 +44,7 @@ PHASES = re.compile(r"Model loading took|Dynamo bytecode transform|torch\.compil
 def child(model: str, mode: str, launched: float, tokens: int) -> None:
     """One start, in this process: prints one JSON line of timings."""
     up = time.time() - launched
-    from gpu_engine import images
-
+    from benchmarks.gpu_engine import images
     from ocrwatch.config import Config
     from ocrwatch.engines import gpu
     from ocrwatch.engines.vllm.memory import plan_memory
@@ -180,7 +178,7 @@ def main() -> None:
     if args.child:
         child(args.model, args.child, args.launched, args.tokens)
         return
-    from gpu_engine import emit, gpu_facts
+    from benchmarks.gpu_engine import emit, gpu_facts
 
     meta = {"date": time.strftime("%Y-%m-%d"), "tokens": args.tokens, **gpu_facts()}
     shutil.rmtree(args.work, ignore_errors=True)

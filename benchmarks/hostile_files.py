@@ -39,7 +39,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "reliability"))
 
-import attack_files  # noqa: E402
+import attack_files  # type: ignore[import-not-found]  # noqa: E402
 
 from benchmarks._common import header, median, save  # noqa: E402
 

@@ -311,6 +311,7 @@ def sizes(corpus: Path) -> list[str]:
     from typing import BinaryIO
 
     from ocrwatch.config import Config
+    from ocrwatch.core.layout import PageLayout
     from ocrwatch.engines.tesseract import TesseractEngine
     from ocrwatch.pages.decode import iter_pages
     from ocrwatch.results import pdfout
@@ -332,7 +333,7 @@ def sizes(corpus: Path) -> list[str]:
             for kind, src in _sources(corpus, tmp):
                 is_pdf = kind == "PDF"
                 pages = list(iter_pages(src, config, None))
-                layouts = [engine.layout(p) for p in pages]
+                layouts: list[PageLayout | None] = [engine.layout(p) for p in pages]
 
                 def opener(path: Path = src) -> AbstractContextManager[BinaryIO]:
                     return path.open("rb")

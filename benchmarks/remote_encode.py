@@ -26,11 +26,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from _common import header, save  # noqa: E402
 from PIL import Image  # noqa: E402
 
+from benchmarks._common import header, save  # noqa: E402
 from ocrwatch.config import Config  # noqa: E402
 from ocrwatch.engines.lightonocr import MAX_SIDE  # noqa: E402
 from ocrwatch.pages.decode import iter_pages  # noqa: E402

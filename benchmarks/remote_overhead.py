@@ -35,12 +35,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from _common import header, save  # noqa: E402
-from _drop import drop_counts, make_drop  # noqa: E402
-from gpu_remote import run_daemon, run_plain  # noqa: E402
-
+from benchmarks._common import header, save  # noqa: E402
+from benchmarks._drop import drop_counts, make_drop  # noqa: E402
+from benchmarks.gpu_remote import run_daemon, run_plain  # noqa: E402
 from ocrwatch.config import Config  # noqa: E402
 from ocrwatch.engines.lightonocr import MAX_SIDE, page_text  # noqa: E402
 from ocrwatch.pages.decode import iter_pages  # noqa: E402

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import functools
 import hashlib
 import itertools
 import os
@@ -424,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
             CPU_MS.clear()
             for kind, params in mix:
                 found = server.api_search({**params, "per": "100"})
-                times = timed(lambda p=params: server.api_search(p), args.repeats)
+                times = timed(functools.partial(server.api_search, params), args.repeats)
                 pooled += times
                 pooled_cpu = list(CPU_MS)
                 shown = " ".join(f"{k}={v}" for k, v in params.items()
@@ -439,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
 
         plain_rows = []
         for word in ("committee", "Zollverein"):
-            ours = timed(lambda w=word: server_free_search(db_path, w), args.repeats)
+            ours = timed(functools.partial(server_free_search, db_path, word), args.repeats)
             bare = timed(plain_fts(root / "plain-bulk.sqlite3", word), args.repeats)
             grepped = timed(grep(root / "inbox", word), 3)
             plain_rows.append((word, statistics.median(ours), statistics.median(bare),
@@ -504,8 +505,8 @@ def main(argv: list[str] | None = None) -> int:
     lines += ["## Beside the plain alternatives (median ms, one word, first 20 hits)", "",
               "| word | ocrwatch.store.index.search | bare FTS5 ranked query | grep -rilF over the "
               ".txt sidecars |", "|---|--:|--:|--:|"]
-    for word, ours, bare, grepped in plain_rows:
-        lines.append(f"| {word} | {ours:.2f} | {bare:.2f} | {grepped:.0f} |")
+    for word, ours_ms, bare_ms, grep_ms in plain_rows:
+        lines.append(f"| {word} | {ours_ms:.2f} | {bare_ms:.2f} | {grep_ms:.0f} |")
     lines += ["", "## End to end in the browser", ""]
     e2e: list[float] = []
     if isinstance(browser, str):
