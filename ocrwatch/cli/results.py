@@ -179,10 +179,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         status = _offline_status(args)
         running = False
     if args.json:
-        # "running" says whether a daemon answered (scripts test it); the count of files
-        # being read, "running" in the daemon's own status, is "reading" here.
-        print(json.dumps({**status.to_dict(), "reading": status.running, "running": running},
-                         indent=2, default=str))
+        print(json.dumps({**status.to_dict(), "running": running}, indent=2, default=str))
         if not running:
             echo("ocrwatch: no daemon is running (start one with `ocrwatch run`)", err=True)
     elif running:
