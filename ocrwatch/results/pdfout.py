@@ -117,14 +117,17 @@ def text_layer(layout: PageLayout, font: str, box: tuple[float, float, float, fl
     sx, sy = disp_w / layout.width, disp_h / layout.height
     space = " ".encode("utf-16-be").hex().upper()
     out = [b"q", (" ".join(_num(v) for v in matrix) + " cm").encode()]
-    lines = [(words, *_line_metric(words, layout.by_line)) for words in layout.lines().values()]
+    lines = [(words, _baseline(words, layout.by_line)) for words in layout.lines().values()]
+    # Each line's left and right end and baseline (pixels), to find its column's neighbours.
+    spans = [(float(words[0].box[0]), float(words[-1].box[2]), baseline)
+             for words, baseline in lines]
     # One font size for the lines of ordinary text: readers put lines whose sizes differ
     # by a few percent into different blocks and interleave them. The size is the whole
     # line's height, descenders included: readers also split a line where a gap is
     # wider than about an em, and typescripts space words widely (a letter skewed 2
     # degrees, sized from top to baseline, read as 58 blocks and CER 0.29 against its
     # .txt's 0.18). A line much larger or smaller (a heading, a footnote) keeps its own.
-    full = [_height(words) for words, _, _ in lines]
+    full = [_height(words) for words, _ in lines]
     usual = statistics.median(full) if full else 1.0
     # Readers also keep two lines in one block only while their baselines are at most
     # 1.5 sizes apart: a double-spaced typescript's lines, sized to their ink, each became
@@ -133,9 +136,9 @@ def text_layer(layout: PageLayout, font: str, box: tuple[float, float, float, fl
     # cells apart): sized so, its cells joined the cells above and below, and the table
     # read column by column (tapus_table_00: CER 0.580 where its .txt, row by row, has
     # 0.289; sized to its ink, 0.503).
-    common = max(usual, _pitch(lines, usual) / LINE_SPACING)
-    room = _room_above(lines)
-    for (words, _top, baseline), height, above in zip(lines, full, room, strict=True):
+    common = max(usual, _pitch(spans, usual) / LINE_SPACING)
+    room = _room_above(spans)
+    for (words, baseline), height, above in zip(lines, full, room, strict=True):
         if 0.67 * usual <= height <= 1.5 * usual:
             height = usual if _widest_gap(words) >= common else common
         elif height > 1.5 * usual and above:
@@ -180,11 +183,10 @@ LINE_SPACING = 1.4
 WORD_GAP = 0.1
 
 
-def _pitch(lines: list[tuple[list[Word], float, float]], usual: float) -> float:
+def _pitch(spans: list[tuple[float, float, float]], usual: float) -> float:
     """The usual distance (pixels) from a line's baseline to the next one below it in
     the same column (the nearest below whose words overlap it across); gaps wider than
     three lines (between paragraphs, blocks) do not count. 0 when there is none."""
-    spans = [(words[0].box[0], words[-1].box[2], baseline) for words, _, baseline in lines]
     steps = []
     for left, right, base in spans:
         below = [b - base for x0, x1, b in spans
@@ -194,10 +196,9 @@ def _pitch(lines: list[tuple[list[Word], float, float]], usual: float) -> float:
     return float(statistics.median(steps)) if steps else 0.0
 
 
-def _room_above(lines: list[tuple[list[Word], float, float]]) -> list[float]:
+def _room_above(spans: list[tuple[float, float, float]]) -> list[float]:
     """Each line's distance (pixels) from its baseline up to the nearest baseline above
     it in the same column (words overlapping it across); 0 where there is none."""
-    spans = [(words[0].box[0], words[-1].box[2], baseline) for words, _, baseline in lines]
     out = []
     for left, right, base in spans:
         above = [base - b for x0, x1, b in spans if b < base and x0 < right and x1 > left]
@@ -219,17 +220,16 @@ def _widest_gap(words: list[Word]) -> float:
     return max((b.box[0] - a.box[2] for a, b in itertools.pairwise(words)), default=0.0)
 
 
-def _line_metric(words: list[Word], by_line: bool) -> tuple[float, float]:
-    """A line's top and baseline in pixels.
+def _baseline(words: list[Word], by_line: bool) -> float:
+    """A line's baseline in pixels.
 
     The baseline is the median of the words' bottoms: most words have no descender. A
     line-level layer has no words to look at: its baseline is put a fifth above the bottom.
     """
-    top = min(w.box[1] for w in words)
     if by_line:
-        bottom = max(w.box[3] for w in words)
-        return top, bottom - (bottom - top) / 5
-    return top, float(statistics.median(w.box[3] for w in words))
+        top, bottom = min(w.box[1] for w in words), max(w.box[3] for w in words)
+        return bottom - (bottom - top) / 5
+    return float(statistics.median(w.box[3] for w in words))
 
 
 # Opens the original again, as the daemon reads it (no link followed below the inbox):
