@@ -457,15 +457,13 @@ def test_each_line_is_one_text_object_with_spaces_on_one_baseline() -> None:
     assert tms[0] == tms[1] and tms[2] == tms[3] == tms[4]  # one baseline per line
 
 
-@pytest.mark.skipif(not CORPUS.is_dir(), reason="the corpus (../shared/corpus) is not here")
-def test_pdftotext_reads_a_double_spaced_two_column_typescript_column_by_column(
-        tmp_path: Path) -> None:
-    """Its lines sized to their ink were 1.8 sizes apart, over pdftotext's 1.5: each line
-    became a block and the two columns interleaved line by line (CER 0.70 against the
-    .txt's 0.04)."""
-    config = config_for(tmp_path, languages=["fra"])
-    scan = CORPUS / "tapus_01.jpg"
-    reference = scan.with_name("tapus_01.gt.txt").read_text(encoding="utf-8")
+def _read_corpus_page(tmp_path: Path, name: str, language: str
+                      ) -> tuple[dict[str, object], str, str]:
+    """A one-page corpus file read by the daemon: its index row, its ground truth and
+    pdftotext's reading of its searchable PDF."""
+    config = config_for(tmp_path, languages=[language])
+    scan = CORPUS / name
+    reference = scan.with_name(f"{scan.stem}.gt.txt").read_text(encoding="utf-8")
     src = config.inbox[0] / scan.name
     shutil.copy(scan, src)
     daemon = read(config, src)
@@ -473,12 +471,20 @@ def test_pdftotext_reads_a_double_spaced_two_column_typescript_column_by_column(
         (row,) = rows(daemon)
     finally:
         daemon.close()
-    layer = pdf_text(src.with_name("tapus_01.ocr.pdf"))
+    return row, reference, pdf_text(src.with_name(f"{scan.stem}.ocr.pdf"))
+
+
+@pytest.mark.skipif(not CORPUS.is_dir(), reason="the corpus (../shared/corpus) is not here")
+def test_pdftotext_reads_a_double_spaced_two_column_typescript_column_by_column(
+        tmp_path: Path) -> None:
+    """Its lines sized to their ink were 1.8 sizes apart, over pdftotext's 1.5: each line
+    became a block and the two columns interleaved line by line (CER 0.70 against the
+    .txt's 0.04)."""
+    row, reference, layer = _read_corpus_page(tmp_path, "tapus_01.jpg", "fra")
     # The left column reads on before the right one begins.
     assert layer.index("Monnier sait") < layer.index("à Paris") < layer.index("anguilles")
     txt_cer = score(reference, joined_hyphens(str(row["text"]))).cer
     assert score(reference, layer).cer <= 1.2 * txt_cer, (score(reference, layer).cer, txt_cer)
-
 
 
 @pytest.mark.skipif(not CORPUS.is_dir(), reason="the corpus (../shared/corpus) is not here")
@@ -487,32 +493,9 @@ def test_a_table_row_keeps_its_ink_size_and_reads_closer_to_rows(tmp_path: Path)
     them. Sized up to the rows' pitch like running text, each cell joined the cells
     above and below it and the table read column by column: CER 0.580 from the PDF
     (0.503 with every line sized to its ink) where the .txt has 0.289."""
-    config = config_for(tmp_path, languages=["fra"])
-    scan = CORPUS / "tapus_table_00.jpg"
-    reference = scan.with_name("tapus_table_00.gt.txt").read_text(encoding="utf-8")
-    src = config.inbox[0] / scan.name
-    shutil.copy(scan, src)
-    daemon = read(config, src)
-    try:
-        (row,) = rows(daemon)
-    finally:
-        daemon.close()
-    layer_cer = score(reference, pdf_text(src.with_name("tapus_table_00.ocr.pdf"))).cer
+    row, reference, layer = _read_corpus_page(tmp_path, "tapus_table_00.jpg", "fra")
+    layer_cer = score(reference, layer).cer
     assert layer_cer <= 0.49, (layer_cer, score(reference, str(row["text"])).cer)
-
-def test_words_whose_boxes_touch_read_as_two_words(tmp_path: Path) -> None:
-    """Tesseract's boxes of "avaient" and ":" touch: drawn to their boxes, pdftotext read
-    "avaient:"."""
-    words = (Word("Elles", (100, 100, 190, 130), 0), Word("avaient", (210, 100, 330, 130), 0),
-             Word(":", (330, 108, 338, 130), 0), Word("dit", (360, 100, 410, 130), 0))
-    pdf = pikepdf.new()
-    pdf.add_blank_page(page_size=(500, 500))
-    page = pdf.pages[0]
-    name = page.add_resource(pdfout._font(pdf), pikepdf.Name.Font, prefix="F")
-    page.contents_add(pdf.make_stream(
-        pdfout.text_layer(PageLayout(500, 500, words), str(name), (0, 0, 500, 500), 0)))
-    pdf.save(tmp_path / "touch.pdf")
-    assert pdf_text(tmp_path / "touch.pdf").split() == ["Elles", "avaient", ":", "dit"]
 
 
 def _layer_words(tmp_path: Path, words: tuple[Word, ...], size: tuple[int, int]) -> list[str]:
@@ -526,6 +509,15 @@ def _layer_words(tmp_path: Path, words: tuple[Word, ...], size: tuple[int, int])
     pdf.save(tmp_path / "layer.pdf")
     return [" ".join(line.split()) for line in pdf_text(tmp_path / "layer.pdf").splitlines()
             if line.strip()]
+
+
+def test_words_whose_boxes_touch_read_as_two_words(tmp_path: Path) -> None:
+    """Tesseract's boxes of "avaient" and ":" touch: drawn to their boxes, pdftotext read
+    "avaient:"."""
+    words = (Word("Elles", (100, 100, 190, 130), 0), Word("avaient", (210, 100, 330, 130), 0),
+             Word(":", (330, 108, 338, 130), 0), Word("dit", (360, 100, 410, 130), 0))
+    assert " ".join(_layer_words(tmp_path, words, (500, 500))).split() == [
+        "Elles", "avaient", ":", "dit"]
 
 
 def test_a_word_whose_box_starts_inside_the_one_before_stays_on_its_line(
