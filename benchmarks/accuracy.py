@@ -295,7 +295,7 @@ def prep_costs(paths: list[Path]) -> dict[str, list[float]]:
             t0 = time.perf_counter()
             inkcover.coverage(page.image)
             t1 = time.perf_counter()
-            found = detector.detect(page.image, page.dpi)
+            found = detector.detect(page.image)
             t2 = time.perf_counter()
             deskew.skew_angle(orient.turn(page.image, found.turn))
             t3 = time.perf_counter()

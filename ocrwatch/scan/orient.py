@@ -3,17 +3,26 @@
 A sheet fed upside down or sideways reads as noise, whichever engine reads it, so
 every page is turned upright before any engine sees it. Tesseract's OSD
 (``osd.traineddata``; Debian's ``tesseract-ocr-osd``) says by how much, with a
-confidence. OCRmyPDF's ``--rotate-pages`` trusts it above a threshold; on the corpus
-(docs/outputs.md) OSD was right on every page it could decide, but its confidence
-for a right answer went as low as 0.2, and wrong answers on reduced pages reached 1.2.
-So a turn proposed with a confidence under ``SURE``, and a page OSD cannot decide (too
-little text for it: a small or faint page), is checked by reading: the page, reduced to
-at most ``CHECK_SIDE`` pixels, is read as it is and turned, and each reading scores its
-confident level words (Tesseract's word confidence, summed over words of three or more
-characters whose box is wider than tall: Tesseract reads the lines of a page lying
-sideways too, at a good mean confidence, but as words standing on end). The page is
-turned only when a turn scores ``CHECK_FACTOR`` times the page as it is; a page neither
-OSD nor the reading can decide is left as it is.
+confidence. OCRmyPDF's ``--rotate-pages`` trusts it above a threshold.
+
+OSD judges characters, and drops those under 10 pixels high: on a page scanned at 100
+or 150 dpi, or photographed from afar, it is often wrong, and confidently so (a page at
+150 dpi upright: "turn 180", confidence 3.4). So the page is first sized to
+``OSD_SIDE`` pixels on its longest side (an A4 page at 280 dpi), enlarged up to
+``MAX_ENLARGE`` times or reduced, and always told 300 dpi: a phone's 72 dpi stamp made
+OSD misjudge the size of the print. Of 460 corpus pages as scanned, at 150 and 100 dpi,
+photographed and on noisy paper, each fed four ways (benchmarks/results/orientation.txt),
+33 were turned wrong and 69 left turned before; 1 and 10 now.
+
+A turn OSD gives with a confidence under ``SURE``, or a page it cannot decide, is
+checked by reading: the page, sized to ``CHECK_SIDE`` pixels, is read as it is and
+turned each of the three ways, and each reading scores its confident level words
+(Tesseract's word confidence, summed over words of three or more characters whose box
+is wider than tall: Tesseract reads the lines of a page lying sideways too, at a good
+mean confidence, but as words standing on end). The page takes the best turn only when
+that scores ``CHECK_FACTOR`` times the page as it is; a page neither OSD nor the reading
+can decide is left as it is. All three turns are read, not only OSD's: an unsure OSD is
+as often wrong about the axis as about up and down.
 """
 
 from __future__ import annotations
@@ -32,12 +41,17 @@ from ocrwatch.config.languages import available_languages
 
 log = logging.getLogger(__name__)
 
-SURE = 2.0  # OSD confidence above which its turn is taken without a check
+SURE = 3.0  # OSD confidence from which its turn is taken without a check
 CHECK_FACTOR = 2.0  # how much more confident level text a turn must read
 MIN_CHECK_WORDS = 3  # a turn reading fewer level words decides nothing
 CHECK_SIDE = 2000  # pixels: the longest side of the page read for the check
 
-MAX_SIDE = 3600  # pixels: the longest side OSD looks at (A4 at 300 dpi is 3508)
+# Pixels: the longest side of the page OSD looks at. Larger pages are reduced to it (OSD,
+# which cannot be interrupted, took over 10 s on a 7000-pixel page, all of it in the way
+# of a stop); smaller ones enlarged, so that their print is of the size OSD judges well.
+OSD_SIDE = 3300
+MAX_ENLARGE = 4.0  # a label of a few words is not made a poster
+OSD_DPI = 300  # what the sized page is said to be: about what it is for a letter or A4
 
 
 @dataclass(frozen=True)
@@ -47,6 +61,19 @@ class Orientation:
     turn: int
     confidence: float  # OSD's own; -1 when it could not decide
     checked: bool = False  # OSD was unsure or undecided: the turn was checked by reading
+    proposed: int | None = None  # OSD's own turn, whether taken or not; None: undecided
+
+
+def sized(image: Image.Image, side: int) -> Image.Image:
+    """``image`` with its longest side ``side`` pixels: reduced, or enlarged at most
+    ``MAX_ENLARGE`` times; within a tenth of it, as it is."""
+    scale = min(MAX_ENLARGE, side / max(image.size))
+    if 0.9 <= scale <= 1.1:
+        return image
+    size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
+    if scale < 1:
+        return image.resize(size, Image.Resampling.BILINEAR, reducing_gap=2.0)
+    return image.resize(size, Image.Resampling.BICUBIC)
 
 
 def turn(image: Image.Image, clockwise: int) -> Image.Image:
@@ -100,21 +127,17 @@ class Detector:
                 self._apis.append(api)
         return api
 
-    def detect(self, image: Image.Image, dpi: int | None) -> Orientation:
-        """The turn that makes ``image`` upright (0 when unsure or OSD is missing)."""
+    def detect(self, image: Image.Image) -> Orientation:
+        """The turn that makes ``image`` upright (0 when unsure or OSD is missing).
+
+        The page's resolution is not asked for: the page is sized by its pixels (see the
+        module's notes), which a wrong or missing resolution cannot mislead."""
         if self.osd is None:
             return Orientation(0, -1.0)
-        # A page larger than A4 at 300 dpi is looked at reduced to about that size: the
-        # turn does not depend on the size, and OSD (which cannot be interrupted) on a
-        # 7000-pixel page took over 10 s, all of it in the way of a stop.
-        factor = -(-max(image.size) // MAX_SIDE)
-        if factor > 1:
-            image = image.reduce(factor)
-            dpi = max(72, (dpi or 300) // factor)
         api = self._api("osd")
         try:
-            api.SetImage(image)
-            api.SetSourceResolution(dpi or 300)
+            api.SetImage(sized(image, OSD_SIDE))
+            api.SetSourceResolution(OSD_DPI)
             found = api.DetectOrientationScript()
         except RuntimeError:
             found = None
@@ -122,36 +145,33 @@ class Detector:
             api.Clear()
         if not found:
             # Too little text for OSD: the reading decides among the four, if it can.
-            best = self._best(image, (90, 180, 270), dpi)
-            return Orientation(best, -1.0, checked=self.can_check)
+            return Orientation(self._best(image), -1.0, checked=self.can_check)
         # OSD's orient_deg is the counter-clockwise turn that makes the page upright.
         clockwise = (360 - int(found["orient_deg"])) % 360
         confidence = float(found["orient_conf"])
-        if clockwise == 0 or confidence >= SURE:
-            return Orientation(clockwise, confidence)
-        return Orientation(self._best(image, (clockwise,), dpi), confidence, checked=True)
+        if confidence >= SURE:
+            return Orientation(clockwise, confidence, proposed=clockwise)
+        return Orientation(self._best(image), confidence, checked=self.can_check,
+                           proposed=clockwise)
 
     @property
     def can_check(self) -> bool:
         return bool(self.check_data)
 
-    def _best(self, image: Image.Image, turns: tuple[int, ...], dpi: int | None) -> int:
-        """The one of ``turns`` that reads clearly better than the page as it is, or 0."""
+    def _best(self, image: Image.Image) -> int:
+        """The turn that reads clearly better than the page as it is, or 0."""
         if not self.check_data:
             return 0  # no folder with the reading languages: stay as it is
-        factor = -(-max(image.size) // CHECK_SIDE)
-        if factor > 1:
-            image = image.reduce(factor)
-            dpi = max(72, (dpi or 300) // factor)
-        as_is, _ = self._level_words(image, dpi)
+        image = sized(image, CHECK_SIDE)
+        as_is, _ = self._level_words(image)
         best, best_score = 0, 0.0
-        for clockwise in turns:
-            score, count = self._level_words(turn(image, clockwise), dpi)
+        for clockwise in (90, 180, 270):
+            score, count = self._level_words(turn(image, clockwise))
             if count >= MIN_CHECK_WORDS and score > best_score:
                 best, best_score = clockwise, score
         return best if best_score >= CHECK_FACTOR * as_is and best_score > 0 else 0
 
-    def _level_words(self, image: Image.Image, dpi: int | None) -> tuple[float, int]:
+    def _level_words(self, image: Image.Image) -> tuple[float, int]:
         """Confident level text in ``image`` read as it is: the sum of the word
         confidences (0-1) of its words of three or more characters lying level, and
         how many such words."""
@@ -161,7 +181,7 @@ class Detector:
         score, count = 0.0, 0
         try:
             api.SetImage(image)
-            api.SetSourceResolution(dpi or 300)
+            api.SetSourceResolution(OSD_DPI)
             api.Recognize()
             iterator = api.GetIterator()
             for word in iterate_level(iterator, RIL.WORD) if iterator else ():

@@ -72,7 +72,7 @@ class ScanPrep:
         turned = 0
         image = page.image
         if self.rotate_pages:
-            turned = self._orientation().detect(image, page.dpi).turn
+            turned = self._orientation().detect(image).turn
             image = orient.turn(image, turned)
         upright = image.size
         angle = deskew.skew_angle(image) if self.deskew else 0.0
