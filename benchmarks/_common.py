@@ -179,6 +179,15 @@ def tesseract_cli_version() -> str:
     return first[0].strip() if first else "unknown"
 
 
+def _relative(path: str) -> str:
+    """``path`` relative to the repository when it lies in it (``python -m`` gives the
+    script's absolute path): results name no machine's own folders."""
+    try:
+        return str(Path(path).resolve().relative_to(RESULTS.parent.parent))
+    except ValueError:
+        return path
+
+
 def header(title: str, extra: Sequence[str] = ()) -> list[str]:
     """How the figures were obtained: machine, versions, date, command line."""
     from ocrwatch import __version__
@@ -190,7 +199,8 @@ def header(title: str, extra: Sequence[str] = ()) -> list[str]:
         f"# machine:  {_cpu_model()}, {cores} cores usable, {platform.system()} "
         f"{platform.release()}",
         f"# python:   {platform.python_version()}, ocrwatch {__version__}",
-        f"# command:  {shlex.join([Path(sys.executable).name, *sys.argv])}",
+        "# command:  " + shlex.join([Path(sys.executable).name, _relative(sys.argv[0]),
+                                     *sys.argv[1:]]),
     ]
     lines += [f"# {line}" for line in extra]
     return lines

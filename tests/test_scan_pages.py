@@ -302,6 +302,42 @@ def test_a_page_with_one_short_line_is_not_blank(
     assert not inkcover.is_blank(page)
 
 
+def _photographed(sheet: Image.Image, seed: int) -> Image.Image:
+    """``sheet`` as a phone sees it on a table: tilted 1.5 degrees on a dark table top, the
+    light falling off smoothly from 100% to 60% across it."""
+    import random
+
+    from PIL import ImageChops
+
+    rng = random.Random(seed)
+    photo = sheet.convert("RGB").rotate(rng.choice((-1.5, 1.5)), expand=True,
+                                        resample=Image.Resampling.BICUBIC,
+                                        fillcolor=(110, 95, 80))
+    ramp = Image.linear_gradient("L").resize(photo.size)
+    if rng.random() < 0.5:
+        ramp = ramp.transpose(Image.Transpose.ROTATE_90).resize(photo.size)
+    light = ramp.point(lambda v: round(255 - v * 102 / 255)).convert("RGB")
+    return ImageChops.multiply(photo, light)
+
+
+def test_a_photographed_blank_back_is_blank_and_one_line_on_it_is_not(tmp_path: Path) -> None:
+    """Light falling off across a photographed sheet made the dim side darker than the
+    page's one paper level less 30%, and the table around the sheet was ink: the page
+    went to the engine. The paper is now measured place by place, and what is dark from
+    the picture's edge inwards is not on the page."""
+    front, _lines, _ = letter()
+    front_path = tmp_path / "front.png"
+    front.save(front_path, dpi=(DPI, DPI))
+    for seed in range(3):
+        with Image.open(cases.blank_back(front_path, tmp_path / f"b{seed}.jpg",
+                                         seed=seed)) as opened:
+            back = opened.convert("RGB")
+        assert inkcover.is_blank(_photographed(back, seed)), seed
+        ImageDraw.Draw(back).text((back.width // 2, back.height // 2), "Invoice 1 total due",
+                                  fill="black", font=ImageFont.load_default(size=28))
+        assert not inkcover.is_blank(_photographed(back, seed)), seed
+
+
 @pytest.mark.skipif(not CORPUS.is_dir(), reason="the corpus (../shared/corpus) is not here")
 def test_no_corpus_page_is_blank_and_every_blank_back_made_from_one_is(tmp_path: Path) -> None:
     from ocrwatch.pages.decode import iter_pages

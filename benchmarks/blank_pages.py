@@ -1,0 +1,83 @@
+"""Blank or not: the ink measure (:mod:`ocrwatch.scan.inkcover`) on every corpus page and
+on blank backs made from each, as scanned, at low resolution and photographed.
+
+Pages with text, as scanned, photographed, at 100 dpi and on noisy paper, must never be
+recorded blank (they would not be read); the blank backs (paper grain, sensor noise, dust
+and the front showing through, mirrored; ``benchmarks/cases.py``) should all be. Each
+kind's ink share and densest square are printed as ranges, with the time of a measure.
+
+    python benchmarks/blank_pages.py --corpus ../shared/corpus
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from PIL import Image
+
+from benchmarks import _common, cases
+from benchmarks.orientation import pages
+
+# kind -> how it is made from the upright page (path), a scratch folder and a seed
+KINDS: dict[str, Callable[[Path, Path, int], Path]] = {
+    "page": lambda src, tmp, seed: src,
+    "page, photo": lambda src, tmp, seed: cases.phone_photo(src, tmp / "photo.jpg", seed),
+    "page, 100 dpi": lambda src, tmp, seed: cases.low_resolution(src, tmp / "low.png", 100),
+    "page, noisy paper": lambda src, tmp, seed: cases.noisy(src, tmp / "noisy.jpg", seed),
+    "back": lambda src, tmp, seed: cases.blank_back(src, tmp / "back.jpg", seed),
+    "back, 150 dpi": lambda src, tmp, seed: cases.low_resolution(
+        cases.blank_back(src, tmp / "back.jpg", seed), tmp / "back150.png", 150),
+    "back, 100 dpi": lambda src, tmp, seed: cases.low_resolution(
+        cases.blank_back(src, tmp / "back.jpg", seed), tmp / "back100.png", 100),
+    "back, photo": lambda src, tmp, seed: cases.phone_photo(
+        cases.blank_back(src, tmp / "back.jpg", seed), tmp / "backphoto.jpg", seed),
+}
+
+
+def main() -> None:
+    from ocrwatch.scan import inkcover
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--corpus", type=Path, required=True, metavar="DIR")
+    parser.add_argument("--out", type=Path, default=None, metavar="FILE")
+    args = parser.parse_args()
+    found: dict[str, list[tuple[str, bool, float, float]]] = {kind: [] for kind in KINDS}
+    times: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="ocrwatch-blank-") as scratch:
+        tmp = Path(scratch)
+        for seed, (name, path, _langs) in enumerate(pages(_common.corpus(args.corpus), tmp)):
+            for kind, make in KINDS.items():
+                with Image.open(make(path, tmp, seed)) as opened:
+                    image = opened.convert("RGB")
+                started = time.perf_counter()
+                blank = inkcover.is_blank(image)
+                times.append(time.perf_counter() - started)
+                share, densest = inkcover._measure(image)
+                found[kind].append((name, blank, share, densest))
+    lines = _common.header("ocrwatch blank pages: the ink measure on corpus pages and on "
+                           "blank backs made from them", [
+                               f"blank: under {inkcover.BLANK_COVERAGE:.1%} ink and no "
+                               f"{inkcover.TILE}-pixel square (at {inkcover.WORK_SIDE} "
+                               f"pixels) over {inkcover.TILE_INK:.0%} ink"])
+    lines += ["", "| kind | pages | recorded blank | ink share | densest square | "
+              "the wrong ones |", "|---|--:|--:|---|---|---|"]
+    for kind, rows in found.items():
+        want_blank = kind.startswith("back")
+        wrong = [name for name, blank, _, _ in rows if blank != want_blank]
+        shares = [share for _, _, share, _ in rows]
+        squares = [densest for _, _, _, densest in rows]
+        lines.append(f"| {kind} | {len(rows)} | {sum(b for _, b, _, _ in rows)} | "
+                     f"{min(shares):.3%} to {max(shares):.3%} | {min(squares):.1%} to "
+                     f"{max(squares):.1%} | {', '.join(wrong) or '-'} |")
+    lines += ["", f"time of one measure: median {_common.median(times) * 1000:.0f} ms, "
+              f"at most {max(times) * 1000:.0f} ms (one thread)"]
+    print("\n".join(lines))
+    print(f"written: {_common.save('blank_pages.txt', lines, args.out)}")
+
+
+if __name__ == "__main__":
+    main()
