@@ -38,13 +38,13 @@ KINDS: dict[str, Callable[[Path, Path, int], Path]] = {
 }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     from ocrwatch.scan import inkcover
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpus", type=Path, required=True, metavar="DIR")
     parser.add_argument("--out", type=Path, default=None, metavar="FILE")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     found: dict[str, list[tuple[str, bool, float, float]]] = {kind: [] for kind in KINDS}
     times: list[float] = []
     with tempfile.TemporaryDirectory(prefix="ocrwatch-blank-") as scratch:

@@ -192,7 +192,7 @@ def report(outcomes: list[Outcome], args: argparse.Namespace) -> list[str]:
     return lines
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpus", type=Path, required=True, metavar="DIR")
     parser.add_argument("--languages", default=None, metavar="LANGS",
@@ -201,7 +201,7 @@ def main() -> None:
     parser.add_argument("--variants", nargs="+", default=[v.name for v in VARIANTS],
                         choices=[v.name for v in VARIANTS])
     parser.add_argument("--out", type=Path, default=None, metavar="FILE")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     outcomes = run(args.corpus, args.languages, args.files, args.variants)
     lines = report(outcomes, args)
     print("\n".join(lines))

@@ -156,3 +156,32 @@ def test_line_end_hyphens_are_joined_as_pdftotext_joins_them() -> None:
     # A dash that begins a line, or one alone, is no hyphenated word.
     assert joined_hyphens("-Non!\n-À bientôt.\nwords -\nmore") == (
         "-Non!\n-À bientôt.\nwords -\nmore")
+
+
+@pytest.mark.skipif(shutil.which("tesseract") is None, reason="needs Tesseract's OSD data")
+def test_orientation_and_blank_benchmarks_on_one_page(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import blank_pages, orientation
+
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    lines = ["Invoice number 4711 for the month of March, paid in full",
+             "The quick brown fox jumps over the lazy dog again and again",
+             "Please keep this letter with your other papers for next year",
+             "Orientation is detected from the shapes of the letters here"] * 3
+    text_page(lines, size=36).save(folder / "page.png", dpi=(300, 300))
+    (folder / "page.gt.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / "orientation.txt"
+    orientation.main(["--corpus", str(folder), "--languages", "eng",
+                      "--variants", "scan", "dpi150", "--out", str(out)])
+    report = out.read_text(encoding="utf-8")
+    for variant in ("scan", "dpi150"):
+        for fed in (0, 90, 180, 270):
+            assert re.search(rf"^\| {variant} \| {fed} \| 1 \| 1 \| 0 \| 0 \| 0 \|", report, re.M)
+    assert "right: 8 of 8; wrong turns: 0; left as fed: 0; recorded blank: 0" in report
+    out = tmp_path / "blank.txt"
+    blank_pages.main(["--corpus", str(folder), "--out", str(out)])
+    report = out.read_text(encoding="utf-8")
+    assert re.search(r"^\| page \| 1 \| 0 \|", report, re.M)
+    assert re.search(r"^\| back \| 1 \| 1 \|", report, re.M)
+    capsys.readouterr()
