@@ -24,8 +24,8 @@ from pathlib import Path
 
 from ocrwatch.config import Config
 from ocrwatch.core.errors import IndexDamaged, OcrwatchError
-from ocrwatch.core.fsmove import move_no_replace
 from ocrwatch.core.threads import Service
+from ocrwatch.fs.fsmove import move_no_replace
 from ocrwatch.store.db import SQLITE_SIDE_FILES, Database, file_identity
 
 log = logging.getLogger(__name__)

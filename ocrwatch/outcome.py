@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from ocrwatch.core.domain import DOUBT_NOTE, Job, PageText, doubt_of
 from ocrwatch.core.errors import InputError, OcrwatchError, TransientError
-from ocrwatch.core.safeopen import original_mode, root_of, source_root
+from ocrwatch.fs.safeopen import original_mode, root_of, source_root
 from ocrwatch.hooks.runner import Finished
 from ocrwatch.results.lifecycle import move_failure, output_folder
 from ocrwatch.results.retire import why_keep

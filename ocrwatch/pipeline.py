@@ -39,9 +39,9 @@ from ocrwatch.core.errors import (
     TransientError,
     os_reason,
 )
-from ocrwatch.core.safeopen import NotRegular, open_file_beneath, source_root
 from ocrwatch.core.textutil import text_to_markdown
 from ocrwatch.engines import Engine
+from ocrwatch.fs.safeopen import NotRegular, open_file_beneath, source_root
 from ocrwatch.outcome import defer, fail, refuse
 from ocrwatch.pages.decode import Limits, check_size, iter_pages
 from ocrwatch.reindex import known_by_sidecars

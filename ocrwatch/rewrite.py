@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ocrwatch.core.errors import OcrwatchError
-from ocrwatch.core.safeopen import original_mode, source_root
+from ocrwatch.fs.safeopen import original_mode, source_root
 from ocrwatch.results.lifecycle import output_folder
 from ocrwatch.results.sidecar import pdf_path, sidecar_paths, write_sidecars
 from ocrwatch.store.index import pages_of

@@ -12,8 +12,8 @@ import pytest
 from fake_nvml import FakeNvml, install
 
 from ocrwatch.config import Config
-from ocrwatch.core import paths
 from ocrwatch.doctor import checks as doctor
+from ocrwatch.fs import paths
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from ocrwatch.cli import logs
-from ocrwatch.core import paths
 from ocrwatch.core.errors import OcrwatchError
+from ocrwatch.fs import paths
 
 
 @pytest.fixture(autouse=True)

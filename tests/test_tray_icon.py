@@ -12,8 +12,8 @@ import pytest
 from daemon_standin import StandInDaemon
 
 from ocrwatch import tray
-from ocrwatch.core import paths
 from ocrwatch.core.status import Status
+from ocrwatch.fs import paths
 from ocrwatch.tray import app as tray_app
 
 S = Status.from_dict

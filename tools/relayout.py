@@ -112,16 +112,17 @@ MOVES: dict[str, str] = {
     "doctor_check": "doctor.check",
     "doctor_desktop": "doctor.desktop",
     "doctor_gpu": "doctor.gpu",
-    # core/: what every layer may use: the shared types, errors, threads, paths, file safety
+    # core/: what every layer may use: the shared types, errors, threads
     "domain": "core.domain",
     "layout": "core.layout",
     "status": "core.status",
     "errors": "core.errors",
     "threads": "core.threads",
-    "paths": "core.paths",
-    "private": "core.private",
-    "safeopen": "core.safeopen",
-    "fsmove": "core.fsmove",
+    # fs/: the file system, safely: paths, modes, opening without links, moving
+    "paths": "fs.paths",
+    "private": "fs.private",
+    "safeopen": "fs.safeopen",
+    "fsmove": "fs.fsmove",
     "textutil": "core.textutil",
     "progress": "core.progress",
     # existing packages
@@ -193,10 +194,13 @@ PACKAGES: dict[str, str] = {
     "core": (
         "The core every layer may use, which imports no other part of ocrwatch: the shared "
         "types (``domain``, ``layout``, ``status``), the exception tree (``errors``), the "
-        "daemon's threads (``threads``), where files live (``paths``), file modes "
-        "(``private``), opening beneath a folder without links (``safeopen``), moving without "
-        "replacing (``fsmove``), text helpers (``textutil``), quoting for a shell's command "
-        "string (``hookshell``) and the status's progress figures (``progress``)."
+        "daemon's threads (``threads``), text helpers (``textutil``), quoting for a shell's "
+        "command string (``hookshell``) and the status's progress figures (``progress``)."
+    ),
+    "fs": (
+        "The file system, handled safely: where ocrwatch's own files live (``paths``), modes "
+        "that keep them private (``private``), opening a file beneath a folder without "
+        "following links (``safeopen``) and moving without ever replacing (``fsmove``)."
     ),
 }
 

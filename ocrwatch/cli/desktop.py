@@ -13,8 +13,8 @@ from pathlib import Path
 
 from ocrwatch.cli.common import echo
 from ocrwatch.cli.termsafe import safe
-from ocrwatch.core import paths
 from ocrwatch.core.errors import UsageError
+from ocrwatch.fs import paths
 
 
 def example_config() -> str:

@@ -21,9 +21,9 @@ from typing import Any
 
 from ocrwatch.cli.native_stderr import is_native
 from ocrwatch.cli.termsafe import safe_lines
-from ocrwatch.core import paths
 from ocrwatch.core.errors import MachineError, UsageError
-from ocrwatch.core.private import PRIVATE_FILE, private_dir
+from ocrwatch.fs import paths
+from ocrwatch.fs.private import PRIVATE_FILE, private_dir
 
 LOG_NAME = "ocrwatch.log"
 MAX_BYTES = 5 * 1024 * 1024

@@ -22,8 +22,8 @@ from ocrwatch.config.schema import (
     TESTING_VARIABLE,
     Config,
 )
-from ocrwatch.core import paths
 from ocrwatch.core.errors import ConfigError
+from ocrwatch.fs import paths
 
 
 def _type_name(tp: Any) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ocrwatch.config.languages import default_languages
-from ocrwatch.core import paths
+from ocrwatch.fs import paths
 
 # The values ``engine`` takes: "auto" and each registered engine's name. The engines import
 # the config, so the config cannot list them: ocrwatch/engines/registry.py adds each here.

@@ -29,8 +29,8 @@ from importlib import resources
 from pathlib import Path
 from xml.sax.saxutils import escape as xml_escape
 
-from ocrwatch.core import paths
 from ocrwatch.core.errors import MachineError, OcrwatchError, UsageError
+from ocrwatch.fs import paths
 
 log = logging.getLogger(__name__)
 

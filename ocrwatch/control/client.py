@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ocrwatch.core import paths
 from ocrwatch.core.errors import DaemonError, DaemonNotRunning, OcrwatchError
+from ocrwatch.fs import paths
 
 log = logging.getLogger(__name__)
 

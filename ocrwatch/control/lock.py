@@ -12,8 +12,8 @@ import os
 from pathlib import Path
 from types import TracebackType
 
-from ocrwatch.core import paths
 from ocrwatch.core.errors import DaemonRunning, MachineError
+from ocrwatch.fs import paths
 
 log = logging.getLogger(__name__)
 

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from ocrwatch.control.protocol import MAX_LINE, Commands, Controllable, encode
-from ocrwatch.core import paths
 from ocrwatch.core.errors import DaemonRunning, MachineError, StateError
 from ocrwatch.core.threads import Loop
+from ocrwatch.fs import paths
 
 log = logging.getLogger(__name__)
 

@@ -1,8 +1,6 @@
 """The core every layer may use, which imports no other part of ocrwatch: the shared types
 (``domain``, ``layout``, ``status``), the exception tree (``errors``), the daemon's threads
-(``threads``), where files live (``paths``), file modes (``private``), opening beneath a
-folder without links (``safeopen``), moving without replacing (``fsmove``), text helpers
-(``textutil``), the sidecars' names (``naming``), quoting for a shell's command string
-(``hookshell``), the status's progress figures (``progress``) and the version
-(``version``).
+(``threads``), text helpers (``textutil``), the sidecars' names (``naming``), quoting for
+a shell's command string (``hookshell``), the status's progress figures (``progress``) and
+the version (``version``). Handling the file system safely is ``ocrwatch.fs``, one layer up.
 """

@@ -19,13 +19,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ocrwatch.config import Config
-from ocrwatch.core import paths
 from ocrwatch.core.errors import EngineUnavailable, OcrwatchError
 from ocrwatch.doctor.check import Check
 from ocrwatch.doctor.desktop import check_desktop, check_tray
 from ocrwatch.doctor.gpu import _reachable, _smi, _wants_gpu, check_gpu, check_model, check_vllm
 from ocrwatch.engines import registry
 from ocrwatch.engines.base import Doctor
+from ocrwatch.fs import paths
 
 log = logging.getLogger(__name__)
 

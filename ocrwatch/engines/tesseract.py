@@ -23,12 +23,12 @@ from PIL import Image
 
 from ocrwatch.config import Config
 from ocrwatch.config.languages import available_languages, locale_note, tessdata_dirs
-from ocrwatch.core import paths
 from ocrwatch.core.domain import Page, PageText
 from ocrwatch.core.errors import EngineUnavailable
 from ocrwatch.core.layout import PageLayout, Word
 from ocrwatch.core.textutil import text_to_markdown
 from ocrwatch.engines.base import Doctor, ReadPolicy, Registration
+from ocrwatch.fs import paths
 from ocrwatch.pages import memory
 
 __all__ = ["TesseractEngine", "available_languages", "tessdata_dirs", "text_to_markdown"]

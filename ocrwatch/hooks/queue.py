@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ocrwatch.core.private import private_dir
+from ocrwatch.fs.private import private_dir
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from ocrwatch.config import Config
-from ocrwatch.core.fsmove import create_unique, move_unique
+from ocrwatch.fs.fsmove import create_unique, move_unique
 
 log = logging.getLogger(__name__)
 

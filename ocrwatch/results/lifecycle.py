@@ -1,6 +1,6 @@
 """What becomes of an original once it is read: kept, archived with its sidecars, or deleted.
 
-Moves go through :mod:`ocrwatch.core.fsmove` (never replacing a file; across file systems a
+Moves go through :mod:`ocrwatch.fs.fsmove` (never replacing a file; across file systems a
 synced copy, then the source removed) and are journalled in the index first: a crash
 between the copy and the removal leaves both files, and the next start finishes the move
 (the source is removed only when the copy's bytes are the same), so nothing is lost and
@@ -22,7 +22,7 @@ from pathlib import Path
 from ocrwatch.config import Config
 from ocrwatch.core.domain import Job
 from ocrwatch.core.errors import Doing, MachineError, OcrwatchError, os_reason
-from ocrwatch.core.fsmove import move_no_replace
+from ocrwatch.fs.fsmove import move_no_replace
 from ocrwatch.results.sidecar import pdf_path
 from ocrwatch.store.db import Database
 from ocrwatch.store.jobs import JobQueue, file_sha256

@@ -22,7 +22,7 @@ from ocrwatch.config import Config
 from ocrwatch.core.domain import PageText
 from ocrwatch.core.errors import EngineUnavailable, TransientError
 from ocrwatch.core.layout import PageLayout
-from ocrwatch.core.safeopen import open_file_beneath, source_root
+from ocrwatch.fs.safeopen import open_file_beneath, source_root
 from ocrwatch.pages.decode import iter_pages, sniff
 from ocrwatch.results import pdfout
 from ocrwatch.results.align import place_text

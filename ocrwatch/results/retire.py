@@ -22,7 +22,7 @@ from pathlib import Path
 from ocrwatch.config import Config
 from ocrwatch.core.domain import PageText, doubt_of
 from ocrwatch.core.errors import InputError
-from ocrwatch.core.safeopen import open_file_beneath, source_root
+from ocrwatch.fs.safeopen import open_file_beneath, source_root
 from ocrwatch.results.sidecar import render_markdown, render_text
 
 

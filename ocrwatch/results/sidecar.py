@@ -10,7 +10,6 @@ from pathlib import Path
 
 from ocrwatch.core.domain import PageText
 from ocrwatch.core.errors import Doing, os_reason
-from ocrwatch.core.fsmove import TEMP_PREFIX, move_no_replace, temp_in
 from ocrwatch.core.naming import MD_SUFFIX as MD_SUFFIX
 from ocrwatch.core.naming import NAME_MAX as NAME_MAX
 from ocrwatch.core.naming import PDF_SUFFIX as PDF_SUFFIX
@@ -19,8 +18,9 @@ from ocrwatch.core.naming import choose_stem as choose_stem
 from ocrwatch.core.naming import fitting as fitting
 from ocrwatch.core.naming import pdf_path as pdf_path
 from ocrwatch.core.naming import sidecar_paths as sidecar_paths
-from ocrwatch.core.private import sidecar_mode
-from ocrwatch.core.safeopen import open_dir_beneath
+from ocrwatch.fs.fsmove import TEMP_PREFIX, move_no_replace, temp_in
+from ocrwatch.fs.private import sidecar_mode
+from ocrwatch.fs.safeopen import open_dir_beneath
 
 # An extended attribute on each sidecar saying that ocrwatch wrote it, for which content
 # and how it was read: an index lost while nothing watched is rebuilt from these, and
@@ -252,7 +252,7 @@ def remove_if_ours(md: Path | None, txt: Path | None, pages: list[PageText]) -> 
 def move_without_overwriting(src: Path, dest: Path) -> bool:
     """Rename ``src`` to ``dest`` unless ``dest`` exists; False when nothing was moved.
 
-    The kernel refuses to replace (:func:`ocrwatch.core.fsmove.move_no_replace`), so a file
+    The kernel refuses to replace (:func:`ocrwatch.fs.fsmove.move_no_replace`), so a file
     appearing at ``dest`` meanwhile is never overwritten, on any file system.
     """
     dest.parent.mkdir(parents=True, exist_ok=True)

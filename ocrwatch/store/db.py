@@ -22,7 +22,6 @@ from typing import Any
 
 import sqlite_utils
 
-from ocrwatch.core import paths
 from ocrwatch.core.domain import display_path as display_path  # re-exported for the store
 from ocrwatch.core.errors import (
     ConfigError,
@@ -33,8 +32,9 @@ from ocrwatch.core.errors import (
     TransientError,
     is_disk_full_os,
 )
-from ocrwatch.core.fsmove import move_no_replace
-from ocrwatch.core.private import private_dir, private_file
+from ocrwatch.fs import paths
+from ocrwatch.fs.fsmove import move_no_replace
+from ocrwatch.fs.private import private_dir, private_file
 from ocrwatch.store.migrations import MIGRATIONS
 
 log = logging.getLogger(__name__)

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from ocrwatch.control.protocol import Controllable
-from ocrwatch.core import paths
 from ocrwatch.core.errors import MachineError, OcrwatchError
 from ocrwatch.core.progress import eta_text, rate_text, short
 from ocrwatch.core.status import Status, in_hand
+from ocrwatch.fs import paths
 from ocrwatch.tray.icon import look
 
 log = logging.getLogger(__name__)

@@ -9,8 +9,8 @@ import html
 import re
 from pathlib import Path
 
-from ocrwatch.core import paths
 from ocrwatch.core.errors import SearchError
+from ocrwatch.fs import paths
 from ocrwatch.store.index import _CJK, HIGHLIGHT
 
 MAX_ID = 2**63 - 1  # SQLite's largest integer: ids and pages past it name nothing

@@ -37,9 +37,9 @@ from typing import Any
 
 from ocrwatch.config import Config
 from ocrwatch.core.errors import SearchError, StateError
-from ocrwatch.core.private import private_dir
-from ocrwatch.core.safeopen import LinkRefused, open_beneath, source_root
 from ocrwatch.core.threads import Service
+from ocrwatch.fs.private import private_dir
+from ocrwatch.fs.safeopen import LinkRefused, open_beneath, source_root
 from ocrwatch.pages.thumbs import Thumbnails
 from ocrwatch.store.db import Database, file_identity
 from ocrwatch.store.index import Filters, Hit, search

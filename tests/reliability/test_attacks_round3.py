@@ -224,7 +224,7 @@ def test_pdf_output_never_reads_through_a_link_swapped_in_after_the_read(
     import pikepdf
 
     from ocrwatch.core.domain import PageText
-    from ocrwatch.core.safeopen import LinkRefused
+    from ocrwatch.fs.safeopen import LinkRefused
     from ocrwatch.results.outputs import PdfMaker
 
     from .helpers import image_bytes, pdf_bytes

@@ -22,9 +22,9 @@ import pytest
 from PIL import Image, ImageDraw
 
 from ocrwatch.control.client import read_line
-from ocrwatch.core import fsmove
 from ocrwatch.core.domain import PageText
 from ocrwatch.core.errors import InputError
+from ocrwatch.fs import fsmove
 from ocrwatch.results.sidecar import write_sidecars
 
 from .conftest import RecordingEngine, StartDaemon
@@ -147,7 +147,7 @@ def test_move_across_file_systems_copies_then_removes(tmp_path: Path, other_fs: 
 _CRASH_MID_COPY = """
 import os, sys
 from pathlib import Path
-from ocrwatch.core import fsmove
+from ocrwatch.fs import fsmove
 os.link = lambda *a, **k: os._exit(9)  # the power goes out: copied and synced, not placed
 fsmove.move_no_replace(Path(sys.argv[1]), Path(sys.argv[2]))
 """
