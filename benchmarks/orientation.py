@@ -1,13 +1,13 @@
 """Which way up, on pages the corpus does not have: every corpus page as scanned, as a
 low-resolution scan, as a phone photo and on noisy paper, each fed four ways.
 
-For each variant the daemon's own preparation (:class:`ocrwatch.scan.prepare.ScanPrep`:
-blank check, orientation, skew) runs on the page as fed, and the turn it decides is
-compared with the turn that makes the page upright. A wrong turn is the failure that
-matters (the page is read as noise and reported read); a page left as fed because
-nothing could decide is counted apart, with the reason. No page made from a corpus
-page may be recorded blank. The time of each preparation is printed, as a median and a
-maximum per variant.
+For each variant the daemon's own blank check (:func:`ocrwatch.scan.inkcover.is_blank`)
+and orientation detection (:class:`ocrwatch.scan.orient.Detector`) run on the page as
+fed, in the order the daemon's preparation runs them, and the turn decided is compared
+with the turn that makes the page upright. A wrong turn is the failure that matters (the
+page is read as noise and reported read); a page left as fed because nothing could
+decide is counted apart, with the reason. No page made from a corpus page may be
+recorded blank. The time of the two is printed, as a median and a maximum per variant.
 
     python benchmarks/orientation.py --corpus ../shared/corpus [--languages eng]
 
@@ -120,13 +120,10 @@ def run(corpus: Path, languages: str | None, only: list[str] | None,
             detector = detectors[langs]
             for variant in (v for v in VARIANTS if v.name in variants):
                 made = variant.make(path, work / f"{Path(name).stem}.{variant.name}")
+                with Image.open(made) as opened:
+                    upright = ImageOps.exif_transpose(opened).convert("RGB")
                 for fed in TURNS:
-                    with Image.open(made) as opened:
-                        opened.load()
-                        image = ImageOps.exif_transpose(opened).convert("RGB")
-                    image = image if fed == 0 else image.transpose(
-                        {90: Image.Transpose.ROTATE_270, 180: Image.Transpose.ROTATE_180,
-                         270: Image.Transpose.ROTATE_90}[fed])
+                    image = orient.turn(upright, fed)
                     started = time.perf_counter()
                     # As the daemon's preparation: the blank check, then orientation.
                     blank = inkcover.is_blank(image)

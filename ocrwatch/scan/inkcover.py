@@ -56,10 +56,10 @@ def ink_limit(histogram: list[int], depth: float = INK_DEPTH) -> float:
 
 def coverage(image: Image.Image) -> float:
     """The share of the page (0-1) covered by ink, away from its edges."""
-    return _measure(image)[0]
+    return measure(image)[0]
 
 
-def _measure(image: Image.Image) -> tuple[float, float]:
+def measure(image: Image.Image) -> tuple[float, float]:
     """The page's ink share and its densest square's ink share, away from its edges."""
     grey = image.convert("L")
     factor = max(1, round(max(grey.size) / WORK_SIDE))
@@ -105,5 +105,9 @@ def _clear_from_edges(mask: Image.Image) -> None:
 
 def is_blank(image: Image.Image) -> bool:
     """Whether the page holds (next to) no ink: a blank sheet as a scanner gives it."""
-    share, densest = _measure(image)
+    return looks_blank(*measure(image))
+
+
+def looks_blank(share: float, densest: float) -> bool:
+    """Whether a page of :func:`measure`'s ``share`` and ``densest`` square is blank."""
     return share < BLANK_COVERAGE and densest <= TILE_INK
