@@ -24,7 +24,7 @@ more (the letter-spaced title page of tapus_multipage_3p), and a square of 25% o
 scan-like blank backs made from them (benchmarks/cases.py: grain, sensor noise, dust,
 the front showing through mirrored at 10-20% of its darkness) 0.000-0.032%, at most
 2.7% of any square, and so at 150 and 100 dpi; photographed (a tilted sheet on a table,
-light falling off to 60% across it, a hard shadow's edge), 20 of 23 are blank.
+light falling off to 60% across it, a hard shadow's edge), 19 or 20 of 23 are blank.
 """
 
 from __future__ import annotations
