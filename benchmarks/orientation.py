@@ -19,11 +19,13 @@ page turned, since orientation detection (OSD) is by script, not language.
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from unittest import mock
 
 from PIL import Image, ImageOps
 
@@ -108,7 +110,10 @@ def run(corpus: Path, languages: str | None, only: list[str] | None,
 
     outcomes: list[Outcome] = []
     detectors: dict[str, orient.Detector] = {}
-    with tempfile.TemporaryDirectory(prefix="ocrwatch-orient-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="ocrwatch-orient-") as tmp, mock.patch.dict(
+            os.environ, {"XDG_DATA_HOME": str(Path(tmp) / "data")}):
+        # The folder of linked language files that a reading check of several languages
+        # makes (engines.tesseract.prepare_tessdata) goes there, not into the user's home.
         work = Path(tmp)
         items = [i for i in _common.corpus(corpus) if not only or i.path.name in only]
         for name, path, page_langs in pages(items, work):
