@@ -43,6 +43,7 @@ from ocrwatch.engines.vllm.memory import (
     WORKING_GIB_AT_STEP,
     WORKING_GIB_EAGER,
     GpuBusy,
+    typical_prompt_tokens,
 )
 from ocrwatch.engines.vllm.messages import (
     Add,
@@ -112,21 +113,24 @@ def test_plan_for_a_16_gb_card_is_the_sum_of_its_measured_parts() -> None:
     assert plan.budget_gib == 16.0 - MARGIN_GIB
     # The KV cache is what the pages need: the worst page (max_model_len tokens) and the
     # others at a typical page, and it all stays within the usable memory.
-    page = MAX_PROMPT_TOKENS + TYPICAL_OUTPUT_TOKENS
+    page = typical_prompt_tokens() + TYPICAL_OUTPUT_TOKENS
+    # The typical page is a portrait letter-size page: fewer tokens than a square one.
+    assert image_tokens(1088, 1540) < typical_prompt_tokens() < MAX_PROMPT_TOKENS
     assert plan.kv_tokens == pytest.approx(
         plan.max_model_len + (plan.max_num_seqs - 1) * page, abs=1)
     assert plan.total_gib <= plan.budget_gib
     # ... and one page more would not fit: the most pages the budget holds.
     assert plan.total_gib + page * plan.kv_bytes_per_token / GIB > plan.budget_gib
-    assert plan.max_num_seqs == 24  # with max_tokens 4096 (8 under the old fixed rule)
+    assert plan.max_num_seqs == 29  # with max_tokens 4096 (8 under the old fixed rule)
     assert plan.max_num_batched_tokens == 4096  # one A4 page or seven cards a step
     assert image_tokens(1088, 1540) <= plan.max_num_batched_tokens
     assert plan.max_model_len >= 3080 + 4096
-    assert plan.cudagraph_sizes == [1, 2, 4, 8, 16, 24]  # none above max_num_seqs
+    assert plan.cudagraph_sizes == [1, 2, 4, 8, 16, 24, 29]  # none above max_num_seqs
     assert plan_memory(12.0, 12.0, 500).max_num_seqs > plan_memory(12.0, 12.0, 4096).max_num_seqs
-    assert plan_memory(16.0, 16.0, 500).max_num_seqs == SEQS_CAP  # no gain measured past it
-    # Capped, the KV cache is what those pages need, not all the budget allows.
-    assert plan_memory(16.0, 16.0, 500).total_gib < 16.0 - MARGIN_GIB - 1.0
+    # Memory bounds it on a 16 GB card; the cap (CUDA graphs at start) on a large one,
+    # where the KV cache is what those pages need, not all the budget allows.
+    assert plan_memory(16.0, 16.0, 500).max_num_seqs < SEQS_CAP
+    assert plan_memory(40.0, 40.0, 500).total_gib < 40.0 - MARGIN_GIB - 1.0
     # Without CUDA graphs a step needs more working memory: fewer pages.
     eager = plan_memory(16.0, 16.0, 4096, eager=True)
     assert eager.fixed_gib == pytest.approx(CONTEXT_GIB + WEIGHTS_GIB + WORKING_GIB_EAGER)

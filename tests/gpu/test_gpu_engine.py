@@ -124,8 +124,9 @@ def test_the_worker_hands_vllm_the_model_class_and_warms_every_graph_size(
     info = engine.worker_info
     print(f"\nworker: {info}", file=sys.stderr)
     # Handed over, vLLM skips its inspection of the class in a process of its own (~25 s
-    # on a first start); warmed, no sampling kernel compiles while pages wait.
-    assert info["model_class"] == "handed over"
+    # on a first start); the class is the one that encodes each page alone (vLLM 0.26);
+    # warmed, no sampling kernel compiles while pages wait.
+    assert info["model_class"] == "pagewise"
     assert info["warmed_up"] == engine.plan.cudagraph_sizes
 
 

@@ -53,7 +53,8 @@ class VllmBackend:
 
         from ocrwatch.engines.lightonocr import PROMPT
 
-        model_class = _register_model_class(settings["model"])
+        model_class = _register_model_class(settings["model"],
+                                            settings.get("pagewise_encoder", True))
         self._llm = LLM(
             model=settings["model"],
             load_format=settings.get("load_format", "auto"),
@@ -162,14 +163,15 @@ class VllmBackend:
         del self._llm
 
 
-def _register_model_class(model_dir: str) -> str:
+def _register_model_class(model_dir: str, pagewise: bool = True) -> str:
     """Hand vLLM the LightOnOCR model class itself, not its module's name.
 
     For a class known only by name, vLLM imports it in a fresh Python process to read its
     traits (so that the import cannot touch CUDA here): about 25 s on a first start,
     before its on-disk cache of those traits exists. The class is needed in this process
     anyway (vLLM's engine process is forked from it), and importing it touches no GPU.
-    Returns "handed over", or "by name" when vLLM is left to find the class itself.
+    With ``pagewise``, the class is :mod:`.pagewise`'s, which encodes each page alone.
+    Returns "pagewise", "handed over", or "by name" when vLLM is left to find the class.
     """
     try:
         config = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
@@ -178,12 +180,18 @@ def _register_model_class(model_dir: str) -> str:
         from vllm import ModelRegistry
         from vllm.model_executor.models.lightonocr import LightOnOCRForConditionalGeneration
 
-        ModelRegistry.register_model("LightOnOCRForConditionalGeneration",
-                                     LightOnOCRForConditionalGeneration)
+        model_class: type = LightOnOCRForConditionalGeneration
+        name = "handed over"
+        if pagewise:
+            from ocrwatch.engines.vllm import pagewise as pagewise_module
+
+            model_class = pagewise_module.model_class() or model_class
+            name = "pagewise" if model_class is not LightOnOCRForConditionalGeneration else name
+        ModelRegistry.register_model("LightOnOCRForConditionalGeneration", model_class)
     except Exception as exc:  # another vLLM, or no such folder: vLLM's own way then
         print(f"ocrwatch: the model class was left to vLLM: {exc}", file=sys.stderr)
         return "by name"
-    return "handed over"
+    return name
 
 
 def compilation_config(settings: dict[str, Any]) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ocrwatch.core.errors import EngineUnavailable
-from ocrwatch.engines.lightonocr import MAX_PROMPT_TOKENS
+from ocrwatch.engines.lightonocr import MAX_PROMPT_TOKENS, PATCH, image_tokens
 
 GIB = 1024**3
 BUDGET_CAP_GIB = 16.0
@@ -61,12 +61,15 @@ WORKING_EXPONENT = 2.0
 # rounds up.
 MARGIN_GIB = 0.5
 # More pages in flight pay while a step is overhead-bound: plain vLLM read 3.33, 4.19 and
-# 4.46 pages/s with 8, 16 and 24; the engine read 4.37 with 22 and with 27 (gpu_daemon.txt).
-# Past 24 a page more only takes memory from the desktop.
-SEQS_CAP = 24
-# Output a page is planned for when it has max_tokens room: a dense page of Markdown.
-# A page that writes more takes KV from others; vLLM then pauses one and recomputes it
-# later, so nothing is lost, only time.
+# 4.46 pages/s with 8, 16 and 24 (gpu_daemon.txt). Memory bounds the plan below this; the
+# cap only bounds the CUDA graphs captured at start (one per 8 pages).
+SEQS_CAP = 64
+# The page the KV cache is planned for besides the worst one: a portrait letter-size page
+# (the larger of the two common paper sizes; an A4 page needs 10% less) fitted to 1540 px,
+# writing a dense page of Markdown, or max_tokens when that is less. A page that needs
+# more (a square page, a longer text) takes KV from others: vLLM admits fewer at once, or
+# pauses one and recomputes it later, so nothing is lost, only time.
+TYPICAL_PAGE_PX = (1190, 1540)
 TYPICAL_OUTPUT_TOKENS = 1024
 # LightOnOCR-2-1B's decoder (Qwen3): 28 layers, 8 KV heads of 128 (its config.json).
 LIGHTONOCR_TEXT = {"num_hidden_layers": 28, "num_key_value_heads": 8, "head_dim": 128}
@@ -163,6 +166,13 @@ class MemoryPlan:
                 f"{self.total_gib:.2f} GiB planned of {self.budget_gib:.2f} GiB usable")
 
 
+def typical_prompt_tokens() -> int:
+    """The prompt of the typical page: its image tokens, a break per row, the template."""
+    width, height = TYPICAL_PAGE_PX
+    rows = math.ceil(max(width, height) / PATCH)
+    return image_tokens(width, height) + rows + (MAX_PROMPT_TOKENS - rows * (rows + 1))
+
+
 def default_budget(card_gib: float, configured_gb: float) -> float:
     """``vllm.gpu_memory_gb``, or the card's size capped at 16 GiB when it is 0."""
     return configured_gb or min(card_gib, BUDGET_CAP_GIB)
@@ -210,7 +220,7 @@ def plan_memory(budget_gib: float, card_gib: float, max_tokens: int, *,
             f"the GPU is busy: {_gib(others_gib)} held by other programs, "
             f"{_gib(free)} free; the vLLM engine needs {_gib(need + MARGIN_GIB)}. Pages wait "
             "and are read once memory is free.", others_gib)
-    page = (MAX_PROMPT_TOKENS + min(max_tokens, TYPICAL_OUTPUT_TOKENS)) * per_token / GIB
+    page = (typical_prompt_tokens() + min(max_tokens, TYPICAL_OUTPUT_TOKENS)) * per_token / GIB
     seqs = max(1, min(SEQS_CAP, 1 + math.floor((usable - need) / page)))
     kv_bytes = int((worst + (seqs - 1) * page) * GIB)
     total = fixed + kv_bytes / GIB
