@@ -23,7 +23,9 @@ tokens (``ignore_eos``). The drop is benchmarks/gpu_remote.py's: 24 A4 pages sca
    before) and the engine's step size (``max_num_batched_tokens``), ``max_model_len``
    and CUDA-graph settings; a first pass warms it up, the second is timed. The best of
    those that peaked under 16 GiB is the figure to beat: goals the daemon at 1.0x of it
-   and the engine alone at 1.05x, each peaking under 16 GiB.
+   and the engine alone at 1.05x, each peaking under 16 GiB. Plain vLLM runs with its own
+   LightOnOCR class; ``--plain-pagewise-seqs`` adds runs with the engine's page-at-a-time
+   vision encoder, which tell that gain from the rest of the engine's.
 
 The daemon and the engine plan for a 16 GB card (``vllm.card_gb = 16``): what other
 programs hold on the card counts against it.
@@ -187,8 +189,11 @@ def drop_pages(folder: Path, files: dict[str, int]) -> list[Any]:
 
 
 def plain_main(model: str, folder: Path, tokens: int, seqs: int, step: int,
-               max_model_len: int) -> None:
-    """One plain vLLM setting on the drop's pages (its own process): RESULT line."""
+               max_model_len: int, pagewise: bool = False) -> None:
+    """One plain vLLM setting on the drop's pages (its own process): RESULT line.
+
+    vLLM's own LightOnOCR class, or with ``pagewise`` the engine's page-at-a-time
+    encoder (engines/vllm/pagewise.py), to tell its gain from the rest of the engine's."""
     import dataclasses
 
     from vllm import LLM, SamplingParams
@@ -201,7 +206,7 @@ def plain_main(model: str, folder: Path, tokens: int, seqs: int, step: int,
     images = drop_pages(folder, {p.name: 1 for p in sorted(folder.iterdir())})
     sizes = dataclasses.replace(plan_memory(16.0, 16.0, tokens), max_num_seqs=seqs)
     t0 = time.monotonic()
-    _register_model_class(model)
+    _register_model_class(model, pagewise=pagewise)
     llm = LLM(model=model, load_format="dummy", dtype="bfloat16", max_model_len=max_model_len,
               gpu_memory_utilization=PLAIN_UTIL, max_num_seqs=seqs,
               max_num_batched_tokens=step, limit_mm_per_prompt={"image": 1},
@@ -217,19 +222,20 @@ def plain_main(model: str, folder: Path, tokens: int, seqs: int, step: int,
         passes.append((t, time.monotonic()))
     (w0, w1), (t1, t2) = passes
     print("RESULT " + json.dumps({
-        "seqs": seqs, "pages": len(images), "start_s": round(start, 1),
+        "seqs": seqs, "pagewise": pagewise, "pages": len(images), "start_s": round(start, 1),
         "warm_rate": round(len(images) / (w1 - w0), 3), "seconds": round(t2 - t1, 2),
         "rate": round(len(images) / (t2 - t1), 3), "window": [w0, t2], "timed": [t1, t2]}),
         flush=True)
 
 
 def run_plain(model: str, folder: Path, tokens: int, seqs: int, step: int, max_model_len: int,
-              sampler: Sampler | None, log: Path | None) -> dict[str, Any]:
+              sampler: Sampler | None, log: Path | None,
+              pagewise: bool = False) -> dict[str, Any]:
     import subprocess
 
     cmd = [sys.executable, __file__, model, "--plain", str(seqs), "--tokens", str(tokens),
            "--plain-step", str(step), "--plain-len", str(max_model_len),
-           "--work", str(folder.parent)]
+           "--work", str(folder.parent), *(["--plain-pagewise"] if pagewise else [])]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=400)
     if log is not None:
         with log.open("a") as f:
@@ -244,13 +250,14 @@ def run_plain(model: str, folder: Path, tokens: int, seqs: int, step: int, max_m
             result["vllm_memory"] = [ln.split("] ", 1)[-1][:220] for ln in proc.stderr.splitlines()
                                      if any(k in ln for k in VLLM_MEMORY_LINES)][:8]
             return result
-    return {"seqs": seqs, "error": f"exit {proc.returncode}: {proc.stderr[-1500:]}"}
+    return {"seqs": seqs, "pagewise": pagewise,
+            "error": f"exit {proc.returncode}: {proc.stderr[-1500:]}"}
 
 
 def best_plain(plain: list[dict[str, Any]], base: int) -> dict[str, Any] | None:
-    """The fastest plain setting whose card peak stayed under the 16 GiB line."""
+    """The fastest plain setting (vLLM's own encoder) whose card peak stayed under 16 GiB."""
     fits = [p for p in plain if "rate" in p and p.get("peak_mib") is not None
-            and (p["peak_mib"] - base) / GIB < LIMIT_GIB]
+            and not p.get("pagewise") and (p["peak_mib"] - base) / GIB < LIMIT_GIB]
     return max(fits, key=lambda p: p["rate"]) if fits else None
 
 
@@ -295,12 +302,14 @@ def report(meta: dict[str, Any], prep: dict[str, Any], daemon: dict[str, Any] | 
         lines.append(f"| the daemon (`ocrwatch run`), drop to last sidecar | {daemon['pages']} | "
                      f"{daemon['seconds']} | {daemon['rate']:.2f} | {gib(daemon['peak_mib'])} |")
     for p in plain or []:
+        which = ("plain vLLM with the engine's page-at-a-time encoder" if p.get("pagewise")
+                 else "plain vLLM")
         if "rate" in p:
-            lines.append(f"| plain vLLM, max_num_seqs {p['seqs']}, all pages at once (second "
+            lines.append(f"| {which}, max_num_seqs {p['seqs']}, all pages at once (second "
                          f"pass; first {p['warm_rate']:.2f}) | {p['pages']} | {p['seconds']} | "
                          f"{p['rate']:.2f} | {gib(p.get('peak_mib'))} |")
         else:
-            lines.append(f"| plain vLLM, max_num_seqs {p['seqs']} | failed: "
+            lines.append(f"| {which}, max_num_seqs {p['seqs']} | failed: "
                          f"{p['error'][-200:]!r} | | | |")
     lines.append("")
     best = best_plain(plain or [], base)
@@ -316,6 +325,11 @@ def report(meta: dict[str, Any], prep: dict[str, Any], daemon: dict[str, Any] | 
                          "(goal 1.05x)")
     elif plain:
         lines.append(f"no plain setting stayed under {LIMIT_GIB:.0f} GiB")
+    for p in plain or []:
+        if p.get("pagewise") and "rate" in p and alone is not None:
+            lines.append(f"engine alone / plain vLLM at {p['seqs']} with the same encoder: "
+                         f"{alone['rate'] / p['rate']:.2f}x (the memory plan and feeding "
+                         "alone)")
     if daemon is not None:
         lines.append(f"daemon: first file (engine start included) {daemon['first_file_s']} s "
                      f"after launch; failed files {daemon['failed']} {daemon['errors']}")
@@ -360,14 +374,18 @@ def main() -> None:
     parser.add_argument("--skip-plain", action="store_true", help="no plain vLLM runs")
     parser.add_argument("--plain-seqs", type=int, nargs="+", default=list(PLAIN_SEQS),
                         help="plain vLLM's max_num_seqs settings (default 8 16 24)")
+    parser.add_argument("--plain-pagewise-seqs", type=int, nargs="*", default=[],
+                        help="also plain vLLM with the engine's page-at-a-time encoder at "
+                             "these max_num_seqs (default none)")
     parser.add_argument("--plain-log", type=Path, help="plain vLLM's output goes here")
+    parser.add_argument("--plain-pagewise", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--plain", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--plain-step", type=int, default=4096, help=argparse.SUPPRESS)
     parser.add_argument("--plain-len", type=int, default=3840, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.plain:
         plain_main(args.model, args.work / "drop", args.tokens, args.plain, args.plain_step,
-                   args.plain_len)
+                   args.plain_len, args.plain_pagewise)
         return
     if not args.prepare_only and not args.model:
         parser.error("give the model folder, or --prepare-only")
@@ -405,11 +423,15 @@ def main() -> None:
         step = saved["alone"]["max_num_batched_tokens"]
         length = saved["alone"]["max_model_len"]
         meta.update(plain_step=step, plain_len=length)
-        for seqs in () if args.skip_plain else args.plain_seqs:
+        runs = [(seqs, False) for seqs in args.plain_seqs]
+        runs += [(seqs, True) for seqs in args.plain_pagewise_seqs]
+        for seqs, pagewise in () if args.skip_plain else runs:
             sampler.settle(3.0)
             saved["plain"].append(run_plain(args.model, folder, args.tokens, seqs, step, length,
-                                            sampler, args.plain_log))
+                                            sampler, args.plain_log, pagewise))
             print("plain:", json.dumps(saved["plain"][-1]), flush=True)
+            if args.json:
+                args.json.write_text(json.dumps(saved, indent=1))
         sampler.stop()
     emit(report(meta, prep, saved["daemon"], saved["alone"], saved.get("plain")), args.out,
          args.json, saved)

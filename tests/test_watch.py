@@ -105,6 +105,29 @@ def test_close_after_write_shortens_but_does_not_replace_the_check(tmp_path: Pat
     assert rig.ready == [path]
 
 
+def test_a_file_renamed_in_is_as_good_as_closed_but_must_still_be_still(tmp_path: Path) -> None:
+    rig = Rig(tmp_path)
+    path = png(tmp_path / "a.png")
+    part = tmp_path / "a.png.part"
+    rig.settler.feed("moved", part, path)
+    rig.after(0)
+    assert rig.ready == []
+    rig.after(0.6)
+    assert rig.ready == [path]
+    # One that is still being written after the rename waits the whole settle time.
+    growing = png(tmp_path / "b.png")
+    rig.settler.feed("moved", tmp_path / "b.png.part", growing)
+    rig.now += 0.3
+    with growing.open("ab") as fh:
+        fh.write(b"\0" * 10)
+    os.utime(growing, ns=(int(rig.now * 1e9), int(rig.now * 1e9)))
+    rig.after(0)
+    rig.after(1.0)
+    assert rig.ready == [path]
+    rig.after(1.1)
+    assert rig.ready == [path, growing]
+
+
 def test_incomplete_looking_file_waits_longer(tmp_path: Path) -> None:
     rig = Rig(tmp_path)
     path = tmp_path / "half.pdf"

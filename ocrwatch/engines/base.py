@@ -30,12 +30,17 @@ class ReadPolicy:
 
 
 def gpu_preparers() -> int:
-    """Preparer threads for an engine that reads on a GPU: up to 4, one per core.
+    """Preparer threads for an engine that reads on a GPU: one per core up to 4, and half
+    the cores up to 8 on larger machines (the engine's own processes need the rest).
 
     Decoding and scaling run in Pillow's and pdfium's C code outside the GIL, so threads
-    prepare in parallel.
+    prepare in parallel. With the page-at-a-time encoder the engine read the 64-page drop
+    at 7.6 pages/s, while 4 preparers gave 11 pages/s on the GPU machine's 16 cores
+    (benchmarks/results/gpu_daemon.txt): pages arrived too slowly to fill the engine's
+    first 33 places at once.
     """
-    return max(1, min(4, os.cpu_count() or 1))
+    cores = os.cpu_count() or 1
+    return max(1, min(8, max(min(4, cores), cores // 2)))
 
 
 @runtime_checkable

@@ -106,6 +106,10 @@ class Settler(Service):
             elif wanted(path, self.roots):
                 self.feed("gone", path)
             self.feed("changed", dest)
+            if dest in self.pending:
+                # Renamed in: written whole under another name (a download's .part, a
+                # scanner's temporary file, mv), so as good as closed after writing.
+                self.pending[dest].closed = True
             return
         if kind == "moved-tree" and dest is not None:
             for known in [p for p in self.pending if p.is_relative_to(path)]:

@@ -3,8 +3,8 @@
 Watchdog runs its handlers unguarded on the observer thread, so the handler only puts
 paths on a queue. The :class:`Settler` decides when a file is finished: its size and
 mtime unchanged for ``settle_seconds`` and its content looking complete (a JPEG that
-ends in its end marker, a PDF with its trailer). A close-after-write event shortens
-the wait for the first check but never replaces it.
+ends in its end marker, a PDF with its trailer). A close-after-write event or a rename
+into the folder shortens the wait for the first check but never replaces it.
 """
 
 from __future__ import annotations
