@@ -39,3 +39,23 @@ def test_the_report_sets_the_engine_and_the_daemon_against_the_best_plain_figure
     assert "best plain setting under 16 GiB: max_num_seqs 24, 4.00 pages/s" in text
     assert "daemon / best plain: 1.00x (goal 1.0x)" in text
     assert "engine alone / best plain: 1.10x (goal 1.05x)" in text
+
+
+def test_plain_vllm_with_the_engines_encoder_is_reported_but_never_the_figure_to_beat() -> None:
+    base = 615
+    plain = [{"seqs": 24, "pages": 64, "seconds": 14.0, "rate": 4.6, "warm_rate": 4.4,
+              "peak_mib": base + 14_800},
+             {"seqs": 33, "pagewise": True, "pages": 64, "seconds": 8.7, "rate": 7.3,
+              "warm_rate": 7.0, "peak_mib": base + 14_500}]
+    best = gpu_daemon.best_plain(plain, base)
+    assert best is not None and best["seqs"] == 24 and not best.get("pagewise")
+    meta = {"date": "d", "gpu": "g", "cores": 16, "vllm": "v", "tokens": 500, "files": 52,
+            "pages": 64, "settle": 1.0, "baseline_mib": base, "plain_step": 4096,
+            "plain_len": 3840}
+    prep = {k: {"pages": 1, "s": 1.0, "pages_per_s": 1.0} for k in ("a4", "card", "pdf")}
+    alone = {"pages": 64, "seconds": 9.4, "rate": 6.8, "peak_mib": base + 13_000,
+             "start_s": 22.0, "most_in_flight": 37, "errors": [], "plan": "33 pages"}
+    text = gpu_daemon.report(meta, prep, None, alone, plain)
+    assert "| plain vLLM with the engine's page-at-a-time encoder, max_num_seqs 33," in text
+    assert "best plain setting under 16 GiB: max_num_seqs 24, 4.60 pages/s" in text
+    assert "engine alone / plain vLLM at 33 with the same encoder: 0.93x" in text
