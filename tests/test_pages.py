@@ -85,6 +85,38 @@ def test_max_side_fits_the_longest_side_up_and_down(tmp_path: Path, config: Conf
     assert scale_to(page.image, None) is page.image
 
 
+def test_a_large_jpeg_for_the_model_decodes_smaller_to_the_same_page(
+        tmp_path: Path, config: Config, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A JPEG shrunk to 1540 px anyway is decoded at half (a quarter...) its size first:
+    the same page size, dpi and pixels (within a grey level or two) as decoded whole."""
+    from PIL import ImageChops, ImageStat
+    from PIL.JpegImagePlugin import JpegImageFile
+
+    path = tmp_path / "scan.jpg"
+    text_page(["An invoice", "paid in full"], width=2480).resize((2480, 3508)).save(
+        path, dpi=(300, 300), quality=90)
+    drafted: list[tuple[int, int]] = []
+    draft = JpegImageFile.draft
+
+    def spy(self: JpegImageFile, mode: str | None, size: tuple[int, int] | None) -> object:
+        result = draft(self, mode, size)
+        drafted.append(self.size)
+        return result
+
+    monkeypatch.setattr(JpegImageFile, "draft", spy)
+    (page,) = iter_pages(path, config, 1540)
+    assert drafted == [(1240, 1754)]  # decoded at half its size
+    assert page.size == (1089, 1540) and page.dpi == round(300 * 1540 / 3508)
+    with Image.open(path) as whole:
+        expected = whole.convert("RGB").resize(page.size, Image.Resampling.LANCZOS)
+    difference = ImageChops.difference(expected, page.image)
+    assert max(ImageStat.Stat(difference).mean) < 2.0
+    # Tesseract reads the scan at its own size: decoded whole.
+    drafted.clear()
+    (page,) = iter_pages(path, config, None)
+    assert page.size == (2480, 3508) and page.dpi == 300 and drafted == []
+
+
 def test_exif_orientation_is_applied(tmp_path: Path, config: Config) -> None:
     image = Image.new("RGB", (400, 200), "white")
     exif = Image.Exif()

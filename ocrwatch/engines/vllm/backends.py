@@ -183,9 +183,12 @@ def _register_model_class(model_dir: str, pagewise: bool = True) -> str:
         model_class: type = LightOnOCRForConditionalGeneration
         name = "handed over"
         if pagewise:
-            from ocrwatch.engines.vllm import pagewise as pagewise_module
+            try:
+                from ocrwatch.engines.vllm import pagewise as pagewise_module
 
-            model_class = pagewise_module.model_class() or model_class
+                model_class = pagewise_module.model_class() or model_class
+            except Exception as exc:  # vLLM moved what it follows: vLLM's own class then
+                print(f"ocrwatch: vLLM's own vision encoder is used: {exc}", file=sys.stderr)
             name = "pagewise" if model_class is not LightOnOCRForConditionalGeneration else name
         ModelRegistry.register_model("LightOnOCRForConditionalGeneration", model_class)
     except Exception as exc:  # another vLLM, or no such folder: vLLM's own way then
