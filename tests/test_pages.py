@@ -115,6 +115,13 @@ def test_a_large_jpeg_for_the_model_decodes_smaller_to_the_same_page(
     drafted.clear()
     (page,) = iter_pages(path, config, None)
     assert page.size == (2480, 3508) and page.dpi == 300 and drafted == []
+    # A phone photo turned by its EXIF tag: decoded smaller, then turned upright.
+    photo = tmp_path / "phone.jpg"
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90 degrees clockwise to display
+    text_page(["A receipt"], width=4000).resize((4000, 3000)).save(photo, exif=exif)
+    (page,) = iter_pages(photo, config, 1540)
+    assert drafted == [(2000, 1500)] and page.size == (1155, 1540)
 
 
 def test_exif_orientation_is_applied(tmp_path: Path, config: Config) -> None:
