@@ -641,6 +641,9 @@ def test_the_daemon_streams_through_a_killed_worker_and_indexes_each_page_once(
     config = Config(inbox=[tmp_path / "inbox"], database=tmp_path / "index.sqlite3",
                     settle_seconds=0.3, engine="vllm")
     config.vllm.idle_sleep_seconds = config.vllm.idle_stop_seconds = 0
+    # Not under test here, and slow on a loaded machine (the orientation check reads a page
+    # of two words four ways): pages must reach the engine faster than it ends them.
+    config.rotate_pages = config.deskew = False
     eng = VllmEngine(config, backend="fake", backend_options={"delay": 1.0}, card_mib=16 * 1024)
     inbox = config.inbox[0]
     inbox.mkdir(parents=True)

@@ -25,7 +25,7 @@ TESTED_VLLM = "0.26."
 
 def encode_page(tower: Any, image: torch.Tensor) -> torch.Tensor:
     """One page through vLLM's PixtralHFVisionModel, as its ``forward`` does for a list
-    of one image, but with no attention mask. Returns (patches, hidden)."""
+    of one image, but with no attention mask. Returns its features, a row per patch."""
     patches = tower.patch_conv(image.unsqueeze(0).to(tower.dtype))  # (1, hidden, h, w)
     embeds = tower.ln_pre(patches.flatten(2).permute(0, 2, 1))
     positions = position_ids_in_meshgrid(
