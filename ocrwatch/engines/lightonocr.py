@@ -20,20 +20,36 @@ from ocrwatch.engines.base import ReadPolicy
 MAX_SIDE = 1540
 PATCH = 28  # pixels per image token side (Pixtral encoder with a 2x2 merge)
 MAX_IMAGE_TOKENS = math.ceil(MAX_SIDE / PATCH) ** 2  # 3025
-# Prompt of the largest page: 55 rows of 55 image tokens, a break token per row, template.
-MAX_PROMPT_TOKENS = math.ceil(MAX_SIDE / PATCH) * (math.ceil(MAX_SIDE / PATCH) + 1) + 32
+TEMPLATE_TOKENS = 32  # the chat template around the image, with room to spare
 # One user turn holding only the image, for tokenizers without a usable chat template.
 PROMPT = ("<|im_start|>system<|im_end|>\n<|im_start|>user\n<|image_pad|><|im_end|>\n"
           "<|im_start|>assistant\n")
 RETRY_TEMPERATURE = 0.6  # a page that looped is tried once more, less greedily
 
 
-def image_tokens(width: int, height: int, max_side: int = MAX_SIDE) -> int:
-    """Image tokens of a page once fitted to ``max_side`` on its longest side."""
+def _grid(width: int, height: int, max_side: int) -> tuple[int, int]:
+    """Image tokens across and down of a page once fitted to ``max_side``."""
     scale = max_side / max(width, height, 1)
     w = max(1, round(width * scale))
     h = max(1, round(height * scale))
-    return min(MAX_IMAGE_TOKENS, math.ceil(w / PATCH) * math.ceil(h / PATCH))
+    return math.ceil(w / PATCH), math.ceil(h / PATCH)
+
+
+def image_tokens(width: int, height: int, max_side: int = MAX_SIDE) -> int:
+    """Image tokens of a page once fitted to ``max_side`` on its longest side."""
+    across, down = _grid(width, height, max_side)
+    return min(MAX_IMAGE_TOKENS, across * down)
+
+
+def prompt_tokens(width: int, height: int, max_side: int = MAX_SIDE) -> int:
+    """A page's whole prompt, counted as the memory plan counts it: its image tokens, a
+    break token per row of them, and the template."""
+    rows = _grid(width, height, max_side)[1]
+    return image_tokens(width, height, max_side) + rows + TEMPLATE_TOKENS
+
+
+# Prompt of the largest page: 55 rows of 55 image tokens, a break token per row, template.
+MAX_PROMPT_TOKENS = prompt_tokens(MAX_SIDE, MAX_SIDE)  # 3112
 
 
 def looped(text: str, finish: str, *, ignore_eos: bool = False) -> bool:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ocrwatch.core.errors import EngineUnavailable
-from ocrwatch.engines.lightonocr import MAX_PROMPT_TOKENS, PATCH, image_tokens
+from ocrwatch.engines.lightonocr import MAX_PROMPT_TOKENS, prompt_tokens
 
 GIB = 1024**3
 BUDGET_CAP_GIB = 16.0
@@ -167,10 +167,8 @@ class MemoryPlan:
 
 
 def typical_prompt_tokens() -> int:
-    """The prompt of the typical page: its image tokens, a break per row, the template."""
-    width, height = TYPICAL_PAGE_PX
-    rows = math.ceil(max(width, height) / PATCH)
-    return image_tokens(width, height) + rows + (MAX_PROMPT_TOKENS - rows * (rows + 1))
+    """The prompt of the typical page (:data:`TYPICAL_PAGE_PX`): 2452 tokens."""
+    return prompt_tokens(*TYPICAL_PAGE_PX)
 
 
 def default_budget(card_gib: float, configured_gb: float) -> float:
