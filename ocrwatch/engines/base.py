@@ -40,7 +40,7 @@ def gpu_preparers() -> int:
     first 33 places at once.
     """
     cores = os.cpu_count() or 1
-    return max(1, min(8, max(min(4, cores), cores // 2)))
+    return min(8, max(min(4, cores), cores // 2))
 
 
 @runtime_checkable
