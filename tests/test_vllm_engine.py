@@ -201,6 +201,14 @@ def test_engine_policy_comes_from_the_plan() -> None:
         eng.close()
 
 
+@pytest.mark.parametrize(("cores", "threads"), [(1, 1), (2, 2), (4, 4), (8, 4), (12, 6),
+                                                (16, 8), (64, 8)])
+def test_gpu_engines_prepare_on_a_thread_per_core_to_4_then_half_the_cores_to_8(
+        monkeypatch: pytest.MonkeyPatch, cores: int, threads: int) -> None:
+    monkeypatch.setattr("os.cpu_count", lambda: cores)
+    assert gpu_preparers() == threads
+
+
 def test_real_backend_without_vllm_says_how_to_install_it() -> None:
     pytest.importorskip("ocrwatch")  # keeps the import order obvious
     try:
