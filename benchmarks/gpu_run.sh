@@ -82,6 +82,11 @@ for stage in ${STAGES:-engine daemon tests}; do
         ;;
     tests)
         TINY=""; [ "${RUN_TINY:-1}" = 1 ] && TINY="$MODELS/tiny"
+        # The kernels vLLM compiles at a first start stay in the user's caches, as on a
+        # desktop (the tests' own HOMEs would start each engine with empty ones).
+        TRITON=${TRITON_CACHE_DIR:-$HOME/.triton/cache} VCACHE=${VLLM_CACHE_ROOT:-$HOME/.cache/vllm}
+        mkdir -p "$TRITON" "$VCACHE"
+        TRITON_CACHE_DIR=$TRITON VLLM_CACHE_ROOT=$VCACHE \
         OCRWATCH_GPU_MODEL="$MODELS/full" OCRWATCH_GPU_TINY_MODEL="$TINY" \
             timeout "${TESTS_TIMEOUT:-300}" python3 -m pytest tests/gpu -v -rs -s -p no:cacheprovider \
             -o timeout=200 >"$OUT/pytest_gpu.log" 2>&1

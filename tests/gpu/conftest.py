@@ -4,6 +4,9 @@ Environment:
   OCRWATCH_GPU_MODEL       model folder (full size; loaded with load_format="dummy")
   OCRWATCH_GPU_TINY_MODEL  optional: a tiny folder with real weights (make_model.py --tiny)
   OCRWATCH_CORPUS          folder of real scans (default: ../shared/corpus beside the repo)
+  TRITON_CACHE_DIR, VLLM_CACHE_ROOT
+                           kept when set: the kernels vLLM compiles at its first start
+                           (benchmarks/gpu_run.sh passes the user's, as a desktop keeps them)
 """
 
 from __future__ import annotations
@@ -17,6 +20,23 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # the helpers module beside this file
 from gpu_helpers import Sampler, used_mib, why_not
+
+# Every test gets a HOME of its own (tests/conftest.py), and with it, by default, empty
+# kernel caches: each engine start would compile vLLM's sampling kernels again (13-16 s
+# on the H200), which a desktop does once. One cache for the session, or the caller's.
+KERNEL_CACHES = {"TRITON_CACHE_DIR": "triton", "VLLM_CACHE_ROOT": "vllm"}
+
+
+@pytest.fixture(scope="session")
+def kernel_caches(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    shared = tmp_path_factory.mktemp("kernel-caches")
+    return {key: os.environ.get(key) or str(shared / sub) for key, sub in KERNEL_CACHES.items()}
+
+
+@pytest.fixture(autouse=True)
+def _kernel_caches(kernel_caches: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    for key, value in kernel_caches.items():
+        monkeypatch.setenv(key, value)
 
 
 @pytest.fixture(scope="session")
