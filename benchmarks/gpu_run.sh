@@ -8,6 +8,7 @@
 #   MAKE_MODEL       path to make_model.py (writes the LightOnOCR-2-1B-shaped folders)
 #   OCRWATCH_CORPUS  folder of real scans for the tests
 #   OUT              where logs and results go (default ./gpu-out)
+#   TESTS_K          a pytest -k expression: the tests stage runs only those GPU tests
 set -u
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
@@ -88,7 +89,7 @@ for stage in ${STAGES:-engine daemon tests}; do
         mkdir -p "$TRITON" "$VCACHE"
         TRITON_CACHE_DIR=$TRITON VLLM_CACHE_ROOT=$VCACHE \
         OCRWATCH_GPU_MODEL="$MODELS/full" OCRWATCH_GPU_TINY_MODEL="$TINY" \
-            timeout "${TESTS_TIMEOUT:-300}" python3 -m pytest tests/gpu -v -rs -s -p no:cacheprovider \
+            timeout "${TESTS_TIMEOUT:-300}" python3 -m pytest tests/gpu ${TESTS_K:+-k "$TESTS_K"} -v -rs -s -p no:cacheprovider \
             -o timeout=200 >"$OUT/pytest_gpu.log" 2>&1
         echo "gpu tests: exit $? after $(( $(date +%s) - start )) s" | tee -a "$OUT/summary.txt"
         grep -aE "PASSED|FAILED|ERROR|SKIPPED|passed|failed|corpus:|asleep:|woke|stopped:|Error" \

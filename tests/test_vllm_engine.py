@@ -32,7 +32,7 @@ from ocrwatch.engines.faults import Fault
 from ocrwatch.engines.lightonocr import MAX_PROMPT_TOKENS, image_tokens
 from ocrwatch.engines.vllm import VllmEngine, plan_memory
 from ocrwatch.engines.vllm.admission import pick_next
-from ocrwatch.engines.vllm.backends import compilation_config
+from ocrwatch.engines.vllm.backends import compilation_config, warm_up_sizes
 from ocrwatch.engines.vllm.memory import (
     CONTEXT_GIB,
     GIB,
@@ -834,6 +834,15 @@ def test_vllm_compiles_nothing_unless_asked_and_graphs_only_the_decode_sizes() -
                                             "mode": "NONE", "cudagraph_mode": "FULL_DECODE_ONLY"}
     settings["torch_compile"] = True
     assert compilation_config(settings) == {"cudagraph_capture_sizes": [1, 2, 4, 8]}
+
+
+def test_the_sampling_warm_up_meets_each_kind_of_batch_triton_compiles_apart_once() -> None:
+    # 1, a multiple of 16, and any other size: one batch of each, the smallest.
+    assert warm_up_sizes([1, 2, 4, 8, 16, 24, 32, 33]) == [1, 2, 16]
+    assert warm_up_sizes([1, 2, 4, 8]) == [1, 2]
+    assert warm_up_sizes([4, 8, 12]) == [4]
+    assert warm_up_sizes([16, 32]) == [16]
+    assert warm_up_sizes([]) == []
 
 
 def test_the_engine_hands_its_compile_setting_to_the_worker() -> None:

@@ -29,6 +29,7 @@ from PIL import Image  # noqa: E402
 from ocrwatch.config import Config  # noqa: E402
 from ocrwatch.core.domain import Page, PageText  # noqa: E402
 from ocrwatch.engines.vllm import VllmEngine  # noqa: E402
+from ocrwatch.engines.vllm.backends import warm_up_sizes  # noqa: E402
 from ocrwatch.pages.decode import iter_pages  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -118,7 +119,7 @@ def test_corpus_through_the_daemon_pipeline_stays_under_16_gib(
     assert peak < CARD_LIMIT_MIB
 
 
-def test_the_worker_hands_vllm_the_model_class_and_warms_every_graph_size(
+def test_the_worker_hands_vllm_the_model_class_and_warms_each_kind_of_batch(
         engine: VllmEngine) -> None:
     engine.start()
     info = engine.worker_info
@@ -127,7 +128,7 @@ def test_the_worker_hands_vllm_the_model_class_and_warms_every_graph_size(
     # on a first start); the class is the one that encodes each page alone (vLLM 0.26);
     # warmed, no sampling kernel compiles while pages wait.
     assert info["model_class"] == "pagewise"
-    assert info["warmed_up"] == engine.plan.cudagraph_sizes
+    assert info["warmed_up"] == warm_up_sizes(engine.plan.cudagraph_sizes)
 
 
 def test_sleep_frees_the_card_and_the_next_page_wakes_it(
