@@ -44,8 +44,8 @@ def image_tokens(width: int, height: int, max_side: int = MAX_SIDE) -> int:
 def prompt_tokens(width: int, height: int, max_side: int = MAX_SIDE) -> int:
     """A page's whole prompt, counted as the memory plan counts it: its image tokens, a
     break token per row of them, and the template."""
-    rows = _grid(width, height, max_side)[1]
-    return image_tokens(width, height, max_side) + rows + TEMPLATE_TOKENS
+    across, down = _grid(width, height, max_side)
+    return min(MAX_IMAGE_TOKENS, across * down) + down + TEMPLATE_TOKENS
 
 
 # Prompt of the largest page: 55 rows of 55 image tokens, a break token per row, template.

@@ -22,16 +22,6 @@ from ocrwatch.engines.vllm.messages import Done, Sampling
 if TYPE_CHECKING:
     from PIL import Image
 
-def warm_up_sizes(sizes: list[int]) -> list[int]:
-    """One batch size of each kind Triton compiles a kernel for apart: it specialises an
-    integer argument (the batch size) on being 1 and on being a multiple of 16, so 1, one
-    other size and one multiple of 16 compile every variant that ``sizes`` will meet. Each
-    batch warmed costs about 0.15 s of every start, cached or not."""
-    kinds = {1: [n for n in sizes if n == 1],
-             16: [n for n in sizes if n % 16 == 0],
-             0: [n for n in sizes if n != 1 and n % 16]}
-    return sorted(found[0] for found in kinds.values() if found)
-
 
 class Backend(Protocol):
     info: dict[str, Any]
@@ -207,6 +197,17 @@ def _register_model_class(model_dir: str, pagewise: bool = True) -> str:
         print(f"ocrwatch: the model class was left to vLLM: {exc}", file=sys.stderr)
         return "by name"
     return name
+
+
+def warm_up_sizes(sizes: list[int]) -> list[int]:
+    """One batch size of each kind Triton compiles a kernel for apart: it specialises an
+    integer argument (the batch size) on being 1 and on being a multiple of 16, so 1, one
+    other size and one multiple of 16 compile every variant that ``sizes`` will meet. Each
+    batch warmed costs about 0.15 s of every start, cached or not."""
+    kinds = {1: [n for n in sizes if n == 1],
+             16: [n for n in sizes if n % 16 == 0],
+             0: [n for n in sizes if n != 1 and n % 16]}
+    return sorted(found[0] for found in kinds.values() if found)
 
 
 def compilation_config(settings: dict[str, Any]) -> dict[str, Any]:
