@@ -100,12 +100,15 @@ def born_digital(texts: Sequence[str], out: Path, font: Path = DEJAVU) -> Path:
     return out
 
 
+# Degrees clockwise -> Pillow's transpose (whose ROTATE_ turn counter-clockwise).
+TRANSPOSE = {90: Image.Transpose.ROTATE_270, 180: Image.Transpose.ROTATE_180,
+             270: Image.Transpose.ROTATE_90}
+
+
 def turned(src: Path, out: Path, clockwise: int) -> Path:
     """The page as a sheet fed sideways or upside down: turned ``clockwise`` degrees."""
     image, dpi = _open(src)
-    method = {90: Image.Transpose.ROTATE_270, 180: Image.Transpose.ROTATE_180,
-              270: Image.Transpose.ROTATE_90}[clockwise]
-    image.transpose(method).save(out, "PNG", dpi=(round(dpi),) * 2)
+    image.transpose(TRANSPOSE[clockwise]).save(out, "PNG", dpi=(round(dpi),) * 2)
     return out
 
 

@@ -24,17 +24,25 @@ if [ ! -d "$SITE/vllm" ]; then
     rm -f /root/stage/s.tar.xz
     echo "vLLM unpacked in $(( $(date +%s) - t )) s"
 fi
-if ls "$WHL_DIR"/*.whl >/dev/null 2>&1; then
+# Wheels and Tesseract's data: from $WHL_DIR, and what an earlier call staged beside
+# vLLM's part0 in /root/stage (the 64 MiB a call carries does not hold them all at once).
+wheels=$(ls "$WHL_DIR"/*.whl /root/stage/*.whl 2>/dev/null)
+if [ -n "$wheels" ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target "$SITE" "$WHL_DIR"/*.whl
+        --target "$SITE" $wheels
 fi
+for data in "$WHL_DIR/tessdata.tar.xz" /root/stage/tessdata.tar.xz; do
+    if [ -f "$data" ] && [ ! -d /tmp/tessdata ]; then tar -xJf "$data" -C /tmp; fi
+done
+if [ -d /tmp/tessdata ]; then export TESSDATA_PREFIX=/tmp/tessdata; fi
 if [ -f "$GPU_DIR/make_model.py" ]; then cp "$GPU_DIR/make_model.py" /tmp/make_model.py; fi
 export PYTHONPATH=$SITE:$PWD VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
 # Before any engine starts: every module the daemon loads is importable here (a wheel
 # missing from benchmarks/gpu_wheels.sh would otherwise end a run minutes in).
 if ! python3 -c "import ocrwatch.daemon, ocrwatch.cli, ocrwatch.engines.remote, \
         ocrwatch.engines.vllm, ocrwatch.results.pdfout, ocrwatch.scan.prepare, \
-        ocrwatch.core.textutil, psutil, httpx, pikepdf, pypdfium2, rapidfuzz, pynvml"; then
+        ocrwatch.core.textutil, psutil, httpx, pikepdf, pypdfium2, rapidfuzz, pynvml, \
+        tesserocr"; then
     echo "PREFLIGHT: a module the daemon needs is missing (benchmarks/gpu_wheels.sh)"; exit 4
 fi
 RUN=/tmp/ocrwatch-gpu-out
@@ -42,7 +50,7 @@ rm -rf "$RUN" && mkdir -p "$RUN"
 OUT=$RUN MAKE_MODEL=/tmp/make_model.py timeout "${LIMIT:-560}" bash benchmarks/gpu_run.sh
 echo "gpu_run.sh: exit $?"
 for f in gpu_daemon.txt gpu_daemon.json gpu_shared.txt gpu_shared.json remote.txt summary.txt \
-         pytest_gpu.log; do
+         pytest_gpu.log gpu_scan.txt gpu_scan.json; do
     if [ -f "$RUN/$f" ]; then cp "$RUN/$f" "$FINAL/"; fi
 done
 tar -czf "$FINAL/logs.tar.gz" -C "$RUN" .

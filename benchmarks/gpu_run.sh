@@ -3,7 +3,8 @@
 # the GPU tests, each whole, in the order STAGES names (default: "engine daemon tests";
 # "start" runs benchmarks/gpu_start.py, where a start spends its time; "shared" runs
 # benchmarks/gpu_shared.py, the daemon on a card another program shares; "remote" runs
-# benchmarks/gpu_remote.py, which needs the wheels of benchmarks/gpu_wheels.sh).
+# benchmarks/gpu_remote.py, which needs the wheels of benchmarks/gpu_wheels.sh; "scan"
+# runs benchmarks/gpu_scan.py, pages turned upright before vLLM, on OCRWATCH_CORPUS).
 # Needs vLLM importable (PYTHONPATH) and make_model.py; see docs/gpu.md for staging.
 #   MAKE_MODEL       path to make_model.py (writes the LightOnOCR-2-1B-shaped folders)
 #   OCRWATCH_CORPUS  folder of real scans for the tests
@@ -63,6 +64,15 @@ for stage in ${STAGES:-engine daemon tests}; do
         cp /tmp/ocrwatch-daemon-bench/daemon.log "$OUT/daemon.log" 2>/dev/null
         { echo "== daemon"; start_times "$OUT/daemon.log"; } >>"$OUT/start_times.txt"
         grep -av "EngineCore\|^INFO\|^WARNING\|^\[W\|^(EngineCore" "$OUT/daemon_bench.log" | tail -n 25
+        ;;
+    scan)
+        # The daemon turning corpus pages upright (rotate_pages on and off) before vLLM.
+        timeout "${SCAN_TIMEOUT:-500}" python3 benchmarks/gpu_scan.py "$MODELS/full" \
+            --corpus "${OCRWATCH_CORPUS:?the scan stage needs OCRWATCH_CORPUS}" \
+            --out "$OUT/gpu_scan.txt" --json "$OUT/gpu_scan.json" >"$OUT/scan_bench.log" 2>&1
+        echo "scan benchmark: exit $? after $(( $(date +%s) - start )) s" | tee -a "$OUT/summary.txt"
+        cp /tmp/ocrwatch-scan-bench/daemon-rotate-*.log "$OUT/" 2>/dev/null
+        grep -av "EngineCore\|^INFO\|^WARNING\|^\[W\|^(EngineCore" "$OUT/scan_bench.log" | tail -n 25
         ;;
     shared)
         # The daemon on a card another program shares, and from stopped to read.

@@ -39,6 +39,7 @@ from typing import Any
 from PIL import Image
 
 from ocrwatch.config.languages import available_languages
+from ocrwatch.scan.osd import OsdApi
 
 log = logging.getLogger(__name__)
 
@@ -117,8 +118,7 @@ class Detector:
         if api is None:
             if kind == "osd":
                 assert self.osd is not None
-                api = tesserocr.PyTessBaseAPI(path=str(self.osd.parent) + os.sep, lang="osd",
-                                              psm=tesserocr.PSM.OSD_ONLY)
+                api = OsdApi(self.osd)
             else:
                 folder = next(iter(self.check_data))
                 api = tesserocr.PyTessBaseAPI(path=str(folder) + os.sep, lang=self.check_lang,
@@ -135,23 +135,15 @@ class Detector:
         module's notes), which a wrong or missing resolution cannot mislead."""
         if self.osd is None:
             return Orientation(0, -1.0)
-        api = self._api("osd")
-        try:
-            # Grey, and sized as grey: a third of the pixels to resize and to hand over,
-            # and one channel for OSD to threshold (0.6 s instead of 0.9 on an A4 scan).
-            api.SetImage(sized(image.convert("L"), OSD_SIDE))
-            api.SetSourceResolution(OSD_DPI)
-            found = api.DetectOrientationScript()
-        except RuntimeError:
-            found = None
-        finally:
-            api.Clear()
-        if not found:
+        # Grey, and sized as grey: a third of the pixels to resize and to hand over, and
+        # one channel for OSD to threshold (0.6 s instead of 0.9 on an A4 scan).
+        found = self._api("osd").detect(sized(image.convert("L"), OSD_SIDE), OSD_DPI)
+        if found is None:
             # Too little text for OSD: the reading decides among the four, if it can.
             return Orientation(self._best(image), -1.0, checked=self.can_check)
-        # OSD's orient_deg is the counter-clockwise turn that makes the page upright.
-        clockwise = (360 - int(found["orient_deg"])) % 360
-        confidence = float(found["orient_conf"])
+        # OSD gives the counter-clockwise turn that makes the page upright.
+        degrees, confidence = found
+        clockwise = (360 - degrees) % 360
         if confidence >= SURE:
             return Orientation(clockwise, confidence, proposed=clockwise)
         return Orientation(self._best(image), confidence, checked=self.can_check,
@@ -208,4 +200,7 @@ class Detector:
         with self._lock:
             apis, self._apis = self._apis, []
         for api in apis:
-            api.End()
+            if isinstance(api, OsdApi):
+                api.close()
+            else:
+                api.End()
