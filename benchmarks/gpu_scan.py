@@ -76,7 +76,7 @@ def run(model: str, folder: Path, files: dict[str, int], tokens: int, work: Path
              f"card_gb = {CARD_GB}"]
     result = run_daemon_on_drop(lines, folder, files, work, 1.0, sampler, timeout)
     turns = recorded_turns(work / "index.sqlite3")
-    right = wrong = left = 0
+    right, wrong, left = 0, [], []
     for name in files:
         fed = int(name.rsplit(".turn", 1)[1].split(".")[0])
         want = (360 - fed) % 360  # fed 90 clockwise is turned back 270 clockwise
@@ -84,10 +84,11 @@ def run(model: str, folder: Path, files: dict[str, int], tokens: int, work: Path
         if got == want:
             right += 1
         elif got == 0:
-            left += 1
+            left.append(name)
         else:
-            wrong += 1
-    result.update(rotate=rotate, right=right, wrong=wrong, left=left)
+            wrong.append(f"{name}: {got}")
+    result.update(rotate=rotate, right=right, wrong=len(wrong), left=len(left),
+                  wrong_pages=wrong, left_pages=left)
     shutil.copy(work / "daemon.log", work.parent / f"daemon-rotate-{'on' if rotate else 'off'}.log")
     return result
 
@@ -119,6 +120,9 @@ def report(meta: dict[str, Any], runs: list[dict[str, Any]]) -> str:
     if on and off:
         lines.append(f"with orientation / without: {on['rate'] / off['rate']:.2f}x pages/s "
                      f"({on['seconds']} s against {off['seconds']} s for the drop)")
+    if on:
+        lines.append(f"rotate_pages on: left as fed {on['left_pages'] or 'none'}; turned "
+                     f"wrong {on['wrong_pages'] or 'none'}")
     for r in runs:
         lines.append(f"rotate_pages {'on' if r['rotate'] else 'off'}: first file (engine start "
                      f"included) {r['first_file_s']} s after launch; failed files "
