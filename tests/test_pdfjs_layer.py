@@ -16,10 +16,15 @@ from typing import Any
 
 import pikepdf
 import pytest
-from test_scan_pages import CORPUS, ROTATE, _layer_pdf, config_for, read, rows
+from test_scan_pages import (
+    CORPUS,
+    TABLE_ROWS,
+    TABLE_WORDS,
+    _layer_pdf,
+    read_letter_upright_and_sideways,
+)
 
 from benchmarks._common import score
-from ocrwatch.core.layout import Word
 
 PDFJS = Path("/usr/share/javascript/pdf/build")
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -89,12 +94,8 @@ def pdfjs(tmp_path: Path) -> Iterator[Any]:
 
 
 def test_pdfjs_reads_a_row_of_cells_far_apart_as_one_line(tmp_path: Path, pdfjs: Any) -> None:
-    cells = (("Name", "Amount", "Due"), ("Alice", "12.50", "May"), ("Bob", "7.00", "June"))
-    words = tuple(Word(text, (100 + 500 * col, 100 + 50 * n, 100 + 500 * col + 24 * len(text),
-                              130 + 50 * n), n)
-                  for n, row in enumerate(cells) for col, text in enumerate(row))
-    (lines,) = pdfjs(_layer_pdf(tmp_path, words, (1400, 400)))
-    assert lines == ["Name Amount Due", "Alice 12.50 May", "Bob 7.00 June"]
+    (lines,) = pdfjs(_layer_pdf(tmp_path, TABLE_WORDS, (1400, 400)))
+    assert lines == list(TABLE_ROWS)
 
 
 @pytest.mark.skipif(not CORPUS.is_dir(), reason="the corpus (../shared/corpus) is not here")
@@ -102,22 +103,7 @@ def test_pdfjs_reads_a_typed_letter_line_by_line_upright_and_turned(
         tmp_path: Path, pdfjs: Any) -> None:
     """A typed letter, as scanned and fed sideways: pdf.js gives the .txt's lines, each
     whole and in order, on both pages (the turned page's layer lies on it as shown)."""
-    from PIL import Image
-
-    config = config_for(tmp_path)
-    scan = CORPUS / "ehri_eng_03.jpg"
-    with Image.open(scan) as opened:
-        upright = opened.convert("RGB")
-        dpi = opened.info.get("dpi", (300, 300))
-    src = config.inbox[0] / "letter.tif"
-    upright.save(src, save_all=True, append_images=[upright.transpose(ROTATE[90])],
-                 dpi=dpi, compression="tiff_deflate")
-    daemon = read(config, src)
-    try:
-        got = rows(daemon)
-    finally:
-        daemon.close()
-    pdf = src.with_name("letter.ocr.pdf")
+    got, pdf = read_letter_upright_and_sideways(tmp_path)
     with pikepdf.open(pdf) as doc:
         assert [int(p.obj.get("/Rotate", 0)) for p in doc.pages] == [0, 270]
     pages = pdfjs(pdf)

@@ -289,8 +289,12 @@ def test_an_unsure_upright_page_that_reads_upright_is_read_once_not_four_times(
     detector = orient.Detector(None, ["dan"])
     readings: list[int] = []
     level_words = detector._level_words
-    monkeypatch.setattr(detector, "_level_words",
-                        lambda image: readings.append(1) or level_words(image))
+
+    def counted(image: Image.Image) -> tuple[float, int]:
+        readings.append(1)
+        return level_words(image)
+
+    monkeypatch.setattr(detector, "_level_words", counted)
     try:
         found = detector.detect(upright)
         assert (found.turn, found.checked, len(readings)) == (0, True, 1), found
@@ -570,15 +574,11 @@ def test_a_reading_of_mostly_non_words_is_flagged_and_kept_out_of_search(
 
 
 # -- the text layer's reading order -------------------------------------------------
-@pytest.mark.skipif(not CORPUS.is_dir(), reason="the corpus (../shared/corpus) is not here")
-def test_pdftotext_reads_a_typed_letter_in_order_upright_and_turned(tmp_path: Path) -> None:
-    """A typed letter (widely spaced words, lines of uneven height): with a text object
-    per word sized to its line, pdftotext read its PDF at CER 0.208 against the .txt's
-    0.183, splitting lines into columns."""
+def read_letter_upright_and_sideways(tmp_path: Path) -> tuple[list[dict[str, object]], Path]:
+    """A typed letter (ehri_eng_03.jpg) as a TIFF of two frames, upright and fed 90 degrees
+    clockwise, read by the daemon: its page rows and its searchable PDF."""
     config = config_for(tmp_path)
-    letter_scan = CORPUS / "ehri_eng_03.jpg"
-    reference = letter_scan.with_name("ehri_eng_03.gt.txt").read_text(encoding="utf-8")
-    with Image.open(letter_scan) as opened:
+    with Image.open(CORPUS / "ehri_eng_03.jpg") as opened:
         upright = opened.convert("RGB")
         dpi = opened.info.get("dpi", (300, 300))
     src = config.inbox[0] / "letter.tif"
@@ -586,11 +586,20 @@ def test_pdftotext_reads_a_typed_letter_in_order_upright_and_turned(tmp_path: Pa
                  dpi=dpi, compression="tiff_deflate")
     daemon = read(config, src)
     try:
-        got = rows(daemon)
+        return rows(daemon), src.with_name("letter.ocr.pdf")
     finally:
         daemon.close()
+
+
+@pytest.mark.skipif(not CORPUS.is_dir(), reason="the corpus (../shared/corpus) is not here")
+def test_pdftotext_reads_a_typed_letter_in_order_upright_and_turned(tmp_path: Path) -> None:
+    """A typed letter (widely spaced words, lines of uneven height): with a text object
+    per word sized to its line, pdftotext read its PDF at CER 0.208 against the .txt's
+    0.183, splitting lines into columns."""
+    reference = (CORPUS / "ehri_eng_03.gt.txt").read_text(encoding="utf-8")
+    got, pdf = read_letter_upright_and_sideways(tmp_path)
     assert [r["turned"] for r in got] == [0, 270]
-    layers = pdf_text(src.with_name("letter.ocr.pdf")).split("\f")
+    layers = pdf_text(pdf).split("\f")
     for row, layer in zip(got, layers, strict=False):
         txt_cer, layer_cer = score(reference, str(row["text"])).cer, score(reference, layer).cer
         assert layer_cer <= 1.1 * txt_cer, (row["page"], layer_cer, txt_cer)
@@ -671,15 +680,19 @@ def _layer_pdf(tmp_path: Path, words: tuple[Word, ...], size: tuple[int, int]) -
     return tmp_path / "layer.pdf"
 
 
+# A table of three rows, its cells 500 pixels apart, on a page of 1400x400 pixels.
+TABLE_ROWS = ("Name Amount Due", "Alice 12.50 May", "Bob 7.00 June")
+TABLE_WORDS = tuple(
+    Word(text, (100 + 500 * col, 100 + 50 * n, 100 + 500 * col + 24 * len(text), 130 + 50 * n), n)
+    for n, row in enumerate(TABLE_ROWS) for col, text in enumerate(row.split()))
+
+
 def test_a_row_of_cells_far_apart_reads_whole_and_each_word_starts_where_printed(
         tmp_path: Path) -> None:
-    cells = (("Name", "Amount", "Due"), ("Alice", "12.50", "May"), ("Bob", "7.00", "June"))
-    words = tuple(Word(text, (100 + 500 * col, 100 + 50 * n, 100 + 500 * col + 24 * len(text),
-                              130 + 50 * n), n)
-                  for n, row in enumerate(cells) for col, text in enumerate(row))
+    words = TABLE_WORDS
     pdf = _layer_pdf(tmp_path, words, (1400, 400))
     lines = [" ".join(line.split()) for line in pdf_text(pdf).splitlines() if line.strip()]
-    assert lines == ["Name Amount Due", "Alice 12.50 May", "Bob 7.00 June"]
+    assert lines == list(TABLE_ROWS)
     (found,) = bbox_words(pdf)
     assert [w.text for w in found] == [w.text for w in words]
     for printed, drawn in zip(words, found, strict=True):

@@ -35,6 +35,7 @@ import contextlib
 import logging
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -117,7 +118,7 @@ class Detector:
             with contextlib.suppress(EngineUnavailable, OSError):
                 self.check_data = {prepare_tessdata(self.check_lang.split("+"), tessdata)}
         self._local = threading.local()
-        self._apis: list[Any] = []
+        self._closers: list[Callable[[], Any]] = []  # each thread's instances' own close
         self._lock = threading.Lock()
 
     def _api(self, kind: str) -> Any:
@@ -128,13 +129,15 @@ class Detector:
             if kind == "osd":
                 assert self.osd is not None
                 api = OsdApi(self.osd)
+                close = api.close
             else:
                 folder = next(iter(self.check_data))
                 api = tesserocr.PyTessBaseAPI(path=str(folder) + os.sep, lang=self.check_lang,
                                               psm=tesserocr.PSM.AUTO)
+                close = api.End
             setattr(self._local, kind, api)
             with self._lock:
-                self._apis.append(api)
+                self._closers.append(close)
         return api
 
     def detect(self, image: Image.Image) -> Orientation:
@@ -209,9 +212,6 @@ class Detector:
 
     def close(self) -> None:
         with self._lock:
-            apis, self._apis = self._apis, []
-        for api in apis:
-            if isinstance(api, OsdApi):
-                api.close()
-            else:
-                api.End()
+            closers, self._closers = self._closers, []
+        for close in closers:
+            close()
