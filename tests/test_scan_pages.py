@@ -535,6 +535,50 @@ def test_a_noisy_page_reads_no_worse_than_plain_tesseract(tmp_path: Path) -> Non
     assert row["nonwords"] == 0
 
 
+@pytest.mark.skipif(not CORPUS.is_dir(), reason="the corpus (../shared/corpus) is not here")
+def test_a_page_read_unsurely_is_read_again_with_local_thresholds(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ehri_dan_00, a typed letter on grey, uneven paper, reads unsurely with Tesseract's
+    one global threshold; read again with local thresholds (Sauvola) it reads with more
+    sure words, and that reading is kept. A page read surely is read once."""
+    from ocrwatch.engines import tesseract
+
+    engine = tesseract.TesseractEngine(Config(workers=1, languages=["dan"],
+                                              database=tmp_path / "db"))
+    readings: list[tuple[int, int, int]] = []  # thresholding method, confidence, sure words
+    real = engine._reading
+
+    def counted(api: object) -> tesseract._Reading:
+        got = real(api)
+        readings.append((api.GetIntVariable("thresholding_method"),  # type: ignore[attr-defined]
+                         got.confidence, got.sure))
+        return got
+
+    monkeypatch.setattr(engine, "_reading", counted)
+    truth = (CORPUS / "ehri_dan_00.gt.txt").read_text(encoding="utf-8")
+    with Image.open(CORPUS / "ehri_dan_00.jpg") as opened:
+        page = Page(CORPUS / "ehri_dan_00.jpg", 0, opened.convert("RGB"), dpi=72)
+    try:
+        (both,) = engine.recognize([page])
+        assert [method for method, _, _ in readings] == [0, 2]
+        (_, unsure, sure_global), (_, _, sure_local) = readings
+        assert unsure < tesseract.SURE_CONF and sure_local > sure_global
+        readings.clear()
+        monkeypatch.setattr(tesseract, "SURE_CONF", 0)  # the global threshold alone
+        (global_only,) = engine.recognize([page])
+        assert [method for method, _, _ in readings] == [0]
+        kept, plain = score(truth, both.text).cer, score(truth, global_only.text).cer
+        assert kept < 0.07 and plain > 2 * kept, (kept, plain)
+        readings.clear()
+        monkeypatch.setattr(tesseract, "SURE_CONF", 90)
+        clean = helpers.text_page(["The quick brown fox jumps", "over the lazy dog"])
+        (out,) = engine.recognize([Page(tmp_path / "clean.png", 0, clean, dpi=200)])
+        assert "lazy dog" in helpers.normalize(out.text)
+        assert len(readings) == 1 and readings[0][0] == 0 and readings[0][1] >= 90
+    finally:
+        engine.close()
+
+
 def test_a_halftone_is_not_taken_for_small_text(tmp_path: Path) -> None:
     """Its dots form 4 px "lines": enlarged 4x for them, it read as 15 KB of garbage."""
     config = config_for(tmp_path, outputs=["txt"])

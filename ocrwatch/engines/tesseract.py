@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,16 @@ MAX_UPSAMPLED_PIXELS = 80_000_000
 # any enlargement (10 pt at 100 dpi measures 14 px). A halftone page measured 4 px and,
 # enlarged 4x, read as 15 KB of garbage where the plain command read 448 characters.
 MIN_LINE_PX = 8
+# Tesseract thresholds a page with one global level (Otsu). On uneven, grey or yellowed
+# paper that level drops faint strokes in one place and keeps grain in another, and a
+# page fed a little crooked reads very differently for it. A page read with a mean
+# confidence under SURE_CONF is read once more with local thresholding (Sauvola), and
+# the reading with more words read surely (GOOD_WORD_CONF) is kept: on the corpus's
+# single-image pages, upright and skewed 2 and 5 degrees (48 readings), the mean CER
+# fell from 0.166 to 0.145 (a grey Danish letter 0.146 to 0.034), 27 of 48 read twice.
+SURE_CONF = 90
+GOOD_WORD_CONF = 70
+LOCAL_THRESHOLD = "2"  # Tesseract's thresholding_method: 0 Otsu, 1 tiled Otsu, 2 Sauvola
 
 
 def prepare_tessdata(languages: list[str], explicit: Path | None = None) -> Path:
@@ -225,6 +236,7 @@ class TesseractEngine:
         api.SetSourceResolution(dpi)
         lines = line_height(api)
         factor = upsample_factor(lines, page.size)
+        image = page.image
         if factor <= 1.0 or lines is None:
             factor = 1.0
         else:
@@ -232,22 +244,39 @@ class TesseractEngine:
                 # The text's own size says what the page's resolution was.
                 dpi = max(ESTIMATE_FLOOR_DPI, round(DEFAULT_DPI * lines / LINE_PX))
             width, height = page.size
-            larger = page.image.resize((round(width * factor), round(height * factor)),
-                                       Image.Resampling.LANCZOS)
-            api.SetImage(larger)
+            image = page.image.resize((round(width * factor), round(height * factor)),
+                                      Image.Resampling.LANCZOS)
+            api.SetImage(image)
             api.SetSourceResolution(round(dpi * factor))
-            del larger
-        text = api.GetUTF8Text()
-        confidence = api.MeanTextConf()
-        words = self._words(api)
+        reading = self._reading(api)
+        if reading.confidence < SURE_CONF and api.SetVariable("thresholding_method",
+                                                              LOCAL_THRESHOLD):
+            try:
+                api.SetImage(image)
+                api.SetSourceResolution(round(dpi * factor))
+                local = self._reading(api)
+            finally:
+                api.SetVariable("thresholding_method", "0")
+            if local.sure > reading.sure:
+                reading = local
+        del image
+        words = reading.words
         if factor > 1.0:  # boxes in the pixels of the page as given, not the enlarged one
             words = tuple(Word(w.text, _shrink(w.box, factor), w.line) for w in words)
         layout = PageLayout(page.image.width, page.image.height, words)
         warnings = []
-        if text.strip() and confidence < 40:
-            warnings.append(f"low confidence ({confidence}%): check the scan")
+        text = reading.text
+        if text.strip() and reading.confidence < 40:
+            warnings.append(f"low confidence ({reading.confidence}%): check the scan")
         return PageText(markdown=text_to_markdown(text), text=text.strip() + "\n",
                         warnings=warnings, layout=layout)
+
+    def _reading(self, api: Any) -> _Reading:
+        """Read the image set on ``api``: its text, confidence and words."""
+        text = api.GetUTF8Text()
+        confidences = api.AllWordConfidences()
+        return _Reading(text, api.MeanTextConf(), self._words(api),
+                        sum(1 for c in confidences if c >= GOOD_WORD_CONF))
 
     def _words(self, api: Any) -> tuple[Word, ...]:
         """The words of the page just read, with Tesseract's boxes and line numbers."""
@@ -301,6 +330,14 @@ class TesseractEngine:
         return {"state": "closed" if self._closed else "ready", "languages": self.languages,
                 "workers": self.workers, "tessdata": str(self.tessdata),
                 "pages_per_second": round(rate, 2) if rate else None}
+
+
+@dataclass(frozen=True)
+class _Reading:
+    text: str
+    confidence: int  # Tesseract's mean word confidence, 0-100
+    words: tuple[Word, ...]
+    sure: int  # words read with a confidence of GOOD_WORD_CONF or more
 
 
 def _shrink(box: tuple[int, ...], factor: float) -> tuple[int, int, int, int]:
