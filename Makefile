@@ -92,7 +92,7 @@ lint: $(VENV)/.dev tray-extra
 	$(BIN)/lint-imports
 
 test: lint
-	$(BIN)/pytest -ra $(PYTEST_ARGS)
+	$(BIN)/pytest -ra --durations=25 $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
