@@ -310,13 +310,17 @@ def test_an_unsure_upright_page_that_reads_upright_is_read_once_not_four_times(
     ("tapus_06.jpg", "fra", "dpi150", 0), ("tapus_06.jpg", "fra", "dpi150", 180),
     ("tess_8071_093.3B.tif", "eng", "dpi100", 0), ("tess_8071_093.3B.tif", "eng", "dpi100", 180),
     ("ehri_eng_04.jpg", "eng", "dpi100", 270), ("tapus_table_00.jpg", "fra", "photo", 0),
-    ("tapus_table_00.jpg", "fra", "photo", 180)])
+    ("tapus_table_00.jpg", "fra", "photo", 180), ("tapus_table_00.jpg", "fra", "dpi100", 0),
+    ("tapus_table_00.jpg", "fra", "dpi100", 180)])
 def test_low_resolution_scans_and_photos_are_turned_right(
         tmp_path: Path, name: str, lang: str, variant: str, fed: int) -> None:
     """OSD drops characters under 10 pixels and misjudges print told to be at a phone's
     72 dpi: on these pages, as OSD saw them before they were sized, it was wrong, six of
     seven with a confidence of 2.4 to 5.9 (upright pages turned upside down, upside-down
-    pages left so). Sized to 3300 pixels, or checked by reading, each is turned upright."""
+    pages left so). Sized to 3300 pixels, or checked by reading, each is turned upright.
+    The table at 100 dpi, enlarged 4 times for OSD, got "turn 180" upright and "leave
+    it" upside down, both at a confidence over 3: on so small a page the reading checks
+    even a sure turn."""
     src = CORPUS / name
     made = {"dpi150": lambda: cases.low_resolution(src, tmp_path / "p.png", 150),
             "dpi100": lambda: cases.low_resolution(src, tmp_path / "p.png", 100),
