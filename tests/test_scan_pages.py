@@ -320,7 +320,7 @@ def test_low_resolution_scans_and_photos_are_turned_right(
     pages left so). Sized to 3300 pixels, or checked by reading, each is turned upright.
     The table at 100 dpi, enlarged 4 times for OSD, got "turn 180" upright and "leave
     it" upside down, both at a confidence over 3: on so small a page the reading checks
-    even a sure turn."""
+    a turn under 5."""
     src = CORPUS / name
     made = {"dpi150": lambda: cases.low_resolution(src, tmp_path / "p.png", 150),
             "dpi100": lambda: cases.low_resolution(src, tmp_path / "p.png", 100),
