@@ -35,12 +35,6 @@ TURNS = (0, 90, 180, 270)
 BANDS = ((0.0, 1.0), (1.0, 2.0), (2.0, 3.0), (3.0, 3.5), (3.5, 5.0), (5.0, float("inf")))
 
 
-def orient_sure() -> float:
-    from ocrwatch.scan import orient
-
-    return orient.SURE
-
-
 @dataclass(frozen=True)
 class Variant:
     name: str
@@ -149,6 +143,8 @@ def run(corpus: Path, languages: str | None, only: list[str] | None,
 
 
 def report(outcomes: list[Outcome], args: argparse.Namespace) -> list[str]:
+    from ocrwatch.scan import orient
+
     lines = _common.header("ocrwatch orientation: corpus pages as low-resolution scans, "
                            "photos and noisy paper, fed four ways", [
                                f"languages: {args.languages or 'each page its own (manifest.tsv)'}",
@@ -172,7 +168,8 @@ def report(outcomes: list[Outcome], args: argparse.Namespace) -> list[str]:
                 f"{_common.median(times):.2f} | {max(times):.2f} |")
     lines += ["", "OSD's own turn (on the page as sized for it) by its confidence: how often "
               "it would have been right taken alone; from SURE "
-              f"({orient_sure()}) on it is taken without a check", "",
+              f"({orient.SURE}) on it is taken without a check (from SURE_ENLARGED, "
+              f"{orient.SURE_ENLARGED}, on a page OSD saw enlarged twice or more)", "",
               "| OSD confidence | pages | OSD right | OSD wrong |", "|---|--:|--:|--:|"]
     undecided = [o for o in outcomes if o.proposed is None]
     lines.append(f"| could not decide | {len(undecided)} | - | - |")

@@ -272,7 +272,7 @@ class TesseractEngine:
                         warnings=warnings, layout=layout)
 
     def _reading(self, api: Any) -> _Reading:
-        """Read the image set on ``api``: its text, confidence and words."""
+        """Read the image set on ``api``: its text, confidence, words and sure words."""
         text = api.GetUTF8Text()
         confidences = api.AllWordConfidences()
         return _Reading(text, api.MeanTextConf(), self._words(api),

@@ -12,7 +12,7 @@ or 150 dpi, or photographed from afar, it is often wrong, and confidently so (a 
 ``MAX_ENLARGE`` times or reduced, and always told 300 dpi: a phone's 72 dpi stamp made
 OSD misjudge the size of the print. Of 460 corpus pages as scanned, at 150 and 100 dpi,
 photographed and on noisy paper, each fed four ways (benchmarks/results/orientation.txt),
-33 were turned wrong and 69 left turned before; 1 and 11 now. OSD sees the page
+33 were turned wrong and 69 left turned before; none and 10 now. OSD sees the page
 in grey: a third of the work of colour, for one page fewer turned of the 460.
 
 A turn OSD gives with a confidence under ``SURE`` (``SURE_ENLARGED`` on a page it saw
