@@ -1,9 +1,10 @@
 """Blank or not: the ink measure (:mod:`ocrwatch.scan.inkcover`) on every corpus page and
 on blank backs made from each, as scanned, at low resolution and photographed.
 
-Pages with text, as scanned, photographed, at 100 dpi and on noisy paper, must never be
-recorded blank (they would not be read); the blank backs (paper grain, sensor noise, dust
-and the front showing through, mirrored; ``benchmarks/cases.py``) should all be. Each
+Pages with text, as scanned, photographed, at 100 dpi, on noisy paper and filed (punch
+holes and a staple), must never be recorded blank (they would not be read); the blank
+backs (paper grain, sensor noise, dust and the front showing through, mirrored; filed:
+with punch holes and a staple; ``benchmarks/cases.py``) should all be. Each
 kind's ink share and densest square are printed as ranges, with the time of a measure.
 
     python benchmarks/blank_pages.py --corpus ../shared/corpus
@@ -12,12 +13,16 @@ kind's ink share and densest square are printed as ranges, with the time of a me
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from PIL import Image
+
+if __package__ in (None, ""):  # run as a file: the repository is the package root
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import _common, cases
 from benchmarks.orientation import pages
@@ -32,6 +37,8 @@ KINDS: dict[str, Callable[[Path, Path, Path, int], Path]] = {
         page, tmp / "low.png", 100),
     "page, noisy paper": lambda page, back, tmp, seed: cases.noisy(
         page, tmp / "noisy.jpg", seed),
+    "page, filed": lambda page, back, tmp, seed: cases.filed(
+        page, tmp / "filed.jpg", seed),
     "back": lambda page, back, tmp, seed: back,
     "back, 150 dpi": lambda page, back, tmp, seed: cases.low_resolution(
         back, tmp / "back150.png", 150),
@@ -39,6 +46,10 @@ KINDS: dict[str, Callable[[Path, Path, Path, int], Path]] = {
         back, tmp / "back100.png", 100),
     "back, photo": lambda page, back, tmp, seed: cases.phone_photo(
         back, tmp / "backphoto.jpg", seed),
+    "back, filed": lambda page, back, tmp, seed: cases.filed(
+        back, tmp / "backfiled.jpg", seed),
+    "back, filed, 150 dpi": lambda page, back, tmp, seed: cases.low_resolution(
+        cases.filed(back, tmp / "backfiled.jpg", seed), tmp / "backfiled150.png", 150),
 }
 
 

@@ -7,6 +7,7 @@ born-digital PDF, which draws the ground-truth text with a real font (DejaVu San
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Sequence
 from pathlib import Path
@@ -156,6 +157,48 @@ def blank_back(src: Path, out: Path, seed: int) -> Path:
         x, y = rng.randrange(page.width), rng.randrange(page.height)
         r = rng.randint(0, 2)
         page.paste((40, 40, 40), (x, y, min(page.width, x + r + 1), min(page.height, y + r + 1)))
+    page.save(out, "JPEG", quality=90, dpi=(round(dpi),) * 2)
+    return out
+
+
+def filed(src: Path, out: Path, seed: int) -> Path:
+    """The sheet as it comes out of a file: punch holes along one edge, shown dark or grey
+    by the scanner's backing, and a staple in a corner, at their sizes on an A4 sheet
+    (the page's short side taken as 210 mm), saved as JPEG."""
+    from PIL import ImageDraw
+
+    rng = random.Random(seed)
+    image, dpi = _open(src)
+    page = image.convert("RGB")
+    mm = min(page.size) / 210
+    draw = ImageDraw.Draw(page)
+    left = rng.random() < 0.5  # a back's holes are on the right, as the sheet is turned over
+    # ISO 838: 2 or 4 holes of 6 mm, 80 mm apart, 12 mm in; US: 3 of 8 mm, 108 mm apart.
+    count, apart, diameter, inset = rng.choice(((2, 80, 6, 12), (4, 80, 6, 12),
+                                                (3, 108, 8, 10)))
+    backing = rng.choice((rng.randint(10, 60), rng.randint(110, 160)))
+    x = inset * mm if left else page.width - inset * mm
+    for n in range(count):
+        y = page.height / 2 + (n - (count - 1) / 2) * apart * mm
+        r = diameter / 2 * mm
+        draw.ellipse((x - r, y - r, x + r, y + r), fill=(backing,) * 3)
+    # A staple in the top corner opposite the holes' edge or the same: its crown (12.7 mm)
+    # level, upright or at 45 degrees, or on a back its two folded legs (5 mm each).
+    metal = rng.randint(60, 110)
+    corner_x = 10 * mm if rng.random() < 0.5 else page.width - 10 * mm
+    cx, cy, width = corner_x, 10 * mm, max(1, round(0.6 * mm))
+    angle = math.radians(rng.choice((0, 45, 90, 135)))
+    dx, dy = math.cos(angle), math.sin(angle)
+    if rng.random() < 0.5:
+        half = 6.35 * mm
+        draw.line((cx - dx * half, cy - dy * half, cx + dx * half, cy + dy * half),
+                  fill=(metal,) * 3, width=width)
+    else:
+        for side in (-1, 1):
+            near, far = 1 * mm, 6 * mm
+            draw.line((cx + side * dx * near, cy + side * dy * near,
+                       cx + side * dx * far, cy + side * dy * far),
+                      fill=(metal,) * 3, width=width)
     page.save(out, "JPEG", quality=90, dpi=(round(dpi),) * 2)
     return out
 

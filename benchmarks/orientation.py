@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -28,6 +29,9 @@ from pathlib import Path
 from unittest import mock
 
 from PIL import Image, ImageOps
+
+if __package__ in (None, ""):  # run as a file: the repository is the package root
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import _common, cases
 

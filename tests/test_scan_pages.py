@@ -367,6 +367,9 @@ def test_scan_like_blank_backs_are_recorded_blank_without_reading(tmp_path: Path
     front.save(front_path, dpi=(DPI, DPI))
     backs = [cases.blank_back(front_path, config.inbox[0] / f"back{n}.jpg", seed=n)
              for n in range(3)]
+    # The back of a filed sheet: punch holes shown dark by the scanner, a staple.
+    backs.append(cases.filed(cases.blank_back(front_path, tmp_path / "back3.jpg", seed=3),
+                             config.inbox[0] / "filed.jpg", seed=3))
     engine = Recording("\n".join(lines))
     daemon = read(config, *backs, engine=engine)
     try:
@@ -375,8 +378,8 @@ def test_scan_like_blank_backs_are_recorded_blank_without_reading(tmp_path: Path
     finally:
         daemon.close()
     assert engine.seen == []  # no engine saw them
-    assert [r["blank"] for r in got] == [1, 1, 1]
-    assert status.blank_today == 3 and "3 blank" in format_status(status)
+    assert [r["blank"] for r in got] == [1, 1, 1, 1]
+    assert status.blank_today == 4 and "4 blank" in format_status(status)
     assert all(r["text"] == "" for r in got)
     for back in backs:
         assert scanprep.BLANK_NOTE in back.with_suffix(".md").read_text(encoding="utf-8")
@@ -397,6 +400,44 @@ def test_a_page_with_one_short_line_is_not_blank(
                               font=ImageFont.load_default(size=font))
     assert inkcover.coverage(page) < inkcover.BLANK_COVERAGE
     assert not inkcover.is_blank(page)
+
+
+def test_punch_holes_and_a_staple_on_a_blank_back_are_not_text_but_a_word_by_them_is(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A filed sheet's back went to the engine: its punch holes (dark discs where the
+    scanner's backing shows through) and its staple are large marks. They are not counted
+    now; a word or a number in the same margin still is. (A short rule alone there, or a
+    thin "1" over 4 mm tall, is taken for a staple: neither is text worth reading.)"""
+    letter_page, _lines, _ = letter()
+    front = Image.new("RGB", (round(8.27 * DPI), round(11.69 * DPI)), "white")  # A4
+    front.paste(letter_page, (0, DPI))
+    front_path = tmp_path / "front.png"
+    front.save(front_path, dpi=(DPI, DPI))
+    margin_marks = [
+        ((0.80, 0.03), "Copy", 34),  # 12 pt at 200 dpi, the top right corner
+        ((0.45, 0.95), "Page 2", 28),  # 10 pt, a footer
+        ((0.93, 0.50), "17", 40),  # a number by the holes' edge
+        ((0.05, 0.90), "3.12.26", 28),  # a date by the holes' edge, at its foot
+        ((0.04, 0.06), "Draft", 70),  # a big word in the staple's corner
+    ]
+    for seed in range(6):
+        back = cases.blank_back(front_path, tmp_path / f"b{seed}.jpg", seed=seed)
+        with Image.open(cases.filed(back, tmp_path / f"f{seed}.jpg", seed=seed)) as opened:
+            filed = opened.convert("RGB")
+        assert inkcover.is_blank(filed), (seed, inkcover.measure(filed))
+        with monkeypatch.context() as patched:  # the marks counted as ink, as before
+            patched.setattr(inkcover, "MARKS_AT_MOST", 0.0)
+            assert not inkcover.is_blank(filed), seed
+        (x, y), word, size = margin_marks[seed % len(margin_marks)]
+        ImageDraw.Draw(filed).text((x * filed.width, y * filed.height), word, fill="black",
+                                   font=ImageFont.load_default(size=size))
+        assert not inkcover.is_blank(filed), (seed, word)
+    # The middle of the page is never looked at mark by mark: a dot there is a mark.
+    dotted = Image.new("RGB", front.size, "white")
+    r = front.width // 60
+    cx, cy = front.width // 2, front.height // 2
+    ImageDraw.Draw(dotted).ellipse((cx - r, cy - r, cx + r, cy + r), fill="black")
+    assert not inkcover.is_blank(dotted)
 
 
 def _photographed(sheet: Image.Image, seed: int) -> Image.Image:
