@@ -162,9 +162,10 @@ def blank_back(src: Path, out: Path, seed: int) -> Path:
 
 
 def filed(src: Path, out: Path, seed: int) -> Path:
-    """The sheet as it comes out of a file: punch holes along one edge, shown dark or grey
-    by the scanner's backing, and a staple in a corner, at their sizes on an A4 sheet
-    (the page's short side taken as 210 mm), saved as JPEG."""
+    """The sheet as it comes out of a file: punch holes along a long edge, shown dark or
+    grey by the scanner's backing, or light with a shadow on one side of their rim, and a
+    staple in a corner, at their sizes on an A4 sheet (the page's short side taken as
+    210 mm), saved as JPEG."""
     from PIL import ImageDraw
 
     rng = random.Random(seed)
@@ -172,16 +173,28 @@ def filed(src: Path, out: Path, seed: int) -> Path:
     page = image.convert("RGB")
     mm = min(page.size) / 210
     draw = ImageDraw.Draw(page)
-    left = rng.random() < 0.5  # a back's holes are on the right, as the sheet is turned over
+    near = rng.random() < 0.5  # a back's holes are on the other side: the sheet turned over
     # ISO 838: 2 or 4 holes of 6 mm, 80 mm apart, 12 mm in; US: 3 of 8 mm, 108 mm apart.
     count, apart, diameter, inset = rng.choice(((2, 80, 6, 12), (4, 80, 6, 12),
                                                 (3, 108, 8, 10)))
-    backing = rng.choice((rng.randint(10, 60), rng.randint(110, 160)))
-    x = inset * mm if left else page.width - inset * mm
+    # The backing: dark, grey, or light with the hole's rim casting a shadow on one side.
+    backing = rng.choice((rng.randint(10, 60), rng.randint(110, 160), rng.randint(205, 230)))
+    shadow = rng.randint(60, 120)
+    start = rng.randrange(360)
+    r = diameter / 2 * mm
     for n in range(count):
-        y = page.height / 2 + (n - (count - 1) / 2) * apart * mm
-        r = diameter / 2 * mm
+        # Along one of the sheet's long edges: left or right of a page scanned upright,
+        # top or bottom of one scanned sideways.
+        offset = (n - (count - 1) / 2) * apart * mm
+        if page.height >= page.width:
+            x = inset * mm if near else page.width - inset * mm
+            y = page.height / 2 + offset
+        else:
+            x, y = page.width / 2 + offset, inset * mm if near else page.height - inset * mm
         draw.ellipse((x - r, y - r, x + r, y + r), fill=(backing,) * 3)
+        if backing > 200:
+            draw.arc((x - r, y - r, x + r, y + r), start, start + 150, fill=(shadow,) * 3,
+                     width=max(1, round(0.5 * mm)))
     # A staple in the top corner opposite the holes' edge or the same: its crown (12.7 mm)
     # level, upright or at 45 degrees, or on a back its two folded legs (5 mm each).
     metal = rng.randint(60, 110)
@@ -195,9 +208,9 @@ def filed(src: Path, out: Path, seed: int) -> Path:
                   fill=(metal,) * 3, width=width)
     else:
         for side in (-1, 1):
-            near, far = 1 * mm, 6 * mm
-            draw.line((cx + side * dx * near, cy + side * dy * near,
-                       cx + side * dx * far, cy + side * dy * far),
+            inner, outer = 1 * mm, 6 * mm
+            draw.line((cx + side * dx * inner, cy + side * dy * inner,
+                       cx + side * dx * outer, cy + side * dy * outer),
                       fill=(metal,) * 3, width=width)
     page.save(out, "JPEG", quality=90, dpi=(round(dpi),) * 2)
     return out

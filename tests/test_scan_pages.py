@@ -404,10 +404,11 @@ def test_a_page_with_one_short_line_is_not_blank(
 
 def test_punch_holes_and_a_staple_on_a_blank_back_are_not_text_but_a_word_by_them_is(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A filed sheet's back went to the engine: its punch holes (dark discs where the
-    scanner's backing shows through) and its staple are large marks. They are not counted
-    now; a word or a number in the same margin still is. (A short rule alone there, or a
-    thin "1" over 4 mm tall, is taken for a staple: neither is text worth reading.)"""
+    """A filed sheet's back went to the engine: its punch holes (discs where a dark or grey
+    backing shows through, or a light backing's shadow on their rim) and its staple are
+    large marks. They are not counted now; a word or a number in the same margin still
+    is, and so is one round letter by the edge (holes come in rows). A thin stroke alone
+    in a corner ("l", "1", a rule) over 4 mm long is taken for a staple."""
     letter_page, _lines, _ = letter()
     front = Image.new("RGB", (round(8.27 * DPI), round(11.69 * DPI)), "white")  # A4
     front.paste(letter_page, (0, DPI))
@@ -432,6 +433,14 @@ def test_punch_holes_and_a_staple_on_a_blank_back_are_not_text_but_a_word_by_the
         ImageDraw.Draw(filed).text((x * filed.width, y * filed.height), word, fill="black",
                                    font=ImageFont.load_default(size=size))
         assert not inkcover.is_blank(filed), (seed, word)
+    # One disc or ring of a hole's size by the edge is a letter, a 0 or a bullet: holes
+    # come two or more in a row.
+    for mark in ("O", "\N{BLACK CIRCLE}"):
+        lone = Image.new("RGB", front.size, "white")
+        ImageDraw.Draw(lone).text((round(0.03 * lone.width), lone.height // 2), mark,
+                                  fill="black", font=ImageFont.truetype(
+                                      str(cases.DEJAVU), round(36 * DPI / 72)))
+        assert not inkcover.is_blank(lone), mark
     # The middle of the page is never looked at mark by mark: a dot there is a mark.
     dotted = Image.new("RGB", front.size, "white")
     r = front.width // 60

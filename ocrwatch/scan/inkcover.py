@@ -26,17 +26,21 @@ the front showing through mirrored at 10-20% of its darkness) 0.000-0.032%, at m
 2.7% of any square, and so at 150 and 100 dpi; photographed (a tilted sheet on a table,
 light falling off to 60% across it, a hard shadow's edge), 19 or 20 of 23 are blank.
 
-A filed sheet's back also carries what filing leaves: punch holes, which a scanner's dark
-backing shows as dark discs, and a staple's crown or legs. Each is a large mark near an
-edge, so the page would be read, and a model invents text for it. When nothing lies in the
-page's middle, the marks in the margin band are looked at one by one, and a filled disc of
-a punch hole's size (ISO 838: 6 mm; 1/4 to 5/16 inch in the US) or a straight bar of a
-staple's (6 to 13 mm) is not counted. A word, a page number or a stamp in the margin still is.
+A filed sheet's back also carries what filing leaves: punch holes, which a scanner's
+backing shows as dark or grey discs or as the shadow of their rim, and a staple. Each is a
+large mark near an edge, so the page would be read, and a model invents text for it. When
+nothing lies in the page's middle, the marks in the margin band are looked at one by one:
+holes of a punch's size in a row along an edge, as far apart as a punch puts them (ISO 838:
+6 mm holes 80 mm apart; the US: 1/4 to 5/16 inch, 108 mm), and a thin straight bar of a
+staple's length in a corner, are not counted. A word, a page number or a stamp in the
+margin still is, and so is one round mark alone (a letter O, a bullet).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
+from dataclasses import dataclass
 
 from PIL import Image, ImageChops, ImageDraw, ImageFilter
 
@@ -57,6 +61,13 @@ HOLE = (0.015, 0.065)  # a punch hole's diameter: 3-14 mm on A4 (A5 and letter t
 HOLE_FILL = 0.6  # of the disc its box holds: a hole, darker show-through around it cutting
 # into it; a ring or a letter O fills far less, a bold O 0.64
 HOLE_ROUND = 1.5  # its box is no longer than this times its width
+RIM_SPREAD = 0.25  # a hole's rim: 9 in 10 of its pixels this share of the radius from it
+RIM_ARC = math.pi / 2  # ... over a quarter turn at least (a shadow on one side of it)
+ROW_INSET = 0.03  # holes in a row: their distances from the edge this close (6 mm on A4)
+ROW_SIZE = 0.35  # ... their sizes this close
+ROW_APART = 0.3  # ... and each this far from the next (63 mm on A4; ISO 838: 80 mm,
+# the US 108 mm)
+RIM_BITS = 0.75  # a mark this many hole sizes from a punched hole's centre is of its rim
 STAPLE = (0.02, 0.12)  # a staple's crown or a leg, end to end: 4-25 mm on A4
 STAPLE_THIN = 0.008  # ... and at most this thick across (1.7 mm on A4; a word's letters
 # stand taller than that)
@@ -141,7 +152,10 @@ def _clear_filing_marks(mask: Image.Image) -> Image.Image | None:
     groups = rest.filter(ImageFilter.MaxFilter(GROUP))
     only = [0] * 256
     only[128] = 255
-    marks: list[Image.Image] = []
+    staples: list[Image.Image] = []
+    holes: list[_Mark] = []
+    others: list[_Mark] = []
+    corner = side * BAND
     for _ in range(MARKS_LIMIT + 1):
         box = groups.getbbox()
         if box is None:
@@ -153,10 +167,33 @@ def _clear_filing_marks(mask: Image.Image) -> Image.Image | None:
         ImageDraw.floodfill(groups, seed, 0)
         ink = ImageChops.darker(rest, group)
         found = ink.getbbox()
-        if found is not None and _filing_mark(ink.crop(found), side):
-            marks.append(ink)
+        if found is None:
+            continue
+        left, top, right, bottom = found
+        mark = ink.crop(found)
+        points = [(i % mark.width, i // mark.width)
+                  for i, value in enumerate(mark.tobytes()) if value]
+        where = _Mark(ink, (left + right) / 2, (top + bottom) / 2,
+                      max(right - left, bottom - top))
+        in_corner = min(left, width - right) < corner and min(top, height - bottom) < corner
+        if len(points) < 3:
+            others.append(where)
+        elif _disc(mark, side):
+            holes.append(where)
+        elif in_corner and _bar(points, side):
+            staples.append(ink)  # before the rim: a short bar fits a wide circle too
+        elif _rim(points, side):
+            holes.append(where)
+        else:
+            others.append(where)
     else:
         return None  # more marks than filing leaves: text in the margin; count them all
+    punched = _punched(holes, width, height, side)
+    # What lies on a punched hole's rim is part of it: its shadow, broken by the median
+    # filter into bits where it is thin.
+    bits = [m for m in others
+            if any(math.hypot(m.x - h.x, m.y - h.y) <= RIM_BITS * h.size for h in punched)]
+    marks = staples + [m.ink for m in punched + bits]
     if not marks:
         return None
     for ink in marks:
@@ -164,27 +201,113 @@ def _clear_filing_marks(mask: Image.Image) -> Image.Image | None:
     return mask
 
 
-def _filing_mark(ink: Image.Image, side: int) -> bool:
-    """Whether a mark (``ink``, cropped to it) is a punch hole, a filled disc, or a
-    staple, a thin straight bar at any angle, on a page whose short side is ``side``."""
+@dataclass(frozen=True)
+class _Mark:
+    """One mark in the margin band: its ink (on the whole page), centre and size."""
+
+    ink: Image.Image
+    x: float
+    y: float
+    size: int
+
+    def inset(self, edge: int, width: int, height: int) -> float:
+        """How far the mark lies from the page's edge ``edge`` (left, right, top, bottom)."""
+        return (self.x, width - self.x, self.y, height - self.y)[edge]
+
+    def along(self, edge: int) -> float:
+        """Where the mark lies along that edge."""
+        return self.y if edge < 2 else self.x
+
+
+def _punched(holes: list[_Mark], width: int, height: int, side: int) -> list[_Mark]:
+    """The marks among ``holes`` that a punch made: two or more of like size in a row along
+    one edge, at like distances from it, each far from the next (ISO 838: 80 mm; US:
+    108 mm). One round mark alone, or round marks at random places or close together,
+    are a letter O, a 0 or a bullet."""
+    punched: list[_Mark] = []
+    for edge in range(4):
+        near = sorted((h for h in holes if h.inset(edge, width, height) < side * BAND),
+                      key=lambda h: h.inset(edge, width, height))
+        for first in near:
+            inset = first.inset(edge, width, height)
+            alike = sorted((h for h in near
+                            if abs(h.inset(edge, width, height) - inset) <= ROW_INSET * side
+                            and abs(h.size - first.size) <= ROW_SIZE * first.size),
+                           key=lambda h: h.along(edge))
+            row = alike[:1]
+            for h in alike[1:]:  # a punch's holes are far apart: what lies between is not one
+                if h.along(edge) - row[-1].along(edge) >= ROW_APART * side:
+                    row.append(h)
+            if len(row) >= 2:
+                punched += [h for h in row if all(h is not p for p in punched)]
+                break
+    return punched
+
+
+def _disc(ink: Image.Image, side: int) -> bool:
+    """A punch hole a dark backing shows through: a filled disc of a hole's size."""
     width, height = ink.size
     long, short = max(width, height), min(width, height)
-    if HOLE[0] * side <= long <= HOLE[1] * side and long <= HOLE_ROUND * short:
-        # Closed first: grain and JPEG speckle leave pinholes in a disc of mid grey.
-        closed = ink.filter(ImageFilter.MaxFilter(3)).filter(ImageFilter.MinFilter(3))
-        disc = math.pi / 4 * width * height
-        if closed.histogram()[255] >= HOLE_FILL * disc:
-            return True
-    points = [(i % width, i // width) for i, value in enumerate(ink.tobytes()) if value]
-    if len(points) < 2:
+    if not (HOLE[0] * side <= long <= HOLE[1] * side and long <= HOLE_ROUND * short):
         return False
-    # The bar's direction: the principal axis of its pixels.
+    # Closed first: grain and JPEG speckle leave pinholes in a disc of mid grey.
+    closed = ink.filter(ImageFilter.MaxFilter(3)).filter(ImageFilter.MinFilter(3))
+    return closed.histogram()[255] >= HOLE_FILL * math.pi / 4 * width * height
+
+
+def _rim(points: list[tuple[int, int]], side: int) -> bool:
+    """A punch hole a light backing shows: its rim's shadow, a ring or an arc of a
+    quarter turn or more, of a hole's size."""
+    circle = _fit_circle(points)
+    if circle is None:
+        return False
+    cx, cy, radius = circle
+    if not HOLE[0] * side <= 2 * radius <= HOLE[1] * side:
+        return False
+    off = sorted(abs(math.hypot(x - cx, y - cy) - radius) for x, y in points)
+    if off[int(0.9 * (len(off) - 1))] > RIM_SPREAD * radius + 1:
+        return False
+    turns = sorted(math.atan2(y - cy, x - cx) for x, y in points)
+    gaps = [b - a for a, b in itertools.pairwise(turns)] + [turns[0] + 2 * math.pi - turns[-1]]
+    return 2 * math.pi - max(gaps) >= RIM_ARC
+
+
+def _fit_circle(points: list[tuple[int, int]]) -> tuple[float, float, float] | None:
+    """The circle nearest to ``points`` (an algebraic least-squares fit: x² + y² + Dx +
+    Ey + F = 0, solved on coordinates centred on the points); None when they are on a
+    line."""
+    mx = sum(x for x, _ in points) / len(points)
+    my = sum(y for _, y in points) / len(points)
+    rows = [(x - mx, y - my) for x, y in points]
+    # Normal equations of [u v 1] . [D E F] = -(u² + v²).
+    suu = sum(u * u for u, _ in rows)
+    svv = sum(v * v for _, v in rows)
+    suv = sum(u * v for u, v in rows)
+    n = float(len(rows))
+    bu = -sum(u * (u * u + v * v) for u, v in rows)
+    bv = -sum(v * (u * u + v * v) for u, v in rows)
+    bf = -sum(u * u + v * v for u, v in rows)
+    # Sums of u and v are 0 (centred), so F = bf / n and D, E solve a 2x2 system.
+    det = suu * svv - suv * suv
+    if abs(det) < 1e-9:
+        return None
+    d = (bu * svv - bv * suv) / det
+    e = (bv * suu - bu * suv) / det
+    f = bf / n
+    squared = d * d / 4 + e * e / 4 - f
+    if squared <= 0:
+        return None
+    return mx - d / 2, my - e / 2, math.sqrt(squared)
+
+
+def _bar(points: list[tuple[int, int]], side: int) -> bool:
+    """A staple's crown or leg: a thin straight bar of a staple's length, at any angle."""
     mx = sum(x for x, _ in points) / len(points)
     my = sum(y for _, y in points) / len(points)
     sxx = sum((x - mx) ** 2 for x, _ in points)
     syy = sum((y - my) ** 2 for _, y in points)
     sxy = sum((x - mx) * (y - my) for x, y in points)
-    angle = 0.5 * math.atan2(2 * sxy, sxx - syy)
+    angle = 0.5 * math.atan2(2 * sxy, sxx - syy)  # the principal axis of its pixels
     cos, sin = math.cos(angle), math.sin(angle)
     along = [(x - mx) * cos + (y - my) * sin for x, y in points]
     across = [(y - my) * cos - (x - mx) * sin for x, y in points]
