@@ -207,8 +207,8 @@ def filed(src: Path, out: Path, seed: int) -> Path:
         draw.line((cx - dx * half, cy - dy * half, cx + dx * half, cy + dy * half),
                   fill=(metal,) * 3, width=width)
     else:
+        inner, outer = 1 * mm, 6 * mm  # each leg, from the staple's middle
         for side in (-1, 1):
-            inner, outer = 1 * mm, 6 * mm
             draw.line((cx + side * dx * inner, cy + side * dy * inner,
                        cx + side * dx * outer, cy + side * dy * outer),
                       fill=(metal,) * 3, width=width)

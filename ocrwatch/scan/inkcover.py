@@ -276,9 +276,7 @@ def _fit_circle(points: list[tuple[int, int]]) -> tuple[float, float, float] | N
     """The circle nearest to ``points`` (an algebraic least-squares fit: x² + y² + Dx +
     Ey + F = 0, solved on coordinates centred on the points); None when they are on a
     line."""
-    mx = sum(x for x, _ in points) / len(points)
-    my = sum(y for _, y in points) / len(points)
-    rows = [(x - mx, y - my) for x, y in points]
+    mx, my, rows = _centred(points)
     # Normal equations of [u v 1] . [D E F] = -(u² + v²).
     suu = sum(u * u for u, _ in rows)
     svv = sum(v * v for _, v in rows)
@@ -300,17 +298,23 @@ def _fit_circle(points: list[tuple[int, int]]) -> tuple[float, float, float] | N
     return mx - d / 2, my - e / 2, math.sqrt(squared)
 
 
-def _bar(points: list[tuple[int, int]], side: int) -> bool:
-    """A staple's crown or leg: a thin straight bar of a staple's length, at any angle."""
+def _centred(points: list[tuple[int, int]]) -> tuple[float, float, list[tuple[float, float]]]:
+    """The points' mean, and the points less it."""
     mx = sum(x for x, _ in points) / len(points)
     my = sum(y for _, y in points) / len(points)
-    sxx = sum((x - mx) ** 2 for x, _ in points)
-    syy = sum((y - my) ** 2 for _, y in points)
-    sxy = sum((x - mx) * (y - my) for x, y in points)
-    angle = 0.5 * math.atan2(2 * sxy, sxx - syy)  # the principal axis of its pixels
+    return mx, my, [(x - mx, y - my) for x, y in points]
+
+
+def _bar(points: list[tuple[int, int]], side: int) -> bool:
+    """A staple's crown or leg: a thin straight bar of a staple's length, at any angle."""
+    _, _, rows = _centred(points)
+    suu = sum(u * u for u, _ in rows)
+    svv = sum(v * v for _, v in rows)
+    suv = sum(u * v for u, v in rows)
+    angle = 0.5 * math.atan2(2 * suv, suu - svv)  # the principal axis of its pixels
     cos, sin = math.cos(angle), math.sin(angle)
-    along = [(x - mx) * cos + (y - my) * sin for x, y in points]
-    across = [(y - my) * cos - (x - mx) * sin for x, y in points]
+    along = [u * cos + v * sin for u, v in rows]
+    across = [v * cos - u * sin for u, v in rows]
     length = max(along) - min(along) + 1
     thickness = max(across) - min(across) + 1
     return STAPLE[0] * side <= length <= STAPLE[1] * side and thickness <= STAPLE_THIN * side
