@@ -449,6 +449,31 @@ def test_punch_holes_and_a_staple_on_a_blank_back_are_not_text_but_a_word_by_the
     assert not inkcover.is_blank(dotted)
 
 
+def test_a_holes_shadow_broken_into_arcs_is_one_hole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A light backing shows a hole by a thin shadow on its rim; the median filter that
+    takes out specks breaks it into arcs. Arcs 3 mm apart each fit a small wrong circle,
+    the holes no longer made a row, and a filed back made from a new page was read.
+    Marks that far apart are now also tried as one."""
+    import random
+
+    size = (2480, 3508)  # A4 at 300 dpi
+    mm = size[0] / 210
+    r = 4 * mm  # US holes: 8 mm, 108 mm apart, 10 mm in
+    for start in (0, 90, 180, 270):  # where the shadow falls on the rim
+        page = cases._paper(size, random.Random(start), (246, 244, 238), grain=8, noise=5)
+        draw = ImageDraw.Draw(page)
+        for n in (-1, 0, 1):
+            x, y = size[0] - 10 * mm, size[1] / 2 + n * 108 * mm
+            box = (x - r, y - r, x + r, y + r)
+            draw.ellipse(box, fill=(220,) * 3)
+            for a, b in ((0, 50), (100, 150)):  # the shadow in two arcs, 50 degrees apart
+                draw.arc(box, start + a, start + b, fill=(90,) * 3, width=round(0.6 * mm))
+        assert inkcover.is_blank(page), (start, inkcover.measure(page))
+        with monkeypatch.context() as patched:  # pieces grouped as closely as before
+            patched.setattr(inkcover, "WIDE_GROUP", inkcover.GROUP)
+            assert not inkcover.is_blank(page), start
+
+
 def _photographed(sheet: Image.Image, seed: int) -> Image.Image:
     """``sheet`` as a phone sees it on a table: tilted 1.5 degrees on a dark table top, the
     light falling off smoothly from 100% to 60% across it."""

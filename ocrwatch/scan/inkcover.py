@@ -71,8 +71,10 @@ RIM_BITS = 0.75  # a mark this many hole sizes from a punched hole's centre is o
 STAPLE = (0.02, 0.12)  # a staple's crown or a leg, end to end: 4-25 mm on A4
 STAPLE_THIN = 0.008  # ... and at most this thick across (1.7 mm on A4; a word's letters
 # stand taller than that)
-GROUP = 9  # pixels (a square max filter): marks up to 8 apart, 2.3 mm on A4, are pieces of
+GROUP = 9  # pixels (a square max filter): marks up to 8 apart, 2.8 mm on A4, are pieces of
 # one: the median filter breaks a thin wire into dashes, and a staple's legs nearly meet
+WIDE_GROUP = 11  # ... tried too when that leaves marks: a hole's thin shadow broken into
+# arcs 10 apart is one rim only so (closer, dust specks by a small page's hole join it)
 
 
 def ink_limit(histogram: list[int], depth: float = INK_DEPTH) -> float:
@@ -117,9 +119,12 @@ def measure(image: Image.Image) -> tuple[float, float]:
     mask = ImageChops.darker(mask, outside)
     share, densest = _ink(mask)
     if not looks_blank(share, densest) and share < MARKS_AT_MOST:
-        cleared = _clear_filing_marks(mask)
-        if cleared is not None:
-            share, densest = _ink(cleared)
+        for spacing in (GROUP, WIDE_GROUP):
+            cleared = _clear_filing_marks(mask, spacing)
+            if cleared is not None and (spacing == GROUP or looks_blank(*_ink(cleared))):
+                share, densest = _ink(cleared)
+            if looks_blank(share, densest):
+                break
     return share, densest
 
 
@@ -134,9 +139,10 @@ def _ink(mask: Image.Image) -> tuple[float, float]:
     return ink / (mask.width * mask.height), densest
 
 
-def _clear_filing_marks(mask: Image.Image) -> Image.Image | None:
+def _clear_filing_marks(mask: Image.Image, spacing: int = GROUP) -> Image.Image | None:
     """``mask`` without its punch holes and staples, when the page's middle is blank and
-    its margin band holds few marks; None when there is none to remove."""
+    its margin band holds few marks (pieces ``spacing`` - 1 pixels apart taken as one); None
+    when there is none to remove."""
     width, height = mask.size
     side = min(width, height)
     band = round(side * BAND)
@@ -149,7 +155,7 @@ def _clear_filing_marks(mask: Image.Image) -> Image.Image | None:
     rest.paste(0, middle)
     # Pieces a few pixels apart are one mark: the median filter breaks a staple's thin
     # wire into dashes.
-    groups = rest.filter(ImageFilter.MaxFilter(GROUP))
+    groups = rest.filter(ImageFilter.MaxFilter(spacing))
     only = [0] * 256
     only[128] = 255
     staples: list[Image.Image] = []
@@ -182,8 +188,11 @@ def _clear_filing_marks(mask: Image.Image) -> Image.Image | None:
             holes.append(where)
         elif in_corner and _bar(points, side):
             staples.append(ink)  # before the rim: a short bar fits a wide circle too
-        elif _rim(points, side):
-            holes.append(where)
+        elif (circle := _rim(points, side)) is not None:
+            # The hole is the rim's circle, not the arc's box: the bits the median filter
+            # broke off the arc lie around its centre, and rows compare holes' sizes.
+            cx, cy, radius = circle
+            holes.append(_Mark(ink, left + cx, top + cy, round(2 * radius)))
         else:
             others.append(where)
     else:
@@ -255,21 +264,22 @@ def _disc(ink: Image.Image, side: int) -> bool:
     return closed.histogram()[255] >= HOLE_FILL * math.pi / 4 * width * height
 
 
-def _rim(points: list[tuple[int, int]], side: int) -> bool:
+def _rim(points: list[tuple[int, int]], side: int) -> tuple[float, float, float] | None:
     """A punch hole a light backing shows: its rim's shadow, a ring or an arc of a
-    quarter turn or more, of a hole's size."""
+    quarter turn or more, of a hole's size. Its circle (centre in the points' frame,
+    radius), or None."""
     circle = _fit_circle(points)
     if circle is None:
-        return False
+        return None
     cx, cy, radius = circle
     if not HOLE[0] * side <= 2 * radius <= HOLE[1] * side:
-        return False
+        return None
     off = sorted(abs(math.hypot(x - cx, y - cy) - radius) for x, y in points)
     if off[int(0.9 * (len(off) - 1))] > RIM_SPREAD * radius + 1:
-        return False
+        return None
     turns = sorted(math.atan2(y - cy, x - cx) for x, y in points)
     gaps = [b - a for a, b in itertools.pairwise(turns)] + [turns[0] + 2 * math.pi - turns[-1]]
-    return 2 * math.pi - max(gaps) >= RIM_ARC
+    return circle if 2 * math.pi - max(gaps) >= RIM_ARC else None
 
 
 def _fit_circle(points: list[tuple[int, int]]) -> tuple[float, float, float] | None:
