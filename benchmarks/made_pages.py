@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import random
-import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ if __package__ in (None, ""):  # run as a file: the repository's packages import
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import cases
-from benchmarks._common import corpus
+from benchmarks._common import corpus, joined_hyphens
 
 DPI = 300
 A4 = (2480, 3508)  # pixels at 300 dpi
@@ -72,9 +71,8 @@ PLAN = (
 
 @dataclass
 class Sheet:
-    """A page being set: its image, pen, and the text in reading order."""
+    """A page being set: its pen, its ink's grey, and the text in reading order."""
 
-    image: Image.Image
     draw: ImageDraw.ImageDraw
     ink: int
     truth: list[str]
@@ -87,7 +85,7 @@ def words_of(folder: Path, language: str) -> list[str]:
         path = folder / f"{stem}.gt.txt"
         if path.is_file():
             texts.append(path.read_text(encoding="utf-8", errors="replace"))
-    text = re.sub(r"(\w)-\s*\n\s*(\w)", r"\1\2", "\n".join(texts))
+    text = joined_hyphens("\n".join(texts))
     # Only words a page would print: no lone marks, no replacement characters.
     return [w for w in text.split() if "\ufffd" not in w and any(c.isalpha() for c in w)]
 
@@ -129,7 +127,7 @@ def typeset(layout: str, font_path: str, points: int, words: list[str],
             rng: random.Random) -> tuple[Image.Image, str]:
     """One page of ``layout``: its clean image (grey) and its text in reading order."""
     image = Image.new("L", A4, 255)
-    sheet = Sheet(image, ImageDraw.Draw(image), ink=rng.randint(0, 40), truth=[])
+    sheet = Sheet(ImageDraw.Draw(image), ink=rng.randint(0, 40), truth=[])
     size = round(points * DPI / 72)
     font = ImageFont.truetype(font_path, size)
     big = ImageFont.truetype(font_path, round(size * 1.6))

@@ -119,12 +119,15 @@ def measure(image: Image.Image) -> tuple[float, float]:
     mask = ImageChops.darker(mask, outside)
     share, densest = _ink(mask)
     if not looks_blank(share, densest) and share < MARKS_AT_MOST:
-        for spacing in (GROUP, WIDE_GROUP):
-            cleared = _clear_filing_marks(mask, spacing)
-            if cleared is not None and (spacing == GROUP or looks_blank(*_ink(cleared))):
-                share, densest = _ink(cleared)
-            if looks_blank(share, densest):
-                break
+        cleared = _clear_filing_marks(mask, GROUP)
+        if cleared is not None:
+            share, densest = _ink(cleared)
+        if not looks_blank(share, densest):
+            # A hole's thin rim shadow, broken into arcs, is one mark only grouped wider;
+            # kept only when that leaves nothing (wider, dust joins a small page's hole).
+            wider = _clear_filing_marks(mask, WIDE_GROUP)
+            if wider is not None and looks_blank(*(found := _ink(wider))):
+                share, densest = found
     return share, densest
 
 
