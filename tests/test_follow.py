@@ -144,12 +144,19 @@ def test_folder_rename_and_move_out(daemon: Daemon, config: Config, engine: Fake
     assert len(leftovers(config)) == 6, leftovers(config)
     assert pages_read(engine) == read, "files of a renamed folder were read again"
     assert {h.path for h in search(daemon.db, "fake")} == {str(m) for m in moved}
+    # The renamed folder is still watched, deep down: a file dropped there now is read
+    # (the rescan is minutes away, so only the watch can find it).
+    later = renamed / "deep" / "d.png"
+    text_page(["page 3"]).save(later)
+    wait_for(lambda: done(daemon, later), 30, "a file dropped into the renamed folder")
+    moved.append(later)
 
     # Moved out of the inbox: it leaves the index; the user's files stay whole.
     outside = tmp_path / "elsewhere"
     shutil.move(str(renamed), str(outside))
     wait_for(lambda: rows(daemon) == {}, 30, "rows of the folder moved out")
-    assert sorted(p.name for p in outside.rglob("*.png")) == ["a.png", "b.png", "c.png"]
+    assert sorted(p.name for p in outside.rglob("*.png")) == ["a.png", "b.png", "c.png",
+                                                              "d.png"]
 
 
 def test_deleting_keeps_a_sidecar_the_user_edited(daemon: Daemon, config: Config) -> None:
