@@ -474,22 +474,30 @@ def test_a_holes_shadow_broken_into_arcs_is_one_hole(monkeypatch: pytest.MonkeyP
             assert not inkcover.is_blank(page), start
 
 
-def _photographed(sheet: Image.Image, seed: int) -> Image.Image:
+def _photographed(sheet: Image.Image, seed: int, *, table: tuple[int, int, int] = (110, 95, 80),
+                  dimmest: float = 0.6, soft: bool = False) -> Image.Image:
     """``sheet`` as a phone sees it on a table: tilted 1.5 degrees on a dark table top, the
-    light falling off smoothly from 100% to 60% across it."""
+    light falling off smoothly from 100% to ``dimmest`` across it; ``soft``: a little
+    blurred and saved as JPEG, as a phone does."""
+    import io
     import random
 
-    from PIL import ImageChops
+    from PIL import ImageChops, ImageFilter
 
     rng = random.Random(seed)
     photo = sheet.convert("RGB").rotate(rng.choice((-1.5, 1.5)), expand=True,
-                                        resample=Image.Resampling.BICUBIC,
-                                        fillcolor=(110, 95, 80))
+                                        resample=Image.Resampling.BICUBIC, fillcolor=table)
     ramp = Image.linear_gradient("L").resize(photo.size)
     if rng.random() < 0.5:
         ramp = ramp.transpose(Image.Transpose.ROTATE_90).resize(photo.size)
-    light = ramp.point(lambda v: round(255 - v * 102 / 255)).convert("RGB")
-    return ImageChops.multiply(photo, light)
+    light = ramp.point(lambda v: round(255 - v * (1 - dimmest))).convert("RGB")
+    photo = ImageChops.multiply(photo, light)
+    if not soft:
+        return photo
+    saved = io.BytesIO()
+    photo.filter(ImageFilter.GaussianBlur(0.8)).save(saved, "JPEG", quality=85)
+    with Image.open(saved) as opened:
+        return opened.convert("RGB")
 
 
 def test_a_photographed_blank_back_is_blank_and_one_line_on_it_is_not(tmp_path: Path) -> None:
@@ -508,6 +516,28 @@ def test_a_photographed_blank_back_is_blank_and_one_line_on_it_is_not(tmp_path: 
         ImageDraw.Draw(back).text((back.width // 2, back.height // 2), "Invoice 1 total due",
                                   fill="black", font=ImageFont.load_default(size=28))
         assert not inkcover.is_blank(_photographed(back, seed)), seed
+
+
+def test_a_blank_back_photographed_on_a_grey_table_in_failing_light_is_blank(
+        tmp_path: Path) -> None:
+    """The light falling to 55% across the sheet brought its median paper down to twice
+    the grey table's (120), so the table was not "far darker than the paper"; the paper
+    level measured on the table's own cells was low there, and the sheet's soft edge
+    against it was ink: the back was read. The table is now also told by being far
+    darker than the best-lit paper near it."""
+    front, _lines, _ = letter()
+    front_path = tmp_path / "front.png"
+    front.save(front_path, dpi=(DPI, DPI))
+    for seed in range(3):
+        with Image.open(cases.blank_back(front_path, tmp_path / f"b{seed}.jpg",
+                                         seed=seed)) as opened:
+            back = opened.convert("RGB")
+        photo = _photographed(back, seed, table=(120, 110, 100), dimmest=0.55, soft=True)
+        assert inkcover.is_blank(photo), (seed, inkcover.measure(photo))
+        ImageDraw.Draw(back).text((back.width // 2, back.height // 2), "Invoice 1 total due",
+                                  fill="black", font=ImageFont.load_default(size=28))
+        photo = _photographed(back, seed, table=(120, 110, 100), dimmest=0.55, soft=True)
+        assert not inkcover.is_blank(photo), seed
 
 
 @pytest.mark.skipif(not CORPUS.is_dir(), reason="the corpus (../shared/corpus) is not here")

@@ -12,7 +12,8 @@ brightness where it lies (show-through through 80 g/m² paper is 5-20% darker, p
 across the page and their neighbours), not once for the page: light falls off across a
 photographed sheet, and a shadow's edge crosses it. What is dark from the edge of the
 picture inwards (the table a photographed sheet lies on, a scanner's open lid) is not
-on the page and is not ink.
+on the page and is not ink: dark against the page's paper, or against the best-lit paper
+near it (a grey table beside the dim side of a sheet, in failing light).
 A page is blank when the ink covers less than ``BLANK_COVERAGE`` of it, away from
 the edges where scanners leave a shadow, and no small square of it (``TILE`` pixels a
 side at the measuring size) is more than ``TILE_INK`` ink. One short line of text
@@ -105,8 +106,9 @@ def measure(image: Image.Image) -> tuple[float, float]:
     if width - 2 * dx >= 8 and height - 2 * dy >= 8:
         grey = grey.crop((dx, dy, width - dx, height - dy))
     grey = grey.filter(ImageFilter.MedianFilter(3))
-    paper = grey.reduce(max(1, min(grey.size) // CELLS)).filter(
-        ImageFilter.MedianFilter(CELL_MEDIAN)).resize(grey.size, Image.Resampling.BILINEAR)
+    cells = grey.reduce(max(1, min(grey.size) // CELLS)).filter(
+        ImageFilter.MedianFilter(CELL_MEDIAN))
+    paper = cells.resize(grey.size, Image.Resampling.BILINEAR)
     # Ink: the paper's level where it lies, less INK_DEPTH, above the pixel's own.
     limit = paper.point(lambda value: round(value * (1 - INK_DEPTH)))
     mask = ImageChops.subtract(limit, grey).point(lambda value: 255 if value else 0)
@@ -115,6 +117,13 @@ def measure(image: Image.Image) -> tuple[float, float]:
     # on the sheet: the sheet's own edge against it is a dark line, not ink.
     far = ink_limit(grey.histogram(), OUTSIDE_DEPTH)
     outside = ImageChops.lighter(mask, grey.point(lambda value: 255 if value < far else 0))
+    # ... or far darker than the best-lit paper near it: a grey table beside the dim
+    # side of a photographed sheet, whose own cells make the paper level there low.
+    near_lit = cells.filter(ImageFilter.MaxFilter(CELL_MEDIAN)).resize(
+        grey.size, Image.Resampling.BILINEAR).point(
+        lambda value: round(value * (1 - OUTSIDE_DEPTH)))
+    outside = ImageChops.lighter(outside, ImageChops.subtract(near_lit, grey).point(
+        lambda value: 255 if value else 0))
     _clear_from_edges(outside)
     mask = ImageChops.darker(mask, outside)
     share, densest = _ink(mask)
