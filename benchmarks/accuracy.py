@@ -68,6 +68,8 @@ CASES = {
     "dpi600": "each image page enlarged to 600 dpi (LANCZOS) with 600 dpi in the file (PNG)",
     "phone": "each image page as a phone photo: turned 0.5-2 degrees, light falling to 60% "
              "across the page, slight blur, JPEG quality 85, 72 dpi",
+    "faint": "each image page's print at half its darkness on blue-grey paper with grain "
+             "(a faint typescript), no resolution in the file (PNG)",
     "born-digital": "each ground truth drawn as a PDF with DejaVu Sans (fpdf2), the text "
                     "layer real",
     "turn90": "each page turned 90 degrees clockwise (PNG; PDF pages as a TIFF at pdf_dpi)",
@@ -242,6 +244,8 @@ def build_case(case: str, items: list[Item], folder: Path) -> list[Item]:
             path = cases.stamped(item.path, folder / f"{stem}.stamp72.png")
         elif case == "phone":
             path = cases.phone_photo(item.path, folder / f"{stem}.phone.jpg", seed=n)
+        elif case == "faint":
+            path = cases.faint(item.path, folder / f"{stem}.faint.png", seed=n)
         else:
             raise ValueError(case)
         out.append(Item(path, item.truth, item.languages, item.kind))

@@ -1,8 +1,11 @@
-"""Blank or not: the ink measure (:mod:`ocrwatch.scan.inkcover`) on every corpus page and
-on blank backs made from each, as scanned, at low resolution and photographed.
+"""Blank or not, as the daemon decides it: the ink measure (:mod:`ocrwatch.scan.inkcover`),
+then, on a page with too little ink but faint marks, the faint-print check
+(:mod:`ocrwatch.scan.faint`), on every corpus page and on blank backs made from each, as
+scanned, at low resolution and photographed.
 
-Pages with text, as scanned, photographed, at 100 dpi, on noisy paper and filed (punch
-holes and a staple), must never be recorded blank (they would not be read); the blank
+Pages with text, as scanned, photographed, at 100 dpi, on noisy paper, filed (punch
+holes and a staple) and faint (the print at half its darkness on blue-grey paper), must
+never be recorded blank (they would not be read); the blank
 backs (paper grain, sensor noise, dust and the front showing through, mirrored; filed:
 with punch holes and a staple; ``benchmarks/cases.py``) should all be. Each
 kind's ink share and densest square are printed as ranges, with the time of a measure.
@@ -39,6 +42,8 @@ KINDS: dict[str, Callable[[Path, Path, Path, int], Path]] = {
         page, tmp / "noisy.jpg", seed),
     "page, filed": lambda page, back, tmp, seed: cases.filed(
         page, tmp / "filed.jpg", seed),
+    "page, faint": lambda page, back, tmp, seed: cases.faint(
+        page, tmp / "faint.png", seed),
     "back": lambda page, back, tmp, seed: back,
     "back, 150 dpi": lambda page, back, tmp, seed: cases.low_resolution(
         back, tmp / "back150.png", 150),
@@ -54,7 +59,7 @@ KINDS: dict[str, Callable[[Path, Path, Path, int], Path]] = {
 
 
 def main(argv: list[str] | None = None) -> None:
-    from ocrwatch.scan import inkcover
+    from ocrwatch.scan import faint, inkcover, orient
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpus", type=Path, required=True, metavar="DIR")
@@ -62,6 +67,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     found: dict[str, list[tuple[str, bool, float, float]]] = {kind: [] for kind in KINDS}
     times: list[float] = []
+    checked: list[float] = []  # the faint-print check's time, on the pages it is made on
+    detector = orient.Detector(None, ["eng"])  # OSD only: its languages do not matter
     with tempfile.TemporaryDirectory(prefix="ocrwatch-blank-") as scratch:
         tmp = Path(scratch)
         for seed, (name, path, _langs) in enumerate(pages(_common.corpus(args.corpus), tmp)):
@@ -70,14 +77,21 @@ def main(argv: list[str] | None = None) -> None:
                 with Image.open(make(path, back, tmp, seed)) as opened:
                     image = opened.convert("RGB")
                 started = time.perf_counter()
-                share, densest = inkcover.measure(image)  # what is_blank does
+                share, densest = inkcover.measure(image)  # what the daemon does
+                blank = inkcover.looks_blank(share, densest)
                 times.append(time.perf_counter() - started)
-                found[kind].append((name, inkcover.looks_blank(share, densest), share, densest))
+                if blank and faint.has_faint_marks(image):
+                    started = time.perf_counter()
+                    blank = not faint.is_faint_print(image, detector)
+                    checked.append(time.perf_counter() - started)
+                found[kind].append((name, blank, share, densest))
+    detector.close()
     lines = _common.header("ocrwatch blank pages: the ink measure on corpus pages and on "
                            "blank backs made from them", [
                                f"blank: under {inkcover.BLANK_COVERAGE:.1%} ink and no "
                                f"{inkcover.TILE}-pixel square (at {inkcover.WORK_SIDE} "
-                               f"pixels) over {inkcover.TILE_INK:.0%} ink"])
+                               f"pixels) over {inkcover.TILE_INK:.0%} ink, and no faint "
+                               "print (faint marks that OSD reads as print, not mirrored)"])
     lines += ["", "| kind | pages | recorded blank | ink share | densest square | "
               "the wrong ones |", "|---|--:|--:|---|---|---|"]
     for kind, rows in found.items():
@@ -90,6 +104,11 @@ def main(argv: list[str] | None = None) -> None:
                      f"{max(squares):.1%} | {', '.join(wrong) or '-'} |")
     lines += ["", f"time of one measure: median {_common.median(times) * 1000:.0f} ms, "
               f"at most {max(times) * 1000:.0f} ms (one thread)"]
+    if checked:
+        lines += [f"faint marks on {len(checked)} of {len(times)} pages blank by their ink, "
+                  "each then told faint print or show-through (ocrwatch/scan/faint.py): "
+                  f"median {_common.median(checked) * 1000:.0f} ms, at most "
+                  f"{max(checked) * 1000:.0f} ms"]
     print("\n".join(lines))
     print(f"written: {_common.save('blank_pages.txt', lines, args.out)}")
 

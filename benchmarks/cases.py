@@ -240,6 +240,17 @@ def noisy(src: Path, out: Path, seed: int) -> Path:
     return out
 
 
+def faint(src: Path, out: Path, seed: int, darkness: float = 0.5) -> Path:
+    """A faint typescript: the page's print at ``darkness`` of its own on blue-grey paper
+    with grain (a worn ribbon, a carbon copy), saved as PNG without a resolution."""
+    rng = random.Random(seed)
+    image, _dpi = _open(src)
+    grey = image.convert("L").point(lambda v: round(255 - (255 - v) * darkness))
+    paper = _paper(grey.size, rng, (190, 205, 215), grain=8.0, noise=6.0)
+    ImageChops.multiply(paper, Image.merge("RGB", (grey, grey, grey))).save(out, "PNG")
+    return out
+
+
 def paper_texture(out: Path, seed: int, size: tuple[int, int] = (2480, 3508)) -> Path:
     """Yellowed paper alone (A4 at 300 dpi): grain, speckle and no text."""
     rng = random.Random(seed)

@@ -23,7 +23,7 @@ from ocrwatch.core.layout import PageLayout, Word
 from ocrwatch.core.status import format_status
 from ocrwatch.daemon import Daemon
 from ocrwatch.results import pdfout
-from ocrwatch.scan import deskew, inkcover, orient, osd
+from ocrwatch.scan import deskew, faint, inkcover, orient, osd
 from ocrwatch.scan import prepare as scanprep
 from ocrwatch.store.index import search
 from ocrwatch.testing.fake import FakeEngine
@@ -538,6 +538,64 @@ def test_a_blank_back_photographed_on_a_grey_table_in_failing_light_is_blank(
                                   fill="black", font=ImageFont.load_default(size=28))
         photo = _photographed(back, seed, table=(120, 110, 100), dimmest=0.55, soft=True)
         assert not inkcover.is_blank(photo), seed
+
+
+def _faint(sheet: Image.Image, seed: int, *, mirrored: bool = False) -> Image.Image:
+    """``sheet``'s print at a quarter of its darkness on blue-grey paper (a worn ribbon,
+    a carbon copy): under 30% darker than the paper, as show-through is. ``mirrored``:
+    the same marks as the other side's print showing through."""
+    import random
+
+    from PIL import ImageChops, ImageOps
+
+    grey = sheet.convert("L").point(lambda v: round(255 - (255 - v) * 0.25))
+    if mirrored:
+        grey = ImageOps.mirror(grey)
+    paper = cases._paper(grey.size, random.Random(seed), (190, 205, 215), grain=8, noise=6)
+    return ImageChops.multiply(paper, Image.merge("RGB", (grey, grey, grey)))
+
+
+def test_faint_print_is_told_from_show_through_by_its_mirror_image() -> None:
+    """Both hold too little ink to read (under 30% darker than the paper); the faint
+    print reads as print to OSD once stretched, the show-through only mirrored."""
+    detector = orient.Detector(None, ["eng"])
+    try:
+        front, _lines, _ = letter()
+        for seed in range(2):
+            print_, through = _faint(front, seed), _faint(front, seed, mirrored=True)
+            assert inkcover.is_blank(print_) and inkcover.is_blank(through)  # as before
+            assert faint.is_faint_print(print_, detector), seed
+            assert not faint.is_faint_print(through, detector), seed
+        # Paper alone has no faint marks: nothing more is asked of OSD.
+        paper = _faint(Image.new("RGB", front.size, "white"), 0)
+        assert not faint.has_faint_marks(paper)
+    finally:
+        detector.close()
+
+
+def test_a_faint_typescript_is_read_and_its_show_through_is_blank(tmp_path: Path) -> None:
+    """A faint page on blue-grey paper was recorded blank and never read. It is read now
+    (from its stretched copy, where Tesseract's one threshold finds the print), and the
+    same marks mirrored, the other side showing through, are still blank."""
+    config = config_for(tmp_path)
+    front, lines, _ = letter()
+    page, back = config.inbox[0] / "faint.png", config.inbox[0] / "back.png"
+    _faint(front, 1).save(page, dpi=(DPI, DPI))
+    _faint(front, 1, mirrored=True).save(back, dpi=(DPI, DPI))
+    daemon = read(config, page, back)
+    try:
+        got = {}
+        for path in (page, back):
+            job = daemon.jobs.known(path)
+            assert job is not None and job.state.value == "done", job
+            got[path.name] = daemon.db.query(
+                "SELECT text, blank FROM pages WHERE job_id = ?", [job.id])[0]
+    finally:
+        daemon.close()
+    assert got["back.png"]["blank"] == 1
+    assert got["faint.png"]["blank"] == 0
+    found = score("\n".join(lines), str(got["faint.png"]["text"]))
+    assert found.cer < 0.1, found
 
 
 @pytest.mark.skipif(not CORPUS.is_dir(), reason="the corpus (../shared/corpus) is not here")

@@ -29,6 +29,9 @@ class Page:
     text: str | None = None
     # What preparing the scan did (ocrwatch/scan/prepare.py): recorded in the page's row.
     blank: bool = False  # too little ink to hold text: recorded blank, not read
+    # Faint print (scan/faint.py): its marks stretched to full contrast, in grey, at the
+    # image's size; the Tesseract engine reads it besides the image. None on other pages.
+    stretched: Image.Image | None = None
     turned: int = 0  # degrees turned clockwise to stand upright (0, 90, 180, 270)
     skew: float = 0.0  # degrees turned counter-clockwise to straighten it
     upright: tuple[int, int] | None = None  # its size once turned, before straightening

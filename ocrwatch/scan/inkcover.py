@@ -95,8 +95,9 @@ def coverage(image: Image.Image) -> float:
     return measure(image)[0]
 
 
-def measure(image: Image.Image) -> tuple[float, float]:
-    """The page's ink share and its densest square's ink share, away from its edges."""
+def measure(image: Image.Image, depth: float = INK_DEPTH) -> tuple[float, float]:
+    """The page's ink share and its densest square's ink share, away from its edges; ink
+    being ``depth`` darker than the paper where it lies."""
     grey = image.convert("L")
     factor = max(1, round(max(grey.size) / WORK_SIDE))
     if factor > 1:
@@ -110,7 +111,7 @@ def measure(image: Image.Image) -> tuple[float, float]:
         ImageFilter.MedianFilter(CELL_MEDIAN))
     paper = cells.resize(grey.size, Image.Resampling.BILINEAR)
     # Ink: the paper's level where it lies, less INK_DEPTH, above the pixel's own.
-    limit = paper.point(lambda value: round(value * (1 - INK_DEPTH)))
+    limit = paper.point(lambda value: round(value * (1 - depth)))
     mask = ImageChops.subtract(limit, grey).point(lambda value: 255 if value else 0)
     # What is dark from the picture's edge inwards, through ink or through what is far
     # darker than the page's paper (a table the paper's level was measured on), is not

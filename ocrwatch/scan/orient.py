@@ -170,6 +170,22 @@ class Detector:
         return Orientation(self._best(image, clockwise), confidence, checked=self.can_check,
                            proposed=clockwise)
 
+    def osd_only(self, image: Image.Image) -> tuple[int, float] | None:
+        """OSD's own turn (clockwise) for ``image`` and its confidence in it, unchecked:
+        how much the image looks like print to OSD. None when it cannot decide or OSD
+        is missing."""
+        if self.osd is None:
+            return None
+        found = self._api("osd").detect(sized(image.convert("L"), OSD_SIDE), OSD_DPI)
+        return None if found is None else ((360 - found[0]) % 360, found[1])
+
+    def level_text(self, image: Image.Image) -> tuple[float, int] | None:
+        """Confident level text in ``image`` read as it is, sized for the check (see
+        ``_level_words``); None without the languages to read with."""
+        if not self.check_data:
+            return None
+        return self._level_words(sized(image, CHECK_SIDE))
+
     @property
     def can_check(self) -> bool:
         return bool(self.check_data)

@@ -3,7 +3,8 @@
 In order, each page (image, TIFF frame or PDF page) is:
 
 1. recorded blank, and not read, when it holds next to no ink (:mod:`ocrwatch.scan.inkcover`;
-   ``skip_blank``);
+   ``skip_blank``), unless what it holds is faint print rather than the other side
+   showing through (:mod:`ocrwatch.scan.faint`);
 2. turned upright when it lies sideways or upside down (:mod:`ocrwatch.scan.orient`;
    ``rotate_pages``);
 3. straightened when it is skewed by a degree or more (:mod:`ocrwatch.scan.deskew`; ``deskew``).
@@ -25,7 +26,7 @@ from dataclasses import replace
 from ocrwatch.config import Config
 from ocrwatch.core.domain import Page, PageText
 from ocrwatch.core.layout import PageLayout
-from ocrwatch.scan import deskew, inkcover, orient
+from ocrwatch.scan import deskew, faint, inkcover, orient
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +68,15 @@ class ScanPrep:
         """The page ready to read: blank recorded, turned upright, straightened."""
         if page.text is not None:
             return page  # blank already, or its own text taken from the PDF
-        if self.skip_blank and inkcover.is_blank(page.image):
-            return replace(page, text="", blank=True)
+        ink, densest = inkcover.measure(page.image)
+        if self.skip_blank and inkcover.looks_blank(ink, densest):
+            if not faint.is_faint_print(page.image, self._orientation()):
+                return replace(page, text="", blank=True)
+            log.info("%s, page %d: too little ink to read, but faint print, not the "
+                     "other side showing through: read", page.source.name, page.index + 1)
+            faint_print = True
+        else:
+            faint_print = faint.mostly_faint(page.image, ink)
         turned = 0
         image = page.image
         if self.rotate_pages:
@@ -78,6 +86,8 @@ class ScanPrep:
         angle = deskew.skew_angle(image) if self.deskew else 0.0
         if angle:
             image = deskew.straighten(image, angle)
+        if faint_print:
+            page = replace(page, stretched=faint.stretched(image, None))
         if not turned and not angle:
             return page
         return replace(page, image=image, turned=turned, skew=angle, upright=upright)

@@ -1,0 +1,125 @@
+"""Faint print or the other side showing through: telling them apart on a page that holds
+too little ink to read (:mod:`ocrwatch.scan.inkcover`) but is not empty.
+
+Ink is what is 30% darker than its paper, so that the print of a sheet's other side,
+showing through at 5-20% of its darkness, is not. But a faint typescript (a worn ribbon,
+a carbon copy) on grey or tinted paper can be as faint: the grey corpus typescripts,
+their print at 60% of its darkness on blue-grey paper, measured blank, and Tesseract read
+one of them at CER 0.11. Only one thing tells such print from show-through for sure:
+show-through is mirrored.
+
+So a page that is blank at the ink level but has marks ``FAINT_DEPTH`` darker than its
+paper is looked at once more. Its marks are stretched to full contrast (each pixel's
+depth below its paper, the darkest 0.2% of the page made black), and Tesseract's
+orientation detection (OSD) is asked how sure it is which way up that copy is, and which
+way up the copy mirrored is. Print reads as print: OSD is sure of it (confidence
+``SURE`` or more) and far surer (``MIRROR_FACTOR``) than of its mirror image. Show-through
+reads as print only mirrored. As OSD is fooled now and then by the grain that stretching
+brings up, its verdict for print is checked by reading the copy, turned upright, and its
+mirror image (upright and upside down): print reads as ``FAINT_WORDS`` confident level
+words or more, and as far more than mirrored. Anything else stays blank: a page that
+cannot be told is not sent to a model engine, which would invent its text. It costs two
+OSD calls (about 1 s) on the pages that have such marks, and three readings (a few
+seconds) on those OSD takes for print; a clean blank back has no such marks and costs
+nothing more.
+
+A page found to be faint print carries its stretched copy (``Page.stretched``), and so
+does a page whose marks are mostly fainter than ink (``FAINT_RATIO``). Tesseract's one
+threshold finds little on such a page itself; the Tesseract engine also reads the copy
+and keeps the reading with more words read surely.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from PIL import Image, ImageChops, ImageFilter, ImageOps
+
+from ocrwatch.scan import inkcover, orient
+
+FAINT_DEPTH = 0.12  # marks this much darker than their paper may be faint print
+# A page with this many times more marks at FAINT_DEPTH than ink is faint print even
+# where some of it is ink: 1.0-3.8 on the corpus's and the typeset pages, 10 on the
+# faintest corpus typescript (tapus_06), 20-140 on the grey typescripts at 70% of their
+# darkness on blue-grey paper, where Tesseract read them at CER 0.75-1.0.
+FAINT_RATIO = 20.0
+SURE = 5.0  # OSD's confidence on the stretched page from which it is print
+MIRROR_FACTOR = 2.0  # ... and how much surer than on its mirror image (and, read, how
+# much more confident level text it holds than its mirror image)
+FAINT_WORDS = 20  # confident level words the stretched page must read as, at least
+STRETCH_SHARE = 0.002  # the darkest share of the page made black when stretching
+STRETCH_FLOOR = 8  # grey levels: a page whose marks are shallower than this is not stretched
+WORK_SIDE = 3300  # pixels: the longest side the page is stretched at (OSD's own size)
+
+
+class Judge(Protocol):
+    """What tells print (:class:`ocrwatch.scan.orient.Detector`): OSD's turn and
+    confidence for a page (None: it cannot tell), and a reading's confident level words
+    (their summed confidence and count; None: nothing to read with)."""
+
+    def osd_only(self, image: Image.Image) -> tuple[int, float] | None: ...
+
+    def level_text(self, image: Image.Image) -> tuple[float, int] | None: ...
+
+
+def has_faint_marks(image: Image.Image) -> bool:
+    """Whether the page holds marks that may be faint print (at ``FAINT_DEPTH``)."""
+    return not inkcover.looks_blank(*inkcover.measure(image, FAINT_DEPTH))
+
+
+def mostly_faint(image: Image.Image, ink: float) -> bool:
+    """Whether a page of ``ink`` share (:func:`inkcover.measure`) holds mostly marks
+    fainter than ink: ``FAINT_RATIO`` times as many at ``FAINT_DEPTH``."""
+    marks, _ = inkcover.measure(image, FAINT_DEPTH)
+    return marks >= inkcover.BLANK_COVERAGE and marks >= FAINT_RATIO * ink
+
+
+def stretched(image: Image.Image, side: int | None = WORK_SIDE) -> Image.Image:
+    """The page's marks at full contrast, in grey: each pixel's depth below the paper
+    where it lies, scaled so that the darkest ``STRETCH_SHARE`` of the page is black;
+    reduced to about ``side`` pixels on its longest side (None: at its own size)."""
+    grey = image.convert("L")
+    factor = max(1, round(max(grey.size) / side)) if side else 1
+    if factor > 1:
+        grey = grey.reduce(factor)
+    cells = grey.reduce(max(1, min(grey.size) // inkcover.CELLS)).filter(
+        ImageFilter.MedianFilter(inkcover.CELL_MEDIAN))
+    depth = ImageChops.subtract(cells.resize(grey.size, Image.Resampling.BILINEAR), grey)
+    histogram, seen, top = depth.histogram(), 0, 255
+    wanted = STRETCH_SHARE * grey.width * grey.height
+    for value in range(255, -1, -1):
+        seen += histogram[value]
+        if seen >= wanted:
+            top = value
+            break
+    top = max(top, STRETCH_FLOOR)
+    return depth.point(lambda value: max(0, 255 - round(value * 255 / top)))
+
+
+def is_faint_print(image: Image.Image, judge: Judge) -> bool:
+    """Whether a page that holds too little ink to read holds faint print, not the other
+    side's print showing through (see the module's notes)."""
+    if not has_faint_marks(image):
+        return False
+    copy = stretched(image)
+    ahead = judge.osd_only(copy)
+    if ahead is None or ahead[1] < SURE:
+        return False
+    behind = judge.osd_only(ImageOps.mirror(copy))
+    if behind is not None and ahead[1] < MIRROR_FACTOR * behind[1]:
+        return False
+    # The grain that stretching brings up fools OSD now and then (a mirrored magazine
+    # page at 150 dpi: 4.2 as it is, 0.2 mirrored), so its verdict is checked by reading:
+    # the copy turned upright must read as level text, and better than mirrored.
+    upright = orient.turn(copy, ahead[0])
+    read = judge.level_text(upright)
+    if read is None:
+        return True  # no languages to read with: OSD's word stands
+    if read[1] < FAINT_WORDS:
+        return False
+    # Mirrored, level text stays level: the other side's print, if that is what it is,
+    # reads upright or upside down.
+    mirror = ImageOps.mirror(upright)
+    mirrored = max((judge.level_text(m) or (0.0, 0))[0]
+                   for m in (mirror, orient.turn(mirror, 180)))
+    return read[0] >= MIRROR_FACTOR * mirrored
