@@ -540,15 +540,16 @@ def test_a_blank_back_photographed_on_a_grey_table_in_failing_light_is_blank(
         assert not inkcover.is_blank(photo), seed
 
 
-def _faint(sheet: Image.Image, seed: int, *, mirrored: bool = False) -> Image.Image:
-    """``sheet``'s print at a quarter of its darkness on blue-grey paper (a worn ribbon,
-    a carbon copy): under 30% darker than the paper, as show-through is. ``mirrored``:
-    the same marks as the other side's print showing through."""
+def _faint(sheet: Image.Image, seed: int, *, mirrored: bool = False,
+           darkness: float = 0.25) -> Image.Image:
+    """``sheet``'s print at a quarter of its darkness (``darkness``) on blue-grey paper (a
+    worn ribbon, a carbon copy): under 30% darker than the paper, as show-through is.
+    ``mirrored``: the same marks as the other side's print showing through."""
     import random
 
     from PIL import ImageChops, ImageOps
 
-    grey = sheet.convert("L").point(lambda v: round(255 - (255 - v) * 0.25))
+    grey = sheet.convert("L").point(lambda v: round(255 - (255 - v) * darkness))
     if mirrored:
         grey = ImageOps.mirror(grey)
     paper = cases._paper(grey.size, random.Random(seed), (190, 205, 215), grain=8, noise=6)
@@ -569,6 +570,13 @@ def test_faint_print_is_told_from_show_through_by_its_mirror_image() -> None:
         # Paper alone has no faint marks: nothing more is asked of OSD.
         paper = _faint(Image.new("RGB", front.size, "white"), 0)
         assert not faint.has_faint_marks(paper)
+        # A page with some ink but mostly fainter marks is not blank, and is faint: the
+        # Tesseract engine also reads its stretched copy. A page in full black is not.
+        page = _faint(front, 0, darkness=0.3)
+        ink, _ = inkcover.measure(page)
+        assert not inkcover.is_blank(page) and faint.mostly_faint(page, ink)
+        page = _faint(front, 0, darkness=1.0)
+        assert not faint.mostly_faint(page, inkcover.measure(page)[0])
     finally:
         detector.close()
 
@@ -589,7 +597,7 @@ def test_a_faint_typescript_is_read_and_its_show_through_is_blank(tmp_path: Path
             job = daemon.jobs.known(path)
             assert job is not None and job.state.value == "done", job
             got[path.name] = daemon.db.query(
-                "SELECT text, blank FROM pages WHERE job_id = ?", [job.id])[0]
+                "SELECT text, blank FROM pages WHERE job_id = ?", (job.id,))[0]
     finally:
         daemon.close()
     assert got["back.png"]["blank"] == 1
