@@ -48,7 +48,7 @@ MIRROR_FACTOR = 2.0  # ... and how much surer than on its mirror image (and, rea
 # much more confident level text it holds than its mirror image)
 FAINT_WORDS = 20  # confident level words the stretched page must read as, at least
 STRETCH_SHARE = 0.002  # the darkest share of the page made black when stretching
-STRETCH_FLOOR = 8  # grey levels: a page whose marks are shallower than this is not stretched
+STRETCH_FLOOR = 8  # grey levels: the least depth made black (grain alone is not made marks)
 WORK_SIDE = 3300  # pixels: the longest side the page is stretched at (OSD's own size)
 
 
