@@ -570,11 +570,12 @@ def test_faint_print_is_told_from_show_through_by_its_mirror_image() -> None:
         # Paper alone has no faint marks: nothing more is asked of OSD.
         paper = _faint(Image.new("RGB", front.size, "white"), 0)
         assert not faint.has_faint_marks(paper)
-        # A page with some ink but mostly fainter marks is not blank, and is faint: the
-        # Tesseract engine also reads its stretched copy. A page in full black is not.
+        # A page whose marks are mostly fainter than ink (at 30% of its darkness: about
+        # 40 times more marks at 12% than ink, and some ink, or none, as the paper's grain
+        # falls) is faint: the Tesseract engine also reads its stretched copy. A page in
+        # full black is not.
         page = _faint(front, 0, darkness=0.3)
-        ink, _ = inkcover.measure(page)
-        assert not inkcover.is_blank(page) and faint.mostly_faint(page, ink)
+        assert faint.mostly_faint(page, inkcover.measure(page)[0])
         page = _faint(front, 0, darkness=1.0)
         assert not faint.mostly_faint(page, inkcover.measure(page)[0])
     finally:
