@@ -7,6 +7,8 @@ born-digital PDF, which draws the ground-truth text with a real font (DejaVu San
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import math
 import random
 from collections.abc import Sequence
@@ -122,14 +124,32 @@ def skewed(src: Path, out: Path, degrees: float) -> Path:
     return out
 
 
+def noise_image(size: tuple[int, int], sigma: float, rng: random.Random) -> Image.Image:
+    """Gaussian noise centred on 128 (Pillow's ``effect_noise``), the same for the same
+    ``rng``. Pillow draws it from the C library's ``rand()``, which Python's seeds do
+    not reach: unseeded, a made page differed from run to run, and a test on it passed
+    in one noise state and failed in another. So ``rand()`` is seeded from ``rng``."""
+    _srand(rng.getrandbits(31))
+    return Image.effect_noise(size, sigma)
+
+
+def _srand(seed: int) -> None:
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else ctypes.CDLL(None)
+        libc.srand(ctypes.c_uint(seed))
+    except (OSError, AttributeError):  # no C library to seed (Windows): noise unseeded
+        pass
+
+
 def _paper(size: tuple[int, int], rng: random.Random, tint: tuple[int, int, int],
            grain: float, noise: float) -> Image.Image:
     """Scanned paper: a tint, low-frequency grain (fibres, uneven whiteness) and sensor
     noise."""
     width, height = size
-    coarse = Image.effect_noise((max(1, width // 8), max(1, height // 8)), grain)
+    coarse = noise_image((max(1, width // 8), max(1, height // 8)), grain, rng)
     coarse = coarse.resize(size, Image.Resampling.BICUBIC)
-    fine = Image.effect_noise(size, noise)
+    fine = noise_image(size, noise, rng)
     seed_shift = rng.randint(-3, 3)
     layers = []
     for channel in tint:

@@ -44,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from PIL import Image, ImageDraw, ImageFont
 
+from benchmarks import cases
 from benchmarks._common import header, levenshtein, median, normalize, save
 
 DPI = 200
@@ -96,7 +97,7 @@ def degrade(image: Image.Image, seed: int) -> Image.Image:
     image = small.resize(image.size, Image.Resampling.BILINEAR).filter(
         ImageFilter.GaussianBlur(1.2))
     rng = random.Random(seed)
-    noise = Image.effect_noise(image.size, 40).convert("RGB")
+    noise = cases.noise_image(image.size, 40, rng).convert("RGB")
     image = Image.blend(image, noise, 0.18 + rng.random() * 0.04)
     buf = io.BytesIO()
     image.save(buf, "JPEG", quality=25)

@@ -158,6 +158,18 @@ def test_line_end_hyphens_are_joined_as_pdftotext_joins_them() -> None:
         "-Non!\n-À bientôt.\nwords -\nmore")
 
 
+def test_a_made_page_is_the_same_page_for_the_same_seed(tmp_path: Path) -> None:
+    """Made pages feed tests: their noise must come from the seed, not from the run."""
+    from benchmarks import cases
+
+    made = {}
+    for name, seed in (("a", 7), ("b", 7), ("c", 8)):
+        out = cases.paper_texture(tmp_path / f"{name}.jpg", seed=seed, size=(400, 300))
+        made[name] = out.read_bytes()
+    assert made["a"] == made["b"]
+    assert made["a"] != made["c"]
+
+
 @pytest.mark.skipif(shutil.which("tesseract") is None, reason="needs Tesseract's OSD data")
 def test_orientation_and_blank_benchmarks_on_one_page(tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
