@@ -21,6 +21,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from PIL import Image
 
@@ -58,6 +59,40 @@ KINDS: dict[str, Callable[[Path, Path, Path, int], Path]] = {
 }
 
 
+class Recorder:
+    """The faint-print check's judge (:class:`ocrwatch.scan.faint.Judge`), passed
+    through, with what it answered: OSD's turn and confidence for the stretched page and
+    for its mirror image, then the confident level text read upright and mirrored."""
+
+    def __init__(self, judge: Any) -> None:
+        self.judge = judge
+        self.osd: list[tuple[int, float] | None] = []
+        self.read: list[tuple[float, int] | None] = []
+
+    def osd_only(self, image: Image.Image) -> tuple[int, float] | None:
+        found: tuple[int, float] | None = self.judge.osd_only(image)
+        self.osd.append(found)
+        return found
+
+    def level_text(self, image: Image.Image) -> tuple[float, int] | None:
+        found: tuple[float, int] | None = self.judge.level_text(image)
+        self.read.append(found)
+        return found
+
+    def verdict(self) -> str:
+        """What the check saw, for the table: OSD as it is / mirrored, then the reading's
+        confident level text (words) and the mirror image's best."""
+        conf = [f"{found[1]:.1f}" if found else "-" for found in self.osd]
+        out = "OSD " + " / ".join(conf)
+        if self.read:
+            upright, *mirrored = [found or (0.0, 0) for found in self.read]
+            best = max((m[0] for m in mirrored), default=0.0)
+            out += f"; read {upright[0]:.1f} ({upright[1]} words)"
+            if mirrored:
+                out += f", mirrored {best:.1f}"
+        return out
+
+
 def main(argv: list[str] | None = None) -> None:
     from ocrwatch.scan import faint, inkcover, orient
 
@@ -68,6 +103,7 @@ def main(argv: list[str] | None = None) -> None:
     found: dict[str, list[tuple[str, bool, float, float]]] = {kind: [] for kind in KINDS}
     times: list[float] = []
     checked: list[float] = []  # the faint-print check's time, on the pages it is made on
+    verdicts: list[tuple[str, str, bool, str]] = []  # kind, page, blank, what the check saw
     detector = orient.Detector(None, ["eng"])  # OSD only: its languages do not matter
     with tempfile.TemporaryDirectory(prefix="ocrwatch-blank-") as scratch:
         tmp = Path(scratch)
@@ -82,8 +118,10 @@ def main(argv: list[str] | None = None) -> None:
                 times.append(time.perf_counter() - started)
                 if blank and faint.has_faint_marks(image):
                     started = time.perf_counter()
-                    blank = not faint.is_faint_print(image, detector)
+                    judge = Recorder(detector)
+                    blank = not faint.is_faint_print(image, judge)
                     checked.append(time.perf_counter() - started)
+                    verdicts.append((kind, name, blank, judge.verdict()))
                 found[kind].append((name, blank, share, densest))
     detector.close()
     lines = _common.header("ocrwatch blank pages: the ink measure on corpus pages and on "
@@ -109,6 +147,14 @@ def main(argv: list[str] | None = None) -> None:
                   "each then told faint print or show-through (ocrwatch/scan/faint.py): "
                   f"median {_common.median(checked) * 1000:.0f} ms, at most "
                   f"{max(checked) * 1000:.0f} ms"]
+        lines += ["", "the faint-print check on each page it was made on: OSD's confidence "
+                  f"for the stretched page / its mirror image (print: {faint.SURE} or more, "
+                  f"and {faint.MIRROR_FACTOR} times the mirror's), then the confident level "
+                  f"text read upright (print: {faint.FAINT_WORDS} words or more) and the "
+                  f"mirror image's best (print: the upright {faint.READ_FACTOR} times it)",
+                  "", "| kind | page | recorded | what the check saw |", "|---|---|---|---|"]
+        lines += [f"| {kind} | {name} | {'blank' if blank else 'read'} | {seen} |"
+                  for kind, name, blank, seen in sorted(verdicts)]
     print("\n".join(lines))
     print(f"written: {_common.save('blank_pages.txt', lines, args.out)}")
 

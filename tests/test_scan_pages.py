@@ -582,26 +582,52 @@ def test_faint_print_is_told_from_show_through_by_its_mirror_image() -> None:
 def test_a_faint_typescript_is_read_and_its_show_through_is_blank(tmp_path: Path) -> None:
     """A faint page on blue-grey paper was recorded blank and never read. It is read now
     (from its stretched copy, where Tesseract's one threshold finds the print), and the
-    same marks mirrored, the other side showing through, are still blank."""
+    same marks mirrored, the other side showing through, are still blank; fed sideways,
+    it is turned upright."""
     config = config_for(tmp_path)
     front, lines, _ = letter()
-    page, back = config.inbox[0] / "faint.png", config.inbox[0] / "back.png"
+    inbox = config.inbox[0]
+    page, back, sideways = inbox / "faint.png", inbox / "back.png", inbox / "sideways.png"
     _faint(front, 1).save(page, dpi=(DPI, DPI))
     _faint(front, 1, mirrored=True).save(back, dpi=(DPI, DPI))
-    daemon = read(config, page, back)
+    _faint(front, 2).transpose(Image.Transpose.ROTATE_90).save(sideways, dpi=(DPI, DPI))
+    daemon = read(config, page, back, sideways)
     try:
         got = {}
-        for path in (page, back):
+        for path in (page, back, sideways):
             job = daemon.jobs.known(path)
             assert job is not None and job.state.value == "done", job
             got[path.name] = daemon.db.query(
-                "SELECT text, blank FROM pages WHERE job_id = ?", (job.id,))[0]
+                "SELECT text, blank, turned FROM pages WHERE job_id = ?", (job.id,))[0]
     finally:
         daemon.close()
     assert got["back.png"]["blank"] == 1
-    assert got["faint.png"]["blank"] == 0
-    found = score("\n".join(lines), str(got["faint.png"]["text"]))
-    assert found.cer < 0.1, found
+    for name in ("faint.png", "sideways.png"):
+        assert got[name]["blank"] == 0, name
+        found = score("\n".join(lines), str(got[name]["text"]))
+        assert found.cer < 0.1, (name, found)
+    assert got["faint.png"]["turned"] == 0
+    assert got["sideways.png"]["turned"] == 90  # fed a quarter turn left: turned right
+
+
+@pytest.mark.skipif(not CORPUS.is_dir(), reason="the corpus (../shared/corpus) is not here")
+def test_a_faint_page_fed_turned_is_turned_by_its_stretched_copy(tmp_path: Path) -> None:
+    """A corpus typescript made faint on blue-grey paper, fed sideways or upside down: on
+    the page as it is, OSD saw too little print and the page was left as fed, to be read
+    as noise. Its marks stretched to full contrast show which way up it is."""
+    src = cases.faint(CORPUS / "tapus_05.jpg", tmp_path / "faint.png", seed=3)
+    with Image.open(src) as opened:
+        image = opened.convert("RGB")
+    prep = scanprep.ScanPrep(Config(languages=("fra",)))
+    try:
+        for fed in (90, 180, 270):
+            page = Page(source=src, index=0, image=orient.turn(image, fed), dpi=None)
+            ready = prep.prepare(page)
+            assert not ready.blank and ready.stretched is not None, fed
+            assert ready.turned == (360 - fed) % 360, (fed, ready.turned)
+            assert ready.stretched.size == ready.image.size == image.size, fed
+    finally:
+        prep.close()
 
 
 @pytest.mark.skipif(not CORPUS.is_dir(), reason="the corpus (../shared/corpus) is not here")

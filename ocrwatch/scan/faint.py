@@ -10,14 +10,15 @@ show-through is mirrored.
 
 So a page that is blank at the ink level but has marks ``FAINT_DEPTH`` darker than its
 paper is looked at once more. Its marks are stretched to full contrast (each pixel's
-depth below its paper, the darkest 0.2% of the page made black), and Tesseract's
-orientation detection (OSD) is asked how sure it is which way up that copy is, and which
-way up the copy mirrored is. Print reads as print: OSD is sure of it (confidence
-``SURE`` or more) and far surer (``MIRROR_FACTOR``) than of its mirror image. Show-through
-reads as print only mirrored. As OSD is fooled now and then by the grain that stretching
-brings up, its verdict for print is checked by reading the copy, turned upright, and its
-mirror image (upright and upside down): print reads as ``FAINT_WORDS`` confident level
-words or more, and as clearly more (``READ_FACTOR``) than mirrored. Anything else stays
+depth below its paper, the darkest 0.2% of the page made black, the sensor's noise
+filtered out first), and Tesseract's orientation detection (OSD) is asked how sure it is
+which way up that copy is, and which way up the copy mirrored is. Print reads as print:
+OSD leans to it (confidence ``SURE`` or more) and far more (``MIRROR_FACTOR``) than to
+its mirror image. Show-through reads as print only mirrored. As OSD is fooled now and
+then by the grain that stretching brings up, its verdict for print is checked by reading
+the copy, turned upright, and its mirror image (upright and upside down): print reads as
+``FAINT_WORDS`` confident level words or more, and as clearly more (``READ_FACTOR``) than
+mirrored. Anything else stays
 blank: a page that cannot be told is not sent to a model engine, which would invent its
 text. It costs two OSD calls (about 1 s) on the pages that have such marks, and three
 readings (a few seconds) on those OSD takes for print; a clean blank back has no such
@@ -43,13 +44,17 @@ FAINT_DEPTH = 0.12  # marks this much darker than their paper may be faint print
 # faintest corpus typescript (tapus_06), 20-140 on the grey typescripts at 70% of their
 # darkness on blue-grey paper, where Tesseract read them at CER 0.75-1.0.
 FAINT_RATIO = 20.0
-SURE = 5.0  # OSD's confidence on the stretched page from which it is print
+# OSD's confidence on the stretched page from which it may be print (the reading below
+# then decides): 3.6-11.9 on corpus pages made faint, but for one made faint with the
+# book and table it was photographed on (1.4); show-through on the 138 corpus backs up to
+# 4.6, always with its mirror image surer still (6.3-9.1).
+SURE = 3.0
 MIRROR_FACTOR = 2.0  # ... and how much surer than on its mirror image
 FAINT_WORDS = 20  # confident level words the stretched page must read as, at least
 # ... and how much more confident level text than its mirror image: read, mirrored print
-# still gives many words at half the confidence (print made faint from the corpus: 1.4-2.2
+# still gives many words at half the confidence (print made faint from the corpus: 1.29-2.2
 # times its mirror image; show-through, taken for print by OSD: 1.06 at most)
-READ_FACTOR = 1.3
+READ_FACTOR = 1.2
 STRETCH_SHARE = 0.002  # the darkest share of the page made black when stretching
 STRETCH_FLOOR = 8  # grey levels: the least depth made black (grain alone is not made marks)
 WORK_SIDE = 3300  # pixels: the longest side the page is stretched at (OSD's own size)
@@ -85,6 +90,10 @@ def stretched(image: Image.Image, side: int | None = WORK_SIDE) -> Image.Image:
     factor = max(1, round(max(grey.size) / side)) if side else 1
     if factor > 1:
         grey = grey.reduce(factor)
+    # Sensor noise is a pixel here and there, a stroke of print is wider: stretched, the
+    # noise of blue-grey paper made OSD unsure of a page of faint typescript (1.2, its
+    # mirror image 2.0; with the noise filtered out 8.0 and 1.3).
+    grey = grey.filter(ImageFilter.MedianFilter(3))
     cells = grey.reduce(max(1, min(grey.size) // inkcover.CELLS)).filter(
         ImageFilter.MedianFilter(inkcover.CELL_MEDIAN))
     depth = ImageChops.subtract(cells.resize(grey.size, Image.Resampling.BILINEAR), grey)

@@ -79,15 +79,23 @@ class ScanPrep:
             faint_print = faint.mostly_faint(page.image, ink)
         turned = 0
         image = page.image
+        # Faint print is judged by its marks stretched to full contrast: on the page as it
+        # is, OSD and the skew measure see too little of it (a faint page fed sideways was
+        # left sideways, and read as noise).
+        strong = faint.stretched(image, None) if faint_print else None
         if self.rotate_pages:
-            turned = self._orientation().detect(image).turn
+            turned = self._orientation().detect(image if strong is None else strong).turn
             image = orient.turn(image, turned)
+            strong = None if strong is None else orient.turn(strong, turned)
         upright = image.size
-        angle = deskew.skew_angle(image) if self.deskew else 0.0
+        angle = 0.0
+        if self.deskew:
+            angle = deskew.skew_angle(image if strong is None else strong)
         if angle:
             image = deskew.straighten(image, angle)
-        if faint_print:
-            page = replace(page, stretched=faint.stretched(image, None))
+            strong = None if strong is None else deskew.straighten(strong, angle)
+        if strong is not None:
+            page = replace(page, stretched=strong)
         if not turned and not angle:
             return page
         return replace(page, image=image, turned=turned, skew=angle, upright=upright)
