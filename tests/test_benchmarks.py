@@ -197,3 +197,32 @@ def test_orientation_and_blank_benchmarks_on_one_page(tmp_path: Path,
     assert re.search(r"^\| page \| 1 \| 0 \|", report, re.M)
     assert re.search(r"^\| back \| 1 \| 1 \|", report, re.M)
     capsys.readouterr()
+
+
+@pytest.mark.skipif(shutil.which("tesseract") is None, reason="needs the tesseract command")
+def test_skew_sweep_on_one_page(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The sweep reads a skewed page as ocrwatch straightens it, at the exact turn and
+    around it, and beside the `tesseract` command; a clean page is within the goal."""
+    from benchmarks import skew_sweep
+
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    lines = ["Invoice number 4711 for the month of March, paid in full",
+             "The quick brown fox jumps over the lazy dog again and again",
+             "Please keep this letter with your other papers for next year"] * 3
+    text_page(lines, size=36).save(folder / "page.png", dpi=(300, 300))
+    (folder / "page.gt.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / "sweep.txt"
+    skew_sweep.main(["--corpus", str(folder), "--degrees", "4", "--out", str(out)])
+    report = out.read_text(encoding="utf-8")
+    row = next(line for line in report.splitlines() if line.startswith("| page.png |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1] == "4"
+    assert abs(float(cells[3]) + 4) <= 0.3  # the straightening measured: 4 degrees back
+    upright, ours = float(cells[2]), float(cells[4])
+    assert upright < 0.05 and skew_sweep.within(ours, upright), row
+    exact = [float(c) for c in cells[5:10]]
+    assert all(0 <= cer < 0.1 for cer in exact), row
+    assert 0 <= float(cells[11]) <= 1 and float(cells[12]) > 0  # plain CER, seconds
+    assert "ocrwatch misses the goal on 0 of 1" in report
+    capsys.readouterr()

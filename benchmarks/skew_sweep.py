@@ -1,0 +1,162 @@
+"""How much of a skewed page's error is the straightening's, and how much is Tesseract's own
+sensitivity to the pixels it is given.
+
+Each corpus image page (PDFs left out) is skewed ``--degrees`` counter-clockwise on white
+(``cases.skewed``, as ``accuracy.py --scan`` does) and read:
+
+- upright: the page as it is, prepared and read as the daemon does (``ScanPrep``, then
+  the Tesseract engine);
+- ocrwatch: the skewed page, prepared and read the same way (its skew measured and undone);
+- exact: the skewed page straightened by exactly the turn it was given, and by that turn
+  0.2 and 0.4 degrees either way (``deskew.straighten``), each read by the engine as it is;
+- plain: the ``tesseract`` command on the skewed page (its own handling of skew).
+
+If a perfect straightening misses the goal too (CER within 1.1 times the upright page's,
+plus 0.002), and angles a fifth of a degree apart read far apart, the miss is Tesseract's
+sensitivity on that page, not the angle measured.
+
+    python benchmarks/skew_sweep.py --corpus ../shared/corpus --degrees 2 5 [--pages tapus_03]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a file: the repository is the package root
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks import _common, cases
+
+OFFSETS = (-0.4, -0.2, 0.0, 0.2, 0.4)  # degrees around the exact turn
+GOAL, SLACK = 1.1, 0.002
+
+
+def within(cer: float, upright: float) -> bool:
+    return cer <= GOAL * upright + SLACK
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--corpus", type=Path, required=True, metavar="DIR")
+    parser.add_argument("--degrees", type=float, nargs="+", default=[2.0, 5.0])
+    parser.add_argument("--pages", default="", help="comma-separated stems (default: all)")
+    parser.add_argument("--out", type=Path, default=None, metavar="FILE")
+    args = parser.parse_args(argv)
+    os.environ["OMP_THREAD_LIMIT"] = "1"  # before Tesseract loads: one thread, as measured
+
+    wanted = {stem for stem in args.pages.split(",") if stem}
+    items = [item for item in _common.corpus(args.corpus)
+             if item.path.suffix.lower() != ".pdf"
+             and (not wanted or item.path.name.rsplit(".", 1)[0] in wanted)]
+    rows: list[str] = []
+    misses = perfect_misses = 0
+    spreads: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="ocrwatch-skew-") as scratch:
+        for item in items:
+            for found in _sweep(item, args.degrees, Path(scratch)):
+                misses += not within(found.ours, found.upright)
+                perfect_misses += not within(found.exact[0.0], found.upright)
+                spreads.append(max(found.exact.values()) - min(found.exact.values()))
+                rows.append(found.row())
+                print(rows[-1], flush=True)
+    heads = " | ".join(f"exact {o:+.1f}" if o else "exact" for o in OFFSETS)
+    lines = _common.header(
+        "ocrwatch skew sweep: a skewed page read as ocrwatch straightens it, and straightened "
+        "by exactly its turn and a little either way", [
+            "skewed: cases.skewed (turned counter-clockwise on white, bicubic); measured: "
+            "the straightening ocrwatch chose (degrees counter-clockwise)",
+            "exact: deskew.straighten by the turn given, plus the offset; read by the "
+            "Tesseract engine, OMP_THREAD_LIMIT=1; plain: the `tesseract` command on the "
+            "skewed page",
+            f"goal: CER <= {GOAL} x upright + {SLACK}"])
+    lines += ["", f"| file | degrees | upright CER | measured | ocrwatch CER | {heads} | "
+              "exact range | plain CER | s ocrwatch |",
+              "|---|--:|--:|--:|--:|" + "--:|" * len(OFFSETS) + "---|--:|--:|", *rows, "",
+              f"ocrwatch misses the goal on {misses} of {len(rows)}; straightened by exactly "
+              f"the turn given, {perfect_misses} of {len(rows)}; CER range over the "
+              f"{len(OFFSETS)} angles 0.4 degrees either side of exact: median "
+              f"{_common.median(spreads):.4f}, at most {max(spreads, default=0.0):.4f}"]
+    print("\n".join(lines))
+    print(f"written: {_common.save('skew_sweep.txt', lines, args.out)}")
+
+
+@dataclass(frozen=True)
+class Found:
+    name: str
+    degrees: float
+    upright: float  # CER of the upright page
+    measured: float  # the straightening ocrwatch chose
+    ours: float  # CER of the skewed page as ocrwatch reads it
+    exact: dict[float, float]  # offset from the exact turn -> CER
+    plain: float  # CER of the `tesseract` command on the skewed page
+    seconds: float  # ocrwatch's preparation and reading of the skewed page
+
+    def row(self) -> str:
+        spread = f"{min(self.exact.values()):.4f}-{max(self.exact.values()):.4f}"
+        return (f"| {self.name} | {self.degrees:g} | {self.upright:.4f} | "
+                f"{self.measured:+.1f} | {self.ours:.4f}"
+                f"{'' if within(self.ours, self.upright) else ' MISS'} | "
+                + " | ".join(f"{self.exact[o]:.4f}" for o in OFFSETS)
+                + f" | {spread} | {self.plain:.4f} | {self.seconds:.1f} |")
+
+
+def _sweep(item: _common.Item, degrees_list: list[float], tmp: Path) -> list[Found]:
+    """One page's upright reading, then each skew's readings."""
+    from ocrwatch.config import Config
+    from ocrwatch.core.domain import Page
+    from ocrwatch.engines.tesseract import TesseractEngine
+    from ocrwatch.pages.decode import iter_pages
+    from ocrwatch.scan import deskew
+    from ocrwatch.scan.prepare import ScanPrep
+
+    languages = item.languages or "eng"
+    config = Config(languages=languages.split("+"))
+    engine, prep = TesseractEngine(config), ScanPrep(config)
+    truth = item.truth.read_text(encoding="utf-8")
+
+    def cer(page: Page, prepared: bool = True) -> float:
+        ready = prep.prepare(page) if prepared else page
+        return _common.score(truth, engine.recognize([ready])[0].text).cer
+
+    out = []
+    try:
+        upright = cer(next(iter(iter_pages(item.path, config, None))))
+        for degrees in degrees_list:
+            path = cases.skewed(item.path, tmp / f"skew{degrees:g}.png", degrees)
+            page = next(iter(iter_pages(path, config, None)))
+            started = time.perf_counter()
+            ready = prep.prepare(page)
+            ours = cer(ready, prepared=False)
+            measured = ready.skew
+            seconds = time.perf_counter() - started
+            exact = {offset: cer(replace(page, image=deskew.straighten(
+                page.image, -degrees + offset)), prepared=False) for offset in OFFSETS}
+            plain = _common.score(truth, _plain(path, languages, tmp)).cer
+            out.append(Found(item.path.name, degrees, upright, measured, ours, exact, plain,
+                             seconds))
+    finally:
+        prep.close()
+        engine.close()
+    return out
+
+
+def _plain(path: Path, languages: str, tmp: Path) -> str:
+    """The ``tesseract`` command's text for ``path``."""
+    base = tmp / "plain"
+    proc = subprocess.run(["tesseract", str(path), str(base), "-l", languages],
+                          env={**os.environ, "OMP_THREAD_LIMIT": "1"}, capture_output=True,
+                          text=True, check=False, timeout=600)
+    if proc.returncode != 0:
+        raise SystemExit(f"tesseract failed on {path}: {proc.stderr.strip()}")
+    return base.with_suffix(".txt").read_text(encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
