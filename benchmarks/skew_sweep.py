@@ -21,11 +21,13 @@ sensitivity on that page, not the angle measured.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -49,8 +51,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pages", default="", help="comma-separated stems (default: all)")
     parser.add_argument("--out", type=Path, default=None, metavar="FILE")
     args = parser.parse_args(argv)
-    os.environ["OMP_THREAD_LIMIT"] = "1"  # before Tesseract loads: one thread, as measured
-
     wanted = {stem for stem in args.pages.split(",") if stem}
     items = [item for item in _common.corpus(args.corpus)
              if item.path.suffix.lower() != ".pdf"
@@ -58,7 +58,10 @@ def main(argv: list[str] | None = None) -> None:
     rows: list[str] = []
     misses = perfect_misses = 0
     spreads: list[float] = []
-    with tempfile.TemporaryDirectory(prefix="ocrwatch-skew-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="ocrwatch-skew-") as scratch, _environment(
+            # One thread, as measured; the engine's language links in a folder of the run's
+            # own, not in the user's data folder.
+            OMP_THREAD_LIMIT="1", XDG_DATA_HOME=str(Path(scratch) / "data")):
         for item in items:
             for found in _sweep(item, args.degrees, Path(scratch)):
                 misses += not within(found.ours, found.upright)
@@ -145,6 +148,21 @@ def _sweep(item: _common.Item, degrees_list: list[float], tmp: Path) -> list[Fou
         prep.close()
         engine.close()
     return out
+
+
+@contextlib.contextmanager
+def _environment(**values: str) -> Iterator[None]:
+    """``values`` set in the environment, and put back as they were after."""
+    before = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def _plain(path: Path, languages: str, tmp: Path) -> str:
