@@ -21,20 +21,18 @@ sensitivity on that page, not the angle measured.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from unittest import mock
 
 if __package__ in (None, ""):  # run as a file: the repository is the package root
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks import _common, cases
+from benchmarks import _common, accuracy, cases
 
 OFFSETS = (-0.4, -0.2, 0.0, 0.2, 0.4)  # degrees around the exact turn
 GOAL, SLACK = 1.1, 0.002
@@ -58,10 +56,10 @@ def main(argv: list[str] | None = None) -> None:
     rows: list[str] = []
     misses = perfect_misses = 0
     spreads: list[float] = []
-    with tempfile.TemporaryDirectory(prefix="ocrwatch-skew-") as scratch, _environment(
+    with tempfile.TemporaryDirectory(prefix="ocrwatch-skew-") as scratch, mock.patch.dict(
             # One thread, as measured; the engine's language links in a folder of the run's
             # own, not in the user's data folder.
-            OMP_THREAD_LIMIT="1", XDG_DATA_HOME=str(Path(scratch) / "data")):
+            os.environ, {"OMP_THREAD_LIMIT": "1", "XDG_DATA_HOME": f"{scratch}/data"}):
         for item in items:
             for found in _sweep(item, args.degrees, Path(scratch)):
                 misses += not within(found.ours, found.upright)
@@ -141,39 +139,15 @@ def _sweep(item: _common.Item, degrees_list: list[float], tmp: Path) -> list[Fou
             seconds = time.perf_counter() - started
             exact = {offset: cer(replace(page, image=deskew.straighten(
                 page.image, -degrees + offset)), prepared=False) for offset in OFFSETS}
-            plain = _common.score(truth, _plain(path, languages, tmp)).cer
+            text, _ = accuracy.run_plain(replace(item, path=path), languages, config.pdf_dpi,
+                                         tmp)
+            plain = _common.score(truth, text).cer
             out.append(Found(item.path.name, degrees, upright, measured, ours, exact, plain,
                              seconds))
     finally:
         prep.close()
         engine.close()
     return out
-
-
-@contextlib.contextmanager
-def _environment(**values: str) -> Iterator[None]:
-    """``values`` set in the environment, and put back as they were after."""
-    before = {key: os.environ.get(key) for key in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, value in before.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
-def _plain(path: Path, languages: str, tmp: Path) -> str:
-    """The ``tesseract`` command's text for ``path``."""
-    base = tmp / "plain"
-    proc = subprocess.run(["tesseract", str(path), str(base), "-l", languages],
-                          env={**os.environ, "OMP_THREAD_LIMIT": "1"}, capture_output=True,
-                          text=True, check=False, timeout=600)
-    if proc.returncode != 0:
-        raise SystemExit(f"tesseract failed on {path}: {proc.stderr.strip()}")
-    return base.with_suffix(".txt").read_text(encoding="utf-8")
 
 
 if __name__ == "__main__":
