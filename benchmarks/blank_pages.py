@@ -21,9 +21,12 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from PIL import Image
+
+if TYPE_CHECKING:
+    from ocrwatch.scan.faint import Judge
 
 if __package__ in (None, ""):  # run as a file: the repository is the package root
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -64,18 +67,18 @@ class Recorder:
     through, with what it answered: OSD's turn and confidence for the stretched page and
     for its mirror image, then the confident level text read upright and mirrored."""
 
-    def __init__(self, judge: Any) -> None:
+    def __init__(self, judge: Judge) -> None:
         self.judge = judge
         self.osd: list[tuple[int, float] | None] = []
         self.read: list[tuple[float, int] | None] = []
 
     def osd_only(self, image: Image.Image) -> tuple[int, float] | None:
-        found: tuple[int, float] | None = self.judge.osd_only(image)
+        found = self.judge.osd_only(image)
         self.osd.append(found)
         return found
 
     def level_text(self, image: Image.Image) -> tuple[float, int] | None:
-        found: tuple[float, int] | None = self.judge.level_text(image)
+        found = self.judge.level_text(image)
         self.read.append(found)
         return found
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import math
 import random
 from collections.abc import Sequence
@@ -134,12 +135,21 @@ def noise_image(size: tuple[int, int], sigma: float, rng: random.Random) -> Imag
 
 
 def _srand(seed: int) -> None:
+    libc = _libc()
+    if libc is not None:
+        libc.srand(ctypes.c_uint(seed))
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL | None:
+    """The C library, looked up once (``find_library`` runs ``ldconfig``); None where
+    there is none to seed (Windows): the noise is then unseeded."""
     name = ctypes.util.find_library("c")
     try:
         libc = ctypes.CDLL(name) if name else ctypes.CDLL(None)
-        libc.srand(ctypes.c_uint(seed))
-    except (OSError, AttributeError):  # no C library to seed (Windows): noise unseeded
-        pass
+    except OSError:
+        return None
+    return libc if hasattr(libc, "srand") else None
 
 
 def _paper(size: tuple[int, int], rng: random.Random, tint: tuple[int, int, int],
