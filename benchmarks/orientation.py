@@ -1,9 +1,10 @@
 """Which way up, on pages the corpus does not have: every corpus page as scanned, as a
-low-resolution scan, as a phone photo and on noisy paper, each fed four ways.
+low-resolution scan, as a phone photo, on noisy paper and fed crooked, each fed four ways.
 
-For each variant the daemon's own blank check (:func:`ocrwatch.scan.inkcover.is_blank`)
-and orientation detection (:class:`ocrwatch.scan.orient.Detector`) run on the page as
-fed, in the order the daemon's preparation runs them, and the turn decided is compared
+For each variant the daemon's own blank check (:func:`ocrwatch.scan.inkcover.is_blank`),
+straightening (:mod:`ocrwatch.scan.deskew`) and orientation detection
+(:class:`ocrwatch.scan.orient.Detector`) run on the page as fed, in the order the
+daemon's preparation runs them, and the turn decided is compared
 with the turn that makes the page upright. A wrong turn is the failure that matters (the
 page is read as noise and reported read); a page left as fed because nothing could
 decide is counted apart, with the reason. No page made from a corpus page may be
@@ -57,6 +58,10 @@ VARIANTS = (
                 src, out.with_suffix(".jpg"), seed=7)),
     Variant("noisy", "yellowed paper, grain, speckle and a red stamp",
             lambda src, out: cases.noisy(src, out.with_suffix(".jpg"), seed=11)),
+    Variant("crooked3", "fed crooked: turned 3 degrees counter-clockwise on white (a "
+            "scanner's lid)", lambda src, out: cases.skewed(src, out.with_suffix(".png"), 3)),
+    Variant("crooked8", "fed crooked: turned 8 degrees clockwise on white",
+            lambda src, out: cases.skewed(src, out.with_suffix(".png"), -8)),
 )
 
 
@@ -79,6 +84,14 @@ class Outcome:
     @property
     def left_as_fed(self) -> bool:
         return self.fed != 0 and self.decided == 0
+
+
+def variant_stem(work: Path, name: str, variant: Variant) -> Path:
+    """Where ``variant`` of page ``name`` is written, its maker putting the file's suffix
+    in place of ".x": never over the page it is made from (a PDF's pages are drawn into
+    ``work`` too; "NAME-p1.dpi150" with its suffix replaced was "NAME-p1.png", so each
+    variant of a PDF page was made from the one before, not from the page)."""
+    return work / f"{Path(name).stem}.{variant.name}.x"
 
 
 def pages(items: list[_common.Item], work: Path) -> list[tuple[str, Path, str | None]]:
@@ -104,7 +117,7 @@ def pages(items: list[_common.Item], work: Path) -> list[tuple[str, Path, str | 
 
 def run(corpus: Path, languages: str | None, only: list[str] | None,
         variants: list[str]) -> list[Outcome]:
-    from ocrwatch.scan import inkcover, orient
+    from ocrwatch.scan import deskew, inkcover, orient
 
     outcomes: list[Outcome] = []
     detectors: dict[str, orient.Detector] = {}
@@ -122,15 +135,17 @@ def run(corpus: Path, languages: str | None, only: list[str] | None,
                     raise SystemExit(detectors[langs].missing)
             detector = detectors[langs]
             for variant in (v for v in VARIANTS if v.name in variants):
-                made = variant.make(path, work / f"{Path(name).stem}.{variant.name}")
+                made = variant.make(path, variant_stem(work, name, variant))
                 with Image.open(made) as opened:
                     upright = ImageOps.exif_transpose(opened).convert("RGB")
                 for fed in TURNS:
                     image = orient.turn(upright, fed)
                     started = time.perf_counter()
-                    # As the daemon's preparation: the blank check, then orientation.
+                    # As the daemon's preparation: the blank check, straightening, then
+                    # orientation.
                     blank = inkcover.is_blank(image)
-                    found = detector.detect(image)
+                    angle = deskew.skew_angle(image)
+                    found = detector.detect(deskew.straighten(image, angle) if angle else image)
                     seconds = time.perf_counter() - started
                     outcome = Outcome(name, variant.name, fed, found.turn, found.confidence,
                                       found.checked, found.proposed, blank, seconds)
@@ -150,7 +165,7 @@ def report(outcomes: list[Outcome], args: argparse.Namespace) -> list[str]:
     from ocrwatch.scan import orient
 
     lines = _common.header("ocrwatch orientation: corpus pages as low-resolution scans, "
-                           "photos and noisy paper, fed four ways", [
+                           "photos, on noisy paper and fed crooked, fed four ways", [
                                f"languages: {args.languages or 'each page its own (manifest.tsv)'}",
                                *(f"variant {v.name}: {v.about}" for v in VARIANTS
                                  if v.name in args.variants),

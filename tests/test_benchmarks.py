@@ -75,6 +75,20 @@ def test_corpus_pairs_and_manifest(tmp_path: Path) -> None:
     assert [(i.path.name, i.languages, i.kind) for i in items] == [("a.png", "fra", "sample")]
 
 
+def test_each_orientation_variant_is_made_from_the_page_not_over_it(tmp_path: Path) -> None:
+    from benchmarks import orientation
+
+    for name in ("letter-p1.png", "tess_8071_093.3B.tif"):
+        page = tmp_path / name
+        text_page(["Invoice number 4711 for March"], size=30).save(page, format="PNG")
+        original = page.read_bytes()
+        made = [v.make(page, orientation.variant_stem(tmp_path, name, v))
+                for v in orientation.VARIANTS]
+        assert page.read_bytes() == original
+        written = [p for p in made if p != page]  # "scan" is the page itself
+        assert len(set(written)) == len(written) == len(orientation.VARIANTS) - 1, written
+
+
 @pytest.mark.skipif(shutil.which("tesseract") is None, reason="needs the tesseract command")
 def test_accuracy_script_on_one_page(tmp_path: Path, home: Path,
                                      capsys: pytest.CaptureFixture[str]) -> None:

@@ -702,6 +702,41 @@ def test_a_grey_sheet_fed_crooked_on_a_white_lid_is_read(tmp_path: Path) -> None
     assert score("\n".join(lines), str(row["text"])).cer < 0.05, row["text"]
 
 
+def test_a_grey_sheet_fed_crooked_and_turned_is_straightened_then_turned_upright(
+        tmp_path: Path) -> None:
+    """Fed sideways or upside down as well as crooked on a white lid: OSD, judging the page
+    as fed, could not decide (the white corners moved its threshold off the print), and
+    the page was left as fed, to be read as noise. Straightened first, it is turned."""
+    upright, lines, _ = letter(9, 12)
+    grey = Image.eval(upright.convert("L"), lambda v: 40 + v * 100 // 255)  # paper at 140
+    for degrees in (3.0, -7.0):
+        crooked = grey.rotate(degrees, resample=Image.Resampling.BICUBIC, expand=True,
+                              fillcolor=255).convert("RGB")
+        prep = scanprep.ScanPrep(Config(languages=("eng",)))
+        try:
+            for fed in (90, 180, 270):
+                page = Page(Path("crooked.png"), 0, orient.turn(crooked, fed), dpi=DPI)
+                ready = prep.prepare(page)
+                assert ready.turned == (360 - fed) % 360, (degrees, fed, ready.turned)
+                assert ready.skew == pytest.approx(-degrees, abs=0.3), (degrees, fed)
+                assert ready.upright == orient.turn(page.image, ready.turned).size
+                # As drawn again for a model's word boxes: the same pixels.
+                again = scanprep.again(page, ready.turned, ready.skew).image
+                assert again.size == ready.image.size and again.tobytes() == ready.image.tobytes()
+        finally:
+            prep.close()
+    config = config_for(tmp_path, outputs=["txt"])
+    src = config.inbox[0] / "grey.png"
+    orient.turn(crooked, 180).save(src, dpi=(DPI, DPI))
+    daemon = read(config, src)
+    try:
+        (row,) = rows(daemon)
+    finally:
+        daemon.close()
+    assert (row["turned"], row["skew"]) == (180, pytest.approx(7.0, abs=0.3))
+    assert score("\n".join(lines), str(row["text"])).cer < 0.05, row["text"]
+
+
 # -- noisy paper ----------------------------------------------------------------------
 def test_paper_texture_alone_gives_no_text(tmp_path: Path) -> None:
     config = config_for(tmp_path)

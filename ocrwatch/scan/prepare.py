@@ -5,9 +5,11 @@ In order, each page (image, TIFF frame or PDF page) is:
 1. recorded blank, and not read, when it holds next to no ink (:mod:`ocrwatch.scan.inkcover`;
    ``skip_blank``), unless what it holds is faint print rather than the other side
    showing through (:mod:`ocrwatch.scan.faint`);
-2. turned upright when it lies sideways or upside down (:mod:`ocrwatch.scan.orient`;
-   ``rotate_pages``);
-3. straightened when it is skewed by a degree or more (:mod:`ocrwatch.scan.deskew`; ``deskew``).
+2. straightened when it is skewed by a degree or more (:mod:`ocrwatch.scan.deskew`;
+   ``deskew``); its turn is then judged on the straightened page (a quarter turn and a
+   small one give the same pixels in either order);
+3. turned upright when it lies sideways or upside down (:mod:`ocrwatch.scan.orient`;
+   ``rotate_pages``).
 
 What was done is carried on the page (``Page.blank``, ``turned``, ``skew``) into its
 result and index row. The searchable PDF keeps the original image: a turned page gets
@@ -65,7 +67,7 @@ class ScanPrep:
         return detector
 
     def prepare(self, page: Page) -> Page:
-        """The page ready to read: blank recorded, turned upright, straightened."""
+        """The page ready to read: blank recorded, straightened, turned upright."""
         if page.text is not None:
             return page  # blank already, or its own text taken from the PDF
         ink, densest = inkcover.measure(page.image)
@@ -77,27 +79,31 @@ class ScanPrep:
             faint_print = True
         else:
             faint_print = faint.mostly_faint(page.image, ink)
-        turned = 0
         image = page.image
         # Faint print is judged by its marks stretched to full contrast: on the page as it
         # is, OSD and the skew measure see too little of it (a faint page fed sideways was
         # left sideways, and read as noise).
         strong = faint.stretched(image, None) if faint_print else None
-        if self.rotate_pages:
-            turned = self._orientation().detect(image if strong is None else strong).turn
-            image = orient.turn(image, turned)
-            strong = None if strong is None else orient.turn(strong, turned)
-        upright = image.size
-        angle = 0.0
-        if self.deskew:
-            angle = deskew.skew_angle(image if strong is None else strong)
+        # Straightened before its turn is looked for: OSD and the reading check misjudge
+        # lines at an angle, and the white a scanner's lid shows around a crooked sheet of
+        # tinted paper moves Tesseract's threshold off its print (corpus pages skewed
+        # 3 degrees and fed upside down or sideways were left as fed: OSD undecided).
+        angle = deskew.skew_angle(image if strong is None else strong) if self.deskew else 0.0
         if angle:
             image = deskew.straighten(image, angle)
             strong = None if strong is None else deskew.straighten(strong, angle)
+        turned = 0
+        if self.rotate_pages:
+            turned = self._orientation().detect(image if strong is None else strong).turn
+        if turned:
+            image = orient.turn(image, turned)
+            strong = None if strong is None else orient.turn(strong, turned)
         if strong is not None:
             page = replace(page, stretched=strong)
         if not turned and not angle:
             return page
+        width, height = page.image.size
+        upright = (height, width) if turned in (90, 270) else (width, height)
         return replace(page, image=image, turned=turned, skew=angle, upright=upright)
 
     @property
