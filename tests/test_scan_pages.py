@@ -537,6 +537,34 @@ def test_a_blank_back_photographed_on_a_grey_table_in_failing_light_is_blank(
         tmp_path, table=(120, 110, 100), dimmest=0.55, soft=True)
 
 
+@pytest.mark.parametrize(("lid", "border", "degrees"), [
+    (128, 40, 2.0),  # crooked on a mid-grey lid: the lid's edge was ink
+    (70, 200, 0.0),  # a small sheet on a dark bed, the bed two thirds of the picture
+])
+def test_a_blank_back_on_a_grey_or_dark_scanner_bed_is_blank(
+        tmp_path: Path, lid: int, border: int, degrees: float) -> None:
+    """Where the paper met a mid-grey lid, the level drawn between the two made the lid's
+    edge ink; and where the bed was most of the picture, it was taken for the paper, so a
+    dark line at the sheet's edge was not "far darker than the paper". Both were read."""
+    from PIL import ImageOps
+
+    front, _lines, _ = letter()
+    front_path = tmp_path / "front.png"
+    front.resize((front.width // 2, front.height // 2)).save(front_path, dpi=(150, 150))
+    for seed in range(2):
+        with Image.open(cases.blank_back(front_path, tmp_path / f"b{seed}.jpg",
+                                         seed=seed)) as opened:
+            back = opened.convert("RGB")
+        on_bed = ImageOps.expand(back, border, (lid,) * 3).rotate(
+            degrees, expand=True, resample=Image.Resampling.BICUBIC, fillcolor=(lid,) * 3)
+        assert inkcover.is_blank(on_bed), (seed, inkcover.measure(on_bed))
+        ImageDraw.Draw(back).text((back.width // 3, back.height // 2), "Invoice 1 total due",
+                                  fill="black", font=ImageFont.load_default(size=16))
+        on_bed = ImageOps.expand(back, border, (lid,) * 3).rotate(
+            degrees, expand=True, resample=Image.Resampling.BICUBIC, fillcolor=(lid,) * 3)
+        assert not inkcover.is_blank(on_bed), seed
+
+
 def _faint(sheet: Image.Image, seed: int, *, mirrored: bool = False,
            darkness: float = 0.25) -> Image.Image:
     """``sheet``'s print at a quarter of its darkness (``darkness``) on blue-grey paper (a

@@ -10,10 +10,13 @@ a pixel counts as ink when it is at least ``INK_DEPTH`` darker than the paper's 
 brightness where it lies (show-through through 80 g/m² paper is 5-20% darker, print
 60-90%). The paper's brightness is taken place by place (the median of ``CELLS`` cells
 across the page and their neighbours), not once for the page: light falls off across a
-photographed sheet, and a shadow's edge crosses it. What is dark from the edge of the
-picture inwards (the table a photographed sheet lies on, a scanner's open lid) is not
-on the page and is not ink: dark against the page's paper, or against the best-lit paper
-near it (a grey table beside the dim side of a sheet, in failing light).
+photographed sheet, and a shadow's edge crosses it. Where the paper meets a far darker
+ground, it is held to ``GROUND_STEP`` times the dimmest cell around, so the ground's own
+edge is not ink. What is dark from the edge of the picture inwards (the table a
+photographed sheet lies on, a scanner's lid or bed) is not on the page and is not ink:
+far darker than the page's paper (what the brightest ``PAPER_SHARE`` of the picture is
+at least as bright as: a small sheet is less than half of a scanner's bed), or than the
+best-lit paper near it (a grey table beside the dim side of a sheet, in failing light).
 A page is blank when the ink covers less than ``BLANK_COVERAGE`` of it, away from
 the edges where scanners leave a shadow, and no small square of it (``TILE`` pixels a
 side at the measuring size) is more than ``TILE_INK`` ink. One short line of text
@@ -53,6 +56,8 @@ TILE = 16  # pixels at WORK_SIDE: the square a mark is looked for in (1.6% of th
 TILE_INK = 0.05  # a square with more ink than this holds a mark: a word, a stamp, a line
 CELLS = 60  # the paper's brightness is measured in cells of 1/60 of the page's short side
 CELL_MEDIAN = 5  # ... each the median of 5x5 cells: text, however dense, is not paper
+PAPER_SHARE = 0.2  # at least this share of a picture is its sheet's paper
+GROUND_STEP = 1.4  # under 1 / (1 - INK_DEPTH): a ground this much darker is not ink
 OUTSIDE_DEPTH = 0.5  # darker than half the page's paper, and reaching the edge: no sheet
 # Filing marks, as shares of the measured page's short side (A4: 210 mm, 1% is 2.1 mm).
 BAND = 0.15  # the margin band where punch holes and staples lie (up to 31 mm on A4)
@@ -78,13 +83,13 @@ WIDE_GROUP = 11  # ... tried too when that leaves marks: a hole's thin shadow br
 # arcs 10 apart is one rim only so (closer, dust specks by a small page's hole join it)
 
 
-def ink_limit(histogram: list[int], depth: float = INK_DEPTH) -> float:
+def ink_limit(histogram: list[int], depth: float = INK_DEPTH, brighter: float = 0.5) -> float:
     """The grey level below which a pixel is ink: ``depth`` darker than the paper, the
-    brightness that half the page is at least as bright as."""
+    brightness that a ``brighter`` share of the page is at least as bright as."""
     total, seen, paper = sum(histogram), 0, 255
     for value in range(255, -1, -1):
         seen += histogram[value]
-        if seen * 2 >= total:
+        if seen >= brighter * total:
             paper = value
             break
     return paper * (1 - depth)
@@ -110,13 +115,22 @@ def measure(image: Image.Image, depth: float = INK_DEPTH) -> tuple[float, float]
     cells = grey.reduce(max(1, min(grey.size) // CELLS)).filter(
         ImageFilter.MedianFilter(CELL_MEDIAN))
     paper = cells.resize(grey.size, Image.Resampling.BILINEAR)
+    # ... at most GROUND_STEP times the dimmest cell around: where paper meets a far
+    # darker ground (a mid-grey table or lid, a shadow), the level drawn between the two
+    # made the ground's edge ink (a blank sheet on a lid at 128 was read); faint print
+    # on its paper moves no cell that far.
+    dimmest = cells.filter(ImageFilter.MinFilter(3)).resize(grey.size,
+                                                            Image.Resampling.BILINEAR)
+    paper = ImageChops.darker(paper, dimmest.point(lambda value: round(value * GROUND_STEP)))
     # Ink: the paper's level where it lies, less INK_DEPTH, above the pixel's own.
     limit = paper.point(lambda value: round(value * (1 - depth)))
     mask = ImageChops.subtract(limit, grey).point(lambda value: 255 if value else 0)
     # What is dark from the picture's edge inwards, through ink or through what is far
     # darker than the page's paper (a table the paper's level was measured on), is not
     # on the sheet: the sheet's own edge against it is a dark line, not ink.
-    far = ink_limit(grey.histogram(), OUTSIDE_DEPTH)
+    # The paper: what the brightest fifth is at least as bright as (a small card on a
+    # scanner's bed is less than half of the picture).
+    far = ink_limit(grey.histogram(), OUTSIDE_DEPTH, PAPER_SHARE)
     outside = ImageChops.lighter(mask, grey.point(lambda value: 255 if value < far else 0))
     # ... or far darker than the best-lit paper near it: a grey table beside the dim
     # side of a photographed sheet, whose own cells make the paper level there low.
