@@ -243,12 +243,23 @@ class Scheduler:
                         queued = self._pages.put(_Item(work, page), cancel=lambda: (
                             self._stopping or self._paused or work.discarded
                             or bool(work.transient or work.error)))
-                        if self._stopping or self._paused or work.discarded:
+                        dropped = self._stopping or self._paused or work.discarded
+                        if dropped:
                             work.discarded = True
-                            return  # put back by the pause drain or by close
-                        if not queued:
-                            break  # the engine gave up on an earlier page: open no more
-                        work.in_flight += 1
+                            # Put back here, not left to the pause drain: a resume before
+                            # the drain ran left the job running, unread, until the next
+                            # start. Only while it is still this preparer's to put back.
+                            mine = self._works.get(job.id) is work
+                            if mine:
+                                del self._works[job.id]
+                        elif queued:
+                            work.in_flight += 1
+                    if dropped:
+                        if mine:
+                            self._put_back(work)
+                        return
+                    if not queued:
+                        break  # the engine gave up on an earlier page: open no more
                     count += 1
             with self._cond:
                 work.expected = count

@@ -283,6 +283,42 @@ def test_a_pause_while_several_preparers_are_inside_files_loses_none(
         d.close()
 
 
+def test_a_resume_right_after_a_preparer_dropped_its_file_for_a_pause_reads_it(
+        config: Config, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A preparer that met a pause dropped its file and left it to the pause drain; a
+    resume before the drain ran left the job running, unread, until the next start (the
+    tray's pause and resume a second apart)."""
+    from ocrwatch import scheduler
+
+    let_go = threading.Event()
+    opened: list[str] = []
+    gated_open_pages(monkeypatch, lambda: let_go.wait(20), opened)
+    real = scheduler.Scheduler._prepare
+    resumed: list[bool] = []
+
+    def prepare_then_resume(self: scheduler.Scheduler, job: Any) -> None:
+        real(self, job)
+        if self.paused and not resumed:
+            resumed.append(True)
+            self.resume()  # from the preparer itself: before any drain can run
+
+    monkeypatch.setattr(scheduler.Scheduler, "_prepare", prepare_then_resume)
+    engine = FakeEngine(policy=ReadPolicy(concurrency=1, preparers=1))
+    d = Daemon(config, engine=engine)
+    d.start()
+    try:
+        path = config.inbox[0] / "page.png"
+        text_page(["page"]).save(path)
+        wait_for(lambda: opened, 30, "the preparer inside the file")
+        d.pause()
+        let_go.set()
+        wait_for(lambda: resumed, 30, "the resume right after the file was dropped")
+        wait_for(lambda: state(d, path) == "done", 30, "the file read after the resume")
+        assert [name for batch in engine.batches for name, _ in batch] == ["page.png"]
+    finally:
+        d.close()
+
+
 def test_startup_recovers_running_jobs(config: Config) -> None:
     from ocrwatch.store.db import Database
     from ocrwatch.store.jobs import JobQueue, file_sha256
