@@ -24,7 +24,8 @@ sheet fed sideways or upside down), skewed 2 and 5 degrees (fed crooked), and bo
 drawn at ``pdf_dpi`` into a multi-page TIFF first. Each variant's CER is set against the
 same file's upright CER (goal: within ``--max-turn-ratio``, 1.1x), plain ``tesseract``'s
 CER on the variant is shown beside it, and the cost of preparing a page (ink coverage,
-orientation, skew) is timed on its own, in this process, beside the daemon's s/page.
+then straightening and orientation as ``ScanPrep.upright`` runs them) is timed on its
+own, in this process, beside the daemon's s/page.
 With ``--pdf``, the searchable PDF is written too and ``pdftotext`` (default mode) of it
 is scored beside the ``.txt``. ``--quick`` takes four files of the corpus.
 
@@ -300,27 +301,24 @@ def prep_costs(paths: list[Path]) -> dict[str, list[float]]:
     """Seconds per page of each preparation step, measured here on each file's pages."""
     from ocrwatch.config import Config
     from ocrwatch.pages.decode import iter_pages
-    from ocrwatch.scan import deskew, inkcover, orient
+    from ocrwatch.scan import inkcover
+    from ocrwatch.scan.prepare import ScanPrep
 
-    detector = orient.Detector(None, ["eng"])
-    out: dict[str, list[float]] = {"ink coverage": [], "skew": [],
-                                   "orientation (OSD)": [], "all three": []}
+    prep = ScanPrep(Config(languages=["eng"]))
+    out: dict[str, list[float]] = {"ink coverage": [], "straightening and orientation": [],
+                                   "all": []}
     for path in paths:
         for page in iter_pages(path, Config(), None):
-            # In the daemon's order (scan/prepare.py): straightened, then turned.
+            # The daemon's own steps (scan/prepare.py): ink, then straightened and turned.
             t0 = time.perf_counter()
-            inkcover.coverage(page.image)
+            inkcover.measure(page.image)
             t1 = time.perf_counter()
-            angle = deskew.skew_angle(page.image)
-            image = deskew.straighten(page.image, angle) if angle else page.image
+            prep.upright(page.image)
             t2 = time.perf_counter()
-            detector.detect(image)
-            t3 = time.perf_counter()
             out["ink coverage"].append(t1 - t0)
-            out["skew"].append(t2 - t1)
-            out["orientation (OSD)"].append(t3 - t2)
-            out["all three"].append(t3 - t0)
-    detector.close()
+            out["straightening and orientation"].append(t2 - t1)
+            out["all"].append(t2 - t0)
+    prep.close()
     return out
 
 

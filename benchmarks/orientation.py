@@ -2,9 +2,8 @@
 low-resolution scan, as a phone photo, on noisy paper and fed crooked, each fed four ways.
 
 For each variant the daemon's own blank check (:func:`ocrwatch.scan.inkcover.is_blank`),
-straightening (:mod:`ocrwatch.scan.deskew`) and orientation detection
-(:class:`ocrwatch.scan.orient.Detector`) run on the page as fed, in the order the
-daemon's preparation runs them, and the turn decided is compared
+then its straightening and orientation detection (:meth:`ocrwatch.scan.prepare.ScanPrep.upright`,
+which the daemon's preparation calls) run on the page as fed, and the turn decided is compared
 with the turn that makes the page upright. A wrong turn is the failure that matters (the
 page is read as noise and reported read); a page left as fed because nothing could
 decide is counted apart, with the reason. No page made from a corpus page may be
@@ -117,10 +116,12 @@ def pages(items: list[_common.Item], work: Path) -> list[tuple[str, Path, str | 
 
 def run(corpus: Path, languages: str | None, only: list[str] | None,
         variants: list[str]) -> list[Outcome]:
-    from ocrwatch.scan import deskew, inkcover, orient
+    from ocrwatch.config import Config
+    from ocrwatch.scan import inkcover, orient
+    from ocrwatch.scan.prepare import ScanPrep
 
     outcomes: list[Outcome] = []
-    detectors: dict[str, orient.Detector] = {}
+    preps: dict[str, ScanPrep] = {}
     with tempfile.TemporaryDirectory(prefix="ocrwatch-orient-") as tmp, mock.patch.dict(
             os.environ, {"XDG_DATA_HOME": str(Path(tmp) / "data")}):
         # The folder of linked language files that a reading check of several languages
@@ -129,11 +130,11 @@ def run(corpus: Path, languages: str | None, only: list[str] | None,
         items = [i for i in _common.corpus(corpus) if not only or i.path.name in only]
         for name, path, page_langs in pages(items, work):
             langs = languages or page_langs or "eng"
-            if langs not in detectors:
-                detectors[langs] = orient.Detector(None, langs.split("+"))
-                if detectors[langs].missing:
-                    raise SystemExit(detectors[langs].missing)
-            detector = detectors[langs]
+            if langs not in preps:
+                preps[langs] = ScanPrep(Config(languages=langs.split("+")))
+                if preps[langs].missing:
+                    raise SystemExit(preps[langs].missing)
+            prep = preps[langs]
             for variant in (v for v in VARIANTS if v.name in variants):
                 made = variant.make(path, variant_stem(work, name, variant))
                 with Image.open(made) as opened:
@@ -141,11 +142,10 @@ def run(corpus: Path, languages: str | None, only: list[str] | None,
                 for fed in TURNS:
                     image = orient.turn(upright, fed)
                     started = time.perf_counter()
-                    # As the daemon's preparation: the blank check, straightening, then
-                    # orientation.
+                    # As the daemon's preparation: the blank check, then straightening
+                    # and orientation.
                     blank = inkcover.is_blank(image)
-                    angle = deskew.skew_angle(image)
-                    found = detector.detect(deskew.straighten(image, angle) if angle else image)
+                    found = prep.upright(image).orientation
                     seconds = time.perf_counter() - started
                     outcome = Outcome(name, variant.name, fed, found.turn, found.confidence,
                                       found.checked, found.proposed, blank, seconds)
@@ -156,8 +156,8 @@ def run(corpus: Path, languages: str | None, only: list[str] | None,
                           f"{verdict}{' BLANK' if blank else ''} (OSD {found.confidence:.2f}"
                           f"{', checked' if found.checked else ''}) {seconds:.2f} s",
                           flush=True)
-        for detector in detectors.values():
-            detector.close()
+        for prep in preps.values():
+            prep.close()
     return outcomes
 
 

@@ -89,6 +89,18 @@ def test_each_orientation_variant_is_made_from_the_page_not_over_it(tmp_path: Pa
         assert len(set(written)) == len(written) == len(orientation.VARIANTS) - 1, written
 
 
+def test_the_cost_of_preparing_is_timed_on_each_page_with_the_daemons_steps(
+        tmp_path: Path, home: Path) -> None:
+    sheet = text_page(["Invoice number 4711 for March", "The quick brown fox jumps"], size=30)
+    sheet.save(tmp_path / "page.png", dpi=(200, 200))
+    sheet.save(tmp_path / "two.tif", save_all=True, append_images=[sheet], dpi=(200, 200))
+    costs = accuracy.prep_costs([tmp_path / "page.png", tmp_path / "two.tif"])
+    assert list(costs) == ["ink coverage", "straightening and orientation", "all"]
+    assert all(len(seconds) == 3 for seconds in costs.values())  # one figure a page
+    for ink, upright, whole in zip(*costs.values(), strict=True):
+        assert ink > 0 and upright > 0 and whole == pytest.approx(ink + upright)
+
+
 @pytest.mark.skipif(shutil.which("tesseract") is None, reason="needs the tesseract command")
 def test_accuracy_script_on_one_page(tmp_path: Path, home: Path,
                                      capsys: pytest.CaptureFixture[str]) -> None:

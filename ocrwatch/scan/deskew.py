@@ -50,19 +50,17 @@ def skew_angle(image: Image.Image) -> float:
     mask = _mask(image)
     if mask.getbbox() is None:
         return 0.0
-    # Whole degrees both ways first, then tenths around the best: 2 x 21 + 16 turns of a
-    # small mask.
+    # Whole degrees both ways first, then tenths around the best of the sharper way:
+    # 2 x 21 + 16 turns of a small mask.
     coarse = [float(x) for x in range(-round(MAX_ANGLE), round(MAX_ANGLE) + 1)]
-    best_score, best, lines = -1.0, 0.0, mask
-    for way in (mask, mask.transpose(Image.Transpose.ROTATE_90)):
-        scored = {a: _sharpness(way, a) for a in coarse}
-        angle = max(scored, key=lambda a: scored[a])
-        if scored[angle] > best_score:
-            best_score, best, lines, straight = scored[angle], angle, way, scored[0.0]
-    scored = {best + x / 10: _sharpness(lines, best + x / 10) for x in range(-8, 9) if x}
-    scored[best] = best_score
-    angle = max(scored, key=lambda a: scored[a])
-    if abs(angle) < MIN_ANGLE or scored[angle] < straight * GAIN:
+    lines, scored = max(((way, {a: _sharpness(way, a) for a in coarse})
+                         for way in (mask, mask.transpose(Image.Transpose.ROTATE_90))),
+                        key=lambda measured: max(measured[1].values()))
+    best = max(scored, key=scored.__getitem__)
+    fine = {best + x / 10: _sharpness(lines, best + x / 10) for x in range(-8, 9) if x}
+    fine[best] = scored[best]
+    angle = max(fine, key=fine.__getitem__)
+    if abs(angle) < MIN_ANGLE or fine[angle] < scored[0.0] * GAIN:
         return 0.0
     return round(angle, 1)
 

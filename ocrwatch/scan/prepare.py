@@ -23,7 +23,9 @@ import logging
 import re
 import threading
 import unicodedata
-from dataclasses import replace
+from dataclasses import dataclass, replace
+
+from PIL import Image
 
 from ocrwatch.config import Config
 from ocrwatch.core.domain import Page, PageText
@@ -41,6 +43,19 @@ MIN_TOKENS = 5
 _TRIM = "\"'“”‘’«»„()[]{}.,;:!?"
 _RUN = re.compile(r"([^\W\d_])\1\1")
 _VOWELS = frozenset("aeiouyæøœ")
+
+
+LEFT = orient.Orientation(0, -1.0)  # not looked for (rotate_pages = false)
+
+
+@dataclass(frozen=True)
+class Upright:
+    """A page straightened, then turned upright: what :meth:`ScanPrep.upright` made."""
+
+    image: Image.Image
+    stretched: Image.Image | None  # its stretched copy (faint print), made the same
+    skew: float  # degrees counter-clockwise it was straightened by; 0: not
+    orientation: orient.Orientation  # the turn found, and how
 
 
 class ScanPrep:
@@ -79,32 +94,38 @@ class ScanPrep:
             faint_print = True
         else:
             faint_print = faint.mostly_faint(page.image, ink)
-        image = page.image
         # Faint print is judged by its marks stretched to full contrast: on the page as it
         # is, OSD and the skew measure see too little of it (a faint page fed sideways was
         # left sideways, and read as noise).
-        strong = faint.stretched(image, None) if faint_print else None
-        # Straightened before its turn is looked for: OSD and the reading check misjudge
-        # lines at an angle, and the white a scanner's lid shows around a crooked sheet of
-        # tinted paper moves Tesseract's threshold off its print (corpus pages skewed
-        # 3 degrees and fed upside down or sideways were left as fed: OSD undecided).
-        angle = deskew.skew_angle(image if strong is None else strong) if self.deskew else 0.0
-        if angle:
-            image = deskew.straighten(image, angle)
-            strong = None if strong is None else deskew.straighten(strong, angle)
-        turned = 0
-        if self.rotate_pages:
-            turned = self._orientation().detect(image if strong is None else strong).turn
-        if turned:
-            image = orient.turn(image, turned)
-            strong = None if strong is None else orient.turn(strong, turned)
-        if strong is not None:
-            page = replace(page, stretched=strong)
+        made = self.upright(page.image, faint.stretched(page.image, None) if faint_print
+                            else None)
+        if made.stretched is not None:
+            page = replace(page, stretched=made.stretched)
+        turned, angle = made.orientation.turn, made.skew
         if not turned and not angle:
             return page
         width, height = page.image.size
         upright = (height, width) if turned in (90, 270) else (width, height)
-        return replace(page, image=image, turned=turned, skew=angle, upright=upright)
+        return replace(page, image=made.image, turned=turned, skew=angle, upright=upright)
+
+    def upright(self, image: Image.Image, stretched: Image.Image | None = None) -> Upright:
+        """``image`` straightened, then turned upright (each as configured), with its
+        stretched copy (faint print) made the same, on which both are judged."""
+        judged = image if stretched is None else stretched
+        # Straightened before its turn is looked for: OSD and the reading check misjudge
+        # lines at an angle, and the white a scanner's lid shows around a crooked sheet of
+        # tinted paper moves Tesseract's threshold off its print (corpus pages skewed
+        # 3 degrees and fed upside down or sideways were left as fed: OSD undecided).
+        angle = deskew.skew_angle(judged) if self.deskew else 0.0
+        if angle:
+            image = deskew.straighten(image, angle)
+            stretched = None if stretched is None else deskew.straighten(stretched, angle)
+            judged = image if stretched is None else stretched
+        found = self._orientation().detect(judged) if self.rotate_pages else LEFT
+        if found.turn:
+            image = orient.turn(image, found.turn)
+            stretched = None if stretched is None else orient.turn(stretched, found.turn)
+        return Upright(image, stretched, angle, found)
 
     @property
     def missing(self) -> str | None:
