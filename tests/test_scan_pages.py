@@ -581,6 +581,29 @@ def _faint(sheet: Image.Image, seed: int, *, mirrored: bool = False,
     return ImageChops.multiply(paper, Image.merge("RGB", (grey, grey, grey)))
 
 
+def faint_and_ink(page: Image.Image) -> tuple[float, float]:
+    """The page's share of marks at faint.FAINT_DEPTH and of ink, as the daemon measures."""
+    (ink, _), (marks, _) = inkcover.measure_depths(page, (inkcover.INK_DEPTH,
+                                                          faint.FAINT_DEPTH))
+    return marks, ink
+
+
+def test_measuring_two_depths_at_once_gives_what_each_alone_gives() -> None:
+    """The daemon measures ink and faint marks in one pass over the page's paper."""
+    front, _lines, _ = letter()
+    pages = [front, _faint(front, 0), _faint(front, 1, mirrored=True),
+             _faint(Image.new("RGB", front.size, "white"), 0)]
+    bed = Image.new("RGB", (front.width + 400, front.height + 300), (120, 120, 120))
+    bed.paste(_faint(front, 0).rotate(4, expand=False, fillcolor=(120, 120, 120)), (200, 150))
+    pages.append(bed)
+    for page in pages:
+        depths = (inkcover.INK_DEPTH, faint.FAINT_DEPTH)
+        assert inkcover.measure_depths(page, depths) == [inkcover.measure(page, d)
+                                                         for d in depths]
+    assert any(not inkcover.looks_blank(*inkcover.measure(p, faint.FAINT_DEPTH))
+               and inkcover.is_blank(p) for p in pages)  # a page with faint marks only
+
+
 def test_faint_print_is_told_from_show_through_by_its_mirror_image() -> None:
     """Both hold too little ink to read (under 30% darker than the paper); the faint
     print reads as print to OSD once stretched, the show-through only mirrored."""
@@ -600,9 +623,9 @@ def test_faint_print_is_told_from_show_through_by_its_mirror_image() -> None:
         # falls) is faint: the Tesseract engine also reads its stretched copy. A page in
         # full black is not.
         page = _faint(front, 0, darkness=0.3)
-        assert faint.mostly_faint(page, inkcover.measure(page)[0])
+        assert faint.mostly_faint(*faint_and_ink(page))
         page = _faint(front, 0, darkness=1.0)
-        assert not faint.mostly_faint(page, inkcover.measure(page)[0])
+        assert not faint.mostly_faint(*faint_and_ink(page))
     finally:
         detector.close()
 

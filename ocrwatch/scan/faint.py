@@ -77,10 +77,10 @@ def has_faint_marks(image: Image.Image) -> bool:
     return not inkcover.looks_blank(*inkcover.measure(image, FAINT_DEPTH))
 
 
-def mostly_faint(image: Image.Image, ink: float) -> bool:
-    """Whether a page of ``ink`` share (:func:`inkcover.measure`) holds mostly marks
-    fainter than ink: ``FAINT_RATIO`` times as many at ``FAINT_DEPTH``."""
-    marks, _ = inkcover.measure(image, FAINT_DEPTH)
+def mostly_faint(marks: float, ink: float) -> bool:
+    """Whether a page of ``ink`` share and ``marks`` share at ``FAINT_DEPTH``
+    (:func:`inkcover.measure_depths`) holds mostly marks fainter than ink:
+    ``FAINT_RATIO`` times as many."""
     return marks >= inkcover.BLANK_COVERAGE and marks >= FAINT_RATIO * ink
 
 
@@ -113,10 +113,12 @@ def stretched(image: Image.Image, side: int | None = WORK_SIDE) -> Image.Image:
     return depth.point(lambda value: max(0, 255 - round(value * 255 / top)))
 
 
-def is_faint_print(image: Image.Image, judge: Judge) -> bool:
+def is_faint_print(image: Image.Image, judge: Judge,
+                   marks: tuple[float, float] | None = None) -> bool:
     """Whether a page that holds too little ink to read holds faint print, not the other
-    side's print showing through (see the module's notes)."""
-    if not has_faint_marks(image):
+    side's print showing through (see the module's notes). ``marks``: its share and
+    densest square at ``FAINT_DEPTH``, when measured already."""
+    if inkcover.looks_blank(*marks) if marks is not None else not has_faint_marks(image):
         return False
     copy = stretched(image)
     ahead = judge.osd_only(copy)

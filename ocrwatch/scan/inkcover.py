@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from PIL import Image, ImageChops, ImageDraw, ImageFilter
@@ -103,6 +104,12 @@ def coverage(image: Image.Image) -> float:
 def measure(image: Image.Image, depth: float = INK_DEPTH) -> tuple[float, float]:
     """The page's ink share and its densest square's ink share, away from its edges; ink
     being ``depth`` darker than the paper where it lies."""
+    return measure_depths(image, (depth,))[0]
+
+
+def measure_depths(image: Image.Image, depths: Sequence[float]) -> list[tuple[float, float]]:
+    """:func:`measure` at each of ``depths``: the page's paper, found once, serves each
+    (the daemon asks for ink, and for marks that may be faint print)."""
     grey = image.convert("L")
     factor = max(1, round(max(grey.size) / WORK_SIDE))
     if factor > 1:
@@ -122,23 +129,30 @@ def measure(image: Image.Image, depth: float = INK_DEPTH) -> tuple[float, float]
     dimmest = cells.filter(ImageFilter.MinFilter(3)).resize(grey.size,
                                                             Image.Resampling.BILINEAR)
     paper = ImageChops.darker(paper, dimmest.point(lambda value: round(value * GROUND_STEP)))
-    # Ink: the paper's level where it lies, less INK_DEPTH, above the pixel's own.
-    limit = paper.point(lambda value: round(value * (1 - depth)))
-    mask = ImageChops.subtract(limit, grey).point(lambda value: 255 if value else 0)
-    # What is dark from the picture's edge inwards, through ink or through what is far
-    # darker than the page's paper (a table the paper's level was measured on), is not
-    # on the sheet: the sheet's own edge against it is a dark line, not ink.
-    # The paper: what the brightest fifth is at least as bright as (a small card on a
-    # scanner's bed is less than half of the picture).
-    far = ink_limit(grey.histogram(), OUTSIDE_DEPTH, PAPER_SHARE)
-    outside = ImageChops.lighter(mask, grey.point(lambda value: 255 if value < far else 0))
-    # ... or far darker than the best-lit paper near it: a grey table beside the dim
-    # side of a photographed sheet, whose own cells make the paper level there low.
+    # What is far darker than the page's paper, the brightness the brightest fifth of the
+    # picture reaches (a small card on a scanner's bed is less than half of the picture),
+    # is not the sheet where it reaches the picture's edge ...
+    level = ink_limit(grey.histogram(), OUTSIDE_DEPTH, PAPER_SHARE)
+    far = grey.point(lambda value: 255 if value < level else 0)
+    # ... nor is what is far darker than the best-lit paper near it: a grey table beside
+    # the dim side of a photographed sheet, whose own cells make the paper level there low.
     near_lit = cells.filter(ImageFilter.MaxFilter(CELL_MEDIAN)).resize(
         grey.size, Image.Resampling.BILINEAR).point(
         lambda value: round(value * (1 - OUTSIDE_DEPTH)))
-    outside = ImageChops.lighter(outside, ImageChops.subtract(near_lit, grey).point(
-        lambda value: 255 if value else 0))
+    unlit = ImageChops.subtract(near_lit, grey).point(lambda value: 255 if value else 0)
+    return [_measured(grey, paper, ImageChops.lighter(far, unlit), depth) for depth in depths]
+
+
+def _measured(grey: Image.Image, paper: Image.Image, ground: Image.Image,
+              depth: float) -> tuple[float, float]:
+    """The ink share and densest square of ``grey``, ink being ``depth`` darker than the
+    ``paper`` level where it lies; ``ground``: what is no sheet where it reaches the edge."""
+    # Ink: the paper's level where it lies, less ``depth``, above the pixel's own.
+    limit = paper.point(lambda value: round(value * (1 - depth)))
+    mask = ImageChops.subtract(limit, grey).point(lambda value: 255 if value else 0)
+    # What is dark from the picture's edge inwards, through ink or through the ground,
+    # is not on the sheet: the sheet's own edge against it is a dark line, not ink.
+    outside = ImageChops.lighter(mask, ground)
     _clear_from_edges(outside)
     mask = ImageChops.darker(mask, outside)
     share, densest = _ink(mask)

@@ -85,15 +85,16 @@ class ScanPrep:
         """The page ready to read: blank recorded, straightened, turned upright."""
         if page.text is not None:
             return page  # blank already, or its own text taken from the PDF
-        ink, densest = inkcover.measure(page.image)
+        (ink, densest), marks = inkcover.measure_depths(
+            page.image, (inkcover.INK_DEPTH, faint.FAINT_DEPTH))
         if self.skip_blank and inkcover.looks_blank(ink, densest):
-            if not faint.is_faint_print(page.image, self._orientation()):
+            if not faint.is_faint_print(page.image, self._orientation(), marks):
                 return replace(page, text="", blank=True)
             log.info("%s, page %d: too little ink to read, but faint print, not the "
                      "other side showing through: read", page.source.name, page.index + 1)
             faint_print = True
         else:
-            faint_print = faint.mostly_faint(page.image, ink)
+            faint_print = faint.mostly_faint(marks[0], ink)
         # Faint print is judged by its marks stretched to full contrast: on the page as it
         # is, OSD and the skew measure see too little of it (a faint page fed sideways was
         # left sideways, and read as noise).
