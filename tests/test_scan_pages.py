@@ -15,6 +15,8 @@ from typing import Any
 import helpers
 import pikepdf
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from PIL import Image, ImageDraw, ImageFont
 
 from ocrwatch.config import Config
@@ -602,6 +604,33 @@ def test_measuring_two_depths_at_once_gives_what_each_alone_gives() -> None:
                                                          for d in depths]
     assert any(not inkcover.looks_blank(*inkcover.measure(p, faint.FAINT_DEPTH))
                and inkcover.is_blank(p) for p in pages)  # a page with faint marks only
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_the_flood_fill_fills_what_pillows_fills(data: st.DataObject) -> None:
+    """inkcover's fill (runs found with bytes.find, the interpreter free between them)
+    gives Pillow's own pixel-by-pixel result, seed after seed."""
+    width, height = data.draw(st.integers(1, 30)), data.draw(st.integers(1, 30))
+    greys = data.draw(st.sampled_from([(0, 255), (0, 128, 255), (3, 7)]))
+    pixels = data.draw(st.lists(st.sampled_from(greys), min_size=width * height,
+                                max_size=width * height))
+    seeds = data.draw(st.lists(st.tuples(st.integers(0, width - 1), st.integers(0, height - 1)),
+                               min_size=1, max_size=5))
+    value = data.draw(st.sampled_from([*greys, 200]))
+    ours = Image.frombytes("L", (width, height), bytes(pixels))
+    pillows = ours.copy()
+    for seed in seeds:
+        ImageDraw.floodfill(pillows, seed, value)
+    inkcover.floodfill(ours, seeds, value)
+    assert ours.tobytes() == pillows.tobytes()
+
+
+def test_the_skew_measure_sums_squared_steps_between_rows() -> None:
+    rows = Image.frombytes("L", (1, 5), bytes([0, 10, 250, 7, 7]))
+    mask = rows.resize((40, 5), Image.Resampling.NEAREST)
+    assert deskew._sharpness(mask, 0.0) == 10**2 + 240**2 + 243**2 + 0
+    assert deskew._sharpness(Image.new("L", (40, 1), 255), 0.0) == 0.0
 
 
 def test_faint_print_is_told_from_show_through_by_its_mirror_image() -> None:
