@@ -456,7 +456,8 @@ def _badge_colour(shot: Image.Image, icon: Geometry) -> tuple[int, int, int]:
 # --------------------------------------------------------------------------- stand-in
 
 STANDIN = """
-import json, signal, sys, threading
+import faulthandler, json, signal, sys, threading
+faulthandler.register(signal.SIGUSR1)  # the test asks for every thread's stack on a hang
 sys.path.insert(0, {tests!r})
 from daemon_standin import StandInDaemon
 from ocrwatch import tray
@@ -550,6 +551,22 @@ def start_x_fallback(x: X) -> tuple[subprocess.Popen[bytes], Path, Path]:
     return proc, sock, log
 
 
+@contextlib.contextmanager
+def telling_why(proc: subprocess.Popen[bytes], log: Path) -> Iterator[None]:
+    """On a failed wait, the stand-in's threads' stacks and its log in the message: the
+    icon has, rarely, never shown here (no dock request reached the tray host)."""
+    try:
+        yield
+    except AssertionError as exc:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGUSR1)
+            with contextlib.suppress(AssertionError):
+                wait_for(lambda: "Thread 0x" in log.read_text(errors="replace"), 5,
+                         "the stand-in's stacks", interval=POLL)
+        raise AssertionError(f"{exc}\nthe stand-in's log:\n"
+                             f"{log.read_text(errors='replace')[-6000:]}") from exc
+
+
 def test_x_fallback_without_menu_click_toggles_pause(xsession: X) -> None:
     """No D-Bus session bus: the GTK backends cannot start, the plain X backend does."""
     x = xsession
@@ -558,7 +575,9 @@ def test_x_fallback_without_menu_click_toggles_pause(xsession: X) -> None:
     try:
         wait_for(lambda: request("status", socket_path=sock),
                  20, "the stand-in's socket", ignore=(Exception,), interval=POLL)
-        click_until(x, lambda: request("status", socket_path=sock)["paused"], "pause by a click")
+        with telling_why(proc, log):
+            click_until(x, lambda: request("status", socket_path=sock)["paused"],
+                        "pause by a click")
         wait_icon(x, "paused", "xorg-paused")
         click_until(x, lambda: not request("status", socket_path=sock)["paused"],
                     "resume by a click")
@@ -575,14 +594,15 @@ def test_x_fallback_icon_appears_when_the_tray_host_starts_later(xsession: X) ->
     """A daemon started before the panel (a login race) shows its icon once it is up."""
     x = xsession
     x.stop_tray_host()
-    proc, sock, _log = start_x_fallback(x)
+    proc, sock, log = start_x_fallback(x)
     assert proc.stdin is not None
     try:
         wait_for(lambda: request("status", socket_path=sock),
                  20, "the stand-in's socket", ignore=(Exception,), interval=POLL)
         assert not x.xdotool("search", "--onlyvisible", "--name", "^ocrwatch: ")
         assert x.start_tray_host() is None
-        icon = x.tray_icon()  # docked on a later try, not at start
+        with telling_why(proc, log):
+            icon = x.tray_icon()  # docked on a later try, not at start
         assert icon.w >= 16 and icon.h >= 16
         click_until(x, lambda: request("status", socket_path=sock)["paused"], "pause by a click")
     finally:
