@@ -276,3 +276,34 @@ def test_without_a_bus_the_notification_is_logged(
     caplog.set_level(logging.INFO)
     assert notify.send("title", "body") is False
     assert "notification not shown" in caplog.text
+
+
+def test_a_kill_while_a_finished_hook_is_cleared_away_never_runs_it_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The record of a hook that ran goes before its trace: killed between the two
+    removals, the next start finds nothing to run (before, a ".run" record without its
+    trace read as never started, and the hook ran twice)."""
+    from ocrwatch.hooks.queue import HookJournal, trace_for
+
+    folder = tmp_path / "index.sqlite3.hooks"
+    journal = HookJournal(folder)
+    record = journal.add({"source": tmp_path / "a.png", "md": tmp_path / "a.md"}, 1)
+    assert record is not None
+    running = journal.started(record)
+    trace_for(running).write_bytes(b".")  # what the hook's own process writes
+    unlink = Path.unlink
+    removed: list[str] = []
+
+    def killed_after_one(self: Path, missing_ok: bool = False) -> None:
+        if removed:
+            raise SystemExit("SIGKILL")
+        removed.append(self.name)
+        unlink(self, missing_ok=missing_ok)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Path, "unlink", killed_after_one)
+        with pytest.raises(SystemExit):
+            journal.finished(running)
+    assert removed == [running.name]
+    assert HookJournal(folder).recover() == ([], [])
+    assert sorted(p.name for p in folder.iterdir()) == []  # the lone trace is cleared too

@@ -112,14 +112,12 @@ class HookJournal:
         return running
 
     def finished(self, path: Path) -> None:
+        _remove(path)
         if path.suffix == ".run":
-            self.finished(trace_for(path))
-        with contextlib.suppress(FileNotFoundError):
-            try:
-                path.unlink()
-            except OSError as exc:
-                log.warning("cannot remove %s (%s): on_done for it may be named as cut "
-                            "short at the next start", path, exc.strerror or exc)
+            # The record first, then its trace: killed between the two, a trace is left
+            # alone (removed at the next start), never a ".run" record without its trace,
+            # which reads as a hook that never started and would be run a second time.
+            _remove(trace_for(path))
 
     def recover(self, was_done: Callable[[Entry], bool] | None = None
                 ) -> tuple[list[Entry], list[Entry]]:
@@ -142,6 +140,9 @@ class HookJournal:
             if name.startswith("."):
                 with contextlib.suppress(OSError):
                     path.unlink()  # a record never made whole: its hook was never queued
+                continue
+            if name.endswith(".started") and f"{path.stem}.run" not in names:
+                _remove(path)  # its record went before the kill: the hook was seen through
                 continue
             if not name.endswith((".json", ".run", ".pending")):
                 continue
@@ -176,6 +177,16 @@ class HookJournal:
             else:
                 waiting.append(entry)
         return waiting, cut
+
+
+def _remove(path: Path) -> None:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        log.warning("cannot remove %s (%s): on_done for it may be named as cut short at "
+                    "the next start", path, exc.strerror or exc)
 
 
 def _read(path: Path) -> Entry | None:

@@ -72,7 +72,9 @@ def test_hooks_queued_at_a_sigkill_run_after_the_restart_once(
     logs = daemon.output()
     counts = _ran(ran)
     twice = {n: c for n, c in counts.items() if c > 1}
-    assert not twice, f"hooks run more than once (seed {SEED}): {twice}"
+    assert not twice, (f"hooks run more than once (seed {SEED}): {twice}\n"
+                       + "\n".join(line for line in logs.splitlines()
+                                   if any(n in line for n in twice) or "start" in line.lower()))
     assert set(counts) == set(names)
     assert states(home.database) == {"done": len(names)}
     recovered = logs.count("was queued when ocrwatch last stopped: it runs now")
