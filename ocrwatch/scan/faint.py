@@ -118,7 +118,7 @@ def is_faint_print(image: Image.Image, judge: Judge,
     """Whether a page that holds too little ink to read holds faint print, not the other
     side's print showing through (see the module's notes). ``marks``: its share and
     densest square at ``FAINT_DEPTH``, when measured already."""
-    if inkcover.looks_blank(*marks) if marks is not None else not has_faint_marks(image):
+    if inkcover.looks_blank(*(marks or inkcover.measure(image, FAINT_DEPTH))):
         return False
     copy = stretched(image)
     ahead = judge.osd_only(copy)
