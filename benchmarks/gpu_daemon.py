@@ -96,7 +96,7 @@ def prepare_rates(folder: Path, files: dict[str, int]) -> dict[str, Any]:
             "pages_per_s": round(pages[k] / seconds[k], 2) if seconds[k] else None}
         for k in pages}
     # The daemon's way for a GPU engine: its preparers, a file each, all the drop at once.
-    threads = gpu_preparers()
+    threads = gpu_preparers(config.rotate_pages)
 
     t = time.monotonic()
     with ThreadPoolExecutor(threads) as pool:
@@ -396,7 +396,7 @@ def main() -> None:
     meta: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "tokens": args.tokens,
                             "files": len(files), "pages": sum(files.values()),
                             "settle": args.settle, "cores": os.cpu_count(),
-                            "preparers": gpu_preparers(),
+                            "preparers": gpu_preparers(turning=True),  # rotate_pages, the default
                             "torch_compile": args.torch_compile,
                             "baseline_mib": used_mib() if gpu else None,
                             "gpu": "none", "vllm": "-"}

@@ -147,7 +147,8 @@ def main() -> None:
     files = make_drop(args.corpus, folder)
     meta: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "tokens": args.tokens,
                             "files": len(files), "cores": os.cpu_count(),
-                            "preparers": gpu_preparers(), "baseline_mib": used_mib(),
+                            "preparers": {"rotate_pages on": gpu_preparers(True),
+                                          "off": gpu_preparers(False)}, "baseline_mib": used_mib(),
                             "tessdata": os.environ.get("TESSDATA_PREFIX", "the system's")}
     meta.update(gpu_facts())
     sampler = Sampler()

@@ -159,7 +159,7 @@ def test_the_servers_token_counts_are_kept_per_page(stub: FakeServer) -> None:
 def test_keeps_concurrency_requests_in_flight_over_kept_alive_connections(
         stub: FakeServer) -> None:
     engine = engine_for(stub.url, concurrency=3)
-    assert engine.policy == ReadPolicy(concurrency=3, preparers=gpu_preparers())
+    assert engine.policy == ReadPolicy(concurrency=3, preparers=gpu_preparers(turning=True))
     stub.hold.clear()
     try:
         result: list[PageText] = []

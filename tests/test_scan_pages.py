@@ -3,6 +3,7 @@ searchable PDF's text layer read in order. Real Tesseract, real files, a real da
 
 from __future__ import annotations
 
+import random
 import shutil
 import subprocess
 import sys
@@ -304,6 +305,35 @@ def test_an_unsure_upright_page_that_reads_upright_is_read_once_not_four_times(
         readings.clear()
         found = detector.detect(orient.turn(upright, 180))
         assert (found.turn, len(readings)) == (180, 4), found
+    finally:
+        detector.close()
+
+
+def test_a_page_without_text_on_either_axis_is_read_two_ways_not_four(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Noise and paper grain: OSD is unsure (or cannot decide), and the page reads as no
+    level word as it is and turned 90 degrees. Upside-down lines still read as level
+    words, so neither of the other two turns can hold text: the page is left as it is
+    after two readings (four took 5 s on a noise page, and turned a grain page 180
+    degrees on four junk "words")."""
+    detector = orient.Detector(None, ["eng"])
+    readings: list[int] = []
+    level_words = detector._level_words
+
+    def counted(image: Image.Image) -> tuple[float, int]:
+        score, count = level_words(image)
+        readings.append(count)
+        return score, count
+
+    monkeypatch.setattr(detector, "_level_words", counted)
+    noise = cases.noise_image((1240, 1754), 60, random.Random(1)).convert("L")
+    with Image.open(cases.paper_texture(tmp_path / "grain.png", seed=3)) as opened:
+        grain = opened.convert("L")
+    try:
+        for page in (noise, grain):
+            readings.clear()
+            found = detector.detect(page)
+            assert (found.turn, readings) == (0, [0, 0]), found
     finally:
         detector.close()
 

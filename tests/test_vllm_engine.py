@@ -194,19 +194,33 @@ def test_engine_policy_comes_from_the_plan() -> None:
         # One page per call (as for every engine), twice max_num_seqs callers: pages
         # stream, results come singly.
         assert eng.policy == ReadPolicy(concurrency=2 * eng.plan.max_num_seqs,
-                                        preparers=gpu_preparers())
+                                        preparers=gpu_preparers(turning=True))
         assert eng.max_side == 1540
         assert eng.describe()["state"] == "stopped"
     finally:
         eng.close()
 
 
-@pytest.mark.parametrize(("cores", "threads"), [(1, 1), (2, 2), (4, 4), (8, 4), (12, 6),
-                                                (16, 8), (64, 8)])
-def test_gpu_engines_prepare_on_a_thread_per_core_to_4_then_half_the_cores_to_8(
-        monkeypatch: pytest.MonkeyPatch, cores: int, threads: int) -> None:
+@pytest.mark.parametrize(("cores", "threads", "turning"), [
+    (1, 1, 1), (2, 2, 2), (4, 4, 4), (8, 4, 4), (12, 6, 8), (16, 8, 12), (24, 8, 16),
+    (64, 8, 16)])
+def test_gpu_engines_prepare_on_a_thread_per_core_to_4_then_more_when_turning_pages(
+        monkeypatch: pytest.MonkeyPatch, cores: int, threads: int, turning: int) -> None:
+    """Decoding alone: half the cores, up to 8. Turning pages upright costs five times as
+    much: all cores but 4 (the engine's own processes), up to 16."""
     monkeypatch.setattr("os.cpu_count", lambda: cores)
-    assert gpu_preparers() == threads
+    assert (gpu_preparers(), gpu_preparers(turning=True)) == (threads, turning)
+
+
+def test_the_engine_prepares_on_more_threads_when_pages_are_turned_upright(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("os.cpu_count", lambda: 16)
+    for rotate, threads in ((True, 12), (False, 8)):
+        eng = VllmEngine(Config(rotate_pages=rotate), backend="fake", card_mib=16 * 1024)
+        try:
+            assert eng.policy.preparers == threads
+        finally:
+            eng.close()
 
 
 def test_real_backend_without_vllm_says_how_to_install_it() -> None:

@@ -29,17 +29,25 @@ class ReadPolicy:
     preparers: int = 1
 
 
-def gpu_preparers() -> int:
+def gpu_preparers(turning: bool = False) -> int:
     """Preparer threads for an engine that reads on a GPU: one per core up to 4, and half
-    the cores up to 8 on larger machines (the engine's own processes need the rest).
+    the cores up to 8 on larger machines (the engine's own processes need the rest); with
+    pages turned upright (``turning``: ``rotate_pages``), all cores but 4, up to 16.
 
     Decoding and scaling run in Pillow's and pdfium's C code outside the GIL, so threads
     prepare in parallel. With the page-at-a-time encoder the engine read the 64-page drop
     at 7.6 pages/s, while 4 preparers gave 11 pages/s on the GPU machine's 16 cores
     (benchmarks/results/gpu_daemon.txt): pages arrived too slowly to fill the engine's
-    first 33 places at once.
+    first 33 places at once. Turning pages upright makes preparing five times dearer (1.5
+    CPU s a page against 0.3 at 1540 pixels: OSD is unsure of one page in five, which is
+    then read four ways), and there 8 threads prepared 4.3 pages/s, 12 threads 5.7 and 16
+    threads 6.1, for an engine that reads about 6 (benchmarks/results/prep_threads.txt);
+    with 12 the daemon read 4.1-4.4 pages/s against 3.8-3.9 with 8
+    (benchmarks/results/gpu_scan.txt).
     """
     cores = os.cpu_count() or 1
+    if turning:
+        return min(16, max(min(4, cores), cores - 4))
     return min(8, max(min(4, cores), cores // 2))
 
 

@@ -147,7 +147,8 @@ class RemoteEngine(lightonocr.LightOnOCREngine):
         self._cfg = config.remote
         urls = self._cfg.urls or [self._cfg.url]
         self._servers = [_Server(u.rstrip("/")) for u in urls]
-        self._policy = ReadPolicy(concurrency=self._cfg.concurrency, preparers=gpu_preparers())
+        self._policy = ReadPolicy(concurrency=self._cfg.concurrency,
+                                  preparers=gpu_preparers(config.rotate_pages))
         self._cond = threading.Condition()
         self._starting = threading.Lock()
         self._slots = threading.BoundedSemaphore(self._cfg.concurrency)

@@ -28,6 +28,9 @@ as often wrong about the axis as about up and down. Except when OSD leans to "up
 (or cannot decide) and the page as it is reads as upright text (``UPRIGHT_WORDS`` level
 words at a mean confidence of ``UPRIGHT_MEAN``): a page upside down reads as level words
 of low confidence, a page on its side as almost none; that one reading is then enough.
+And a page that reads as no level word at all, as it is and turned 90 degrees, holds no
+text on either axis (a picture, paper texture, noise): it is left as it is after those
+two readings (2.5 s on a 2000-pixel page) instead of four.
 """
 
 from __future__ import annotations
@@ -195,12 +198,16 @@ class Detector:
         if not self.check_data:
             return 0  # no folder with the reading languages: stay as it is
         image = sized(image, CHECK_SIDE)
-        as_is, count = self._level_words(image)
-        if proposed in (None, 0) and count >= UPRIGHT_WORDS and as_is >= UPRIGHT_MEAN * count:
+        as_is, level = self._level_words(image)
+        if proposed in (None, 0) and level >= UPRIGHT_WORDS and as_is >= UPRIGHT_MEAN * level:
             return 0  # OSD leaning upright and the page reads as upright text: no more reading
         best, best_score = 0, 0.0
         for clockwise in (90, 180, 270):
             score, count = self._level_words(turn(image, clockwise))
+            if clockwise == 90 and not count and not level:
+                # No level word either way: no text on either axis (a picture, paper
+                # texture, noise), as upside-down lines still read as level words.
+                return 0
             if count >= MIN_CHECK_WORDS and score > best_score:
                 best, best_score = clockwise, score
         return best if best_score >= CHECK_FACTOR * as_is and best_score > 0 else 0

@@ -78,9 +78,11 @@ def test_hooks_queued_at_a_sigkill_run_after_the_restart_once(
     assert set(counts) == set(names)
     assert states(home.database) == {"done": len(names)}
     recovered = logs.count("was queued when ocrwatch last stopped: it runs now")
+    had_started = logs.count("had started when ocrwatch last stopped")
     print(f"\nhook kill loop: {ROUNDS} kills, {len(names)} files, {queued_at_kill} hooks "
-          f"queued at the kills, {recovered} run after a restart, "
-          f"{logs.count('had started when ocrwatch last stopped')} had started at a kill (named, "
-          f"not run again), "
+          f"done but not yet run out at the kills, {recovered} run after a restart, "
+          f"{had_started} had started at a kill (named, not run again), "
           f"0 lost, 0 run twice, {time.monotonic() - started:.1f} s (seed {SEED})")
-    assert recovered >= 1 or queued_at_kill == 0
+    # A file done whose hook has not yet written its line was queued or running at the
+    # kill (its hook sleeps 0.2 s): the restart must have met it one way or the other.
+    assert recovered + had_started >= 1 or queued_at_kill == 0

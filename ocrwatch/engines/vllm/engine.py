@@ -83,7 +83,8 @@ class VllmEngine(lightonocr.LightOnOCREngine):
                               held_mib, replan, others_mib)
         # One page per call: each page's result goes on to its file the moment it ends.
         # Twice max_num_seqs callers keep a choice of pages waiting for admission.
-        self._policy = ReadPolicy(concurrency=2 * plan.max_num_seqs, preparers=gpu_preparers())
+        self._policy = ReadPolicy(concurrency=2 * plan.max_num_seqs,
+                                  preparers=gpu_preparers(config.rotate_pages))
         atexit.register(self.close)
 
     # -- the Engine interface ------------------------------------------------------------

@@ -1,0 +1,159 @@
+"""How preparing pages scales with the daemon's preparer threads, without an engine.
+
+    python3 benchmarks/prep_threads.py --corpus DIR [--threads 1 2 4 8] [--out FILE]
+
+On the GPU path the daemon's preparers (threads of one process, ``gpu_preparers``) open
+each file and prepare its pages (``pipeline.open_pages``'s work without the index:
+decode, scale to the engine's longest side, then ``ScanPrep.prepare``: ink, faint marks,
+skew, orientation) while the engine reads. Here the same work runs on 1, 2, 4, ... threads
+with no engine, on the drop ``gpu_scan.py`` reads (every corpus page fed four ways as a
+JPEG), ``rotate_pages`` on and off. If pages/s grows with the threads up to the cores, the
+preparers scale and what holds them back in the daemon is the engine's own Python (vLLM's
+front end shares the process); if it stops early, something holds the interpreter lock.
+
+The lock is watched by a ticker thread that sleeps 1 ms at a time: how late it wakes,
+summed, as a share of the wall time, is how often it found the lock taken ("lock busy").
+It is a sign, not a clock: threads running Python take turns every 5 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import queue
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import _common, cases  # noqa: E402
+from benchmarks.orientation import pages as corpus_pages  # noqa: E402
+from ocrwatch.config import Config  # noqa: E402
+from ocrwatch.engines.lightonocr import MAX_SIDE  # noqa: E402
+from ocrwatch.pages.decode import iter_pages  # noqa: E402
+from ocrwatch.scan.prepare import ScanPrep  # noqa: E402
+
+FED = (0, 90, 180, 270)
+TICK = 0.001
+
+
+def make_drop(corpus: Path, folder: Path) -> list[Path]:
+    """Each corpus page fed four ways, as ``NAME.turnDEG.jpg`` (gpu_scan.py's drop)."""
+    from PIL import Image
+
+    files = []
+    with tempfile.TemporaryDirectory(prefix="ocrwatch-prep-") as tmp:
+        for name, path, _langs in corpus_pages(_common.corpus(corpus), Path(tmp)):
+            stem = name.rsplit(".", 1)[0]
+            with Image.open(path) as opened:
+                image = opened.convert("RGB")
+                dpi = opened.info.get("dpi", (300, 300))
+            for clockwise in FED:
+                turned = image if clockwise == 0 else image.transpose(cases.TRANSPOSE[clockwise])
+                out = folder / f"{stem}.turn{clockwise}.jpg"
+                turned.save(out, "JPEG", quality=92, dpi=tuple(round(d) for d in dpi))
+                files.append(out)
+    return files
+
+
+class Ticker:
+    """A thread that sleeps ``TICK`` at a time and sums how late it wakes."""
+
+    def __init__(self) -> None:
+        self.late = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ticker", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            start = time.perf_counter()
+            time.sleep(TICK)
+            self.late += max(0.0, time.perf_counter() - start - TICK)
+
+    def __enter__(self) -> Ticker:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def prepare_all(files: Sequence[Path], config: Config, threads: int) -> dict[str, float]:
+    """Every file opened and its pages prepared on ``threads`` threads; the figures."""
+    scan = ScanPrep(config)
+    todo: queue.SimpleQueue[Path] = queue.SimpleQueue()
+    for path in files:
+        todo.put(path)
+    pages = [0] * threads
+    failures: list[BaseException] = []
+
+    def work(slot: int) -> None:
+        try:
+            while True:
+                try:
+                    path = todo.get_nowait()
+                except queue.Empty:
+                    return
+                with path.open("rb") as fh:
+                    for page in iter_pages(path, config, MAX_SIDE, fh, text_layer=True):
+                        scan.prepare(page)
+                        pages[slot] += 1
+        except BaseException as exc:  # reported after the join: a broken run is no figure
+            failures.append(exc)
+
+    workers = [threading.Thread(target=work, args=(n,), name=f"prep-{n}") for n in range(threads)]
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    with Ticker() as ticker:
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+    wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    scan.close()
+    if failures:
+        raise failures[0]
+    done = sum(pages)
+    return {"pages": done, "wall": wall, "rate": done / wall, "cpu_page": cpu / done,
+            "busy": ticker.late / wall}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--corpus", type=Path, default=None)
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2, 4, 8])
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("OMP_THREAD_LIMIT", "1")
+    with tempfile.TemporaryDirectory(prefix="ocrwatch-prep-drop-") as tmp:
+        files = make_drop(args.corpus, Path(tmp))
+        lines = _common.header("Preparing pages on the daemon's preparer threads, no engine", [
+            f"drop: {len(files)} files, every corpus page fed turned 0, 90, 180 and 270 "
+            f"degrees (JPEG 92); scaled to {MAX_SIDE} px (the model engines' longest side)",
+            "per page: decode, scale, ScanPrep.prepare (ink, faint marks, skew, and with "
+            "rotate_pages orientation); OMP_THREAD_LIMIT=1; cores: " + str(os.cpu_count()),
+            "lock busy: how late a 1 ms sleeper wakes, summed, over the wall time"])
+        lines += ["", "| rotate_pages | threads | pages | wall s | pages/s | x 1 thread "
+                  "| CPU s/page | lock busy |", "|---|--:|--:|--:|--:|--:|--:|--:|"]
+        for rotate in (True, False):
+            config = Config(rotate_pages=rotate)
+            prepare_all(files[:4], config, 1)  # Tesseract's data loaded, caches warm
+            first = None
+            for threads in args.threads:
+                got = prepare_all(files, config, threads)
+                first = first or got["rate"]
+                lines.append(
+                    f"| {'on' if rotate else 'off'} | {threads} | {got['pages']:.0f} "
+                    f"| {got['wall']:.1f} | {got['rate']:.2f} | {got['rate'] / first:.2f} "
+                    f"| {got['cpu_page']:.2f} | {got['busy']:.0%} |")
+                print(lines[-1], flush=True)
+    print(f"saved {_common.save('prep_threads', lines, args.out)}")
+
+
+if __name__ == "__main__":
+    main()
