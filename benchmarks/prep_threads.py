@@ -125,7 +125,7 @@ def prepare_all(files: Sequence[Path], config: Config, threads: int) -> dict[str
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--corpus", type=Path, default=None)
+    parser.add_argument("--corpus", type=Path, required=True, metavar="DIR")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)

@@ -252,3 +252,28 @@ def test_skew_sweep_on_one_page(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert 0 <= float(cells[11]) <= 1 and float(cells[12]) > 0  # plain CER, seconds
     assert "ocrwatch misses the goal on 0 of 1" in report
     capsys.readouterr()
+
+
+@pytest.mark.skipif(shutil.which("tesseract") is None, reason="needs Tesseract's OSD data")
+def test_preparer_threads_benchmark_on_one_page(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """The page fed four ways, prepared on 1 and 2 threads with orientation on and off:
+    every page prepared in each row, and the figures printed."""
+    from benchmarks import prep_threads
+
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    lines = ["Invoice number 4711 for the month of March, paid in full",
+             "The quick brown fox jumps over the lazy dog again and again"] * 3
+    text_page(lines, size=36).save(folder / "page.png", dpi=(300, 300))
+    (folder / "page.gt.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / "threads.txt"
+    prep_threads.main(["--corpus", str(folder), "--threads", "1", "2", "--out", str(out)])
+    rows = [line for line in out.read_text(encoding="utf-8").splitlines()
+            if re.match(r"^\| (on|off) \|", line)]
+    assert [tuple(c.strip() for c in row.strip("|").split("|")[:3]) for row in rows] == [
+        ("on", "1", "4"), ("on", "2", "4"), ("off", "1", "4"), ("off", "2", "4")]
+    for row in rows:
+        rate = float(row.strip("|").split("|")[4])
+        assert rate > 0, row
+    capsys.readouterr()
