@@ -456,8 +456,11 @@ def _badge_colour(shot: Image.Image, icon: Geometry) -> tuple[int, int, int]:
 # --------------------------------------------------------------------------- stand-in
 
 STANDIN = """
-import faulthandler, json, signal, sys, threading
+import faulthandler, json, logging, signal, sys, threading
 faulthandler.register(signal.SIGUSR1)  # the test asks for every thread's stack on a hang
+logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
+for name in ("ocrwatch.tray", "pystray"):  # docking's steps, for a failure to show
+    logging.getLogger(name).setLevel(logging.DEBUG)
 sys.path.insert(0, {tests!r})
 from daemon_standin import StandInDaemon
 from ocrwatch import tray
@@ -551,20 +554,38 @@ def start_x_fallback(x: X) -> tuple[subprocess.Popen[bytes], Path, Path]:
     return proc, sock, log
 
 
+def _x_windows(x: X) -> str:
+    """The icon's windows, shown or not, and where they sit in the window tree."""
+    lines = []
+    for win in x.xdotool("search", "--name", "^ocrwatch").split():
+        info = subprocess.run(["xwininfo", "-id", win, "-tree"], env=x.env, timeout=10,
+                              capture_output=True, text=True)
+        state = subprocess.run(["xwininfo", "-id", win], env=x.env, timeout=10,
+                               capture_output=True, text=True)
+        lines += [f"window {win}:", info.stdout.strip(),
+                  *(line.strip() for line in state.stdout.splitlines()
+                    if "Map State" in line or "geometry" in line)]
+    return "\n".join(lines) or "no window named ocrwatch..."
+
+
 @contextlib.contextmanager
-def telling_why(proc: subprocess.Popen[bytes], log: Path) -> Iterator[None]:
-    """On a failed wait, the stand-in's threads' stacks and its log in the message: the
-    icon has, rarely, never shown here (no dock request reached the tray host)."""
+def telling_why(x: X, proc: subprocess.Popen[bytes], log: Path) -> Iterator[None]:
+    """On a failed wait, the stand-in's log (docking's steps), its threads' stacks and its
+    windows in the message: the icon has, rarely, never shown here."""
     try:
         yield
     except AssertionError as exc:
         if proc.poll() is None:
             proc.send_signal(signal.SIGUSR1)
-            with contextlib.suppress(AssertionError):
-                wait_for(lambda: "Thread 0x" in log.read_text(errors="replace"), 5,
+            with contextlib.suppress(AssertionError):  # the main thread's stack comes last
+                wait_for(lambda: "Current thread 0x" in log.read_text(errors="replace"), 5,
                          "the stand-in's stacks", interval=POLL)
-        raise AssertionError(f"{exc}\nthe stand-in's log:\n"
-                             f"{log.read_text(errors='replace')[-6000:]}") from exc
+        try:
+            windows = _x_windows(x)
+        except Exception as why:  # the message must still say what it can
+            windows = f"(the windows could not be listed: {why!r})"
+        raise AssertionError(f"{exc}\nthe stand-in's windows:\n{windows}\nits log:\n"
+                             f"{log.read_text(errors='replace')[-8000:]}") from exc
 
 
 def test_x_fallback_without_menu_click_toggles_pause(xsession: X) -> None:
@@ -575,7 +596,7 @@ def test_x_fallback_without_menu_click_toggles_pause(xsession: X) -> None:
     try:
         wait_for(lambda: request("status", socket_path=sock),
                  20, "the stand-in's socket", ignore=(Exception,), interval=POLL)
-        with telling_why(proc, log):
+        with telling_why(x, proc, log):
             click_until(x, lambda: request("status", socket_path=sock)["paused"],
                         "pause by a click")
         wait_icon(x, "paused", "xorg-paused")
@@ -601,7 +622,7 @@ def test_x_fallback_icon_appears_when_the_tray_host_starts_later(xsession: X) ->
                  20, "the stand-in's socket", ignore=(Exception,), interval=POLL)
         assert not x.xdotool("search", "--onlyvisible", "--name", "^ocrwatch: ")
         assert x.start_tray_host() is None
-        with telling_why(proc, log):
+        with telling_why(x, proc, log):
             icon = x.tray_icon()  # docked on a later try, not at start
         assert icon.w >= 16 and icon.h >= 16
         click_until(x, lambda: request("status", socket_path=sock)["paused"], "pause by a click")
