@@ -611,6 +611,47 @@ def test_x_fallback_without_menu_click_toggles_pause(xsession: X) -> None:
                  ignore=(Exception,), interval=POLL)
 
 
+def _parent(x: X, window: str) -> str:
+    """The window holding ``window`` (a tray host's socket, or the root window)."""
+    tree = subprocess.run(["xwininfo", "-id", window, "-tree"], env=x.env, timeout=10,
+                          capture_output=True, text=True, check=True).stdout
+    return next(line.split(":", 1)[1].split()[0] for line in tree.splitlines()
+                if "Parent window id" in line)
+
+
+@pytest.mark.skipif(shutil.which("xwininfo") is None, reason="needs xwininfo (x11-utils)")
+def test_x_fallback_icon_keeps_its_place_in_the_tray_as_its_picture_changes(
+        xsession: X) -> None:
+    """pystray asks the tray host to dock the icon on every change of its picture, and
+    twice as it is shown. trayer (GTK's egg tray manager) moves the icon into a new socket
+    for each request, and now and then put it back on the root window, unmapped: an icon
+    gone for good, about once in 50 starts. Asked only when it is not held, the icon stays
+    in the socket it was docked in."""
+    x = xsession
+    proc, _sock, log = start_x_fallback(x)
+    assert proc.stdin is not None
+    try:
+        with telling_why(x, proc, log):
+            x.tray_icon()
+            (window,) = x.xdotool("search", "--onlyvisible", "--name", "^ocrwatch: ").split()
+            first = _parent(x, window)
+            for change, title in (({"state": "working", "queued": 3, "running": 1}, "reading"),
+                                  ({"state": "paused", "paused": True}, "paused"),
+                                  ({"state": "idle", "paused": False, "queued": 0,
+                                    "running": 0}, "watching")):
+                proc.stdin.write((json.dumps(change) + "\n").encode())
+                proc.stdin.flush()
+                wait_for(lambda t=title: x.xdotool("search", "--name", f"^ocrwatch: {t}"),
+                         20, f"the {title} icon", ignore=(Exception,), interval=POLL)
+                assert _parent(x, window) == first, f"moved to another socket when {title}"
+            assert x.xdotool("search", "--onlyvisible", "--name", "^ocrwatch: ").split() == [
+                window]
+    finally:
+        proc.stdin.close()
+        wait_for(lambda: proc.poll() is not None, 30, "the tray to end",
+                 ignore=(Exception,), interval=POLL)
+
+
 def test_x_fallback_icon_appears_when_the_tray_host_starts_later(xsession: X) -> None:
     """A daemon started before the panel (a login race) shows its icon once it is up."""
     x = xsession

@@ -58,7 +58,7 @@ def run_tray(target: Controllable, stop: threading.Event, *,
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self._last_dock = time.monotonic()
-            self._embedded = False
+            self._asked = -DOCK_RETRY_SECONDS  # when the tray host was last asked to dock
             self._size = (24, 24)
             if name == "xorg":
                 self._send_from_other_threads()
@@ -70,15 +70,16 @@ def run_tray(target: Controllable, stop: threading.Event, *,
                 self._display.flush()
 
         def dock_if_needed(self) -> None:
-            """X fallback: ask the tray host again until it has taken the icon in.
+            """X fallback: ask the tray host again whenever the icon is not in it.
 
             pystray asks once; a tray host that is not there yet (a login, a restarted
             panel) or not yet listening (seen with trayer under load) never shows the
-            icon. Called from the polling thread; the X work itself runs on pystray's X
-            thread (``_update_title`` is dispatched there), since Xlib calls from two
-            threads can deadlock.
+            icon, and one that let the icon go (see ``_assert_docked``) leaves it on the
+            root window, unmapped. Called from the polling thread; the X work itself runs
+            on pystray's X thread (``_update_title`` is dispatched there), since Xlib
+            calls from two threads can deadlock.
             """
-            if name != "xorg" or self._embedded:
+            if name != "xorg":
                 return
             now = time.monotonic()
             if now - self._last_dock >= DOCK_RETRY_SECONDS:
@@ -147,14 +148,37 @@ def run_tray(target: Controllable, stop: threading.Event, *,
             except xerror.BadDrawable:
                 pass  # the window is gone
 
+        def _in_tray_host(self) -> bool:
+            """On the X thread: whether a tray host holds the window (its parent)."""
+            root = self._display.screen().root
+            return bool(self._window.query_tree().parent.id != root.id)
+
+        def _assert_docked(self) -> None:
+            """X fallback, on the X thread: pystray's, but the tray host is asked to dock
+            the icon only when it does not hold it, and not twice within
+            ``DOCK_RETRY_SECONDS``.
+
+            pystray asks on every change of the picture, and twice as the icon is shown.
+            A tray host built on GTK's egg tray manager (trayer, older panels) makes a
+            new socket for each request and moves the icon into it; when the old socket
+            goes, it can put the icon back on the root window, unmapped: an icon gone
+            for good (seen in the tests about once in 50 starts).
+            """
+            if name != "xorg" or self._systray_manager is None:
+                super()._assert_docked()  # finds the tray host; raises when there is none
+                self._asked = time.monotonic()
+                return
+            if (time.monotonic() - self._asked < DOCK_RETRY_SECONDS
+                    or self._in_tray_host()):
+                return
+            super()._assert_docked()
+            self._asked = time.monotonic()
+            log.info("tray: asked the tray host again to show the icon")
+
         def _check_docked(self) -> None:
-            """On the X thread: is the window embedded? If not, ask the host to dock it."""
+            """On the X thread: ask the tray host to dock the icon if it does not hold it."""
             try:
-                root = self._display.screen().root
-                self._embedded = self._window.query_tree().parent.id != root.id
-                if not self._embedded:
-                    self._assert_docked()
-                    log.info("tray: asked the tray host again to show the icon")
+                self._assert_docked()
             except AssertionError:
                 pass  # still no tray host; try again later
             except Exception as exc:
