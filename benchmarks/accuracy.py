@@ -301,7 +301,7 @@ def prep_costs(paths: list[Path]) -> dict[str, list[float]]:
     """Seconds per page of each preparation step, measured here on each file's pages."""
     from ocrwatch.config import Config
     from ocrwatch.pages.decode import iter_pages
-    from ocrwatch.scan import inkcover
+    from ocrwatch.scan import faint, inkcover
     from ocrwatch.scan.prepare import ScanPrep
 
     prep = ScanPrep(Config(languages=["eng"]))
@@ -309,9 +309,10 @@ def prep_costs(paths: list[Path]) -> dict[str, list[float]]:
                                    "all": []}
     for path in paths:
         for page in iter_pages(path, Config(), None):
-            # The daemon's own steps (scan/prepare.py): ink, then straightened and turned.
+            # The daemon's own steps (scan/prepare.py): ink and faint marks measured in one
+            # pass, then straightened and turned.
             t0 = time.perf_counter()
-            inkcover.measure(page.image)
+            inkcover.measure_depths(page.image, (inkcover.INK_DEPTH, faint.FAINT_DEPTH))
             t1 = time.perf_counter()
             prep.upright(page.image)
             t2 = time.perf_counter()
