@@ -389,6 +389,8 @@ def main() -> None:
         return
     if not args.prepare_only and not args.model:
         parser.error("give the model folder, or --prepare-only")
+    from ocrwatch.config import Config
+
     shutil.rmtree(args.work, ignore_errors=True)
     folder = args.work / "drop"
     files = make_drop(folder)
@@ -396,7 +398,7 @@ def main() -> None:
     meta: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "tokens": args.tokens,
                             "files": len(files), "pages": sum(files.values()),
                             "settle": args.settle, "cores": os.cpu_count(),
-                            "preparers": gpu_preparers(turning=True),  # rotate_pages, the default
+                            "preparers": gpu_preparers(Config().rotate_pages),
                             "torch_compile": args.torch_compile,
                             "baseline_mib": used_mib() if gpu else None,
                             "gpu": "none", "vllm": "-"}

@@ -31,34 +31,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks import _common, cases  # noqa: E402
-from benchmarks.orientation import pages as corpus_pages  # noqa: E402
+from benchmarks import _common  # noqa: E402
+from benchmarks.gpu_scan import make_drop  # noqa: E402
 from ocrwatch.config import Config  # noqa: E402
 from ocrwatch.engines.lightonocr import MAX_SIDE  # noqa: E402
 from ocrwatch.pages.decode import iter_pages  # noqa: E402
 from ocrwatch.scan.prepare import ScanPrep  # noqa: E402
 
-FED = (0, 90, 180, 270)
 TICK = 0.001
-
-
-def make_drop(corpus: Path, folder: Path) -> list[Path]:
-    """Each corpus page fed four ways, as ``NAME.turnDEG.jpg`` (gpu_scan.py's drop)."""
-    from PIL import Image
-
-    files = []
-    with tempfile.TemporaryDirectory(prefix="ocrwatch-prep-") as tmp:
-        for name, path, _langs in corpus_pages(_common.corpus(corpus), Path(tmp)):
-            stem = name.rsplit(".", 1)[0]
-            with Image.open(path) as opened:
-                image = opened.convert("RGB")
-                dpi = opened.info.get("dpi", (300, 300))
-            for clockwise in FED:
-                turned = image if clockwise == 0 else image.transpose(cases.TRANSPOSE[clockwise])
-                out = folder / f"{stem}.turn{clockwise}.jpg"
-                turned.save(out, "JPEG", quality=92, dpi=tuple(round(d) for d in dpi))
-                files.append(out)
-    return files
 
 
 class Ticker:
@@ -131,7 +111,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_THREAD_LIMIT", "1")
     with tempfile.TemporaryDirectory(prefix="ocrwatch-prep-drop-") as tmp:
-        files = make_drop(args.corpus, Path(tmp))
+        files = [Path(tmp) / name for name in make_drop(args.corpus, Path(tmp))]
         lines = _common.header("Preparing pages on the daemon's preparer threads, no engine", [
             f"drop: {len(files)} files, every corpus page fed turned 0, 90, 180 and 270 "
             f"degrees (JPEG 92); scaled to {MAX_SIDE} px (the model engines' longest side)",

@@ -164,7 +164,7 @@ def run_tray(target: Controllable, stop: threading.Event, *,
             goes, it can put the icon back on the root window, unmapped: an icon gone
             for good (seen in the tests about once in 50 starts).
             """
-            if name != "xorg" or self._systray_manager is None:
+            if self._systray_manager is None:  # (only pystray's X backend calls this)
                 super()._assert_docked()  # finds the tray host; raises when there is none
                 self._asked = time.monotonic()
                 return
