@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import subprocess
 import sys
 import time
@@ -130,3 +131,22 @@ def ocrwatch(args: list[str], env: Mapping[str, str], timeout: float = 120,
 
 def normalize(text: str) -> str:
     return " ".join(text.split()).lower()
+
+
+MINUTES = ["The committee met on Tuesday to discuss the budget.",
+           "Members agreed that the library should open longer.",
+           "A decision on the new roof was left for next month.",
+           "The minutes were read and approved without changes."]
+
+
+def scribbled(seed: int) -> tuple[Image.Image, int]:
+    """A page of MINUTES with pencil strokes under the text (a shelf mark, a scrawl); the
+    strokes' top, in pixels."""
+    image = text_page([*MINUTES, "", "", ""], size=40)
+    draw, rng = ImageDraw.Draw(image), random.Random(seed)
+    top = image.height - 170
+    for _ in range(40):
+        x, y = 200 + rng.randint(0, 900), top + rng.randint(0, 60)
+        draw.line([(x, y), (x + rng.randint(-30, 30), y + rng.randint(-40, 40))],
+                  fill=(90, 90, 90), width=rng.randint(2, 5))
+    return image, top - 40  # strokes reach 40 px above where they start

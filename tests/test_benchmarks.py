@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import text_page
+from helpers import MINUTES, scribbled, text_page
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -276,4 +276,29 @@ def test_preparer_threads_benchmark_on_one_page(tmp_path: Path,
     for row in rows:
         rate = float(row.strip("|").split("|")[4])
         assert rate > 0, row
+    capsys.readouterr()
+
+
+@pytest.mark.skipif(shutil.which("tesseract") is None, reason="needs the tesseract command")
+def test_mark_lines_benchmark_on_one_page(tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """A page with pencil strokes under its text: as scanned, the strokes' lines are left
+    out and named, not found in the ground truth, and the reading beats every line's."""
+    from benchmarks import mark_lines
+
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    image, _ = scribbled(seed=2)
+    image.save(folder / "minutes.png", dpi=(200, 200))
+    (folder / "minutes.gt.txt").write_text("\n".join(MINUTES) + "\n", encoding="utf-8")
+    out = tmp_path / "marks.txt"
+    mark_lines.main(["--corpus", str(folder), "--out", str(out)])
+    report = out.read_text(encoding="utf-8")
+    rows = [line for line in report.splitlines() if line.startswith("| minutes.png |")]
+    assert [r.split("|")[2].strip() for r in rows] == list(mark_lines.VARIANTS)
+    cells = [c.strip() for c in rows[0].strip("|").split("|")]
+    ours, every, plain = (float(c) for c in cells[2:5])
+    assert ours < 0.01 < every and 0 <= plain <= 1, rows[0]
+    assert cells[5].count("`") >= 4, rows[0]  # two lines left out, each in backquotes
+    assert "of them of 4 characters or more found in the ground truth as read\n" in report + "\n"
     capsys.readouterr()

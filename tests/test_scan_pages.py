@@ -22,6 +22,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 from ocrwatch.config import Config
 from ocrwatch.config.languages import available_languages
+from ocrwatch.core import wordlike
 from ocrwatch.core.domain import Page, PageText
 from ocrwatch.core.layout import PageLayout, Word
 from ocrwatch.core.status import format_status
@@ -943,10 +944,10 @@ def test_a_halftone_is_not_taken_for_small_text(tmp_path: Path) -> None:
 
 def test_a_reading_of_mostly_non_words_is_flagged_and_kept_out_of_search(
         tmp_path: Path) -> None:
-    assert scanprep.mostly_nonwords("ee: ,. —~ i '/ a. Il; ;:. j ‘ _ rn, .: - ' , fi /")
-    assert scanprep.mostly_nonwords("FEEee este eeeeae\nFEtee eee eeeeeaee\nTHESES EEE eee")
-    assert not scanprep.mostly_nonwords("Dear Madam, in our great despair we appeal to you")
-    assert not scanprep.mostly_nonwords("Total 12.50 EUR, 3 items, paid 01/02/2024")
+    assert wordlike.mostly_nonwords("ee: ,. —~ i '/ a. Il; ;:. j ‘ _ rn, .: - ' , fi /")
+    assert wordlike.mostly_nonwords("FEEee este eeeeae\nFEtee eee eeeeeaee\nTHESES EEE eee")
+    assert not wordlike.mostly_nonwords("Dear Madam, in our great despair we appeal to you")
+    assert not wordlike.mostly_nonwords("Total 12.50 EUR, 3 items, paid 01/02/2024")
     config = config_for(tmp_path, engine="fake", outputs=["md", "txt"])
     front, _, _ = letter()
     src = config.inbox[0] / "grain.png"

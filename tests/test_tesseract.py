@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers import normalize, text_page
+from helpers import MINUTES, normalize, scribbled, text_page
 
 from ocrwatch.config import Config
 from ocrwatch.core.domain import Page
@@ -152,3 +152,40 @@ def test_languages_from_different_folders_are_linked_together(
     assert (merged / "eng.traineddata").resolve() == have["eng"].resolve()
     assert (merged / "zzz.traineddata").exists()
     assert merged.is_relative_to(home)
+
+
+def test_a_line_of_marks_read_as_text_is_left_out(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Strokes under the text read as two lines of symbols and letters at low confidence;
+    they are left out of the text and the words, the page's lines are all kept."""
+    from ocrwatch.engines import tesseract
+
+    image, strokes = scribbled(seed=2)
+    engine = TesseractEngine(Config(workers=1, database=tmp_path / "db"))
+    try:
+        (out,) = engine.recognize([Page(Path("minutes.png"), 0, image, dpi=200)])
+        assert normalize(out.text) == normalize("\n".join(MINUTES)), out.text
+        assert out.layout is not None and out.layout.words
+        assert all(w.box[3] < strokes for w in out.layout.words)
+        assert {w.line for w in out.layout.words} == set(range(len(MINUTES)))
+        assert not out.nonwords  # marks left out of a page of words: the page is words
+        monkeypatch.setattr(tesseract, "JUNK_LINE_CONF", 0)  # every line kept
+        (kept,) = engine.recognize([Page(Path("minutes.png"), 0, image, dpi=200)])
+        assert normalize(kept.text).startswith(normalize("\n".join(MINUTES)))
+        assert len(normalize(kept.text)) > len(normalize(out.text)) + 5, kept.text
+        assert kept.layout is not None and any(w.box[3] > strokes for w in kept.layout.words)
+    finally:
+        engine.close()
+
+
+def test_a_line_is_marks_only_when_read_unsurely_and_mostly_not_words() -> None:
+    from ocrwatch.engines.tesseract import JUNK_LINE_CONF, junk_line
+
+    assert junk_line("\\ N | ~ = S/ “\\ \\", 28.0)
+    assert junk_line("Sf. a ‘Uy we /™", 30.5)
+    assert not junk_line("Sf. a ‘Uy we /™", JUNK_LINE_CONF + 1)  # read surely: kept
+    # Lines of the corpus read with little confidence that are text: kept.
+    assert not junk_line("sammenfassen ::", 34.6)  # the end of a hyphenated word
+    assert not junk_line("— 140 —", 30.0)  # a page number
+    assert not junk_line("37.H.6;", 20.0)  # a file reference
+    assert not junk_line("Washington, ay a is", 28.9)

@@ -26,8 +26,9 @@ from ocrwatch.config import Config
 from ocrwatch.config.languages import available_languages, locale_note, tessdata_dirs
 from ocrwatch.core.domain import Page, PageText
 from ocrwatch.core.errors import EngineUnavailable
-from ocrwatch.core.layout import PageLayout, Word
+from ocrwatch.core.layout import Box, PageLayout, Word
 from ocrwatch.core.textutil import text_to_markdown
+from ocrwatch.core.wordlike import mostly_nonwords
 from ocrwatch.engines.base import Doctor, ReadPolicy, Registration
 from ocrwatch.fs import paths
 from ocrwatch.pages import memory
@@ -64,6 +65,10 @@ MIN_LINE_PX = 8
 SURE_CONF = 90
 GOOD_WORD_CONF = 70
 LOCAL_THRESHOLD = "2"  # Tesseract's thresholding_method: 0 Otsu, 1 tiled Otsu, 2 Sauvola
+# A line read with a confidence under JUNK_LINE_CONF that is mostly not words is marks
+# read as text: a stamp, a pencilled shelf mark, the back showing through, grain at an
+# edge. It is left out of the text and the text layer.
+JUNK_LINE_CONF = 45
 
 
 def prepare_tessdata(languages: list[str], explicit: Path | None = None) -> Path:
@@ -271,6 +276,9 @@ class TesseractEngine:
             if strong.sure > reading.sure:
                 reading = strong
         del image
+        if reading.marks:
+            log.debug("page %d: %d lines of marks read as text left out: %s", page.index + 1,
+                      len(reading.marks), reading.marks)
         words = reading.words
         if factor > 1.0:  # boxes in the pixels of the page as given, not the enlarged one
             words = tuple(Word(w.text, _shrink(w.box, factor), w.line) for w in words)
@@ -279,42 +287,67 @@ class TesseractEngine:
         text = reading.text
         if text.strip() and reading.confidence < 40:
             warnings.append(f"low confidence ({reading.confidence}%): check the scan")
+        # Judged on all that was read: grain whose worst lines were left out as marks is
+        # still a page of grain.
+        nonwords = bool(reading.marks) and mostly_nonwords("\n".join([text, *reading.marks]))
         return PageText(markdown=text_to_markdown(text), text=text.strip() + "\n",
-                        warnings=warnings, layout=layout)
+                        warnings=warnings, layout=layout, nonwords=nonwords)
 
     def _reading(self, api: Any) -> _Reading:
-        """Read the image set on ``api``: its text, confidence, words and sure words."""
-        text = api.GetUTF8Text()
-        sure: list[int] = []
-        words = self._words(api, sure)
-        return _Reading(text, api.MeanTextConf(), words, len(sure))
+        """Read the image set on ``api``: its text, confidence, words and sure words.
 
-    def _words(self, api: Any, sure: list[int] | None = None) -> tuple[Word, ...]:
-        """The words of the page just read, with Tesseract's boxes and line numbers; the
-        index of each word read surely (a letter or digit in it, GOOD_WORD_CONF or more)
-        appended to ``sure``. Not Tesseract's own list of word confidences: it counts
-        words without text too, and grain read with local thresholds made 94 "sure words"
-        of 14 words of text (a faint page, whose stretched reading, with 75, read right)."""
+        A line that is marks read as text (:func:`junk_line`) is left out of the text and
+        the words; the text is otherwise Tesseract's own, paragraph breaks included.
+        """
+        api.Recognize()
+        kept: list[_Line] = []
+        marks: list[str] = []
+        for ln in self._lines(api):
+            if not ln.text.strip():
+                continue
+            if junk_line(ln.text, ln.confidence):
+                marks.append(ln.text)
+            else:
+                kept.append(ln)
+        paragraphs: dict[int, list[str]] = {}
+        for ln in kept:
+            paragraphs.setdefault(ln.paragraph, []).append(ln.text)
+        text = "".join("".join(t + "\n" for t in para) + "\n" for para in paragraphs.values())
+        words = tuple(Word(w, box, n) for n, ln in enumerate(kept) for w, box, _ in ln.words)
+        # Words read surely: a letter or digit in them and GOOD_WORD_CONF or more. Not
+        # Tesseract's own list of word confidences: it counts words without text too, and
+        # grain read with local thresholds made 94 "sure words" of 14 words of text (a
+        # faint page, whose stretched reading, with 75, read right).
+        sure = sum(1 for ln in kept for w, _, conf in ln.words
+                   if conf >= GOOD_WORD_CONF and any(c.isalnum() for c in w))
+        return _Reading(text, api.MeanTextConf(), words, sure, tuple(marks))
+
+    def _lines(self, api: Any) -> list[_Line]:
+        """The lines of the page just read, in reading order, with their words' boxes."""
         level = self._tesserocr.RIL
-        words: list[Word] = []
+        lines: list[_Line] = []
         iterator = api.GetIterator()
         if iterator is None:
-            return ()
-        line = -1
+            return lines
+        paragraph = -1
         for item in self._tesserocr.iterate_level(iterator, level.WORD):
-            if line < 0 or item.IsAtBeginningOf(level.TEXTLINE):
-                line += 1
+            if not lines or item.IsAtBeginningOf(level.TEXTLINE):
+                if not lines or item.IsAtBeginningOf(level.PARA):
+                    paragraph += 1
+                try:
+                    line_text = item.GetUTF8Text(level.TEXTLINE) or ""
+                except RuntimeError:  # tesserocr's way of saying "no text here"
+                    line_text = ""
+                lines.append(_Line(line_text.rstrip("\n"), item.Confidence(level.TEXTLINE),
+                                   paragraph, []))
             try:
                 text = item.GetUTF8Text(level.WORD)
-            except RuntimeError:  # tesserocr's way of saying "no text here"
+            except RuntimeError:
                 continue
             box = item.BoundingBox(level.WORD)
             if text and text.strip() and box:
-                if sure is not None and item.Confidence(level.WORD) >= GOOD_WORD_CONF and any(
-                        c.isalnum() for c in text):
-                    sure.append(len(words))
-                words.append(Word(text.strip(), tuple(box), line))
-        return tuple(words)
+                lines[-1].words.append((text.strip(), tuple(box), item.Confidence(level.WORD)))
+        return lines
 
     def layout(self, page: Page) -> PageLayout:
         """Only the word boxes of ``page`` (for placing another engine's text on them)."""
@@ -323,7 +356,9 @@ class TesseractEngine:
         api.SetSourceResolution(source_resolution(page))
         try:
             api.Recognize()
-            return PageLayout(page.image.width, page.image.height, self._words(api))
+            words = tuple(Word(w, box, n) for n, ln in enumerate(self._lines(api))
+                          for w, box, _ in ln.words)
+            return PageLayout(page.image.width, page.image.height, words)
         finally:
             api.Clear()
 
@@ -350,12 +385,26 @@ class TesseractEngine:
                 "pages_per_second": round(rate, 2) if rate else None}
 
 
+def junk_line(text: str, confidence: float) -> bool:
+    """Whether a line Tesseract read is marks read as text rather than a line of the page."""
+    return confidence < JUNK_LINE_CONF and mostly_nonwords(text)
+
+
+@dataclass(frozen=True)
+class _Line:
+    text: str
+    confidence: float  # Tesseract's, 0-100
+    paragraph: int  # its paragraph's number on the page
+    words: list[tuple[str, Box, float]]  # each word's text, box and confidence
+
+
 @dataclass(frozen=True)
 class _Reading:
     text: str
     confidence: int  # Tesseract's mean word confidence, 0-100
     words: tuple[Word, ...]
     sure: int  # words read with a confidence of GOOD_WORD_CONF or more
+    marks: tuple[str, ...] = ()  # lines left out as marks read as text (junk_line)
 
 
 def _shrink(box: tuple[int, ...], factor: float) -> tuple[int, int, int, int]:

@@ -20,9 +20,7 @@ straightened page's words are put back at the angle they are printed at.
 from __future__ import annotations
 
 import logging
-import re
 import threading
-import unicodedata
 from dataclasses import dataclass, replace
 
 from PIL import Image
@@ -30,20 +28,12 @@ from PIL import Image
 from ocrwatch.config import Config
 from ocrwatch.core.domain import Page, PageText
 from ocrwatch.core.layout import PageLayout
+from ocrwatch.core.wordlike import mostly_nonwords
 from ocrwatch.scan import deskew, faint, inkcover, orient
 
 log = logging.getLogger(__name__)
 
 BLANK_NOTE = "*(blank page: not read)*"
-# A reading is "mostly non-words" when under half its characters are in tokens that look
-# like words; paper grain, speckle and halftone read as punctuation, runs of one letter
-# and one- or two-letter bits.
-NONWORD_SHARE = 0.5
-MIN_TOKENS = 5
-_TRIM = "\"'“”‘’«»„()[]{}.,;:!?"
-_RUN = re.compile(r"([^\W\d_])\1\1")
-_VOWELS = frozenset("aeiouyæøœ")
-
 
 LEFT = orient.Orientation(0, -1.0)  # not looked for (rotate_pages = false)
 
@@ -158,40 +148,9 @@ def on_page(layout: PageLayout | None, page: Page) -> PageLayout | None:
                    read_size=(layout.width, layout.height))
 
 
-def _wordlike(token: str) -> bool:
-    """Whether a token may be a word, a number, a code or a name ("report.pdf", "A4",
-    "1540x2000"). Not: punctuation alone, one letter, a letter three times in a row
-    ("eeeeae", "SSSSSS": what grain reads as), and in Latin script a run of letters
-    without both vowels and consonants."""
-    if len(token) < 2 or not any(c.isalnum() for c in token):
-        return False
-    folded = token.casefold()
-    if _RUN.search(folded):
-        return False
-    if not folded.isalpha():
-        return True  # digits or inner punctuation: numbers, codes, names of files
-    if not all("LATIN" in unicodedata.name(c, "") for c in folded):
-        return True  # other scripts: letters are enough
-    plain = unicodedata.normalize("NFD", folded)
-    vowels = sum(1 for c in plain if c in _VOWELS)
-    return 0 < vowels < sum(1 for c in plain if c.isalpha())
-
-
-def mostly_nonwords(text: str) -> bool:
-    """Whether most of what was read is not words (grain, speckle or halftone read)."""
-    tokens = [t.strip(_TRIM) for t in text.split()]
-    tokens = [t for t in tokens if t] or text.split()
-    if len(tokens) < MIN_TOKENS:
-        return bool(tokens) and not any(_wordlike(t) for t in tokens)
-    # Weighed by length: grain reads as long runs ("teeeeeaseeeee") among short bits
-    # that pass for words ("be", "ty"); real text is mostly long words.
-    words = sum(len(t) for t in tokens if _wordlike(t))
-    return words < NONWORD_SHARE * sum(len(t) for t in tokens)
-
-
 def finish(result: PageText, page: Page) -> PageText:
     """The engine's result with what preparing the page did, and the non-word check."""
-    nonwords = bool(result.text.strip()) and mostly_nonwords(result.text)
+    nonwords = result.nonwords or (bool(result.text.strip()) and mostly_nonwords(result.text))
     warnings = list(result.warnings)
     if nonwords:
         warnings.append("the reading is mostly not words (paper texture, noise or a "
