@@ -50,6 +50,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpus", type=Path, required=True, metavar="DIR")
     parser.add_argument("--pages", default="", help="comma-separated stems (default: all)")
+    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS),
+                        metavar="VARIANT", help=f"which ({', '.join(VARIANTS)}; default all)")
     parser.add_argument("--out", type=Path, default=None, metavar="FILE")
     args = parser.parse_args(argv)
     wanted = {stem for stem in args.pages.split(",") if stem}
@@ -60,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="ocrwatch-marks-") as scratch, mock.patch.dict(
             os.environ, {"OMP_THREAD_LIMIT": "1", "XDG_DATA_HOME": f"{scratch}/data"}):
         for item in items:
-            for found in _page(item, Path(scratch)):
+            for found in _page(item, args.variants, Path(scratch)):
                 reads.append(found)
                 print(_row(found), flush=True)
     print("\n".join(report(reads)))
@@ -117,8 +119,8 @@ def _cell(text: str) -> str:
     return text.replace("|", "/").replace("`", "'")
 
 
-def _page(item: _common.Item, tmp: Path) -> list[Read]:
-    """One page's four variants, each read both ways and by the command."""
+def _page(item: _common.Item, variants: list[str], tmp: Path) -> list[Read]:
+    """One page's variants, each read both ways and by the command."""
     from rapidfuzz import fuzz
 
     from ocrwatch.config import Config
@@ -141,7 +143,7 @@ def _page(item: _common.Item, tmp: Path) -> list[Read]:
     out = []
     try:
         with mock.patch.object(engine, "_reading", recorded):
-            for variant in VARIANTS:
+            for variant in variants:
                 path = {"as scanned": lambda: item.path,
                         "skew2": lambda: cases.skewed(item.path, tmp / "skew2.png", 2),
                         "skew5": lambda: cases.skewed(item.path, tmp / "skew5.png", 5),
