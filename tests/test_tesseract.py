@@ -189,3 +189,19 @@ def test_a_line_is_marks_only_when_read_unsurely_and_mostly_not_words() -> None:
     assert not junk_line("— 140 —", 30.0)  # a page number
     assert not junk_line("37.H.6;", 20.0)  # a file reference
     assert not junk_line("Washington, ay a is", 28.9)
+
+
+def test_a_page_tesseract_cannot_take_fails_with_a_reason(tmp_path: Path) -> None:
+    """A strip 3 pixels wide: Tesseract's recognition fails; the page says so (reading
+    its lines after a failed recognition aborted the process) and the engine reads the
+    next page."""
+    engine = TesseractEngine(Config(workers=1, database=tmp_path / "db"))
+    try:
+        strip, fine = page(3, 40000, 300), Page(Path("ok.png"), 1, text_page(MINUTES), dpi=200)
+        bad, good = engine.recognize([strip, fine])
+        assert bad.error is not None and "Tesseract cannot read page 1 (3x40000" in bad.error
+        assert good.error is None and "library should open longer" in normalize(good.text)
+        layout = engine.layout(strip)  # for placing a model's text: no boxes, no crash
+        assert layout.words == () and (layout.width, layout.height) == (3, 40000)
+    finally:
+        engine.close()

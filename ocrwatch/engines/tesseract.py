@@ -299,7 +299,8 @@ class TesseractEngine:
         A line that is marks read as text (:func:`junk_line`) is left out of the text and
         the words; the text is otherwise Tesseract's own, paragraph breaks included.
         """
-        api.Recognize()
+        if not api.Recognize():  # as GetUTF8Text would; its iterator would abort the process
+            raise RuntimeError("Failed to recognize")
         kept: list[_Line] = []
         marks: list[str] = []
         for ln in self._lines(api):
@@ -355,9 +356,9 @@ class TesseractEngine:
         api.SetImage(page.image)
         api.SetSourceResolution(source_resolution(page))
         try:
-            api.Recognize()
-            words = tuple(Word(w, box, n) for n, ln in enumerate(self._lines(api))
-                          for w, box, _ in ln.words)
+            # A page Tesseract cannot take has no boxes (its iterator would abort).
+            lines = self._lines(api) if api.Recognize() else []
+            words = tuple(Word(w, box, n) for n, ln in enumerate(lines) for w, box, _ in ln.words)
             return PageLayout(page.image.width, page.image.height, words)
         finally:
             api.Clear()

@@ -223,7 +223,8 @@ class Detector:
         try:
             api.SetImage(image)
             api.SetSourceResolution(OSD_DPI)
-            api.Recognize()
+            if not api.Recognize():  # its iterator would abort the process
+                return 0.0, 0
             iterator = api.GetIterator()
             for word in iterate_level(iterator, RIL.WORD) if iterator else ():
                 try:
