@@ -192,9 +192,9 @@ def test_a_line_is_marks_only_when_read_unsurely_and_mostly_not_words() -> None:
 
 
 def test_a_page_tesseract_cannot_take_fails_with_a_reason(tmp_path: Path) -> None:
-    """A strip 3 pixels wide: Tesseract's recognition fails; the page says so (reading
-    its lines after a failed recognition aborted the process) and the engine reads the
-    next page."""
+    """A strip 3 pixels wide: Tesseract's recognition fails; the page says so and the
+    engine reads the next page (read again with local thresholds after the failed
+    reading, the strip aborted the process)."""
     engine = TesseractEngine(Config(workers=1, database=tmp_path / "db"))
     try:
         strip, fine = page(3, 40000, 300), Page(Path("ok.png"), 1, text_page(MINUTES), dpi=200)

@@ -299,7 +299,9 @@ class TesseractEngine:
         A line that is marks read as text (:func:`junk_line`) is left out of the text and
         the words; the text is otherwise Tesseract's own, paragraph breaks included.
         """
-        if not api.Recognize():  # as GetUTF8Text would; its iterator would abort the process
+        # A page Tesseract cannot take fails with its reason, as GetUTF8Text made it do:
+        # read again with local thresholds, a 3x40000 strip aborted the whole process.
+        if not api.Recognize():
             raise RuntimeError("Failed to recognize")
         kept: list[_Line] = []
         marks: list[str] = []
@@ -356,7 +358,7 @@ class TesseractEngine:
         api.SetImage(page.image)
         api.SetSourceResolution(source_resolution(page))
         try:
-            # A page Tesseract cannot take has no boxes (its iterator would abort).
+            # A page Tesseract cannot take has no boxes.
             lines = self._lines(api) if api.Recognize() else []
             words = tuple(Word(w, box, n) for n, ln in enumerate(lines) for w, box, _ in ln.words)
             return PageLayout(page.image.width, page.image.height, words)

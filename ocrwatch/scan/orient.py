@@ -223,7 +223,7 @@ class Detector:
         try:
             api.SetImage(image)
             api.SetSourceResolution(OSD_DPI)
-            if not api.Recognize():  # its iterator would abort the process
+            if not api.Recognize():  # a page Tesseract cannot take reads as no words
                 return 0.0, 0
             iterator = api.GetIterator()
             for word in iterate_level(iterator, RIL.WORD) if iterator else ():
