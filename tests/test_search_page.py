@@ -70,6 +70,13 @@ def test_type_filter_and_open(site: Site, browser: Any) -> None:
     # And by name.
     page.fill("#name", "harbour")
     wait_for(lambda: rendered_names(page) == ["harbour report.pdf"] * 3, 15, "hits by name")
+    # Leaving the field asks nothing new: asked again on its "change", the hits were
+    # drawn anew between the press and the release of the click that left it, and the
+    # click was lost.
+    asked = page.evaluate("document.body.dataset.asked")
+    assert asked is not None and int(asked) > 1  # each keystroke asked
+    page.locator("#name").blur()
+    assert page.evaluate("document.body.dataset.asked") == asked
 
     # A click opens the original at the page of the hit.
     hit = page.locator("#hits .hit").nth(1)

@@ -7,6 +7,10 @@
   let seq = 0;
   const per = new URLSearchParams(location.search).get("per"); // hits a page (default 20)
   let inflight = null;
+  // The question last asked. A field fires "change" when it loses focus, after the
+  // "input" events that asked already; asked again, the hits were drawn anew under the
+  // pointer, and the click that took the focus away was lost.
+  let asked = null;
 
   function params() {
     const p = new URLSearchParams();
@@ -23,6 +27,8 @@
   async function run() {
     const mine = ++seq;
     const p = params();
+    asked = p.toString();
+    document.body.dataset.asked = String(mine); // for tests: a question was put
     if (!p.get("q") && !p.get("name")) {
       $("hits").replaceChildren();
       $("summary").textContent = "";
@@ -97,6 +103,7 @@
 
   function soon() {
     page = 1;
+    if (params().toString() === asked) return; // nothing new to ask
     run(); // search as you type: every keystroke asks, a newer question cancels an older
   }
 
