@@ -12,9 +12,11 @@ import subprocess
 import sys
 import unicodedata
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 RESULTS = Path(__file__).resolve().parent / "results"
 _SPACE = re.compile(r"\s+")
@@ -133,6 +135,35 @@ class Item:
     truth: Path
     languages: str | None  # Tesseract's "eng+deu" form, from manifest.tsv when listed
     kind: str
+
+
+@dataclass(frozen=True)
+class Reader:
+    """What reads one corpus item as the daemon does: its languages, the config, the
+    Tesseract engine and the page preparation, and the item's ground truth."""
+
+    languages: str
+    config: Any  # ocrwatch.config.Config
+    engine: Any  # ocrwatch.engines.tesseract.TesseractEngine
+    prep: Any  # ocrwatch.scan.prepare.ScanPrep
+    truth: str
+
+
+@contextmanager
+def reader(item: Item) -> Iterator[Reader]:
+    """A :class:`Reader` for ``item``, closed on leaving."""
+    from ocrwatch.config import Config
+    from ocrwatch.engines.tesseract import TesseractEngine
+    from ocrwatch.scan.prepare import ScanPrep
+
+    languages = item.languages or "eng"
+    config = Config(languages=languages.split("+"))
+    engine, prep = TesseractEngine(config), ScanPrep(config)
+    try:
+        yield Reader(languages, config, engine, prep, item.truth.read_text(encoding="utf-8"))
+    finally:
+        prep.close()
+        engine.close()
 
 
 def corpus(folder: Path) -> list[Item]:

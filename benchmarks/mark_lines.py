@@ -123,47 +123,38 @@ def _page(item: _common.Item, variants: list[str], tmp: Path) -> list[Read]:
     """One page's variants, each read both ways and by the command."""
     from rapidfuzz import fuzz
 
-    from ocrwatch.config import Config
     from ocrwatch.engines import tesseract
     from ocrwatch.pages.decode import iter_pages
-    from ocrwatch.scan.prepare import ScanPrep
-
-    languages = item.languages or "eng"
-    config = Config(languages=languages.split("+"))
-    engine, prep = tesseract.TesseractEngine(config), ScanPrep(config)
-    truth = item.truth.read_text(encoding="utf-8")
-    readings: dict[str, tuple[str, ...]] = {}  # a reading's text -> its lines left out
-    real = engine._reading
-
-    def recorded(api: Any) -> Any:
-        reading = real(api)
-        readings[reading.text.strip()] = reading.marks
-        return reading
 
     out = []
-    try:
-        with mock.patch.object(engine, "_reading", recorded):
+    with _common.reader(item) as r:
+        readings: dict[str, tuple[str, ...]] = {}  # a reading's text -> its lines left out
+        real = r.engine._reading
+
+        def recorded(api: Any) -> Any:
+            reading = real(api)
+            readings[reading.text.strip()] = reading.marks
+            return reading
+
+        with mock.patch.object(r.engine, "_reading", recorded):
             for variant in variants:
                 path = {"as scanned": lambda: item.path,
                         "skew2": lambda: cases.skewed(item.path, tmp / "skew2.png", 2),
                         "skew5": lambda: cases.skewed(item.path, tmp / "skew5.png", 5),
                         "noisy": lambda: cases.noisy(item.path, tmp / "noisy.jpg", seed=7),
                         }[variant]()
-                page = prep.prepare(next(iter(iter_pages(path, config, None))))
+                page = r.prep.prepare(next(iter(iter_pages(path, r.config, None))))
                 readings.clear()
-                (ours,) = engine.recognize([page])
+                (ours,) = r.engine.recognize([page])
                 marks = readings.get(ours.text.strip(), ())
                 with mock.patch.object(tesseract, "JUNK_LINE_CONF", 0):
-                    (every,) = engine.recognize([page])
+                    (every,) = r.engine.recognize([page])
                 text, _ = accuracy.run_plain(replace(item, path=path),
-                                             languages, config.pdf_dpi, tmp)
+                                             r.languages, r.config.pdf_dpi, tmp)
                 out.append(Read(
-                    item.path.name, variant, _common.score(truth, ours.text).cer,
-                    _common.score(truth, every.text).cer, _common.score(truth, text).cer,
-                    marks, tuple(fuzz.partial_ratio(m, truth) for m in marks)))
-    finally:
-        prep.close()
-        engine.close()
+                    item.path.name, variant, _common.score(r.truth, ours.text).cer,
+                    _common.score(r.truth, every.text).cer, _common.score(r.truth, text).cer,
+                    marks, tuple(fuzz.partial_ratio(m, r.truth) for m in marks)))
     return out
 
 

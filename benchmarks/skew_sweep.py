@@ -110,43 +110,32 @@ class Found:
 
 def _sweep(item: _common.Item, degrees_list: list[float], tmp: Path) -> list[Found]:
     """One page's upright reading, then each skew's readings."""
-    from ocrwatch.config import Config
     from ocrwatch.core.domain import Page
-    from ocrwatch.engines.tesseract import TesseractEngine
     from ocrwatch.pages.decode import iter_pages
     from ocrwatch.scan import deskew
-    from ocrwatch.scan.prepare import ScanPrep
-
-    languages = item.languages or "eng"
-    config = Config(languages=languages.split("+"))
-    engine, prep = TesseractEngine(config), ScanPrep(config)
-    truth = item.truth.read_text(encoding="utf-8")
-
-    def cer(page: Page, prepared: bool = True) -> float:
-        ready = prep.prepare(page) if prepared else page
-        return _common.score(truth, engine.recognize([ready])[0].text).cer
 
     out = []
-    try:
-        upright = cer(next(iter(iter_pages(item.path, config, None))))
+    with _common.reader(item) as r:
+        def cer(page: Page, prepared: bool = True) -> float:
+            ready = r.prep.prepare(page) if prepared else page
+            return _common.score(r.truth, r.engine.recognize([ready])[0].text).cer
+
+        upright = cer(next(iter(iter_pages(item.path, r.config, None))))
         for degrees in degrees_list:
             path = cases.skewed(item.path, tmp / f"skew{degrees:g}.png", degrees)
-            page = next(iter(iter_pages(path, config, None)))
+            page = next(iter(iter_pages(path, r.config, None)))
             started = time.perf_counter()
-            ready = prep.prepare(page)
+            ready = r.prep.prepare(page)
             ours = cer(ready, prepared=False)
             measured = ready.skew
             seconds = time.perf_counter() - started
             exact = {offset: cer(replace(page, image=deskew.straighten(
                 page.image, -degrees + offset)), prepared=False) for offset in OFFSETS}
-            text, _ = accuracy.run_plain(replace(item, path=path), languages, config.pdf_dpi,
-                                         tmp)
-            plain = _common.score(truth, text).cer
+            text, _ = accuracy.run_plain(replace(item, path=path), r.languages,
+                                         r.config.pdf_dpi, tmp)
+            plain = _common.score(r.truth, text).cer
             out.append(Found(item.path.name, degrees, upright, measured, ours, exact, plain,
                              seconds))
-    finally:
-        prep.close()
-        engine.close()
     return out
 
 

@@ -316,7 +316,7 @@ class TesseractEngine:
         for ln in kept:
             paragraphs.setdefault(ln.paragraph, []).append(ln.text)
         text = "".join("".join(t + "\n" for t in para) + "\n" for para in paragraphs.values())
-        words = tuple(Word(w, box, n) for n, ln in enumerate(kept) for w, box, _ in ln.words)
+        words = _words_of(kept)
         # Words read surely: a letter or digit in them and GOOD_WORD_CONF or more. Not
         # Tesseract's own list of word confidences: it counts words without text too, and
         # grain read with local thresholds made 94 "sure words" of 14 words of text (a
@@ -360,8 +360,7 @@ class TesseractEngine:
         try:
             # A page Tesseract cannot take has no boxes.
             lines = self._lines(api) if api.Recognize() else []
-            words = tuple(Word(w, box, n) for n, ln in enumerate(lines) for w, box, _ in ln.words)
-            return PageLayout(page.image.width, page.image.height, words)
+            return PageLayout(page.image.width, page.image.height, _words_of(lines))
         finally:
             api.Clear()
 
@@ -399,6 +398,11 @@ class _Line:
     confidence: float  # Tesseract's, 0-100
     paragraph: int  # its paragraph's number on the page
     words: list[tuple[str, Box, float]]  # each word's text, box and confidence
+
+
+def _words_of(lines: list[_Line]) -> tuple[Word, ...]:
+    """The words of ``lines``, each numbered by its line's place among them."""
+    return tuple(Word(w, box, n) for n, ln in enumerate(lines) for w, box, _ in ln.words)
 
 
 @dataclass(frozen=True)
