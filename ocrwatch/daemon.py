@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
-from ocrwatch import pipeline
+from ocrwatch import outcome, pipeline
 from ocrwatch.config import Config
 from ocrwatch.config import reload as reloading
 from ocrwatch.context import Context
@@ -40,7 +40,7 @@ from ocrwatch.results.outputs import PdfMaker
 from ocrwatch.scheduler import Scheduler
 from ocrwatch.store.db import display_path
 from ocrwatch.store.jobfiles import Seen
-from ocrwatch.store.jobs import JobQueue
+from ocrwatch.store.jobs import CRASHED_REASON, JobQueue, Recovered
 from ocrwatch.store.status_facts import IndexFacts, SettingWriter, StatusReader, read_facts
 
 log = logging.getLogger(__name__)
@@ -124,8 +124,9 @@ class Daemon:
         self._closed = False
 
     # -- lifecycle -------------------------------------------------------------------
-    def start(self, *, recover: bool = True) -> None:
-        """Start the threads. ``recover=False`` when another daemon may own running jobs."""
+    def start(self, *, recover: bool = True, crashed: bool = False) -> None:
+        """Start the threads. ``recover=False`` when another daemon may own running jobs;
+        ``crashed``: the last daemon died of a fatal signal (ocrwatch/control/crashes.py)."""
         if self._started:
             raise StateError("the daemon was started already")
         self._started = True
@@ -140,12 +141,14 @@ class Daemon:
             self.ctx.lifecycle.recover()
             if self._watch:  # the daemon itself (`add` names its own on_success)
                 self.ctx.lifecycle.resume()
-        recovered = self.jobs.recover() if recover else 0
-        if recovered:
+        recovered = self.jobs.recover(crashed=crashed) if recover else Recovered(0, [])
+        if recovered.queued:
             log.info("%d files were being read when ocrwatch last stopped: reading them again",
-                     recovered)
+                     recovered.queued)
         self.ctx.after.was_done = self._was_done
         self.ctx.after.start()
+        for job in recovered.crashers:  # once `after` runs: the batch notice counts it
+            outcome.fail(self.ctx, job, CRASHED_REASON)
         self.scheduler.start()
         if self._watch:
             self.index_guard.start()

@@ -76,8 +76,87 @@ def test_recover_puts_running_back(db: Database, tmp_path: Path) -> None:
     q = JobQueue(db)
     q.offer(tmp_path / "a.png", 1, 1, "x")
     assert q.claim() is not None
-    assert q.recover() == 1
+    assert q.recover().queued == 1
     assert q.counts()["queued"] == 1
+
+
+def _crashes(db: Database) -> dict[str, int]:
+    return {Path(r["display"]).name: r["crashes"]
+            for r in db.query("SELECT display, crashes FROM jobs")}
+
+
+def test_a_kill_is_not_counted_against_the_files_being_read(db: Database,
+                                                           tmp_path: Path) -> None:
+    q = JobQueue(db)
+    for name in ("a.png", "b.png"):
+        q.offer(tmp_path / name, 1, 1, name)
+    assert q.claim() is not None
+    assert q.recover(crashed=False).queued == 1
+    assert _crashes(db) == {"a.png": 0, "b.png": 0}
+    assert q.claim() is not None and q.claim() is not None  # read side by side as before
+
+
+def test_files_being_read_in_a_crash_are_read_alone_then_fail(db: Database,
+                                                             tmp_path: Path) -> None:
+    q = JobQueue(db)
+    for name in ("a.png", "b.png", "c.png"):
+        q.offer(tmp_path / name, 1, 1, name)
+    a, b = q.claim(), q.claim()
+    assert a is not None and b is not None
+    recovered = q.recover(crashed=True)
+    assert (recovered.queued, recovered.crashers) == (2, [])
+    assert _crashes(db) == {"a.png": 1, "b.png": 1, "c.png": 0}
+    # Each file that was being read now goes first, alone: nothing beside it.
+    first = q.claim()
+    assert first is not None and first.path.name == "a.png"
+    assert q.claim() is None and q.next_due() is None
+    assert q.fail(first.id, "read")  # a.png was not the one: it ends (here: failed)
+    second = q.claim()
+    assert second is not None and second.path.name == "b.png"
+    assert q.claim() is None
+    # It crashes the daemon again, alone: it is handed back to be failed, not queued.
+    recovered = q.recover(crashed=True)
+    assert recovered.queued == 0
+    assert [job.path.name for job in recovered.crashers] == ["b.png"]
+    assert q.counts()["running"] == 1 and q.fail(second.id, "crashed twice")
+    third = q.claim()
+    assert third is not None and third.path.name == "c.png"  # the rest as before
+
+
+def test_a_file_read_alone_waits_for_the_files_being_read(db: Database,
+                                                         tmp_path: Path) -> None:
+    q = JobQueue(db)
+    for name in ("a.png", "b.png", "c.png"):
+        q.offer(tmp_path / name, 1, 1, name)
+    a = q.claim()
+    assert a is not None
+    assert q.recover(crashed=True).queued == 1
+    a = q.claim()
+    assert a is not None and a.path.name == "a.png"
+    assert q.recover(crashed=True).crashers[0].id == a.id
+    assert q.fail(a.id, "crashed twice")
+    b = q.claim()
+    assert b is not None and b.path.name == "b.png"
+    # Retried, the file is read alone again: not beside b, and nothing (c) claimed
+    # meanwhile, or it would wait for ever behind the queue.
+    assert q.retry([tmp_path / "a.png"]) == 1
+    assert _crashes(db)["a.png"] == 1
+    assert q.claim() is None and q.next_due() is None
+    assert q.fail(b.id, "read")
+    again = q.claim()
+    assert again is not None and again.path.name == "a.png"
+    # Once more, alone: it fails at once.
+    assert [job.id for job in q.recover(crashed=True).crashers] == [a.id]
+
+
+def test_changed_content_forgets_the_crashes(db: Database, tmp_path: Path) -> None:
+    q = JobQueue(db)
+    q.offer(tmp_path / "a.png", 1, 1, "one")
+    assert q.claim() is not None
+    q.recover(crashed=True)
+    assert _crashes(db) == {"a.png": 1}
+    assert q.offer(tmp_path / "a.png", 2, 2, "two") is Seen.CHANGED
+    assert _crashes(db) == {"a.png": 0}
 
 
 def test_defer_backs_off_then_gives_up(db: Database, tmp_path: Path) -> None:

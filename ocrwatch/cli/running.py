@@ -35,6 +35,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, config: config_mod.Config, log_file: Path) -> int:
     from ocrwatch.cli.desktop import config_target
     from ocrwatch.config.reload import FileWatch
+    from ocrwatch.control.crashes import CrashRecord
     from ocrwatch.control.lock import DaemonLocks
     from ocrwatch.control.server import ControlServer
     from ocrwatch.daemon import Daemon
@@ -42,7 +43,13 @@ def _run(args: argparse.Namespace, config: config_mod.Config, log_file: Path) ->
 
     lock = DaemonLocks(config.database)
     lock.acquire()  # raises DaemonRunning naming the other one
+    crash = CrashRecord(config.database)  # after the lock: it is this daemon's now
     try:
+        last_crash = crash.arm()
+        if last_crash is not None:
+            log.error("ocrwatch crashed when it last ran: the files it was reading are read "
+                      "again, one at a time, and one that crashes it again fails with the "
+                      "reason. What it was doing:\n%s", last_crash)
         daemon = Daemon(config, log_file=log_file, reload_from=lambda: load_config(args),
                         search_page=for_daemon)
         stop = threading.Event()
@@ -66,7 +73,7 @@ def _run(args: argparse.Namespace, config: config_mod.Config, log_file: Path) ->
         watch = FileWatch(config_path, lambda: reload_later(f"{config_path} changed"))
         server = ControlServer(None, daemon)
         try:
-            daemon.start()
+            daemon.start(crashed=last_crash is not None)
             server.start()
             watch.start()
             threading.Thread(target=_follow, args=(daemon, stop), name="ocrwatch-stop-watch",
@@ -86,6 +93,7 @@ def _run(args: argparse.Namespace, config: config_mod.Config, log_file: Path) ->
             daemon.close()
         log.info("stopped")
     finally:
+        crash.disarm()
         lock.release()
     if daemon.abandoned:
         # A thread is still inside a native decoder or Tesseract: everything is saved and

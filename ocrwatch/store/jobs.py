@@ -1,7 +1,8 @@
 """The durable job queue: one row per file, moving queued -> running -> done | failed.
 
 Every transition is one transaction, so a crash at any moment loses nothing: at start,
-rows left ``running`` go back to ``queued``. This module is the only writer of the
+rows left ``running`` go back to ``queued`` (a file that crashed the daemon itself is
+read alone, and fails when it crashes it again). This module is the only writer of the
 ``jobs`` table and of the ``moves`` journal: :class:`JobQueue` takes a job through its
 states, completes it (with its index rows, in the same transaction), finds a finished copy
 to reuse and records what ``on_success`` did and still owes; the :class:`JobFiles` it
@@ -15,6 +16,7 @@ import logging
 import os
 import sqlite3
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -37,6 +39,42 @@ log = logging.getLogger(__name__)
 
 BACKOFF_BASE = 5.0  # seconds before the first retry of a transient failure
 BACKOFF_MAX = 600.0
+CRASH_LIMIT = 2  # fatal crashes while a file was being read: the second (alone) fails it
+CRASHED_REASON = (
+    "ocrwatch crashed twice while reading this file, the second time reading it alone: "
+    "the file may be damaged or made to crash a reader (the log has the trace). "
+    "`ocrwatch retry FILE` reads it again")
+# A file retried after it crashed the daemon is read alone again: crashing once more,
+# it fails at once, and no file read beside it is blamed.
+_ALONE_AGAIN = "crashes = MIN(crashes, 1)"
+_RUNNING = ("SELECT COUNT(*), COALESCE(MAX(crashes > 0), 0) FROM jobs "
+            "WHERE state = 'running'")
+
+
+@dataclass(frozen=True)
+class Recovered:
+    """What :meth:`JobQueue.recover` did with the files the last daemon was reading."""
+
+    queued: int  # put back in the queue
+    crashers: list[Job]  # crashed it again, alone: left running, for outcome.fail
+
+
+def _first_queued(conn: sqlite3.Connection, extra: str,
+                  params: tuple[float | int, ...]) -> dict[str, object] | None:
+    """The oldest queued job that may run now (``params``: now, then ``extra``'s)."""
+    cur = conn.execute(f"SELECT * FROM jobs WHERE state = 'queued' AND not_before <= ? {extra} "
+                       "ORDER BY not_before, id LIMIT 1", params)
+    found = cur.fetchone()
+    if found is None:
+        return None
+    return dict(zip([d[0] for d in cur.description], found, strict=True))
+
+
+def _held_back(running: int, alone: int, *, suspect: bool) -> bool:
+    """Whether a claim waits: nothing is claimed beside a file being read alone after a
+    crash (``alone``), and such a file (``suspect``) waits until nothing else is being
+    read, so that, crashing again, it is the one to blame."""
+    return bool(alone) or (suspect and running > 0)
 
 
 def file_sha256(source: Path | BinaryIO, chunk: int = 1 << 20) -> str:
@@ -116,7 +154,7 @@ class JobFiles:
                 return Seen.UNCHANGED
             conn.execute(
                 "UPDATE jobs SET sha256 = ?, size = ?, mtime_ns = ?, state = 'queued', "
-                "reason = NULL, attempts = 0, not_before = 0, updated = ?, "
+                "reason = NULL, attempts = 0, crashes = 0, not_before = 0, updated = ?, "
                 "dev = COALESCE(?, dev), inode = COALESCE(?, inode) WHERE id = ?",
                 (sha256, size, mtime_ns, now, dev, inode, job_id),
             )
@@ -323,14 +361,27 @@ class JobQueue:
         return self.files.offer(path, size, mtime_ns, sha256, dev=dev, inode=inode)
 
     # -- processing ----------------------------------------------------------------
-    def recover(self) -> int:
-        """At start: rows left ``running`` by a crash go back to ``queued``."""
+    def recover(self, *, crashed: bool = False) -> Recovered:
+        """At start: rows left ``running`` by a crash go back to ``queued``.
+
+        ``crashed``: the last daemon died of a fatal signal (a reader's abort or
+        segmentation fault, :mod:`ocrwatch.control.crashes`), not of a kill or a power
+        cut. Each file it was reading counts it, and from then on is read alone
+        (:meth:`claim`); one that crashed it again, alone, stays ``running`` and is
+        returned, for the caller to fail with :data:`CRASHED_REASON` instead of reading
+        it again at every start."""
+        now = time.time()
         with self.db.transaction() as conn:
+            if crashed:
+                conn.execute("UPDATE jobs SET crashes = crashes + 1 WHERE state = 'running'")
             cur = conn.execute(
-                "UPDATE jobs SET state = 'queued', updated = ? WHERE state = 'running'",
-                (time.time(),),
-            )
-            return cur.rowcount
+                "UPDATE jobs SET state = 'queued', updated = ? "
+                "WHERE state = 'running' AND crashes < ?", (now, CRASH_LIMIT))
+            queued = cur.rowcount
+            cur = conn.execute("SELECT * FROM jobs WHERE state = 'running' ORDER BY id")
+            names = [d[0] for d in cur.description]
+            crashers = [job_from_row(dict(zip(names, row, strict=True))) for row in cur]
+        return Recovered(queued, crashers)
 
     def claim(self, now: float | None = None) -> Job | None:
         """Take the oldest queued job that may run now and mark it running."""
@@ -346,16 +397,13 @@ class JobQueue:
     def _claim(self, extra: str, params: tuple[int, ...], now: float | None) -> Job | None:
         now = time.time() if now is None else now
         with self.db.transaction() as conn:
-            cur = conn.execute(
-                f"SELECT * FROM jobs WHERE state = 'queued' AND not_before <= ? {extra} "
-                "ORDER BY not_before, id LIMIT 1",
-                (now, *params),
-            )
-            names = [d[0] for d in cur.description]
-            found = cur.fetchone()
-            if found is None:
+            # A file that was being read when the daemon crashed goes first, and alone.
+            row = (_first_queued(conn, f"AND crashes > 0 {extra}", (now, *params))
+                   or _first_queued(conn, extra, (now, *params)))
+            if row is None:
                 return None
-            row = dict(zip(names, found, strict=True))
+            if _held_back(*conn.execute(_RUNNING).fetchone(), suspect=bool(row["crashes"])):
+                return None
             conn.execute(
                 "UPDATE jobs SET state = 'running', updated = ? WHERE id = ?", (now, row["id"])
             )
@@ -363,10 +411,15 @@ class JobQueue:
         return job_from_row(row)
 
     def next_due(self) -> float | None:
-        """When the earliest deferred job may run (for the worker's wait)."""
-        rows = self.db.query("SELECT MIN(not_before) AS t FROM jobs WHERE state = 'queued'")
-        value = rows[0]["t"] if rows else None
-        return float(value) if value is not None else None
+        """When the earliest deferred job may run (for the worker's wait); None while
+        claims are held back for a file read alone (the worker waits to be woken)."""
+        (row,) = self.db.query(
+            "SELECT (SELECT MIN(not_before) FROM jobs WHERE state = 'queued'), "
+            "EXISTS (SELECT 1 FROM jobs WHERE crashes > 0 AND state = 'queued'), "
+            f"r.* FROM ({_RUNNING}) AS r")
+        if row[0] is None or _held_back(row[2], row[3], suspect=bool(row[1])):
+            return None
+        return float(row[0])
 
     def fail(self, job_id: int, reason: str, sha256: str | None = None) -> bool:
         """Fail a running job; with ``sha256``, only while it still stands for that content
@@ -479,7 +532,7 @@ class JobQueue:
             if paths is None:
                 cur = conn.execute(
                     "UPDATE jobs SET state = 'queued', reason = NULL, attempts = 0, "
-                    "not_before = 0, updated = ? WHERE state = 'failed'",
+                    f"{_ALONE_AGAIN}, not_before = 0, updated = ? WHERE state = 'failed'",
                     (now,),
                 )
                 return cur.rowcount
@@ -487,7 +540,8 @@ class JobQueue:
             for path in paths:
                 cur = conn.execute(
                     "UPDATE jobs SET state = 'queued', reason = NULL, attempts = 0, "
-                    "not_before = 0, updated = ? WHERE path = ? AND state IN ('failed', 'done')",
+                    f"{_ALONE_AGAIN}, not_before = 0, updated = ? "
+                    "WHERE path = ? AND state IN ('failed', 'done')",
                     (now, encode_path(path)),
                 )
                 count += cur.rowcount

@@ -160,6 +160,13 @@ def _m009_retire(db: sqlite_utils.Database) -> None:
     db.execute("ALTER TABLE jobs ADD COLUMN retire_reason TEXT")
 
 
+def _m010_crashes(db: sqlite_utils.Database) -> None:
+    # How often the daemon died of a fatal signal while the file was being read: from 1
+    # it is read alone, at 2 it fails with the reason (ocrwatch/store/jobs.py).
+    db.execute("ALTER TABLE jobs ADD COLUMN crashes INTEGER NOT NULL DEFAULT 0")
+    db.execute("CREATE INDEX jobs_crashed ON jobs(state, not_before, id) WHERE crashes > 0")
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite_utils.Database], None]]] = [
     ("001_jobs", _m001_jobs),
     ("002_pages", _m002_pages),
@@ -170,6 +177,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite_utils.Database], None]]] = [
     ("007_cjk_trigrams", _m007_cjk_trigrams),
     ("008_page_scan", _m008_page_scan),
     ("009_retire", _m009_retire),
+    ("010_crashes", _m010_crashes),
 ]
 
 

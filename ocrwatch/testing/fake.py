@@ -3,8 +3,10 @@
 Each page "reads" as a line naming its file, page number and size, so tests can check
 that every page arrived, in order, at the size the engine asked for. Like every engine it
 takes one page per call unless its ``policy`` lets several run at once. Environment knobs
-make it slow (``OCRWATCH_FAKE_DELAY`` seconds a page) or fail pages whose file name
-contains ``OCRWATCH_FAKE_FAIL`` (default ``fake-engine-fail``).
+make it slow (``OCRWATCH_FAKE_DELAY`` seconds a page), fail pages whose file name
+contains ``OCRWATCH_FAKE_FAIL`` (default ``fake-engine-fail``), or abort the whole
+process, as a native reader's assertion does, on a page whose file name contains
+``OCRWATCH_FAKE_ABORT`` (default: never).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ class FakeEngine:
         self._policy = policy or ReadPolicy()
         self.delay = float(os.environ.get("OCRWATCH_FAKE_DELAY", "0")) if delay is None else delay
         self.fail_marker = os.environ.get("OCRWATCH_FAKE_FAIL", "fake-engine-fail")
+        self.abort_marker = os.environ.get("OCRWATCH_FAKE_ABORT", "")
         self.batches: list[list[tuple[str, int]]] = []
         self.released = 0
         self.closed = False
@@ -46,6 +49,8 @@ class FakeEngine:
             self._stop.wait(self.delay * len(pages))
         out = []
         for p in pages:
+            if self.abort_marker and self.abort_marker in p.source.name:
+                os.abort()
             if self.fail_marker and self.fail_marker in p.source.name:
                 out.append(PageText("", "", error="the fake engine was told to fail this page"))
                 continue

@@ -13,7 +13,9 @@ from __future__ import annotations
 import os
 import random
 import re
+import signal
 import sqlite3
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -29,6 +31,7 @@ from .helpers import (
     image_bytes,
     jobs,
     leftovers,
+    ocrwatch_cli,
     pdf_bytes,
     sidecars,
     states,
@@ -201,6 +204,9 @@ def test_kill_while_engine_is_mid_batch(home: Home,
     log = daemon.output()
     assert re.search(r"1 files? (was|were) being read when ocrwatch last stopped", log) or \
         re.search(r"\d+ files were being read", log), log[-2000:]
+    # A kill is not a crash: nothing is counted against the files, none is read alone.
+    assert "ocrwatch crashed when it last ran" not in log
+    assert {row["crashes"] for row in jobs(home.database).values()} == {0}
     check_fake_sidecars(pdf, 4)
     check_fake_sidecars(png, 1)
     assert not leftovers([home.inbox])
@@ -232,3 +238,52 @@ def test_kill_while_tesseract_reads(home: Home,
         text = sidecars(scan)[1].read_text()
         assert "Invoice" in text and str(n) in text, text
     assert not leftovers([home.inbox])
+
+
+def test_a_file_that_crashes_the_daemon_fails_instead_of_crashing_every_start(
+        home: Home, daemon_process: Callable[..., DaemonProcess]) -> None:
+    """A reader that aborts the process on one file (as a native library's assertion
+    does): read again at each start, it would crash every start. The files being read
+    count the crash and are read alone; the one that crashes it again fails with the
+    reason, and every other file is read."""
+    bad = home.inbox / "crash-me.png"
+    bad.write_bytes(image_bytes("bad"))
+    good = [home.inbox / f"letter{i}.png" for i in range(4)]
+    for n, path in enumerate(good):
+        path.write_bytes(image_bytes(f"letter {n}"))
+    daemon = daemon_process(OCRWATCH_FAKE_ABORT="crash-me", OCRWATCH_FAKE_DELAY="0.2")
+    record = home.database.with_name(home.database.name + ".crash")
+    aborts = 0
+    for _ in range(4):  # two crashes, then it stays up
+        daemon.start()
+        wait_for(lambda: not daemon.running
+                 or jobs(home.database).get(str(bad), {"state": ""})["state"] == "failed",
+                 60, "a crash, or the file that crashes it failed")
+        if daemon.running:
+            break
+        assert daemon.proc is not None and daemon.proc.returncode == -signal.SIGABRT
+        assert "Fatal Python error: Aborted" in record.read_text()
+        assert stat.S_IMODE(record.stat().st_mode) == 0o600  # stacks name the user's files
+        aborts += 1
+    assert aborts == 2, daemon.output()[-3000:]
+    wait_for(lambda: states(home.database).get("done", 0) == len(good), 60,
+             "the other files to be read")
+    rows = jobs(home.database)
+    assert "crashed twice while reading this file" in rows[str(bad)]["reason"]
+    assert "`ocrwatch retry FILE`" in rows[str(bad)]["reason"]
+    assert not any(p.exists() for p in sidecars(bad))
+    for path in good:
+        check_fake_sidecars(path, 1)
+    log = daemon.output()
+    assert log.count("ocrwatch crashed when it last ran") == 2
+    assert "recognize" in log  # the trace names where it was
+    # Retried, it is read alone and fails at the first crash; the rest is untouched.
+    assert ocrwatch_cli(home, "retry", "--database", str(home.database), str(bad)).returncode == 0
+    wait_for(lambda: not daemon.running, 60, "the retried file to crash the daemon")
+    daemon.start()
+    wait_for(lambda: jobs(home.database)[str(bad)]["state"] == "failed", 60,
+             "the retried file to fail again")
+    assert states(home.database).get("done", 0) == len(good)
+    assert daemon.stop() == 0
+    assert not record.exists()  # a clean stop leaves nothing to report
+    assert bad.read_bytes() == image_bytes("bad")  # the original as it was

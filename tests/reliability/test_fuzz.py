@@ -156,7 +156,7 @@ class QueueMachine(RuleBasedStateMachine):
 
     @rule()
     def recover(self) -> None:
-        count = self.queue.recover()
+        count = self.queue.recover().queued
         assert count == len(self._queued_again("running"))
         self.claimed.clear()
 
