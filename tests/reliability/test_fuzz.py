@@ -57,6 +57,7 @@ class QueueMachine(RuleBasedStateMachine):
         self.sha: dict[Path, str | None] = {}
         self.claimed: dict[int, int] = {}  # job id -> token of the reader holding it
         self.not_due: set[Path] = set()  # deferred: not to be handed out for seconds
+        self.crashes: dict[Path, int] = {}  # crashes of the daemon while it was read
         self.token = 0
         self.now = time.time()
 
@@ -76,6 +77,7 @@ class QueueMachine(RuleBasedStateMachine):
             assert seen is Seen.NEW
             self.model[path] = "queued"
             self.not_due.discard(path)
+            self.crashes[path] = 0
         elif self.sha[path] == sha and old != "running":
             assert seen is Seen.UNCHANGED
         else:
@@ -86,18 +88,29 @@ class QueueMachine(RuleBasedStateMachine):
                 self.claimed.pop(self._id(path), None)
             self.model[path] = "queued"
             self.not_due.discard(path)
+            self.crashes[path] = 0  # new content: the old one's crashes say nothing of it
         self.sha[path] = sha
 
     @rule(target=running, later=st.booleans())
     def claim(self, later: bool) -> object:
         now = time.time() + (10_000 if later else 0)
         due = {p for p, s in self.model.items() if s == "queued"}
+        if not later:
+            due -= self.not_due
+        running = {p for p, s in self.model.items() if s == "running"}
+        suspects = {p for p in due if self.crashes[p]}
         job = self.queue.claim(now=now)
+        if any(self.crashes[p] for p in running) or (suspects and running):
+            # A file read alone after a crash: nothing beside it, and it waits for the
+            # files being read, claiming nothing meanwhile.
+            assert job is None, f"{job and job.path} claimed beside {running}"
+            return None
         if job is None:
             # Nothing handed out: every queued job must be one put off for later.
-            assert not due if later else due <= self.not_due, (due, self.not_due)
+            assert not due, (due, self.not_due)
             return None
-        assert job.path in due, f"claimed {job.path} in state {self.model.get(job.path)}"
+        assert job.path in (suspects or due), \
+            f"claimed {job.path} in state {self.model.get(job.path)}, suspects {suspects}"
         assert later or job.path not in self.not_due, "a deferred job was handed out early"
         assert job.id not in self.claimed, "a job was handed out twice"
         self.model[job.path] = "running"
@@ -156,14 +169,33 @@ class QueueMachine(RuleBasedStateMachine):
 
     @rule()
     def recover(self) -> None:
-        count = self.queue.recover().queued
-        assert count == len(self._queued_again("running"))
+        count = self.queue.recover()
+        assert count.queued == len(self._queued_again("running")) and not count.crashers
         self.claimed.clear()
 
+    @rule()
+    def recover_after_a_crash(self) -> None:
+        """The daemon died of a fatal signal: each file being read counts it; one at the
+        second crash is handed back running, and failed as the daemon does."""
+        running = [p for p, s in self.model.items() if s == "running"]
+        for path in running:
+            self.crashes[path] += 1
+        got = self.queue.recover(crashed=True)
+        crashers = {p for p in running if self.crashes[p] >= 2}
+        assert {job.path for job in got.crashers} == crashers
+        assert got.queued == len(running) - len(crashers)
+        self.claimed.clear()
+        for path in running:
+            self.model[path] = "queued"
+        for job in got.crashers:
+            assert self.queue.fail(job.id, "crashed twice", job.sha256)
+            self.model[job.path] = "failed"
     @rule()
     def retry_all(self) -> None:
         count = self.queue.retry()
         again = self._queued_again("failed")
+        for path in again:
+            self.crashes[path] = min(self.crashes[path], 1)  # read alone once more
         assert count == len(again)
         self.not_due.difference_update(again)
 
@@ -175,6 +207,7 @@ class QueueMachine(RuleBasedStateMachine):
         assert self.queue.files.forget(path) is known
         self.model.pop(path, None)
         self.sha.pop(path, None)
+        self.crashes.pop(path, None)
         self.not_due.discard(path)
 
     @invariant()
