@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
+import logging
 import os
 from pathlib import Path
 from typing import TextIO
+
+log = logging.getLogger(__name__)
 
 MAX_TRACE = 64 * 1024  # bytes of the last crash's trace read back for the log
 
@@ -32,9 +35,15 @@ class CrashRecord:
         """Record a crash of this process from now on; returns the trace of the last
         daemon's crash on this index, or None when it stopped otherwise."""
         previous = self._previous()
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
-                     | os.O_CLOEXEC, 0o600)
-        os.fchmod(fd, 0o600)  # stacks name the user's files: theirs alone
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, 0o600)
+            os.fchmod(fd, 0o600)  # stacks name the user's files: theirs alone
+        except OSError as exc:
+            # Not worth refusing to start over: the daemon runs as before this record.
+            log.warning("cannot keep a crash record at %s (%s): a file that crashes ocrwatch "
+                        "will be read again at every start", self.path, exc.strerror)
+            return previous
         self._file = os.fdopen(fd, "w", encoding="utf-8")
         faulthandler.enable(self._file, all_threads=True)
         return previous
