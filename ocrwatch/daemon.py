@@ -40,7 +40,7 @@ from ocrwatch.results.outputs import PdfMaker
 from ocrwatch.scheduler import Scheduler
 from ocrwatch.store.db import display_path
 from ocrwatch.store.jobfiles import Seen
-from ocrwatch.store.jobs import CRASHED_REASON, JobQueue, Recovered
+from ocrwatch.store.jobs import CRASH_LIMIT, CRASHED_REASON, JobQueue, Recovered
 from ocrwatch.store.status_facts import IndexFacts, SettingWriter, StatusReader, read_facts
 
 log = logging.getLogger(__name__)
@@ -363,7 +363,10 @@ class Daemon:
             seen = self.consider(path)
             job = self.jobs.known(path.absolute())
             if job is not None:
-                if seen is Seen.UNCHANGED and job.state == "failed":
+                # A file that crashed the daemon twice is read again only when asked by
+                # `ocrwatch retry`: added again, it would crash this run too.
+                if (seen is Seen.UNCHANGED and job.state == "failed"
+                        and job.crashes < CRASH_LIMIT):
                     self.jobs.retry([job.path])
                 ids.add(job.id)
                 added.append(job.path)

@@ -155,3 +155,23 @@ def test_add_reads_once_with_progress_and_exits(tmp_path: Path) -> None:
     assert "vienna" in normalize((folder / "ledger.txt").read_text())
     hits = json.loads(ocrwatch(["search", "Vienna", "--json"], env, check=True).stdout)
     assert [Path(h["path"]).name for h in hits] == ["ledger.png"]
+
+
+def test_add_that_crashes_on_a_file_fails_it_at_the_second_crash(tmp_path: Path) -> None:
+    """`ocrwatch add` with no daemon running reads as the daemon does, crashes included:
+    a file that aborts it is read alone the next time, and fails at the second crash."""
+    env = {**child_env(tmp_path), "OCRWATCH_FAKE_ABORT": "crash-me"}
+    folder = tmp_path / "batch"
+    folder.mkdir()
+    text_page(["a letter"]).save(folder / "crash-me.png")
+    text_page(["another letter"]).save(folder / "letter.png")
+    command = ["add", "--engine", "fake", str(folder)]
+    codes = [ocrwatch(command, env, timeout=120).returncode for _ in range(2)]
+    assert codes == [-signal.SIGABRT] * 2
+    # The third run fails it with the reason and ends; so does every run after it: a
+    # file failed for crashing is read again only when `ocrwatch retry` names it.
+    for _ in range(2):
+        after = ocrwatch(command, env, timeout=120)
+        assert after.returncode == 1, after.stdout + after.stderr
+        assert "crashed twice while reading this file" in after.stdout + after.stderr
+    assert (folder / "letter.txt").exists() and not (folder / "crash-me.txt").exists()

@@ -45,11 +45,7 @@ def _run(args: argparse.Namespace, config: config_mod.Config, log_file: Path) ->
     lock.acquire()  # raises DaemonRunning naming the other one
     crash = CrashRecord(config.database)  # after the lock: it is this daemon's now
     try:
-        last_crash = crash.arm()
-        if last_crash is not None:
-            log.error("ocrwatch crashed when it last ran: the files it was reading are read "
-                      "again, one at a time, and one that crashes it again fails with the "
-                      "reason. What it was doing:\n%s", last_crash)
+        crashed = _arm(crash)
         daemon = Daemon(config, log_file=log_file, reload_from=lambda: load_config(args),
                         search_page=for_daemon)
         stop = threading.Event()
@@ -73,7 +69,7 @@ def _run(args: argparse.Namespace, config: config_mod.Config, log_file: Path) ->
         watch = FileWatch(config_path, lambda: reload_later(f"{config_path} changed"))
         server = ControlServer(None, daemon)
         try:
-            daemon.start(crashed=last_crash is not None)
+            daemon.start(crashed=crashed)
             server.start()
             watch.start()
             threading.Thread(target=_follow, args=(daemon, stop), name="ocrwatch-stop-watch",
@@ -104,6 +100,17 @@ def _run(args: argparse.Namespace, config: config_mod.Config, log_file: Path) ->
     return 0
 
 
+def _arm(crash: Any) -> bool:
+    """Start ``crash`` (a :class:`ocrwatch.control.crashes.CrashRecord`); whether the last
+    process on this index crashed, its trace then logged."""
+    last = crash.arm()
+    if last is not None:
+        log.error("ocrwatch crashed when it last ran: the files it was reading are read "
+                  "again, one at a time, and one that crashes it again fails with the "
+                  "reason. What it was doing:\n%s", last)
+    return last is not None
+
+
 def _follow(daemon: Any, stop: threading.Event) -> None:
     """Let a stop requested over the socket end the main thread's wait (or the tray)."""
     daemon.wait_stopped()
@@ -130,6 +137,7 @@ def _quietly(args: argparse.Namespace, command: Any) -> int:
 
 
 def _add(args: argparse.Namespace, config: config_mod.Config) -> int:
+    from ocrwatch.control.crashes import CrashRecord
     from ocrwatch.control.lock import DaemonLocks
     from ocrwatch.daemon import Daemon
     from ocrwatch.intake.inbox_files import walk
@@ -163,9 +171,11 @@ def _add(args: argparse.Namespace, config: config_mod.Config) -> int:
     except DaemonRunning:
         # The running daemon may hold some of these files; leave its jobs alone.
         alone = False
+    # Alone, this process reads the index's files as the daemon would: its crash counts.
+    crash = CrashRecord(config.database) if alone else None
     daemon = Daemon(config, watch=False)
     try:
-        daemon.start(recover=alone)
+        daemon.start(recover=alone, crashed=crash is not None and _arm(crash))
         if daemon.paused:
             echo("ocrwatch: the daemon is paused; reading these files all the same "
                  "(`ocrwatch resume` lets the daemon read again)", err=True)
@@ -181,6 +191,8 @@ def _add(args: argparse.Namespace, config: config_mod.Config) -> int:
         states = {p: daemon.jobs.get(i) for p, i in ids.items()}
     finally:
         daemon.close()
+        if crash is not None:
+            crash.disarm()
         if alone:
             lock.release()
     failed = _summarise(states, "read", config.on_success)

@@ -94,6 +94,7 @@ class Job:
     reason: str | None = None
     retire: str | None = None  # what on_success still owes a done file (migration 008)
     retire_reason: str | None = None
+    crashes: int = 0  # fatal crashes of the daemon while it was read (migration 010)
 
     @property
     def display(self) -> str:

@@ -58,6 +58,7 @@ def job_from_row(row: object) -> Job:
         reason=r["reason"],  # type: ignore[index]
         retire=r["retire"],  # type: ignore[index]
         retire_reason=r["retire_reason"],  # type: ignore[index]
+        crashes=r["crashes"],  # type: ignore[index]
     )
 
 
