@@ -209,6 +209,7 @@ def cmd_reread(args: argparse.Namespace) -> int:
 
 
 def _reread(args: argparse.Namespace, config: config_mod.Config) -> int:
+    from ocrwatch.control.crashes import CrashRecord
     from ocrwatch.control.lock import DaemonLocks
     from ocrwatch.daemon import Daemon
 
@@ -230,8 +231,9 @@ def _reread(args: argparse.Namespace, config: config_mod.Config) -> int:
         finally:
             daemon.close()
             lock.release()
+    crash = CrashRecord(config.database)
     try:
-        daemon.start()
+        daemon.start(crashed=_arm(crash))
         stale = (daemon.jobs.read_otherwise("") if args.all
                  else daemon.jobs.read_otherwise(daemon.read_with))
         paths = [j.path for j in stale if j.path.exists()]
@@ -246,6 +248,7 @@ def _reread(args: argparse.Namespace, config: config_mod.Config) -> int:
         states = {p: daemon.jobs.get(i) for p, i in ids.items()}
     finally:
         daemon.close()
+        crash.disarm()
         lock.release()
     return 1 if _summarise(states, "read again") else 0
 
