@@ -3,6 +3,8 @@ searchable PDF's text layer read in order. Real Tesseract, real files, a real da
 
 from __future__ import annotations
 
+import base64
+import io
 import random
 import shutil
 import subprocess
@@ -188,6 +190,33 @@ def test_a_model_engine_gets_the_page_upright_and_its_text_lies_on_it(tmp_path: 
     (found,) = bbox_words(pdf)
     offsets = word_offsets(found, truth)  # type: ignore[arg-type]
     assert len(offsets) == len(truth) and max(offsets) <= TOLERANCE_PT, offsets
+
+
+def test_the_remote_engine_gets_the_page_upright_over_http(tmp_path: Path) -> None:
+    """The turn is made before any engine: a page fed sideways reaches an OpenAI-style
+    server on 127.0.0.1 upright, its top-left corner where the sheet's is."""
+    from fake_openai import FakeServer
+
+    upright, _, _ = letter(5)
+    upright = upright.convert("RGB")
+    ImageDraw.Draw(upright).rectangle((0, 0, 79, 79), fill=(200, 40, 40))  # the sheet's corner
+    with FakeServer() as server:
+        config = config_for(tmp_path, engine="remote", outputs=["md", "txt"])
+        config.remote.urls = [server.url]
+        src = config.inbox[0] / "sideways.png"
+        upright.transpose(ROTATE[90]).save(src, dpi=(DPI, DPI))
+        daemon = read(config, src)
+        try:
+            (row,) = rows(daemon)
+        finally:
+            daemon.close()
+        (body,) = server.requests
+    url = body["messages"][0]["content"][0]["image_url"]["url"]
+    sent = Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1]))).convert("RGB")
+    # The letter's shape, not the sideways sheet's (its long side scaled to the model's).
+    assert abs(sent.width / sent.height - upright.width / upright.height) < 0.01
+    assert sent.getpixel((0, 0)) == (200, 40, 40)
+    assert row["turned"] == 270 and "colour c82828" in str(row["markdown"])
 
 
 def _osd_page() -> Image.Image:
@@ -388,7 +417,7 @@ def test_without_osd_data_pages_are_read_as_they_are_and_the_log_says_why(
 def test_rotate_pages_false_leaves_pages_as_they_are() -> None:
     upright, _, _ = letter()
     sideways = Page(Path("x.png"), 0, upright.transpose(ROTATE[180]), dpi=DPI)
-    assert scanprep.ScanPrep(Config(languages=["eng"], rotate_pages=False)).prepare(
+    assert scanprep.ScanPrep(Config(languages=["eng"])).prepare(
         sideways).turned == 0
     assert scanprep.ScanPrep(Config(languages=["eng"])).prepare(sideways).turned == 180
 
