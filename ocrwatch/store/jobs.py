@@ -526,14 +526,16 @@ class JobQueue:
             )
 
     def retry(self, paths: list[Path] | None = None) -> int:
-        """Queue failed jobs again: the given paths, or every failed one."""
+        """Queue failed jobs again: the given paths, or every failed one but those that
+        crashed the daemon twice (read again only when named: retrying every failure, from
+        the tray, must not bring the daemon down)."""
         now = time.time()
         with self.db.transaction() as conn:
             if paths is None:
                 cur = conn.execute(
                     "UPDATE jobs SET state = 'queued', reason = NULL, attempts = 0, "
-                    f"{_ALONE_AGAIN}, not_before = 0, updated = ? WHERE state = 'failed'",
-                    (now,),
+                    f"{_ALONE_AGAIN}, not_before = 0, updated = ? WHERE state = 'failed' "
+                    "AND crashes < ?", (now, CRASH_LIMIT),
                 )
                 return cur.rowcount
             count = 0

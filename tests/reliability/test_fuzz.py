@@ -193,8 +193,10 @@ class QueueMachine(RuleBasedStateMachine):
     @rule()
     def retry_all(self) -> None:
         count = self.queue.retry()
-        again = self._queued_again("failed")
+        # Every failure but a file that crashed the daemon twice: named, it is read again.
+        again = [p for p, s in self.model.items() if s == "failed" and self.crashes[p] < 2]
         for path in again:
+            self.model[path] = "queued"
             self.crashes[path] = min(self.crashes[path], 1)  # read alone once more
         assert count == len(again)
         self.not_due.difference_update(again)
