@@ -417,7 +417,7 @@ def test_without_osd_data_pages_are_read_as_they_are_and_the_log_says_why(
 def test_rotate_pages_false_leaves_pages_as_they_are() -> None:
     upright, _, _ = letter()
     sideways = Page(Path("x.png"), 0, upright.transpose(ROTATE[180]), dpi=DPI)
-    assert scanprep.ScanPrep(Config(languages=["eng"])).prepare(
+    assert scanprep.ScanPrep(Config(languages=["eng"], rotate_pages=False)).prepare(
         sideways).turned == 0
     assert scanprep.ScanPrep(Config(languages=["eng"])).prepare(sideways).turned == 180
 
