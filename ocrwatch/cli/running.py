@@ -11,12 +11,15 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ocrwatch import config as config_mod
 from ocrwatch.cli.common import echo, load_config, log, plural
 from ocrwatch.cli.termsafe import safe
 from ocrwatch.core.errors import DaemonRunning, OcrwatchError, UsageError
+
+if TYPE_CHECKING:  # for the type only: the commands import it when they run
+    from ocrwatch.control.crashes import CrashRecord
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -100,9 +103,9 @@ def _run(args: argparse.Namespace, config: config_mod.Config, log_file: Path) ->
     return 0
 
 
-def _arm(crash: Any) -> bool:
-    """Start ``crash`` (a :class:`ocrwatch.control.crashes.CrashRecord`); whether the last
-    process on this index crashed, its trace then logged."""
+def _arm(crash: CrashRecord) -> bool:
+    """Start ``crash``; whether the last process on this index crashed, its trace then
+    logged."""
     last = crash.arm()
     if last is not None:
         log.error("ocrwatch crashed when it last ran: the files it was reading are read "

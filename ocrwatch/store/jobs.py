@@ -379,8 +379,8 @@ class JobQueue:
                 "WHERE state = 'running' AND crashes < ?", (now, CRASH_LIMIT))
             queued = cur.rowcount
             cur = conn.execute("SELECT * FROM jobs WHERE state = 'running' ORDER BY id")
-            names = [d[0] for d in cur.description]
-            crashers = [job_from_row(dict(zip(names, row, strict=True))) for row in cur]
+            cur.row_factory = sqlite3.Row  # as Database.query reads rows
+            crashers = [job_from_row(row) for row in cur]
         return Recovered(queued, crashers)
 
     def claim(self, now: float | None = None) -> Job | None:
