@@ -237,17 +237,24 @@ def read(engine: Engine, name: str, pages: Sequence[Page]) -> tuple[list[PageTex
     Pages that need no engine (blank, or taken from a PDF's own text layer) are
     answered here, the rest by the engine (:func:`recognize`).
     """
-    given = {n: blank_result() if p.blank else
-             PageText(markdown=text_to_markdown(p.text) if p.text else "",
-                      text=p.text.strip() + "\n" if p.text else "")
+    given = {n: _with_doubt(blank_result() if p.blank else
+                            PageText(markdown=text_to_markdown(p.text) if p.text else "",
+                                     text=p.text.strip() + "\n" if p.text else ""), p)
              for n, p in enumerate(pages) if p.text is not None}
     rest = [p for n, p in enumerate(pages) if n not in given]
     answers, unavailable = recognize(engine, name, rest) if rest else ([], None)
     if unavailable is None:
-        answers = [finish(a, p) if a.error is None else a
+        answers = [_with_doubt(finish(a, p), p) if a.error is None else a
                    for a, p in zip(answers, rest, strict=True)]
     got = iter([_doubted(a) for a in answers])
     return [given[n] if n in given else next(got) for n in range(len(pages))], unavailable
+
+
+def _with_doubt(result: PageText, page: Page) -> PageText:
+    """The result keeps the doubt its page's preparation found (``Page.doubt``)."""
+    if page.doubt is None or result.keep_original:
+        return result
+    return replace(result, keep_original=page.doubt)
 
 
 def _doubted(answer: PageText) -> PageText:

@@ -38,6 +38,10 @@ class Page:
     # The image as the engine will send it, made by the engine's ``prepare_page`` in a
     # preparer thread so that no request waits on it (the remote engine's data URL).
     payload: str | None = None
+    # Why this page's reading may not be whole, found while preparing it (a form value
+    # not drawn, an XFA form, marks on a page recorded blank): the result keeps it as
+    # ``PageText.keep_original``, so the original is never archived or deleted.
+    doubt: str | None = None
 
     @property
     def size(self) -> tuple[int, int]:
