@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from PIL import Image, ImageDraw
 
 from ocrwatch.config import Config
 from ocrwatch.core.status import format_status
 
-from .helpers import wait_for
+from .helpers import image_bytes, wait_for
 
 
 
@@ -97,3 +98,54 @@ def test_remote_answers_that_are_not_a_whole_reading_keep_the_original(
     as_json: Any = status.to_dict()
     assert as_json["doubted"] == len(NOT_WHOLE)
     assert all(WHY[Path(d["path"]).stem] in d["reason"] for d in as_json["doubts"])
+
+
+def _picture(kind: str) -> Image.Image:
+    """A page with marks that hold no words: a black disc (Tesseract reads nothing) or
+    hatching (read as a few marks that are mostly not words)."""
+    image = Image.new("RGB", (1240, 1754), "white")
+    draw = ImageDraw.Draw(image)
+    if kind == "disc":
+        draw.ellipse((300, 400, 900, 1000), fill=(0, 0, 0))
+    else:
+        for x in range(0, 1200, 40):
+            draw.line((x, 300, x + 300, 1500), fill=(0, 0, 0), width=6)
+    return image
+
+
+@pytest.mark.parametrize("on_success", ["delete", "archive"])
+def test_tesseract_readings_that_are_not_whole_keep_the_original(
+        tmp_path: Path, on_success: str) -> None:
+    """Real Tesseract: a page it reads as nothing though it is not blank, and a page
+    read as mostly not words, are done but read with doubts (before: done with a
+    warning only in the index row, and the original deleted). A letter beside them
+    still goes."""
+    from ocrwatch.daemon import Daemon
+
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    config = Config(inbox=[inbox], database=tmp_path / "index.sqlite3", settle_seconds=0.3,
+                    engine="tesseract", on_success=on_success,
+                    archive_dir=tmp_path / "archive",
+                    # The hatching as drawn (straightened, its lines read as a few letters).
+                    deskew=False, rotate_pages=False)
+    files = {"disc": inbox / "disc.png", "hatch": inbox / "hatch.png",
+             "letter": inbox / "letter.png"}
+    _picture("disc").save(files["disc"], dpi=(150, 150))
+    _picture("hatch").save(files["hatch"], dpi=(150, 150))
+    files["letter"].write_bytes(image_bytes("Dear Sir, thank you for the invoice",
+                                            size=(1200, 400)))
+    data = {name: path.read_bytes() for name, path in files.items()}
+    with Daemon(config) as daemon:
+        wait_for(lambda: daemon.jobs.counts()["done"] == 3 and daemon.is_idle(), 120,
+                 "every file read")
+        rows = {Path(r["display"]).stem: dict(r)
+                for r in daemon.db.query("SELECT * FROM jobs")}
+        status = daemon.status()
+    for name, why in (("disc", "answer was empty"), ("hatch", "mostly not words")):
+        assert files[name].read_bytes() == data[name], f"{name}: the original went"
+        assert rows[name]["retire"] == "kept" and why in rows[name]["retire_reason"], \
+            rows[name]
+    assert not files["letter"].exists(), rows["letter"]
+    assert status.doubted == 2, status
+    assert "3 done (2 read with doubts)" in format_status(status)
