@@ -121,3 +121,11 @@ def test_right_to_left_overrides_go_and_scripts_keep_their_joiners() -> None:
     assert persian in result.text and hebrew in result.text
     assert any("invisible format" in w for w in result.warnings), result.warnings
     assert result.keep_original is None
+
+
+def test_a_failed_page_says_could_not_be_read_once() -> None:
+    from ocrwatch.pipeline import judge
+
+    verdict = judge({0: lightonocr.failed_page("the server answered HTTP 400: bad image")}, 1)
+    assert verdict.error == "the page could not be read: the server answered HTTP 400: " \
+        "bad image", verdict.error

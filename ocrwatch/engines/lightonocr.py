@@ -144,7 +144,9 @@ def page_text(markdown: str, warnings: list[str] | None = None, *, finish: str =
 
 def failed_page(reason: str) -> PageText:
     """A page that could not be read; its file fails with ``reason``."""
-    return PageText(markdown="", text="", error=f"the page could not be read: {reason}")
+    # The file's verdict says "page 2 of 5 could not be read: …" (pipeline.judge): the
+    # reason alone here, or the user read "could not be read" twice.
+    return PageText(markdown="", text="", error=reason)
 
 
 class LightOnOCREngine:

@@ -149,3 +149,49 @@ def test_tesseract_readings_that_are_not_whole_keep_the_original(
     assert not files["letter"].exists(), rows["letter"]
     assert status.doubted == 2, status
     assert "3 done (2 read with doubts)" in format_status(status)
+
+
+def pencil_note(grey: int) -> Image.Image:
+    """Three lines of 11 pt text in grey ``grey`` on a white A4 page at 300 dpi: a note in
+    pencil or grey ink, which plain ``tesseract`` reads word for word."""
+    from PIL import ImageFont
+
+    font = ImageFont.truetype("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", 46)
+    image = Image.new("RGB", (2480, 3508), "white")
+    draw = ImageDraw.Draw(image)
+    for i, line in enumerate(["Call Anna back about the lease", "before Friday, 10 am",
+                              "bring the signed copy"]):
+        draw.text((300, 500 + i * 70), line, fill=(grey,) * 3, font=font)
+    return image
+
+
+@pytest.mark.parametrize("on_success", ["delete", "archive"])
+def test_a_pencil_note_not_read_is_a_doubt_never_a_blank_page(tmp_path: Path,
+                                                              on_success: str) -> None:
+    """Grey 150-200: too little ink for the blank measure, too few words for the
+    faint-print check. Such a page is recorded blank unread, but as a doubt: the original
+    stays and the reason says so (before: "1 blank", the original deleted)."""
+    from ocrwatch.daemon import Daemon
+
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    config = Config(inbox=[inbox], database=tmp_path / "index.sqlite3", settle_seconds=0.3,
+                    engine="tesseract", on_success=on_success,
+                    archive_dir=tmp_path / "archive")
+    files = {grey: inbox / f"note{grey}.png" for grey in (150, 180, 200)}
+    for grey, path in files.items():
+        pencil_note(grey).save(path, dpi=(300, 300))
+    blank = inbox / "white.png"
+    Image.new("RGB", (2480, 3508), "white").save(blank, dpi=(300, 300))
+    data = {path: path.read_bytes() for path in files.values()}
+    with Daemon(config) as daemon:
+        wait_for(lambda: daemon.jobs.counts()["done"] == 4 and daemon.is_idle(), 180,
+                 "every page read")
+        rows = {Path(r["display"]).stem: dict(r)
+                for r in daemon.db.query("SELECT * FROM jobs")}
+    for path in files.values():
+        row = rows[path.stem]
+        assert path.exists() and path.read_bytes() == data[path], f"{path.name}: {row}"
+        reason = row["retire_reason"] or ""
+        assert "read" in reason and ("faint marks" in reason or "not read" in reason), row
+    assert not blank.exists(), "a truly blank page stays blank, and its file goes"
