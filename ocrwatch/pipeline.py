@@ -265,6 +265,7 @@ def _doubted(answer: PageText) -> PageText:
     reading that is mostly not words, one the engine is unsure of."""
     if answer.error or answer.keep_original:
         return answer
+    why: str | None
     if not answer.markdown.strip() and not answer.text.strip():
         why = "the engine's answer was empty, though the page is not blank"
     elif answer.nonwords:

@@ -171,8 +171,6 @@ class Status:
     # originals are kept; ``doubts`` holds the newest, with the first doubt of each.
     doubted: int = 0
     doubts: tuple[Failure, ...] = ()
-    # Files in the inbox left alone as no image or PDF (an .eml, a .docx), and why.
-    left_alone: tuple[Failure, ...] = ()
     restart_needed: tuple[str, ...] = ()  # config keys changed that wait for a restart
     progress: Progress = field(default_factory=Progress)  # pages left, rate, ETA, waiting
     index_note: str | None = None  # the index file was damaged, deleted or replaced
@@ -190,7 +188,6 @@ class Status:
         out["recent_failures"] = [asdict(f) for f in self.recent_failures]
         out["kept"] = [asdict(f) for f in self.kept]
         out["doubts"] = [asdict(f) for f in self.doubts]
-        out["left_alone"] = [asdict(f) for f in self.left_alone]
         out["inbox"] = list(self.inbox)
         out["reading"] = [asdict(r) for r in self.reading]
         out["languages"] = list(self.languages)
@@ -230,7 +227,6 @@ class Status:
             kept=tuple(Failure.from_dict(f) for f in data.get("kept") or ()),
             doubted=num("doubted"),
             doubts=tuple(Failure.from_dict(f) for f in data.get("doubts") or ()),
-            left_alone=tuple(Failure.from_dict(f) for f in data.get("left_alone") or ()),
             index_note=text("index_note"),
         )
 
@@ -325,8 +321,6 @@ def format_status(status: Status) -> str:
                      status.recent_failures, status.failed, "")
     lines += _listed("read with doubts (originals kept; check their text)", status.doubts,
                      status.doubted, "")
-    lines += _listed("left alone (no image or PDF)", status.left_alone,
-                     len(status.left_alone), "")
     if kept:
         lines.append("  originals kept, not archived or deleted:")
         lines += [f"    {f.path}: {f.reason}" for f in kept[:5]]

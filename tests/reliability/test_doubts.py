@@ -9,22 +9,18 @@ real Tesseract, a real SQLite index, a real inbox.
 
 from __future__ import annotations
 
-
 from pathlib import Path
 from typing import Any
 
 import pytest
+from fake_openai import FakeServer
 from PIL import Image, ImageDraw
+from test_remote_daemon import coloured_page, hexa
 
 from ocrwatch.config import Config
 from ocrwatch.core.status import format_status
 
 from .helpers import image_bytes, wait_for
-
-
-
-from fake_openai import FakeServer
-from test_remote_daemon import coloured_page, hexa
 
 # (what the server answers, its finish_reason): none of them is a whole reading.
 NOT_WHOLE: dict[str, tuple[str, str]] = {
