@@ -477,5 +477,5 @@ class Daemon:
                                    str(engine_facts.get("waiting_reason") or "") or None),
             index_note=self.index_guard.note or self.index_note,
             pages_per_second=self.scheduler.rate.per_second(),
-            kept=facts.kept,
+            kept=facts.kept, doubted=facts.doubted, doubts=facts.doubts,
         )

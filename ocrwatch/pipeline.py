@@ -41,6 +41,7 @@ from ocrwatch.core.errors import (
 )
 from ocrwatch.core.textutil import text_to_markdown
 from ocrwatch.engines import Engine
+from ocrwatch.engines.tesseract_facts import LOW_CONFIDENCE
 from ocrwatch.fs.safeopen import NotRegular, open_file_beneath, source_root
 from ocrwatch.outcome import defer, fail, refuse
 from ocrwatch.pages.decode import Limits, check_size, iter_pages
@@ -258,13 +259,22 @@ def _with_doubt(result: PageText, page: Page) -> PageText:
 
 
 def _doubted(answer: PageText) -> PageText:
-    """An empty answer for a page that is not blank (blank pages never reach the
-    engine) may be a failure in disguise: indexed as it is, but marked, so that the
-    original is kept."""
-    if answer.error or answer.keep_original or answer.markdown.strip() or answer.text.strip():
+    """An engine's answer that may not be the whole page is indexed as it is, but marked,
+    so that the original is kept (an original leaves only after a whole reading): an
+    empty answer for a page that is not blank (blank pages never reach the engine), a
+    reading that is mostly not words, one the engine is unsure of."""
+    if answer.error or answer.keep_original:
         return answer
-    return replace(answer, keep_original="the engine's answer was empty, though the page is "
-                                 "not blank")
+    why: str | None
+    if not answer.markdown.strip() and not answer.text.strip():
+        why = "the engine's answer was empty, though the page is not blank"
+    elif answer.nonwords:
+        why = "the reading is mostly not words (paper texture, noise or a picture?)"
+    else:
+        why = next((w for w in answer.warnings if w.startswith(LOW_CONFIDENCE)), None)
+        if why is None:
+            return answer
+    return replace(answer, keep_original=why)
 
 
 def recognize(engine: Engine, name: str,

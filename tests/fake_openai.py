@@ -13,6 +13,8 @@ which page an answer belongs to. How it misbehaves is scripted:
 - ``"huge"``: a valid answer of ``huge_bytes`` bytes (counted in ``bytes_sent`` as sent);
 - ``"trickle"``: a valid answer, one byte every ``delay`` seconds (``trickle_headers``:
   the status line and headers too);
+- ``scripted``: in mode "ok", a page whose top-left colour is named gets the content and
+  finish reason given for it (answers that are not a whole reading);
 - ``"gzip"``: a valid answer of ``huge_bytes`` bytes, gzip-compressed whatever was asked.
 
 The colour of the top-left pixel scripts a page whatever the mode (see the constants).
@@ -68,6 +70,9 @@ class FakeServer:
         self.models = [MODEL] if models is None else models
         self.api_key = api_key
         self.content: Any = ""  # mode "content": the message's content, as JSON
+        self.finish = "stop"  # ... and the answer's finish_reason
+        # Any mode: (content, finish_reason) for a page whose top-left colour (hex) is named.
+        self.scripted: dict[str, tuple[Any, str]] = {}
         self.huge_bytes = 50 * 1024 * 1024
         self.trickle_headers = False
         self.bytes_sent = 0  # of the "huge" and "trickle" answers
@@ -245,7 +250,7 @@ def _handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
             def completion(content: Any) -> bytes:
                 return json.dumps({"id": "x", "object": "chat.completion",
                                    "model": body["model"], "choices": [{
-                                       "index": 0, "finish_reason": "stop",
+                                       "index": 0, "finish_reason": server.finish,
                                        "message": {"role": "assistant",
                                                    "content": content}}]}).encode()
 
@@ -313,6 +318,13 @@ def _handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
             image = Image.open(io.BytesIO(png)).convert("RGB")
             mark = image.getpixel((0, 0))
             assert isinstance(mark, tuple)
+            scripted = server.scripted.get("".join(f"{c:02x}" for c in mark[:3]))
+            if scripted is not None:
+                self.reply(200, {"id": "x", "object": "chat.completion", "model": body["model"],
+                                 "choices": [{"index": 0, "finish_reason": scripted[1],
+                                              "message": {"role": "assistant",
+                                                          "content": scripted[0]}}]})
+                return
             with server.lock:
                 first_failure = mark == FAILS_ONCE and mark not in server.failed_once
                 server.failed_once.add(mark)

@@ -234,6 +234,17 @@ def test_format_status_mentions_log_and_engine() -> None:
     assert "/in/x.pdf: encrypted" in text
 
 
+def test_status_lists_the_newest_failures_and_says_how_many_more() -> None:
+    """Six failed: the index gives them newest first; the five listed are the newest (the
+    newest was left out before) and the sixth is counted."""
+    from ocrwatch.core.status import Failure, Status
+
+    failures = tuple(Failure(f"/in/f{n}.pdf", "damaged", 100.0 - n) for n in range(6))
+    text = format_status(Status(failed=6, recent_failures=failures))
+    assert all(f"/in/f{n}.pdf: damaged" in text for n in range(5)), text
+    assert "/in/f5.pdf" not in text and "and 1 more" in text, text
+
+
 def test_format_status_lists_the_remote_servers() -> None:
     st = StandInDaemon(engine={"name": "remote", "state": "remote", "why": "set", "servers": [
         {"url": "http://gpu1:8000/v1", "state": "up", "outstanding": 3, "answered": 40},

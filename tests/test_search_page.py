@@ -6,6 +6,7 @@ Nothing is downloaded: Playwright starts /usr/bin/chromium (``.ci/apt-packages.t
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from collections.abc import Iterator
@@ -168,3 +169,27 @@ def test_real_pages_read_by_tesseract(tmp_path: Path, home: Path, browser: Any) 
             wait_for(lambda: rendered_names(page) == ["tax return 2024.pdf"] * 2, 30,
                      "the Taxes folder's hits")
             shoot(page, "search-page-filtered.png")
+
+
+def test_a_file_read_with_doubts_is_marked_in_its_entry(site: Site, browser: Any) -> None:
+    """A file read with doubts carries a small visible marker, its reason on hover; the
+    others carry none. (The doubt is recorded as the daemon records one: the job's
+    warning ``page 1: doubtful text: …``.)"""
+    import sqlite3
+
+    why = "the engine's answer was empty, though the page is not blank"
+    database = site.server.database
+    with contextlib.closing(sqlite3.connect(database)) as conn, conn:
+        conn.execute("UPDATE jobs SET warnings = ? WHERE display = ?",
+                     (f'["page 1: doubtful text: {why}"]', str(site.files["note"])))
+    page = browser.new_page()
+    page.goto(site.server.url)
+    page.fill("#q", "fake")
+    wait_for(lambda: len(rendered_names(page)) == 5, 15, "the hits")
+    for hit in page.locator("#hits .hit").all():
+        marker = hit.locator(".doubt")
+        if hit.locator(".name").inner_text() == "note.jpg":
+            assert marker.is_visible() and marker.inner_text() == "· read with doubts"
+            assert marker.get_attribute("title") == f"page 1: {why}"
+        else:
+            assert not marker.is_visible()

@@ -97,6 +97,19 @@ def test_status_lines() -> None:
         "GPU memory held: none")
 
 
+def test_files_read_with_doubts_show_in_the_tooltip_and_the_status_lines() -> None:
+    """A file read with doubts (an empty answer on a page that is not blank) is never
+    shown as plainly done: the tooltip counts it, the Status submenu names it and why."""
+    status = S({"state": "idle", "done": 3, "doubted": 1, "doubts": [
+        {"path": "/in/clipping.png", "reason": "the page may not have been read: the "
+         "engine's answer was empty, though the page is not blank", "when": 1.0}]})
+    assert tray.tooltip(status).endswith(", 1 read with doubts")
+    lines = tray.status_lines(status)
+    assert any("3 files done (1 read with doubts)" in line for line in lines), lines
+    assert "Doubt: clipping.png: the page may not have been read: the engine's answer " \
+        "was empty, though the page is not blank" in lines
+
+
 # --------------------------------------------------------------------------- controller
 
 

@@ -198,6 +198,7 @@ def _offline_status(args: argparse.Namespace) -> Status:
     from ocrwatch.engines import registry
     from ocrwatch.store.db import Database
     from ocrwatch.store.jobs import JobQueue
+    from ocrwatch.store.status_facts import read_doubts
 
     config = config_mod.load(getattr(args, "config", None))
     origin = config.origin("database")
@@ -218,6 +219,8 @@ def _offline_status(args: argparse.Namespace) -> Status:
                              done=counts["done"], failed=counts["failed"],
                              recent_failures=tuple(jobs.failures(10)),
                              kept=tuple(jobs.kept(10)))
+            doubted, doubts = read_doubts(db)
+            status = replace(status, doubted=doubted, doubts=doubts)
         finally:
             db.close()
     return status

@@ -166,6 +166,11 @@ class Status:
     # Done files whose original was not archived or deleted (an incomplete read, a
     # full disk...), and why.
     kept: tuple[Failure, ...] = ()
+    # Done files read with doubts: a page that may not have been read whole (an empty or
+    # cut-off answer, low confidence, a script the languages cannot read...). Their
+    # originals are kept; ``doubts`` holds the newest, with the first doubt of each.
+    doubted: int = 0
+    doubts: tuple[Failure, ...] = ()
     restart_needed: tuple[str, ...] = ()  # config keys changed that wait for a restart
     progress: Progress = field(default_factory=Progress)  # pages left, rate, ETA, waiting
     index_note: str | None = None  # the index file was damaged, deleted or replaced
@@ -182,6 +187,7 @@ class Status:
         out["engine"] = self.engine.to_dict()
         out["recent_failures"] = [asdict(f) for f in self.recent_failures]
         out["kept"] = [asdict(f) for f in self.kept]
+        out["doubts"] = [asdict(f) for f in self.doubts]
         out["inbox"] = list(self.inbox)
         out["reading"] = [asdict(r) for r in self.reading]
         out["languages"] = list(self.languages)
@@ -219,6 +225,8 @@ class Status:
             pages_per_second=float(pps) if (pps := data.get("pages_per_second")) is not None
             else None,
             kept=tuple(Failure.from_dict(f) for f in data.get("kept") or ()),
+            doubted=num("doubted"),
+            doubts=tuple(Failure.from_dict(f) for f in data.get("doubts") or ()),
             index_note=text("index_note"),
         )
 
@@ -231,11 +239,30 @@ def in_hand(status: Status) -> str:
     return f"{status.running} in hand ({len(status.reading)} being read)"
 
 
+def done_text(status: Status) -> str:
+    """``12 done (2 read with doubts)``: files read, and how many of them not whole."""
+    doubted = f" ({status.doubted} read with doubts)" if status.doubted else ""
+    return f"{status.done} done{doubted}"
+
+
+def _listed(title: str, items: tuple[Failure, ...], total: int, more: str) -> list[str]:
+    """A heading, the first five items (newest first, as the index gives them) and how
+    many more there are."""
+    if not items and not total:
+        return []
+    lines = [f"  {title}:"] + [f"    {f.path}: {f.reason}" for f in items[:5]]
+    if total > len(items[:5]):
+        lines.append(f"    and {total - len(items[:5])} more{more}")
+    return lines
+
+
 def format_status(status: Status) -> str:
     """The text ``ocrwatch status`` prints, for a running daemon or a stopped one."""
     engine = status.engine
     queue = (f"  queue:   {status.queued} waiting, {in_hand(status)}, "
-             f"{status.done} done, {status.failed} failed")
+             f"{done_text(status)}, {status.failed} failed")
+    doubted = {f.path for f in status.doubts}
+    kept = tuple(f for f in status.kept if f.path not in doubted)  # said once, as a doubt
     languages = f"  languages: {', '.join(status.languages)}" if status.languages else None
     if languages and status.language_note:
         languages += f"\n  note:    {status.language_note}"
@@ -245,7 +272,8 @@ def format_status(status: Status) -> str:
                  *([languages] if languages else []),
                  f"  index:   {status.database}", f"  log:     {status.log_file}"]
         lines += [f"  failed:  {f.path}: {f.reason}" for f in status.recent_failures]
-        lines += [f"  kept:    {f.path}: {f.reason}" for f in status.kept]
+        lines += [f"  doubt:   {f.path}: {f.reason} (original kept)" for f in status.doubts]
+        lines += [f"  kept:    {f.path}: {f.reason}" for f in kept]
         return "\n".join(lines)
     lines = [
         f"ocrwatch {status.version or '?'} (PID {status.pid or '?'}): {status.state}",
@@ -288,11 +316,13 @@ def format_status(status: Status) -> str:
         lines.append(f"  index:   {status.index_note}")
     if status.last_result:
         lines.append(f"  last:    {status.last_result}")
-    if status.recent_failures:
-        lines.append("  recent failures (retry with `ocrwatch retry --all-failed`):")
-        lines += [f"    {f.path}: {f.reason}" for f in status.recent_failures[-5:]]
-    if status.kept:
+    # Newest first, as the index lists them (the last five were the oldest of ten).
+    lines += _listed("recent failures (retry with `ocrwatch retry --all-failed`)",
+                     status.recent_failures, status.failed, "")
+    lines += _listed("read with doubts (originals kept; check their text)", status.doubts,
+                     status.doubted, "")
+    if kept:
         lines.append("  originals kept, not archived or deleted:")
-        lines += [f"    {f.path}: {f.reason}" for f in status.kept[:5]]
+        lines += [f"    {f.path}: {f.reason}" for f in kept[:5]]
     lines.append(f"  log:     {status.log_file or '?'}")
     return "\n".join(lines)

@@ -9,8 +9,10 @@ looped, and Markdown turned into :class:`PageText`.
 from __future__ import annotations
 
 import math
+import re
 
 from ocrwatch.core.domain import PageText
+from ocrwatch.core.invisible import strip_invisible
 from ocrwatch.core.textutil import markdown_to_text, repeats_itself, strip_controls
 from ocrwatch.engines.base import ReadPolicy
 
@@ -71,26 +73,80 @@ def loop_warning(finish: str) -> str:
 
 
 EMPTY_ANSWER = "the model's answer for this page was empty"
+# A short answer that opens like these is the model (or a filter in front of it)
+# declining, not a page's text. Only short answers are looked at: a letter that says
+# "I'm sorry, I cannot come" runs on; at worst a short note's original is kept.
+_REFUSAL = re.compile(
+    r"^\W*(?:I['’]?m sorry|I am sorry|sorry,|I (?:can(?:no|['’])t|am unable to|"
+    r"won['’]t) (?:help|assist|comply|provide|process|do|transcribe|read|fulfil)|"
+    r"as an AI\b)", re.IGNORECASE)
+REFUSAL_MAX = 300
+_PLACEHOLDERS = re.compile(r"!\[[^\]]*\]\([^)]*\)|<!--.*?-->|<img\b[^>]*>",
+                           re.IGNORECASE | re.DOTALL)  # characters: a refusal is a sentence or two
 
 
-def page_text(markdown: str, warnings: list[str] | None = None) -> PageText:
+def doubt(text: str, finish: str, looped: bool) -> str | None:
+    """Why an answer of the model is not a whole reading of its page, or None.
+
+    ``text`` is the answer as plain text (markup gone), ``finish`` the finish reason it
+    ended with, ``looped`` whether it still looped after the warmer retry
+    (:func:`looped`). The one place that decides it, for every engine that runs the
+    model: such a page is indexed as read, and its file's original is kept.
+    """
+    words = text.strip()
+    if looped or finish == "length":
+        return loop_warning("length" if finish == "length" else finish)
+    if finish == "content_filter":
+        return ("the server's content filter withheld or cut the model's answer "
+                "(finish_reason content_filter)")
+    if finish != "stop":
+        return f"the model's answer ended with finish_reason {finish!r}, not 'stop'"
+    if not words:
+        return EMPTY_ANSWER
+    if not any(ch.isalnum() for ch in words):
+        return ("the model's answer holds no words, only markup or marks "
+                f"({_quoted(words)})")
+    if len(words) <= REFUSAL_MAX and _REFUSAL.match(words):
+        return f"the model declined to read the page ({_quoted(words)})"
+    return None
+
+
+def _quoted(text: str, most: int = 60) -> str:
+    one_line = " ".join(text.split())
+    return repr(one_line if len(one_line) <= most else one_line[:most] + "…")
+
+
+def page_text(markdown: str, warnings: list[str] | None = None, *, finish: str = "stop",
+              looped: bool = False) -> PageText:
     """The model's Markdown as the sidecars and the index want it: no control characters
-    (an ESC or NUL from a model or server is never written), and a page the model left
-    empty marked so that its file's original is kept."""
+    (an ESC or NUL from a model or server is never written), no invisible format
+    characters, and a page whose answer is not a whole reading (:func:`doubt`) marked so
+    that its file's original is kept."""
     warnings = list(warnings or [])
-    cleaned = strip_controls(markdown).strip()
-    if len(cleaned) < len(markdown.strip()):
-        removed = len(markdown.strip()) - len(cleaned)
+    visible, hidden = strip_invisible(markdown)
+    cleaned = strip_controls(visible).strip()
+    removed = len(visible.strip()) - len(cleaned)
+    if removed > 0:
         warnings.append(f"{removed} control character{'s' if removed != 1 else ''} removed "
                         "from the model's answer")
-    return PageText(markdown=cleaned + "\n" if cleaned else "",
-                    text=strip_controls(markdown_to_text(cleaned)), warnings=warnings,
-                    keep_original=None if cleaned else EMPTY_ANSWER)
+    if hidden:
+        warnings.append(f"{hidden} invisible format character{'s' if hidden != 1 else ''} "
+                        "(zero-width, direction overrides) removed from the model's answer")
+    text = strip_controls(markdown_to_text(cleaned))
+    # Judged on the text without the markup that stands for no words: an image
+    # placeholder's alt text ("image"), an HTML comment, an <img> tag.
+    why = doubt(markdown_to_text(_PLACEHOLDERS.sub(" ", cleaned)), finish, looped)
+    if why == EMPTY_ANSWER and cleaned:
+        why = f"the model's answer holds no words, only markup ({_quoted(cleaned)})"
+    return PageText(markdown=cleaned + "\n" if cleaned else "", text=text,
+                    warnings=warnings, keep_original=why)
 
 
 def failed_page(reason: str) -> PageText:
     """A page that could not be read; its file fails with ``reason``."""
-    return PageText(markdown="", text="", error=f"the page could not be read: {reason}")
+    # The file's verdict says "page 2 of 5 could not be read: …" (pipeline.judge): the
+    # reason alone here, or the user read "could not be read" twice.
+    return PageText(markdown="", text="", error=reason)
 
 
 class LightOnOCREngine:

@@ -30,6 +30,7 @@ from ocrwatch.core.layout import Box, PageLayout, Word
 from ocrwatch.core.textutil import text_to_markdown
 from ocrwatch.core.wordlike import mostly_nonwords
 from ocrwatch.engines.base import Doctor, ReadPolicy, Registration
+from ocrwatch.engines.tesseract_facts import LOW_CONFIDENCE
 from ocrwatch.fs import paths
 from ocrwatch.pages import memory
 
@@ -286,7 +287,7 @@ class TesseractEngine:
         warnings = []
         text = reading.text
         if text.strip() and reading.confidence < 40:
-            warnings.append(f"low confidence ({reading.confidence}%): check the scan")
+            warnings.append(f"{LOW_CONFIDENCE}{reading.confidence}%): check the scan")
         # Judged on all that was read: grain whose worst lines were left out as marks is
         # still a page of grain.
         nonwords = bool(reading.marks) and mostly_nonwords("\n".join([text, *reading.marks]))

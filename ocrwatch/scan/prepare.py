@@ -34,6 +34,8 @@ from ocrwatch.scan import deskew, faint, inkcover, orient
 log = logging.getLogger(__name__)
 
 BLANK_NOTE = "*(blank page: not read)*"
+UNREAD_MARKS = ("faint marks (pencil, grey ink or the other side showing through) were "
+                "recorded blank without being read; check the page")
 
 LEFT = orient.Orientation(0, -1.0)  # not looked for (rotate_pages = false)
 
@@ -79,7 +81,11 @@ class ScanPrep:
             page.image, (inkcover.INK_DEPTH, faint.FAINT_DEPTH))
         if self.skip_blank and inkcover.looks_blank(ink, densest):
             if not faint.is_faint_print(page.image, self._orientation(), marks):
-                return replace(page, text="", blank=True)
+                # Marks fainter than ink that could not be told apart from the other side
+                # showing through (a pencil note too short for the check) are not read:
+                # recorded blank, but as a doubt, so the original is never parted with.
+                doubt = None if inkcover.looks_blank(*marks) else UNREAD_MARKS
+                return replace(page, text="", blank=True, doubt=page.doubt or doubt)
             log.info("%s, page %d: too little ink to read, but faint print, not the "
                      "other side showing through: read", page.source.name, page.index + 1)
             faint_print = True

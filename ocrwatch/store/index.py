@@ -7,6 +7,7 @@ whose words are not separated by spaces and are found as substrings.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -15,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ocrwatch.core.domain import PageText
+from ocrwatch.core.domain import DOUBT_NOTE, PageText
 from ocrwatch.core.errors import SearchError
 from ocrwatch.store.db import Database, SqliteProblem, encode_path, sqlite_problem
 
@@ -42,6 +43,7 @@ class Hit:
     mtime: float | None = None  # the file's modification time (seconds since the epoch)
     turned: int = 0  # degrees the page was turned clockwise to read it upright
     sha256: str | None = None  # the file's content (names its thumbnails), not printed
+    doubt: str | None = None  # the file was read with doubts: its first doubt
 
     def as_dict(self) -> dict[str, object]:
         data = asdict(self)
@@ -220,7 +222,7 @@ def _search(db: Database, query: str, *, limit: int, offset: int,
     base = (
         "SELECT j.id AS job_id, j.display AS path, p.page AS page, j.pages AS pages, "
         "j.md_path AS md_path, j.mtime_ns AS mtime_ns, p.turned AS turned, "
-        "j.sha256 AS sha256, "
+        "j.sha256 AS sha256, j.warnings AS job_warnings, "
     )
     try:
         if not query:
@@ -289,7 +291,19 @@ def _hit(r: sqlite3.Row, snippet: str) -> Hit:
     mtime = r["mtime_ns"]
     return Hit(r["path"], r["page"], r["pages"] or 0, snippet, float(r["score"]),
                _md(r["md_path"]), int(r["job_id"]), mtime / 1e9 if mtime is not None else None,
-               int(r["turned"] or 0), r["sha256"])
+               int(r["turned"] or 0), r["sha256"], _doubt(r["job_warnings"]))
+
+
+def _doubt(warnings: str | None) -> str | None:
+    """A file's first doubt (``page 2: doubtful text: WHY``) among its job's warnings."""
+    if not warnings or DOUBT_NOTE not in warnings:
+        return None
+    with contextlib.suppress(ValueError, TypeError):
+        for warning in json.loads(warnings):
+            where, _, rest = str(warning).partition(": ")
+            if rest.startswith(DOUBT_NOTE):
+                return f"{where}: {rest[len(DOUBT_NOTE):]}"
+    return None
 
 
 def _md(raw: bytes | None) -> str | None:

@@ -16,6 +16,7 @@ own, as soon as the index can be written.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import sqlite3
 import threading
@@ -24,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ocrwatch.core.domain import DOUBT_NOTE
 from ocrwatch.core.errors import OcrwatchError, StateError
 from ocrwatch.core.status import Failure
 from ocrwatch.store.db import Database, SqliteProblem, file_identity, sqlite_problem
@@ -47,14 +49,49 @@ class IndexFacts:
     unfinished: tuple[tuple[Path, str, float], ...] = ()
     average_pages: float | None = None
     kept: tuple[Failure, ...] = ()
+    # Done files read with doubts (a page that may not be whole), and the newest of them.
+    doubted: int = 0
+    doubts: tuple[Failure, ...] = ()
 
 
 def read_facts(jobs: JobQueue, since: float, read_at: float | None) -> IndexFacts:
     """Everything status needs from the index, in one place (the daemon's own connection
     or status's read-only one)."""
+    doubted, doubts = read_doubts(jobs.db)
     return IndexFacts(jobs.counts(), jobs.pages_since(since), jobs.last_result(),
                       tuple(jobs.failures(10)), jobs.prepared_since(since), read_at,
-                      tuple(jobs.unfinished()), jobs.average_pages(), tuple(jobs.kept(10)))
+                      tuple(jobs.unfinished()), jobs.average_pages(), tuple(jobs.kept(10)),
+                      doubted, doubts)
+
+
+# A page's doubt is kept among its job's warnings as "page N: doubtful text: WHY"
+# (ocrwatch/outcome.py), whatever on_success is: that is what marks a file read with doubts.
+_DOUBTED = f"state = 'done' AND warnings LIKE '%{DOUBT_NOTE}%'"
+
+
+def read_doubts(db: Database, limit: int = 10) -> tuple[int, tuple[Failure, ...]]:
+    """How many done files were read with doubts, and the newest ``limit`` of them with
+    the first doubt of each (``page 2 may not have been read: …``)."""
+    (count,) = db.query(f"SELECT COUNT(*) AS n FROM jobs WHERE {_DOUBTED}")
+    rows = db.query(f"SELECT display, warnings, pages, finished FROM jobs WHERE {_DOUBTED} "
+                    "ORDER BY finished DESC, id DESC LIMIT ?", (limit,))
+    return int(count["n"]), tuple(
+        Failure(r["display"], doubt_reason(r["warnings"], r["pages"]), r["finished"])
+        for r in rows)
+
+
+def doubt_reason(warnings: str | None, pages: int | None) -> str:
+    """The first doubt among a job's warnings, said as the original's keeper says it."""
+    try:
+        listed = [str(w) for w in json.loads(warnings or "[]")]
+    except ValueError:
+        listed = []
+    for warning in listed:
+        where, _, rest = warning.partition(": ")
+        if rest.startswith(DOUBT_NOTE):
+            place = where if pages != 1 else "the page"
+            return f"{place} may not have been read: {rest[len(DOUBT_NOTE):]}"
+    return "a page may not have been read whole"
 
 
 class StatusReader:

@@ -40,6 +40,8 @@ def tooltip(status: Status) -> str:
     parts.append(progress if progress else f"{status.pages_today} pages today")
     if status.failed:
         parts.append(f"{status.failed} failed")
+    if status.doubted:
+        parts.append(f"{status.doubted} read with doubts")
     return ", ".join(parts)
 
 
@@ -65,7 +67,11 @@ def status_lines(status: Status) -> list[str]:
     mb = engine.gpu_memory_mb
     lines.append(f"GPU memory held: {mb:.0f} MB" if mb is not None else "GPU memory held: none")
     lines.append(f"Today: {status.pages_today} pages, "
-                 f"{status.done} files done, {status.failed} failed")
+                 f"{status.done} files done"
+                 + (f" ({status.doubted} read with doubts)" if status.doubted else "")
+                 + f", {status.failed} failed")
+    # A file read with doubts keeps its original: the user should look at its text.
+    lines += [f"Doubt: {Path(d.path).name}: {d.reason}" for d in status.doubts[:3]]
     return lines
 
 

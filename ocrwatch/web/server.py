@@ -256,6 +256,7 @@ class SearchServer:
             "snippet": snippet_html(hit.snippet),
             "thumb": f"/thumb/{hit.job_id}/{hit.page}" if has_thumb else None,
             "sidecar": bool(hit.md_path),
+            "doubt": hit.doubt,  # read with doubts: its original kept, its text to check
         }
 
     def api_search(self, params: dict[str, str]) -> dict[str, Any]:

@@ -73,6 +73,8 @@
       const side = li.querySelector(".sidecar");
       if (h.sidecar) side.addEventListener("click", (ev) => { ev.preventDefault(); open(h, "md"); });
       else side.remove();
+      const doubt = li.querySelector(".doubt");
+      if (h.doubt) { doubt.hidden = false; doubt.title = h.doubt; } // its reason on hover
       li.querySelector(".snippet").innerHTML = h.snippet; // escaped by the server, <mark> only
       return li;
     });

@@ -26,6 +26,7 @@ from ocrwatch.engines.base import ReadPolicy, gpu_preparers
 from ocrwatch.engines.vllm.admission import Request
 from ocrwatch.engines.vllm.feeder import Feeder
 from ocrwatch.engines.vllm.memory import MemoryPlan, default_budget, plan_memory
+from ocrwatch.engines.vllm.messages import Done
 
 if TYPE_CHECKING:
     from ocrwatch.config import Config
@@ -50,6 +51,7 @@ class VllmEngine(lightonocr.LightOnOCREngine):
         others_mib: Callable[[list[int]], int | None] | None = None,
     ) -> None:
         cfg = config.vllm
+        self._ignore_eos = cfg.ignore_eos
         if backend == "vllm" and importlib.util.find_spec("vllm") is None:
             raise EngineUnavailable(
                 "vLLM is not installed. Install the GPU extra (`make run GPU=1` in the checkout, "
@@ -192,8 +194,12 @@ class VllmEngine(lightonocr.LightOnOCREngine):
             log.warning("Page %d of %s could not be read: %s", page.index + 1, page.source.name,
                         request.error)
             return lightonocr.failed_page(request.error or "no answer from the vLLM worker")
-        out = request.output
-        warnings = []
-        if request.looped:
-            warnings.append(lightonocr.loop_warning(out.finish))
-        return lightonocr.page_text(out.text, warnings)
+        return page_of(request.output, looped=request.looped, ignore_eos=self._ignore_eos)
+
+
+def page_of(out: Done, *, looped: bool, ignore_eos: bool = False) -> PageText:
+    """The page the model's output makes: a doubt when it is not a whole reading (cut off
+    at max_tokens, looping after the retry, aborted, empty, markup alone, a refusal).
+    Benchmarks ask for every page to run to max_tokens (``ignore_eos``): no doubt there."""
+    return lightonocr.page_text(out.text, finish="stop" if ignore_eos else out.finish,
+                                looped=looped)
