@@ -16,9 +16,9 @@ import logging
 import os
 import sqlite3
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Callable
 from typing import BinaryIO
 
 from ocrwatch.core.domain import Job, PageText, State
@@ -186,12 +186,13 @@ class JobFiles:
 
     def missing(self) -> list[Path]:
         """Known files that no longer exist (the rescan prunes them)."""
-        return [path for path, _dev, there in self.whereabouts() if not there]
+        return [path for _id, path, _dev, there in self.whereabouts() if not there]
 
-    def whereabouts(self) -> list[tuple[Path, int | None, bool]]:
-        """Every known file: its path, the device it was on, and whether it is there."""
-        return [(decode_path(r["path"]), r["dev"], os.path.lexists(os.fsdecode(r["path"])))
-                for r in self.db.query("SELECT path, dev FROM jobs")]
+    def whereabouts(self) -> list[tuple[int, Path, int | None, bool]]:
+        """Every known file: its job, path, the device it was on, and whether it is there."""
+        return [(r["id"], decode_path(r["path"]), r["dev"],
+                 os.path.lexists(os.fsdecode(r["path"])))
+                for r in self.db.query("SELECT id, path, dev FROM jobs")]
 
     def move(self, old: Path, new: Path) -> tuple[Moved | None, Forgotten | None]:
         """A file was renamed or moved: its row follows it, with its pages and state.

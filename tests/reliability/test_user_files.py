@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -106,3 +107,79 @@ def test_a_corrected_sidecar_survives_a_language_change_and_reread(
     beside = home.inbox / "letter.png.md"
     assert "fake text of letter.png" in beside.read_text(encoding="utf-8")
     assert str(beside) in done.stdout + done.stderr
+
+
+# -- item: a removable inbox that comes back empty -------------------------------------------
+def _mount_tmpfs(where: Path) -> None:
+    try:
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(where)],
+                              capture_output=True, text=True, timeout=30)
+    except OSError as exc:
+        pytest.skip(f"cannot run mount: {exc}")
+    if done.returncode != 0:
+        reason = f"mounting a tmpfs was refused ({done.stderr.strip()}); run as root"
+        print(reason)
+        pytest.skip(reason)
+
+
+def _outputs(folder: Path) -> dict[Path, int]:
+    return {p: p.stat().st_ino for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("how", ["renamed away, made again empty", "another disk mounted over it",
+                                 "renamed away while stopped"])
+def test_an_inbox_that_comes_back_empty_deletes_nothing(home: Home, daemon_process: Start,
+                                                        tmp_path: Path, how: str) -> None:
+    """The inbox's disk goes away and an empty folder (or another file system) appears at
+    its path: before, the rescan dropped every entry and deleted every sidecar in
+    ``output_dir``, and every file was read again once the disk was back. Now the entries
+    and sidecars stay, the log says why, and nothing is read again when the files are back."""
+    out = tmp_path / "out"
+    daemon = daemon_process("--output-dir", str(out), OCRWATCH_RESCAN_MINUTES="0.1",
+                            OCRWATCH_LOG_LEVEL="DEBUG").start()
+    daemon.wait_ready()
+    files = [drop(home.inbox / "a.png", image_bytes("alpha")),
+             drop(home.inbox / "sub" / "b.png", image_bytes("beta")),
+             drop(home.inbox / "c.png", image_bytes("gamma"))]
+    wait_for(lambda: all(ended(home.database, f, "done") for f in files), 60, "files read")
+    ids = {f: job(home.database, f)["id"] for f in files}
+    results = _outputs(out)
+    assert len(results) == 6
+    away = tmp_path / "inbox-away"
+    if how == "renamed away while stopped":
+        assert daemon.stop() == 0
+    if how == "another disk mounted over it":
+        _mount_tmpfs(home.inbox)
+    else:
+        home.inbox.rename(away)
+        home.inbox.mkdir()
+    try:
+        if how == "renamed away while stopped":
+            daemon.start()
+            daemon.wait_ready()
+        # A file dropped into the empty folder meanwhile is read, and changes nothing.
+        meanwhile = drop(home.inbox / "meanwhile.png", image_bytes("meanwhile"))
+        wait_for(lambda: ended(home.database, meanwhile, "done"), 60, "the new file read")
+        # Three rescans (one every 6 s) that found them, or (before) them dropped.
+        wait_for(lambda: daemon.logs[-1].read_text().count(" still out of reach") >= 3
+                 or any(job(home.database, f) is None for f in files), 90, "three rescans")
+        assert {f: (job(home.database, f) or {"id": None})["id"] for f in files} == ids
+        assert all(p.exists() for p in results), "a sidecar was deleted"
+        assert "3 known files of" in daemon.logs[-1].read_text()
+    finally:
+        if how == "another disk mounted over it":
+            subprocess.run(["umount", "-l", str(home.inbox)], check=False, timeout=30)
+        else:
+            for p in sorted(home.inbox.rglob("*"), reverse=True):
+                p.unlink() if p.is_file() else p.rmdir()
+            home.inbox.rmdir()
+            away.rename(home.inbox)
+    wait_for(lambda: "within reach again" in daemon.logs[-1].read_text(), 60,
+             "the files back")
+    log = daemon.output()
+    for f in files:
+        assert log.count(f"queued {f} ") == 1, f"{f.name} read again"
+        assert job(home.database, f)["id"] == ids[f] and job(home.database, f)["state"] == "done"
+    assert {p: i for p, i in _outputs(out).items() if p in results} == results
+    assert "Traceback" not in log
+    assert daemon.stop() == 0
