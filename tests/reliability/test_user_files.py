@@ -19,8 +19,11 @@ from .helpers import (
     ended,
     image_bytes,
     job,
+    jobs,
     ocrwatch_cli,
+    pdf_bytes,
     sidecars,
+    states,
     wait_for,
 )
 
@@ -181,5 +184,43 @@ def test_an_inbox_that_comes_back_empty_deletes_nothing(home: Home, daemon_proce
         assert log.count(f"queued {f} ") == 1, f"{f.name} read again"
         assert job(home.database, f)["id"] == ids[f] and job(home.database, f)["state"] == "done"
     assert {p: i for p, i in _outputs(out).items() if p in results} == results
+    assert "Traceback" not in log
+    assert daemon.stop() == 0
+
+
+# -- attack classes: one stem for two originals, the user's own sidecar name ---------------
+@pytest.mark.parametrize("on_success", ["keep", "delete", "archive"])
+def test_one_stem_for_two_originals_and_the_users_own_md_keep_every_file(
+        home: Home, daemon_process: Start, tmp_path: Path, on_success: str) -> None:
+    """``letter.jpg`` + ``letter.pdf``, ``a.JPG`` + ``a.jpg`` and a user's own
+    ``notes.md`` beside ``notes.png``: every original gets a pair of its own, nothing of
+    the user's is overwritten, moved or deleted, whatever ``on_success`` does."""
+    archive = tmp_path / "archive"
+    daemon = daemon_process(OCRWATCH_ON_SUCCESS=on_success,
+                            OCRWATCH_ARCHIVE_DIR=str(archive)).start()
+    daemon.wait_ready()
+    own = home.inbox / "notes.md"
+    own.write_text("my own notes\n", encoding="utf-8")
+    own_txt = home.inbox / "letter.txt"
+    own_txt.write_text("my own letter text\n", encoding="utf-8")
+    originals = [drop(home.inbox / "notes.png", image_bytes("notes")),
+                 drop(home.inbox / "letter.jpg", image_bytes("letter photo", "JPEG")),
+                 drop(home.inbox / "letter.pdf", pdf_bytes(["letter pdf"])),
+                 drop(home.inbox / "a.JPG", image_bytes("upper", "JPEG")),
+                 drop(home.inbox / "a.jpg", image_bytes("lower", "JPEG"))]
+    if on_success == "keep":
+        wait_for(lambda: all(ended(home.database, f, "done") for f in originals), 90,
+                 "all read")
+    else:  # each entry then names the archived original, or its result
+        wait_for(lambda: not any(f.exists() for f in originals)
+                 and states(home.database) == {"done": 5}, 90, "originals retired")
+    assert own.read_text(encoding="utf-8") == "my own notes\n"
+    assert own_txt.read_text(encoding="utf-8") == "my own letter text\n"
+    mds = {os.fsdecode(r["md_path"]) for r in jobs(home.database).values() if r["md_path"]}
+    assert len(mds) == 5, mds
+    texts = {Path(m).read_text(encoding="utf-8") for m in mds if Path(m).exists()}
+    assert len(texts) == len(mds), "one sidecar was written over another"
+    assert str(own) not in mds and str(own_txt.with_suffix(".md")) not in mds
+    log = daemon.output()
     assert "Traceback" not in log
     assert daemon.stop() == 0
