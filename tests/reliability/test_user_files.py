@@ -224,3 +224,29 @@ def test_one_stem_for_two_originals_and_the_users_own_md_keep_every_file(
     log = daemon.output()
     assert "Traceback" not in log
     assert daemon.stop() == 0
+
+
+# -- attack class: the output folder swapped for a link mid-run ------------------------------
+def test_an_output_folder_swapped_for_a_link_mid_run_is_not_written_through(
+        home: Home, daemon_process: Start, tmp_path: Path) -> None:
+    """``output_dir`` renamed away and a link to another folder (a shared or another
+    user's folder) put in its place while the daemon runs: the next file's text is not
+    written there; it fails with the reason, and the first file's sidecars are where
+    they were (before: the text went through the link)."""
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    daemon = daemon_process("--output-dir", str(out)).start()
+    daemon.wait_ready()
+    first = drop(home.inbox / "first.png", image_bytes("first"))
+    wait_for(lambda: ended(home.database, first, "done"), 60, "the first file read")
+    out.rename(tmp_path / "out-kept")
+    out.symlink_to(elsewhere)
+    second = drop(home.inbox / "second.png", image_bytes("second, private"))
+    row = wait_for(lambda: ended(home.database, second), 60, "the second file to end")
+    assert row["state"] == "failed", dict(row)
+    assert "replaced by a symbolic link" in row["reason"], row["reason"]
+    assert list(elsewhere.iterdir()) == []
+    kept = sorted(p.name for p in (tmp_path / "out-kept").rglob("*") if p.is_file())
+    assert kept == ["first.md", "first.txt"]
+    assert "Traceback" not in daemon.output()
+    assert daemon.stop() == 0
