@@ -244,9 +244,13 @@ def source_root(path: Path, inboxes: list[Path], follow_symlinks: bool) -> Path 
 
 
 def original_mode(path: Path, root: Path | None) -> int | None:
-    """The mode of the file ``path`` (reached as :func:`open_file_beneath` does), or None."""
+    """The mode of the file ``path`` (reached as :func:`open_file_beneath` does), or None,
+    as far as it may pass to a file of ours: the group's bits only when the original's
+    group is the one our files get (a hard link to another user's file readable by their
+    group must not make its text readable by ours)."""
     try:
         with open_file_beneath(root, path) as fh:
-            return os.fstat(fh.fileno()).st_mode
+            st = os.fstat(fh.fileno())
     except (OSError, InputError):
         return None
+    return st.st_mode if st.st_gid == os.getegid() else st.st_mode & ~0o070

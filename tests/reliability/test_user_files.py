@@ -250,3 +250,37 @@ def test_an_output_folder_swapped_for_a_link_mid_run_is_not_written_through(
     assert kept == ["first.md", "first.txt"]
     assert "Traceback" not in daemon.output()
     assert daemon.stop() == 0
+
+
+# -- attack class: a hard link to another group's file ------------------------------------------
+def test_a_hard_link_to_another_groups_file_gives_no_group_its_text(
+        home: Home, daemon_process: Start, tmp_path: Path) -> None:
+    """A hard link in the inbox to a file readable by another group (0640, that group):
+    its sidecars are ours, with our group, so they keep no group bits (before: 0640 for
+    our group, whose members could not read the original)."""
+    if os.geteuid() != 0:
+        pytest.skip("making a second group and its file needs root")
+    group = f"owg{os.getpid() % 100000}"
+    made = subprocess.run(["groupadd", group], capture_output=True, text=True, timeout=30)
+    if made.returncode != 0:
+        pytest.skip(f"groupadd refused: {made.stderr.strip()}")
+    try:
+        import grp
+
+        gid = grp.getgrnam(group).gr_gid
+        theirs = tmp_path / "theirs.png"
+        theirs.write_bytes(image_bytes("their payslip"))
+        os.chown(theirs, 65534, gid)
+        theirs.chmod(0o640)
+        daemon = daemon_process().start()
+        daemon.wait_ready()
+        link = home.inbox / "linked.png"
+        os.link(theirs, link)
+        wait_for(lambda: ended(home.database, link, "done"), 60, "the hard link read")
+        for side in (home.inbox / "linked.md", home.inbox / "linked.txt"):
+            st = side.stat()
+            assert st.st_mode & 0o070 == 0 or st.st_gid == gid, oct(st.st_mode)
+            assert st.st_mode & 0o007 == 0, oct(st.st_mode)
+        assert daemon.stop() == 0
+    finally:
+        subprocess.run(["groupdel", group], capture_output=True, timeout=30)
