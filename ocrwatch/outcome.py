@@ -21,8 +21,9 @@ from ocrwatch.fs.safeopen import original_mode, root_of, source_root
 from ocrwatch.hooks.runner import Finished
 from ocrwatch.results.lifecycle import move_failure, output_folder
 from ocrwatch.results.retire import why_keep
-from ocrwatch.results.sidecar import pdf_path, sidecar_mark, write_sidecars
+from ocrwatch.results.sidecar import UserEdits, pdf_path, sidecar_mark, write_sidecars
 from ocrwatch.store.db import is_disk_full
+from ocrwatch.store.index import pages_of
 
 if TYPE_CHECKING:
     from ocrwatch.context import Context, Verdict
@@ -70,7 +71,10 @@ def publish(ctx: Context, job: Job, pages: list[PageText], engine: str) -> Path 
     pages = [_valid_text(p) for p in pages]
     pdf: Path | None = None
     try:
-        stem = ctx.jobs.files.name_sidecars(job, folder)
+        # A sidecar the user corrected is never overwritten: the new reading goes beside.
+        edits = UserEdits(lambda: pages_of(ctx.jobs.db, job.id))
+        stem = ctx.jobs.files.name_sidecars(job, folder, edits)
+        edits.tell(job.display, stem, tuple(ctx.config.outputs))
         prepared = []
         if ctx.pdf is not None:
             pdf = pdf_path(stem)

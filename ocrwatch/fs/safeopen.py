@@ -11,7 +11,8 @@ each component below it themselves:
   handle, so nothing is looked up by path twice.
 
 The root itself may be a link (a user's ``~/OCR-Inbox`` pointing to another disk): it is
-the user's own choice, made in the config.
+the user's own choice, made in the config. A root that was a real folder when this
+process first opened it is not followed once it has become a link.
 """
 
 from __future__ import annotations
@@ -105,9 +106,31 @@ def _refused(root: Path, path: Path) -> LinkRefused:
     )
 
 
+# Whether each root was a symbolic link when this process first opened it. A link then
+# is the user's choice; a real folder swapped for a link later (an output folder pointed
+# at another user's or a shared folder mid-run) is not followed.
+_ROOT_WAS_LINK: dict[str, bool] = {}
+
+
+def _open_root(root: Path) -> int:
+    key = os.fspath(root)
+    if key not in _ROOT_WAS_LINK:
+        _ROOT_WAS_LINK[key] = os.path.islink(root)
+    flags = _DIR_FLAGS if _ROOT_WAS_LINK[key] else _DIR_FLAGS | os.O_NOFOLLOW
+    try:
+        return os.open(root, flags)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(root):
+            raise LinkRefused(
+                f"the folder {root} was replaced by a symbolic link while ocrwatch ran: "
+                "not followed. Put the folder back, or start ocrwatch again to take the "
+                "link as the folder") from None
+        raise
+
+
 def _walk_open(root: Path, parts: list[str], flags: int, mode: int) -> int:
     """Component by component, each relative to the last folder and O_NOFOLLOW."""
-    fd = os.open(root, _DIR_FLAGS)
+    fd = _open_root(root)
     try:
         for i, name in enumerate(parts):
             if i == len(parts) - 1:
@@ -132,7 +155,7 @@ def open_beneath(root: Path, path: Path, flags: int = os.O_RDONLY, mode: int = 0
     if not parts:
         return os.open(root, flags | os.O_CLOEXEC, mode)
     try:
-        rootfd = os.open(root, _DIR_FLAGS)
+        rootfd = _open_root(root)
         try:
             fd = _openat2(rootfd, os.path.join(*parts), flags, mode)
         finally:
@@ -169,7 +192,7 @@ def open_dir_beneath(root: Path, folder: Path, *, create: bool = False) -> int:
 def _open_dir_creating(root: Path, folder: Path) -> int:
     parts = _parts(root, folder)
     try:
-        fd = os.open(root, _DIR_FLAGS)
+        fd = _open_root(root)
         try:
             for name in parts:
                 with contextlib.suppress(FileExistsError):
@@ -221,9 +244,13 @@ def source_root(path: Path, inboxes: list[Path], follow_symlinks: bool) -> Path 
 
 
 def original_mode(path: Path, root: Path | None) -> int | None:
-    """The mode of the file ``path`` (reached as :func:`open_file_beneath` does), or None."""
+    """The mode of the file ``path`` (reached as :func:`open_file_beneath` does), or None,
+    as far as it may pass to a file of ours: the group's bits only when the original's
+    group is the one our files get (a hard link to another user's file readable by their
+    group must not make its text readable by ours)."""
     try:
         with open_file_beneath(root, path) as fh:
-            return os.fstat(fh.fileno()).st_mode
+            st = os.fstat(fh.fileno())
     except (OSError, InputError):
         return None
+    return st.st_mode if st.st_gid == os.getegid() else st.st_mode & ~0o070

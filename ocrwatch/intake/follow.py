@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from ocrwatch.config import Config
@@ -31,6 +32,47 @@ from ocrwatch.store.jobs import JobQueue
 log = logging.getLogger(__name__)
 
 
+def _on_another_device(path: Path, dev: int | None) -> bool:
+    """Whether the nearest folder above ``path`` that exists is on another device than
+    the file was (``dev``): its disk is not mounted there now (unplugged, or an empty
+    folder or another file system in its place)."""
+    if dev is None:
+        return False
+    for folder in path.parents:
+        try:
+            return os.stat(folder).st_dev != dev  # the inbox may be a link to the disk
+        except OSError:
+            continue
+    return False
+
+
+def out_of_reach(known: list[tuple[int, Path, int | None, bool]], roots: list[Path],
+                 replaced: set[Path], sidecars_left: Callable[[int], bool],
+                 ) -> tuple[list[Path], dict[Path, int]]:
+    """Known files not at their paths: those gone, and per watched folder how many are
+    only out of reach, not deleted.
+
+    Out of reach: a file whose folder is now on another device than the file was (its
+    disk unmounted), and a file of a watched folder that is not the folder it was in
+    (``replaced``: renamed away and made again, a sync client's fresh folder) whose
+    sidecars are still there (in ``output_dir``). A file deleted with its sidecars, or
+    deleted while the daemon watches (told by its own event, not here), is gone.
+    """
+    gone: list[Path] = []
+    kept: dict[Path, int] = {}
+    for job_id, path, dev, there in known:
+        if there:
+            continue
+        root = next((r for r in roots if path.is_relative_to(r)), None)
+        if root is None:
+            gone.append(path)  # archived elsewhere, or a file given to `ocrwatch add`
+        elif _on_another_device(path, dev) or (root in replaced and sidecars_left(job_id)):
+            kept[root] = kept.get(root, 0) + 1
+        else:
+            gone.append(path)
+    return gone, kept
+
+
 class Follower:
     """Applies what happened on disk to the index, the sidecars and the thumbnails."""
 
@@ -38,6 +80,8 @@ class Follower:
         self.jobs = jobs
         self.config = config
         self.thumbs = thumbs
+        self._unreachable: dict[Path, int] = {}  # watched folder -> files kept, as last told
+        self._replaced_folders(None)  # each watched folder as it is now, if none is kept
 
     # -- events ------------------------------------------------------------------------
     def moved(self, old: Path, new: Path) -> bool:
@@ -80,9 +124,53 @@ class Follower:
     def missing(self) -> list[Path]:
         """Known files that no longer exist (the rescan reports them as gone, so that a
         file moved meanwhile is followed rather than dropped), after sweeping thumbnails
-        of content no longer in the index."""
+        of content no longer in the index.
+
+        Files that are only out of reach are not reported (:func:`out_of_reach`): a
+        watched folder whose disk went away, or that came back empty, has not lost them.
+        """
         self.thumbs.sweep(self.jobs.files.contents())
-        return self.jobs.files.missing()
+        known = self.jobs.files.whereabouts()
+        replaced = self._replaced_folders(known)
+        gone, kept = out_of_reach(known, self.config.inbox, replaced, self._sidecars_left)
+        for folder in set(kept) | set(self._unreachable):
+            before, now = self._unreachable.get(folder, 0), kept.get(folder, 0)
+            if now > before:
+                log.warning("%d known files of %s are not there: the folder is on another "
+                            "disk than before, or was made again in its place (a disk "
+                            "unmounted, a folder renamed away); they stay in the index with "
+                            "their sidecars and are not read again when they are back",
+                            now, folder)
+            elif now < before:
+                log.info("%d known files of %s are within reach again", before - now, folder)
+            if now:
+                log.debug("%d known files of %s still out of reach", now, folder)
+        self._unreachable = kept
+        return gone
+
+    def _replaced_folders(self, known: list[tuple[int, Path, int | None, bool]] | None,
+                          ) -> set[Path]:
+        """The watched folders that are not the folder (device and inode, kept in the
+        index) their known files were in. A folder's identity is recorded while every
+        known file in it is there, so a folder made again in its place stays "replaced"
+        until the files are back or gone with their sidecars."""
+        replaced: set[Path] = set()
+        for root in self.config.inbox:
+            try:
+                st = os.stat(root)
+            except OSError:
+                continue  # gone: its files are judged by the device of what is above
+            now = f"{st.st_dev}:{st.st_ino}"
+            key = f"watched folder {os.fsdecode(root)}"
+            was = self.jobs.db.get_setting(key)
+            if was is not None and was != now:
+                replaced.add(root)
+            complete = known is not None and all(
+                there for _id, p, _dev, there in known if p.is_relative_to(root))
+            if was is None or (was != now and complete):
+                self.jobs.db.set_setting(key, now)
+                replaced.discard(root)
+        return replaced
 
     def relocated(self, path: Path, st: os.stat_result, sha256: str | None = None) -> bool:
         """Whether ``path`` is a known file that moved while nothing watched (its old

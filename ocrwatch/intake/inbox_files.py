@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import mmap
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -50,7 +52,8 @@ def looks_complete(path: Path) -> bool:
         return False
     tail = tail.rstrip(b"\x00\r\n\t ")
     if head.startswith(b"\xff\xd8"):
-        return tail.endswith(b"\xff\xd9")
+        # Phones append trailers and motion-photo videos after the end marker.
+        return tail.endswith(b"\xff\xd9") or _jpeg_ends(path)
     if head.startswith(b"\x89PNG"):
         return b"IEND" in tail[-16:]
     if head.startswith(b"%PDF"):
@@ -67,6 +70,44 @@ def looks_complete(path: Path) -> bool:
     if head[4:8] == b"ftyp":
         return _boxes_complete(path, size)
     return True
+
+
+# In a JPEG's compressed data an FF byte is followed by 00 (stuffing) or a restart
+# marker (D0-D7); any other byte after FF is the next marker.
+_NEXT_MARKER = re.compile(rb"\xff[^\x00\xd0-\xd7\xff]")
+
+
+def _jpeg_ends(path: Path) -> bool:
+    """Whether a JPEG's own end marker (FF D9) is in the file, bytes after it or not.
+
+    Its segments are walked by their lengths, so the end marker of the EXIF thumbnail
+    (inside an APP1 segment) is not taken for the image's."""
+    try:
+        with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            where, size = 2, len(data)
+            for _ in range(100_000):
+                if where + 2 > size or data[where] != 0xFF:
+                    return False
+                marker = data[where + 1]
+                if marker == 0xD9:
+                    return True
+                if marker == 0xFF:  # fill byte before a marker
+                    where += 1
+                    continue
+                if 0xD0 <= marker <= 0xD7 or marker == 0x01:
+                    where += 2  # no length
+                    continue
+                if where + 4 > size:
+                    return False
+                where += 2 + int.from_bytes(data[where + 2:where + 4], "big")
+                if marker == 0xDA:  # a scan: its compressed data runs to the next marker
+                    found = _NEXT_MARKER.search(data, where)  # type: ignore[call-overload]
+                    if found is None:
+                        return False
+                    where = found.start()
+    except (OSError, ValueError):
+        return True  # let the reader report the real problem
+    return False
 
 
 def _boxes_complete(path: Path, size: int) -> bool:

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
+import logging
 import os
 import secrets
+import stat
+from collections.abc import Callable
 from pathlib import Path
 
 from ocrwatch.core.domain import PageText
@@ -28,6 +32,8 @@ from ocrwatch.fs.safeopen import open_dir_beneath
 # extended attributes, sidecars go unmarked (and are then read again in that case).
 MARK_ATTR = "user.ocrwatch"
 
+log = logging.getLogger(__name__)
+
 
 def sidecar_mark(original: Path, sha256: str, engine: str, read_with: str | None) -> bytes:
     """The mark for the sidecars of ``original``: its name (``scan.png``, not the
@@ -35,6 +41,15 @@ def sidecar_mark(original: Path, sha256: str, engine: str, read_with: str | None
     return json.dumps({"name": os.fsdecode(original.name), "sha256": sha256,
                        "engine": engine, "read_with": read_with},
                       separators=(",", ":")).encode()
+
+
+def _marked(mark: bytes, data: bytes) -> bytes:
+    """``mark`` for one file, with the SHA-256 of the bytes written (``content``): a file
+    whose bytes no longer match was changed by someone else (an edit saved in place keeps
+    the extended attribute, so the mark alone cannot tell)."""
+    fields = json.loads(mark)
+    fields["content"] = hashlib.sha256(data).hexdigest()
+    return json.dumps(fields, separators=(",", ":")).encode()
 
 
 def read_mark(path: Path) -> dict[str, str | None] | None:
@@ -92,7 +107,8 @@ def _write_temp(dirfd: int, path: Path, content: str, mode: int,
             os.fchmod(fh.fileno(), mode)
             if mark is not None:
                 with contextlib.suppress(OSError):  # no extended attributes there
-                    os.setxattr(fh.fileno(), MARK_ATTR, mark)
+                    os.setxattr(fh.fileno(), MARK_ATTR,
+                                _marked(mark, content.encode("utf-8")))
             os.fsync(fh.fileno())
     except BaseException:
         with contextlib.suppress(OSError):
@@ -149,6 +165,9 @@ def write_all_atomic(files: list[tuple[Path, str]],
             fd = os.open(ready.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dirfd)
             try:
                 os.fchmod(fd, mode)
+                if mark is not None:
+                    with contextlib.suppress(OSError):
+                        os.setxattr(fd, MARK_ATTR, _marked(mark, _read_all(fd)))
             finally:
                 os.close(fd)
             temps.append((dirfd, ready.name, path))
@@ -174,6 +193,76 @@ def write_all_atomic(files: list[tuple[Path, str]],
     finally:
         for fd in folders.values():
             os.close(fd)
+
+
+def _read_all(fd: int) -> bytes:
+    with os.fdopen(os.dup(fd), "rb") as fh:
+        return fh.read()
+
+
+def changed_since_written(path: Path, written: Callable[[], list[PageText]]) -> bool:
+    """Whether ``path`` is there and holds something other than what ocrwatch wrote there:
+    the user's corrections, saved in place or atomically, or a file of their own.
+
+    ocrwatch's own sidecar carries the SHA-256 of its bytes in its mark; one without
+    that mark (written before it existed, or where extended attributes are not kept) is
+    compared with what ocrwatch wrote from the stored pages (``written``). A link, a
+    folder, or a file that cannot be read at that name is not ocrwatch's either.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return os.path.lexists(path)  # a link (ELOOP) or a file we may not read
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return True
+        data = _read_all(fd)
+    finally:
+        os.close(fd)
+    mark = read_mark(path)
+    if mark is not None and mark.get("content"):
+        return hashlib.sha256(data).hexdigest() != mark["content"]
+    if path.name.endswith(MD_SUFFIX) or path.name.endswith(TXT_SUFFIX):
+        pages = written()
+        if pages:
+            render = render_markdown if path.name.endswith(MD_SUFFIX) else render_text
+            return data != render(pages).encode("utf-8")
+    return False  # nothing to tell it by: taken as ocrwatch's, as it always was
+
+
+class UserEdits:
+    """Which of a file's earlier sidecars someone else changed (:func:`changed_since_written`),
+    asked by the queue while it names the new ones (``JobFiles.name_sidecars``); those stay
+    as they are, the new reading goes beside them, and :meth:`tell` logs where."""
+
+    def __init__(self, written: Callable[[], list[PageText]]) -> None:
+        self._written = written
+        self._pages: list[PageText] | None = None
+        self.found: list[Path] = []
+
+    def _stored(self) -> list[PageText]:
+        if self._pages is None:
+            self._pages = self._written()
+        return self._pages
+
+    def __call__(self, path: Path) -> bool:
+        if changed_since_written(path, self._stored):
+            self.found.append(path)
+            return True
+        return False
+
+    def tell(self, display: str, stem: Path, outputs: tuple[str, ...]) -> None:
+        if not self.found:
+            return
+        md, txt = sidecar_paths(stem)
+        new = [p for o, p in (("md", md), ("txt", txt), ("pdf", pdf_path(stem)))
+               if o in outputs]
+        for path in self.found:
+            log.warning("%s was changed since ocrwatch wrote it: it is kept as it is; the "
+                        "new reading of %s goes to %s", path, display,
+                        " and ".join(str(p) for p in new))
 
 
 def write_sidecars(stem: Path, pages: list[PageText], outputs: tuple[str, ...] = ("md", "txt"),

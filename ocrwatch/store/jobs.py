@@ -16,6 +16,7 @@ import logging
 import os
 import sqlite3
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -185,8 +186,13 @@ class JobFiles:
 
     def missing(self) -> list[Path]:
         """Known files that no longer exist (the rescan prunes them)."""
-        return [decode_path(r["path"]) for r in self.db.query("SELECT path FROM jobs")
-                if not os.path.lexists(os.fsdecode(r["path"]))]
+        return [path for _id, path, _dev, there in self.whereabouts() if not there]
+
+    def whereabouts(self) -> list[tuple[int, Path, int | None, bool]]:
+        """Every known file: its job, path, the device it was on, and whether it is there."""
+        return [(r["id"], decode_path(r["path"]), r["dev"],
+                 os.path.lexists(os.fsdecode(r["path"])))
+                for r in self.db.query("SELECT id, path, dev FROM jobs")]
 
     def move(self, old: Path, new: Path) -> tuple[Moved | None, Forgotten | None]:
         """A file was renamed or moved: its row follows it, with its pages and state.
@@ -328,14 +334,18 @@ class JobFiles:
         rows = self.db.query("SELECT md_path, txt_path FROM jobs WHERE id = ?", (job_id,))
         return {decode_path(v) for r in rows for v in (r["md_path"], r["txt_path"]) if v}
 
-    def name_sidecars(self, job: Job, folder: Path) -> Path:
+    def name_sidecars(self, job: Job, folder: Path,
+                      edited: Callable[[Path], bool] | None = None) -> Path:
         """The stem for the job's sidecars in ``folder``, reserved for it before writing.
 
         Never a name another original's sidecars hold; the job's own earlier names are
-        reused (a crash between writing and completing leaves them behind).
+        reused (a crash between writing and completing leaves them behind), except
+        those ``edited`` says someone else changed since: those are the user's now.
         """
-        stem = choose_stem(job.path, folder, self.sidecars_of_others(job.id),
-                           self.own_sidecars(job.id))
+        own = self.own_sidecars(job.id)
+        if edited is not None:
+            own = {p for p in own if not edited(p)}
+        stem = choose_stem(job.path, folder, self.sidecars_of_others(job.id), own)
         self.reserve_sidecars(job.id, *sidecar_paths(stem))
         return stem
 

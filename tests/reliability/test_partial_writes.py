@@ -161,3 +161,47 @@ def test_scanner_pauses_longer_than_settle_then_appends(
     writer.start()
     writer.join(timeout=30)
     _read_once_when_complete(home, engine, target, data, considered, pages=pages)
+
+
+def _photo_with_exif_thumbnail() -> bytes:
+    """A phone-like JPEG: an EXIF block holding a whole thumbnail JPEG (its own FF D9)."""
+    thumb = io.BytesIO()
+    Image.new("RGB", (64, 48), "white").save(thumb, "JPEG")
+    exif = Image.Exif()
+    exif[0x010F] = "Phone"
+    photo = io.BytesIO()
+    image = Image.open(io.BytesIO(image_bytes("motion photo page", "JPEG"))).convert("RGB")
+    image.save(photo, "JPEG", exif=exif.tobytes() + thumb.getvalue())
+    return photo.getvalue()
+
+
+def test_a_jpeg_with_bytes_after_its_end_marker_is_read_without_the_long_wait(
+        home: Home, run_daemon: StartDaemon, considered: list[tuple[str, int]]) -> None:
+    """Phones append trailers and motion-photo videos after a JPEG's end marker: such a
+    file was taken for one still being written and waited 15 settle periods (about 14 s
+    before it was queued). Now the end marker is found by walking the JPEG's segments,
+    and it is read once still for the settle time."""
+    from ocrwatch.intake.inbox_files import looks_complete
+
+    photo = _photo_with_exif_thumbnail()
+    video = b"\x00\x00\x00\x18ftypmp42" + os.urandom(200_000)  # the motion photo's video
+    whole = home.root / "whole.jpg"
+    whole.write_bytes(photo + video)
+    assert looks_complete(whole)
+    # Half written, the thumbnail's end marker inside the EXIF block is not the image's.
+    half = home.root / "half.jpg"
+    for cut in (len(photo) // 2, len(photo) - 3):
+        half.write_bytes(photo[:cut])
+        assert not looks_complete(half), cut
+    settle = 1.0
+    _daemon, engine = run_daemon(settle_seconds=settle)
+    target = home.inbox / "PXL_motion.jpg"
+    tmp = home.inbox / ".writing-motion"
+    tmp.write_bytes(photo + video)
+    start = time.monotonic()
+    os.replace(tmp, target)
+    wait_for(lambda: considered, 30, "the photo handed over")
+    waited = time.monotonic() - start
+    assert waited < settle * 5, f"waited {waited:.1f} s (15 settle periods: {settle * 15} s)"
+    wait_for(lambda: ended(home.database, target, "done"), 30, "the photo read")
+    assert engine.reads_of(target.name) == 1

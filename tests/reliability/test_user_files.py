@@ -1,0 +1,286 @@
+"""No user file is overwritten or lost, whatever the folder does: a sidecar the user
+corrected, a removable inbox that comes back empty, two originals with one stem, links in
+the inbox. Real ``ocrwatch run`` and ``ocrwatch add`` processes, real files."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from .helpers import (
+    DaemonProcess,
+    Home,
+    drop,
+    ended,
+    image_bytes,
+    job,
+    jobs,
+    ocrwatch_cli,
+    pdf_bytes,
+    sidecars,
+    states,
+    wait_for,
+)
+
+Start = Callable[..., DaemonProcess]
+CORRECTED = "Dear Ms Lund,\n\nthe harbour office opens at nine (corrected by hand).\n"
+
+
+def _read(home: Home, path: Path, timeout: float = 60) -> None:
+    wait_for(lambda: ended(home.database, path, "done") is not None
+             and all(p.exists() for p in sidecars(path)), timeout, f"{path.name} read")
+
+
+def _edit(path: Path, how: str) -> None:
+    """The user's correction, saved as editors save: in place (the inode and its
+    extended attributes stay) or atomically (a new file renamed over the old)."""
+    if how == "in place":
+        with path.open("r+", encoding="utf-8") as fh:
+            fh.write(CORRECTED)
+            fh.truncate()
+    else:
+        tmp = path.with_name(f".{path.name}.swp")
+        tmp.write_text(CORRECTED, encoding="utf-8")
+        os.replace(tmp, path)
+
+
+# -- item: a user's corrections to a sidecar ------------------------------------------------
+@pytest.mark.parametrize("how", ["in place", "atomically"])
+@pytest.mark.parametrize("then", ["reread --all", "a new scan saved over it"])
+def test_a_corrected_sidecar_is_never_overwritten(home: Home, daemon_process: Start,
+                                                  how: str, then: str) -> None:
+    """The user corrects ``letter.md``, then the file is read again: the correction stays
+    as the user saved it, the new reading goes to ``letter.png.md`` beside it and the log
+    says where (before: overwritten without a word)."""
+    daemon = daemon_process().start()
+    daemon.wait_ready()
+    letter = drop(home.inbox / "letter.png", image_bytes("harbour office"))
+    _read(home, letter)
+    md, txt = sidecars(letter)
+    first_id = job(home.database, letter)["id"]
+    _edit(md, how)
+    if then == "reread --all":
+        done = ocrwatch_cli(home, "reread", "--all", "--database", str(home.database))
+        assert done.returncode == 0, done.stdout + done.stderr
+    else:
+        drop(letter, image_bytes("harbour office, second scan"))
+    beside = home.inbox / "letter.png.md"
+    wait_for(lambda: beside.exists() and ended(home.database, letter, "done") is not None
+             and os.fsdecode(job(home.database, letter)["md_path"]) == str(beside),
+             60, "the new reading beside the corrected sidecar")
+    assert md.read_text(encoding="utf-8") == CORRECTED
+    assert "fake text of letter.png" in beside.read_text(encoding="utf-8")
+    assert job(home.database, letter)["id"] == first_id
+    log = daemon.output()
+    assert f"{md} was changed since ocrwatch wrote it" in log, log[-3000:]
+    assert str(beside) in log
+    assert "Traceback" not in log
+    # Read once more: the new reading stays where it went, the correction is untouched.
+    third = image_bytes("harbour office, third scan")
+    drop(letter, third)
+    wait_for(lambda: (row := ended(home.database, letter, "done")) is not None
+             and row["sha256"] == hashlib.sha256(third).hexdigest(), 60, "the third scan read")
+    assert daemon.stop() == 0
+    assert md.read_text(encoding="utf-8") == CORRECTED
+    assert txt.exists()  # ocrwatch's own, unchanged: the new .txt went beside it with the .md
+    assert not list(home.inbox.glob("letter.png.*.md")), sorted(home.inbox.iterdir())
+
+
+def test_a_corrected_sidecar_survives_a_language_change_and_reread(
+        home: Home, daemon_process: Start) -> None:
+    """A language change, the daemon started again and ``ocrwatch reread`` (no daemon
+    running): the corrected ``letter.md`` stays, the new reading goes beside it."""
+    daemon = daemon_process().start()
+    daemon.wait_ready()
+    letter = drop(home.inbox / "letter.png", image_bytes("harbour office"))
+    _read(home, letter)
+    md, _txt = sidecars(letter)
+    _edit(md, "in place")
+    assert daemon.stop() == 0
+    done = ocrwatch_cli(home, "reread", "--all", "--languages", "eng+deu", "--engine", "fake",
+                        "--inbox", str(home.inbox), "--database", str(home.database),
+                        timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert md.read_text(encoding="utf-8") == CORRECTED
+    beside = home.inbox / "letter.png.md"
+    assert "fake text of letter.png" in beside.read_text(encoding="utf-8")
+    assert str(beside) in done.stdout + done.stderr
+
+
+# -- item: a removable inbox that comes back empty -------------------------------------------
+def _mount_tmpfs(where: Path) -> None:
+    try:
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(where)],
+                              capture_output=True, text=True, timeout=30)
+    except OSError as exc:
+        pytest.skip(f"cannot run mount: {exc}")
+    if done.returncode != 0:
+        reason = f"mounting a tmpfs was refused ({done.stderr.strip()}); run as root"
+        print(reason)
+        pytest.skip(reason)
+
+
+def _outputs(folder: Path) -> dict[Path, int]:
+    return {p: p.stat().st_ino for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("how", ["renamed away, made again empty", "another disk mounted over it",
+                                 "renamed away while stopped"])
+def test_an_inbox_that_comes_back_empty_deletes_nothing(home: Home, daemon_process: Start,
+                                                        tmp_path: Path, how: str) -> None:
+    """The inbox's disk goes away and an empty folder (or another file system) appears at
+    its path: before, the rescan dropped every entry and deleted every sidecar in
+    ``output_dir``, and every file was read again once the disk was back. Now the entries
+    and sidecars stay, the log says why, and nothing is read again when the files are back."""
+    out = tmp_path / "out"
+    daemon = daemon_process("--output-dir", str(out), OCRWATCH_RESCAN_MINUTES="0.1",
+                            OCRWATCH_LOG_LEVEL="DEBUG").start()
+    daemon.wait_ready()
+    files = [drop(home.inbox / "a.png", image_bytes("alpha")),
+             drop(home.inbox / "sub" / "b.png", image_bytes("beta")),
+             drop(home.inbox / "c.png", image_bytes("gamma"))]
+    wait_for(lambda: all(ended(home.database, f, "done") for f in files), 60, "files read")
+    ids = {f: job(home.database, f)["id"] for f in files}
+    results = _outputs(out)
+    assert len(results) == 6
+    away = tmp_path / "inbox-away"
+    if how == "renamed away while stopped":
+        assert daemon.stop() == 0
+    if how == "another disk mounted over it":
+        _mount_tmpfs(home.inbox)
+    else:
+        home.inbox.rename(away)
+        home.inbox.mkdir()
+    try:
+        if how == "renamed away while stopped":
+            daemon.start()
+            daemon.wait_ready()
+        # A file dropped into the empty folder meanwhile is read, and changes nothing.
+        meanwhile = drop(home.inbox / "meanwhile.png", image_bytes("meanwhile"))
+        wait_for(lambda: ended(home.database, meanwhile, "done"), 60, "the new file read")
+        # Three rescans (one every 6 s) that found them, or (before) them dropped.
+        wait_for(lambda: daemon.logs[-1].read_text().count(" still out of reach") >= 3
+                 or any(job(home.database, f) is None for f in files), 90, "three rescans")
+        assert {f: (job(home.database, f) or {"id": None})["id"] for f in files} == ids
+        assert all(p.exists() for p in results), "a sidecar was deleted"
+        assert "3 known files of" in daemon.logs[-1].read_text()
+    finally:
+        if how == "another disk mounted over it":
+            subprocess.run(["umount", "-l", str(home.inbox)], check=False, timeout=30)
+        else:
+            for p in sorted(home.inbox.rglob("*"), reverse=True):
+                p.unlink() if p.is_file() else p.rmdir()
+            home.inbox.rmdir()
+            away.rename(home.inbox)
+    wait_for(lambda: "within reach again" in daemon.logs[-1].read_text(), 60,
+             "the files back")
+    log = daemon.output()
+    for f in files:
+        assert log.count(f"queued {f} ") == 1, f"{f.name} read again"
+        assert job(home.database, f)["id"] == ids[f] and job(home.database, f)["state"] == "done"
+    assert {p: i for p, i in _outputs(out).items() if p in results} == results
+    assert "Traceback" not in log
+    assert daemon.stop() == 0
+
+
+# -- attack classes: one stem for two originals, the user's own sidecar name ---------------
+@pytest.mark.parametrize("on_success", ["keep", "delete", "archive"])
+def test_one_stem_for_two_originals_and_the_users_own_md_keep_every_file(
+        home: Home, daemon_process: Start, tmp_path: Path, on_success: str) -> None:
+    """``letter.jpg`` + ``letter.pdf``, ``a.JPG`` + ``a.jpg`` and a user's own
+    ``notes.md`` beside ``notes.png``: every original gets a pair of its own, nothing of
+    the user's is overwritten, moved or deleted, whatever ``on_success`` does."""
+    archive = tmp_path / "archive"
+    daemon = daemon_process(OCRWATCH_ON_SUCCESS=on_success,
+                            OCRWATCH_ARCHIVE_DIR=str(archive)).start()
+    daemon.wait_ready()
+    own = home.inbox / "notes.md"
+    own.write_text("my own notes\n", encoding="utf-8")
+    own_txt = home.inbox / "letter.txt"
+    own_txt.write_text("my own letter text\n", encoding="utf-8")
+    originals = [drop(home.inbox / "notes.png", image_bytes("notes")),
+                 drop(home.inbox / "letter.jpg", image_bytes("letter photo", "JPEG")),
+                 drop(home.inbox / "letter.pdf", pdf_bytes(["letter pdf"])),
+                 drop(home.inbox / "a.JPG", image_bytes("upper", "JPEG")),
+                 drop(home.inbox / "a.jpg", image_bytes("lower", "JPEG"))]
+    if on_success == "keep":
+        wait_for(lambda: all(ended(home.database, f, "done") for f in originals), 90,
+                 "all read")
+    else:  # each entry then names the archived original, or its result
+        wait_for(lambda: not any(f.exists() for f in originals)
+                 and states(home.database) == {"done": 5}, 90, "originals retired")
+    assert own.read_text(encoding="utf-8") == "my own notes\n"
+    assert own_txt.read_text(encoding="utf-8") == "my own letter text\n"
+    mds = {os.fsdecode(r["md_path"]) for r in jobs(home.database).values() if r["md_path"]}
+    assert len(mds) == 5, mds
+    texts = {Path(m).read_text(encoding="utf-8") for m in mds if Path(m).exists()}
+    assert len(texts) == len(mds), "one sidecar was written over another"
+    assert str(own) not in mds and str(own_txt.with_suffix(".md")) not in mds
+    log = daemon.output()
+    assert "Traceback" not in log
+    assert daemon.stop() == 0
+
+
+# -- attack class: the output folder swapped for a link mid-run ------------------------------
+def test_an_output_folder_swapped_for_a_link_mid_run_is_not_written_through(
+        home: Home, daemon_process: Start, tmp_path: Path) -> None:
+    """``output_dir`` renamed away and a link to another folder (a shared or another
+    user's folder) put in its place while the daemon runs: the next file's text is not
+    written there; it fails with the reason, and the first file's sidecars are where
+    they were (before: the text went through the link)."""
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    daemon = daemon_process("--output-dir", str(out)).start()
+    daemon.wait_ready()
+    first = drop(home.inbox / "first.png", image_bytes("first"))
+    wait_for(lambda: ended(home.database, first, "done"), 60, "the first file read")
+    out.rename(tmp_path / "out-kept")
+    out.symlink_to(elsewhere)
+    second = drop(home.inbox / "second.png", image_bytes("second, private"))
+    row = wait_for(lambda: ended(home.database, second), 60, "the second file to end")
+    assert row["state"] == "failed", dict(row)
+    assert "replaced by a symbolic link" in row["reason"], row["reason"]
+    assert list(elsewhere.iterdir()) == []
+    kept = sorted(p.name for p in (tmp_path / "out-kept").rglob("*") if p.is_file())
+    assert kept == ["first.md", "first.txt"]
+    assert "Traceback" not in daemon.output()
+    assert daemon.stop() == 0
+
+
+# -- attack class: a hard link to another group's file ------------------------------------------
+def test_a_hard_link_to_another_groups_file_gives_no_group_its_text(
+        home: Home, daemon_process: Start, tmp_path: Path) -> None:
+    """A hard link in the inbox to a file readable by another group (0640, that group):
+    its sidecars are ours, with our group, so they keep no group bits (before: 0640 for
+    our group, whose members could not read the original)."""
+    if os.geteuid() != 0:
+        pytest.skip("making a second group and its file needs root")
+    group = f"owg{os.getpid() % 100000}"
+    made = subprocess.run(["groupadd", group], capture_output=True, text=True, timeout=30)
+    if made.returncode != 0:
+        pytest.skip(f"groupadd refused: {made.stderr.strip()}")
+    try:
+        import grp
+
+        gid = grp.getgrnam(group).gr_gid
+        theirs = tmp_path / "theirs.png"
+        theirs.write_bytes(image_bytes("their payslip"))
+        os.chown(theirs, 65534, gid)
+        theirs.chmod(0o640)
+        daemon = daemon_process().start()
+        daemon.wait_ready()
+        link = home.inbox / "linked.png"
+        os.link(theirs, link)
+        wait_for(lambda: ended(home.database, link, "done"), 60, "the hard link read")
+        for side in (home.inbox / "linked.md", home.inbox / "linked.txt"):
+            st = side.stat()
+            assert st.st_mode & 0o070 == 0 or st.st_gid == gid, oct(st.st_mode)
+            assert st.st_mode & 0o007 == 0, oct(st.st_mode)
+        assert daemon.stop() == 0
+    finally:
+        subprocess.run(["groupdel", group], capture_output=True, timeout=30)
