@@ -79,6 +79,7 @@ class Daemon:
         self._reload_from = reload_from
         self._reload_lock = threading.Lock()
         self.restart_needed: tuple[str, ...] = ()  # keys changed that wait for a restart
+        self.config_note: str | None = None  # why the saved config was not reloaded
         self.log_file = log_file
         # Checked and, when damaged, set aside and rebuilt from the sidecars by the daemon
         # proper (``ocrwatch run`` holds the index's lock); watched while it runs.
@@ -274,7 +275,10 @@ class Daemon:
             except OcrwatchError as exc:
                 log.error("configuration not reloaded (%s): %s; the daemon keeps running "
                           "with the one it has", why, exc)
+                self.config_note = (f"the saved config is not valid, so not taken (the "
+                                    f"daemon runs with the one it had): {exc}")
                 raise
+            self.config_note = None
             diff = reloading.changes(self.config, new)
             reloading.apply(self.config, new, diff.now)
             self._apply_live(diff.now)
@@ -472,7 +476,7 @@ class Daemon:
             pid=os.getpid(), version=__version__,
             language_note=registry.note(self.choice.name, self.config),
             reading=self.reading(), languages=tuple(self.config.languages),
-            restart_needed=self.restart_needed,
+            restart_needed=self.restart_needed, config_note=self.config_note,
             progress=self.progress(str(engine_facts.get("state", "")), facts,
                                    str(engine_facts.get("waiting_reason") or "") or None),
             index_note=self.index_guard.note or self.index_note,

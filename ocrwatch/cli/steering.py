@@ -11,7 +11,7 @@ import os
 
 from ocrwatch.cli.common import database_arg, echo, load_config, plural
 from ocrwatch.cli.termsafe import safe
-from ocrwatch.core.errors import DaemonNotRunning, IndexUnavailable, UsageError
+from ocrwatch.core.errors import ConfigError, DaemonNotRunning, IndexUnavailable, UsageError
 
 
 def _control(cmd: str, said: str) -> int:
@@ -102,8 +102,13 @@ def cmd_retry(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     from ocrwatch.doctor import checks as doctor
 
-    config = load_config(args)
-    checks = doctor.run_checks(config)
+    try:
+        config = load_config(args)
+    except ConfigError as exc:
+        # The config is what the other checks read: say why it is refused, and how to fix.
+        checks = [doctor.config_check(exc)]
+    else:
+        checks = doctor.run_checks(config)
     if args.json:
         print(json.dumps([dataclasses.asdict(c) for c in checks], ensure_ascii=False, indent=2))
     else:

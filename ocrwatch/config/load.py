@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ocrwatch.config import trust
 from ocrwatch.config.check import validate
 from ocrwatch.config.schema import (
     _INTERNAL,
@@ -174,7 +175,10 @@ def _env_overrides(config: Config, environ: Mapping[str, str]) -> None:
 
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
-        raw = path.read_bytes()
+        with open(path, "rb") as handle:
+            # Judged on the open file: the file read is the file checked.
+            trust.refuse(path, os.fstat(handle.fileno()))
+            raw = handle.read()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot be read: {exc.strerror}. Make it readable for your "
                           "user, or name another file with --config.") from exc

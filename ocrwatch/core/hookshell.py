@@ -1,24 +1,22 @@
-"""Placeholders inside code that ``on_done`` hands to a shell or an interpreter.
+"""Placeholders (``{file}``...) never become shell or interpreter code in ``on_done``.
 
 ``on_done`` is an argv list, so ``["notify", "{file}"]`` gives the program the path as
-one argument whatever the file is called. But ``["/bin/sh", "-c", "notify {file}"]``
-puts the path into a shell's command string, where a file named ``a $(touch x).png``
-would run ``touch``. So:
-
-- in the command string of a POSIX shell (``sh``, ``bash``, ``dash``, ``zsh``, ``ksh``...
-  after ``-c``, also behind wrappers such as ``env``, ``nice``, ``timeout``, ``flock -c``)
-  each placeholder is replaced by its value quoted for that shell (:func:`shlex.quote`),
-  with the quoting context it sits in taken into account (bare, inside ``"..."``,
-  ``'...'``, ``$(...)`` or backquotes);
-- where no quoting can hold (a here-document, a comment, ``${...}`` or ``$((...))``, the
-  code of another shell or of an interpreter such as ``python -c``, a command line for a
-  remote or other user's shell such as ``ssh`` or ``su -c``) the form is refused with
-  :class:`HookRefused`, whose message says what to write instead: the values are also in
-  the environment (``"$OCRWATCH_FILE"``) and can be passed as arguments after the script.
+one argument whatever the file is called. A value put into code is another matter: in
+``["/bin/sh", "-c", "notify {file}"]`` a file named ``a $(touch x).png`` would run
+``touch``, and no quoting ocrwatch could add holds once the script parses the value again
+(``eval``, ``trap``, a nested ``sh -c``, ``ssh host '...'``, a pipe into ``sh``). So a
+placeholder is refused (:class:`HookRefused`, at config load) wherever a program reads it
+as code: a shell's command string (any shell, also after ``flock -c``), an interpreter's
+code (``python -c``, ``perl -e``/``-le``/``-ne``, ``node -pe``, an ``awk``/``sed``/``jq``
+program), the script a shell or interpreter would run, anything after ``ssh``/``su``, and
+``env -S``. The message shows the rewrite: the value as an argument after the script
+(``"$1"``) or from the environment (``"$OCRWATCH_FILE"``). A hook with no placeholder gets
+the path appended as its last argument, so that argument is checked the same way.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -30,32 +28,44 @@ PLACEHOLDERS = ("{file}", "{source}", "{md}", "{txt}", "{pdf}")
 # One pass over each argument: a value put in (a file named "{md}.png") is never searched
 # for placeholders again.
 PLACEHOLDER = re.compile("|".join(re.escape(p) for p in PLACEHOLDERS))
+# The environment variable that holds each placeholder's value (hooks/runner.hook_env).
+ENV_OF = {"{file}": "OCRWATCH_FILE", "{source}": "OCRWATCH_SOURCE", "{md}": "OCRWATCH_MD",
+          "{txt}": "OCRWATCH_TXT", "{pdf}": "OCRWATCH_PDF"}
 
 POSIX_SHELLS = frozenset({"sh", "bash", "rbash", "dash", "ash", "zsh", "ksh", "ksh93",
                           "mksh", "lksh", "pdksh", "oksh", "yash", "posh", "hush"})
-# Shells whose quoting is not POSIX's: a -c string for them is refused.
 OTHER_SHELLS = frozenset({"fish", "csh", "tcsh", "nu", "pwsh", "powershell", "xonsh",
                           "elvish", "rc", "es", "ion", "cmd"})
-# Interpreters and the options after which their code comes.
-INTERPRETERS: dict[str, tuple[str, ...]] = {
-    "python": ("-c",), "pypy": ("-c",), "perl": ("-e", "-E"), "ruby": ("-e",),
-    "node": ("-e", "-p", "--eval", "--print"), "nodejs": ("-e", "-p", "--eval", "--print"),
-    "deno": ("eval",), "bun": ("-e", "--eval"), "php": ("-r",), "lua": ("-e",),
-    "luajit": ("-e",), "tclsh": (), "Rscript": ("-e",), "osascript": ("-e",),
-    "jq": (), "sed": ("-e", "--expression"), "awk": (), "gawk": (), "mawk": (), "nawk": (),
+# Interpreters: the short option letters and long options after which code comes (the
+# code is the rest of the cluster, "-e'print'", or the next argument: "-le", "-pe").
+INTERPRETERS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "python": ("c", ()), "pypy": ("c", ()), "perl": ("eE", ()), "ruby": ("e", ()),
+    "node": ("ep", ("--eval", "--print")), "nodejs": ("ep", ("--eval", "--print")),
+    "deno": ("", ("eval",)), "bun": ("e", ("--eval", "--print")), "php": ("rBRFE", ()),
+    "lua": ("e", ()), "luajit": ("e", ()), "tclsh": ("", ()), "Rscript": ("e", ()),
+    "osascript": ("e", ()), "jq": ("", ()), "sed": ("e", ("--expression",)),
+    "awk": ("", ("--source",)), "gawk": ("e", ("--source",)), "mawk": ("", ()),
+    "nawk": ("", ()), "busybox": ("", ()),
 }
+# Their short options whose value is the next argument (not code, not the script).
+_VALUE_LETTERS = {"python": "WXQm", "pypy": "WXQm", "ruby": "IrCE", "node": "r",
+                  "nodejs": "r", "awk": "vF", "gawk": "vFf", "mawk": "vFf", "nawk": "vFf",
+                  "jq": "f", "sed": "f", "php": "cdfz"}
+# Interpreters whose first operand is their program (unless -f/-e names it elsewhere).
+_PROGRAM_FIRST = frozenset({"awk", "gawk", "mawk", "nawk", "jq", "sed"})
 # Programs that pass their arguments on to a shell that ocrwatch cannot see (a remote
 # one, another user's login shell, a shell started later by a terminal).
 RELAYS = frozenset({"ssh", "su", "runuser", "watch", "xterm", "gnome-terminal",
-                    "konsole", "tmux", "screen", "systemd-run", "pkexec"})
-# Wrappers whose own -c option takes a POSIX shell command string.
+                    "konsole", "tmux", "screen", "systemd-run", "pkexec", "parallel", "at"})
+# Wrappers whose own -c option takes a shell command string.
 SHELL_C_WRAPPERS = frozenset({"flock", "script"})
 # Options of POSIX shells that take the next argument as their value.
 _SHELL_VALUE_OPTIONS = frozenset({"-o", "+o", "-O", "+O", "--rcfile", "--init-file"})
 
-_INSTEAD = ('write the value as its own argument after the script (["/bin/sh", "-c", '
-            '\'notify "$1"\', "sh", "{file}"]) or use the environment ("$OCRWATCH_FILE", '
-            '"$OCRWATCH_MD"...)')
+_INSTEAD = ('pass the value as its own argument after the script (["/bin/sh", "-c", '
+            '\'notify "$1"\', "sh", "{file}"]) or read it from the environment '
+            '("$OCRWATCH_FILE", "$OCRWATCH_MD"...), and never let the script parse it '
+            'again (eval, sh -c, ssh)')
 
 
 class HookRefused(ConfigError):
@@ -70,7 +80,8 @@ def program_name(arg: str) -> str:
     return re.sub(r"[\d.]+$", "", name.lower()) or name.lower()
 
 
-def _quote_posix(script: str, value_of: Callable[[str], str]) -> str:
+def _quote_posix(script: str, value_of: Callable[[str], str],
+                 quote: Callable[[str], str] = shlex.quote) -> str:
     """``script`` with each placeholder replaced by its value, quoted for where it sits.
 
     A small scanner follows the shell's quoting: a stack of contexts, each one of
@@ -100,7 +111,7 @@ def _quote_posix(script: str, value_of: Callable[[str], str]) -> str:
             if top in ("pe", "ar"):
                 raise HookRefused("a placeholder inside ${...} or $((...)) of a shell "
                                   f"command string cannot be quoted; {_INSTEAD}")
-            quoted = shlex.quote(value_of(match.group(0)))
+            quoted = quote(value_of(match.group(0)))
             quoted = {"sq": f"'{quoted}'", "dq": f'"{quoted}"'}.get(top, quoted)
             backquotes = sum(1 for c in stack if c[0] == "bt")
             if backquotes > 1:
@@ -166,56 +177,81 @@ def _quote_posix(script: str, value_of: Callable[[str], str]) -> str:
     return "".join(out)
 
 
-def _refuse_code(program: str, arg: str) -> None:
+def _env_form(script: str) -> str | None:
+    """``script`` with each placeholder replaced by ``"$OCRWATCH_..."`` where it stands
+    (for the message's rewrite), or None where the scanner finds no safe place."""
+    try:
+        return _quote_posix(script, lambda p: p, lambda p: f'"${ENV_OF[p]}"')
+    except HookRefused:
+        return None
+
+
+def _refuse_script(argv: list[str], index: int, program: str) -> None:
+    script = argv[index]
+    if not PLACEHOLDER.search(script):
+        return
+    rewrite = _env_form(script) if program in POSIX_SHELLS | SHELL_C_WRAPPERS else None
+    if rewrite is not None:
+        fixed = [*argv[:index], rewrite, *argv[index + 1:]]
+        way = f"write it as {json.dumps(fixed)}, or {_INSTEAD}"
+    else:
+        way = _INSTEAD
+    raise HookRefused(f"a placeholder inside the command string that on_done hands to "
+                      f"{program} would become shell code, and no quoting holds once the "
+                      f"script parses it again (eval, sh -c, ssh); {way}")
+
+
+def _refuse_code(program: str, arg: str, what: str = "code") -> None:
     if PLACEHOLDER.search(arg):
-        raise HookRefused(f"a placeholder in the code that on_done hands to {program} "
+        raise HookRefused(f"a placeholder in the {what} that on_done hands to {program} "
                           "would be read as code if a file name holds quotes; pass it as "
-                          f"its own argument instead ({program} reads it from its "
-                          "arguments or the environment: OCRWATCH_FILE, OCRWATCH_MD...)")
+                          f"its own argument after the code instead ({program} reads it "
+                          "from its arguments, or from the environment: OCRWATCH_FILE, "
+                          "OCRWATCH_MD...)")
 
 
 def shell_safe(argv: list[str], value_of: Callable[[str], str]) -> list[str]:
-    """``argv`` with placeholders replaced: plain arguments get the value as it is, shell
-    command strings get it quoted; forms that cannot be made safe raise HookRefused."""
-    result = [PLACEHOLDER.sub(lambda m: value_of(m.group(0)), a) for a in argv]
+    """``argv`` with each placeholder replaced by its value, as a plain argument; a form
+    in which a value would be read as code raises HookRefused."""
+    refuse_code_forms(argv)
+    return [PLACEHOLDER.sub(lambda m: value_of(m.group(0)), a) for a in argv]
+
+
+def refuse_code_forms(argv: list[str]) -> None:
+    """Raise HookRefused where a placeholder in ``argv`` stands in code."""
+    if not any(PLACEHOLDER.search(a) for a in argv):
+        return
     i = 0
     while i < len(argv):
         name = program_name(argv[i])
-        if name == "busybox" and i + 1 < len(argv):
-            i += 1
-            name = program_name(argv[i])
         if name in POSIX_SHELLS or name in OTHER_SHELLS:
             script = _shell_script_index(argv, i)
             if script is not None:
-                if name in OTHER_SHELLS:
-                    if PLACEHOLDER.search(argv[script]):
-                        raise HookRefused(f"a placeholder in a {name} command string is not "
-                                          f"quoted by ocrwatch ({name} does not quote as sh "
-                                          f"does); use /bin/sh -c, or {_INSTEAD}")
-                else:
-                    result[script] = _quote_posix(argv[script], value_of)
-                i = script + 1  # what follows are the script's own arguments
-                continue
+                _refuse_script(argv, script, name)
+                return  # what follows are the script's own arguments ($0, $1...)
+            operand = _shell_operand_index(argv, i)
+            if operand is not None:
+                _refuse_code(name, argv[operand], "script file")
+                return
         elif name in SHELL_C_WRAPPERS:
             for j in range(i + 1, len(argv) - 1):
                 if argv[j] in ("-c", "--command"):
-                    result[j + 1] = _quote_posix(argv[j + 1], value_of)
+                    _refuse_script(argv, j + 1, name)
         elif name in RELAYS:
             if any(PLACEHOLDER.search(a) for a in argv[i + 1:]):
-                raise HookRefused(f"{name} hands its arguments to a shell that ocrwatch "
-                                  "cannot quote for (a remote or another user's shell); "
-                                  "on_done must not put a placeholder after it; run a "
-                                  "local script that reads OCRWATCH_FILE instead")
+                raise HookRefused(f"{name} hands its arguments to a shell or a command "
+                                  "line that ocrwatch cannot see (a remote or another "
+                                  "user's shell); on_done must not put a placeholder after "
+                                  "it; run a local script that reads OCRWATCH_FILE instead")
         elif name == "env":
             split = any(a in ("-S", "--split-string") or a.startswith(("--split-string=", "-S"))
                         for a in argv[i + 1:])
             if split and any(PLACEHOLDER.search(b) for b in argv[i + 1:]):
                 raise HookRefused("env -S splits its string into words: a file name with "
                                   f"spaces or quotes would become other arguments; {_INSTEAD}")
-        elif name in INTERPRETERS:
-            _interpreter(argv, i, name)
+        elif name in INTERPRETERS and name != "busybox" and _interpreter(argv, i, name):
+            return
         i += 1
-    return result
 
 
 def _shell_script_index(argv: list[str], i: int) -> int | None:
@@ -243,35 +279,99 @@ def _shell_script_index(argv: list[str], i: int) -> int | None:
     return j if has_c and j < len(argv) else None
 
 
-def _interpreter(argv: list[str], i: int, name: str) -> None:
-    flags = INTERPRETERS[name]
-    if name in ("awk", "gawk", "mawk", "nawk", "jq", "tclsh", "sed"):
-        # The first operand is the program (unless -f/-e names it elsewhere).
-        j = i + 1
-        while j < len(argv) and argv[j].startswith("-") and argv[j] != "-":
-            if argv[j] in ("-f", "--file", "--from-file"):
-                return
-            if argv[j] in ("-e", "--expression") and j + 1 < len(argv):
-                _refuse_code(name, argv[j + 1])
-                return
-            j += {"-v": 2, "-F": 2, "--arg": 3, "--argjson": 3}.get(argv[j], 1)
-        if j < len(argv) and name != "tclsh":
-            _refuse_code(name, argv[j])
-        return
-    for j in range(i + 1, len(argv)):
+def _shell_operand_index(argv: list[str], i: int) -> int | None:
+    """The script file a shell at ``argv[i]`` without -c would run, or None (-s: stdin)."""
+    j = i + 1
+    while j < len(argv):
         arg = argv[j]
-        if j + 1 < len(argv) and (arg in flags or (
-                name in ("python", "pypy") and arg.startswith("-")
-                and not arg.startswith("--") and arg.endswith("c"))):
-            _refuse_code(name, argv[j + 1])
-        elif any(arg.startswith(f + "=") for f in flags if f.startswith("--")):
+        if arg in _SHELL_VALUE_OPTIONS:
+            j += 2
+        elif arg == "--":
+            j += 1
+            break
+        elif arg.startswith(("-", "+")) and arg not in ("-", "+"):
+            if arg.startswith("-") and not arg.startswith("--") and "s" in arg[1:]:
+                return None
+            j += 1
+        else:
+            break
+    return j if j < len(argv) else None
+
+
+def _interpreter(argv: list[str], i: int, name: str) -> bool:
+    """Refuse a placeholder in the code of the interpreter at ``argv[i]``: the value of
+    a code option anywhere in its arguments (clusters such as ``-le`` too), an option
+    before its operands, and its first operand when that is its program or script.
+    True when the operands are found (the rest are the program's own arguments)."""
+    letters, longs = INTERPRETERS[name]
+    values = _VALUE_LETTERS.get(name, "")
+    code_given = False
+    operand: int | None = None
+    j = i + 1
+    while j < len(argv):
+        arg = argv[j]
+        if operand is None and arg == "--":
+            operand = j + 1
+            break
+        if arg in longs or (name == "deno" and arg == "eval"):
+            if j + 1 < len(argv):
+                _refuse_code(name, argv[j + 1])
+            code_given = True
+            j += 2
+            continue
+        if any(arg.startswith(f + "=") for f in longs if f.startswith("--")):
             _refuse_code(name, arg)
+            code_given = True
+            j += 1
+            continue
+        if arg.startswith("-") and not arg.startswith("--") and len(arg) > 1:
+            step = 1
+            for k, letter in enumerate(arg[1:], start=1):
+                if letter in letters:
+                    rest = arg[k + 1:]
+                    if rest and all(c in letters for c in rest):
+                        rest = ""  # node -pe: two code options, the code comes next
+                    code = rest if rest else (argv[j + 1] if j + 1 < len(argv) else "")
+                    _refuse_code(name, code)
+                    _refuse_code(name, arg)
+                    code_given = True
+                    step = 1 if rest else 2
+                    break
+                if letter in values:
+                    step = 1 if arg[k + 1:] else 2
+                    if operand is None and j + 1 < len(argv) and step == 2:
+                        _refuse_code(name, argv[j + 1], "option value")
+                    break
+            if operand is None:
+                _refuse_code(name, arg, "option")
+            j += step
+            continue
+        if arg.startswith("--"):
+            if operand is None:
+                _refuse_code(name, arg, "option")
+            j += 1
+            continue
+        if operand is None:
+            operand = j
+        j += 1
+    if operand is None or operand >= len(argv):
+        return False
+    if not code_given:
+        files = any(a in ("-f", "--file", "--from-file") for a in argv[i + 1:operand])
+        if name in _PROGRAM_FIRST and not files:
+            _refuse_code(name, argv[operand], "program")
+        elif name not in _PROGRAM_FIRST:
+            _refuse_code(name, argv[operand], "script file")
+    return True
 
 
 def check(argv: list[str]) -> str | None:
-    """Why ``argv`` cannot be an ``on_done`` (for the config check), or None."""
+    """Why ``argv`` cannot be an ``on_done`` (for the config check), or None. With no
+    placeholder the path is appended as its last argument, so that is checked too."""
+    if not any(PLACEHOLDER.search(a) for a in argv):
+        argv = [*argv, "{file}"]
     try:
-        shell_safe(argv, lambda _p: "/x")
+        refuse_code_forms(argv)
     except HookRefused as exc:
         return str(exc)
     return None

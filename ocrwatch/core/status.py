@@ -175,6 +175,7 @@ class Status:
     progress: Progress = field(default_factory=Progress)  # pages left, rate, ETA, waiting
     index_note: str | None = None  # the index file was damaged, deleted or replaced
     counts_note: str | None = None  # the counts come from memory: the index was locked
+    config_note: str | None = None  # the saved config does not load: why (not taken)
 
     @property
     def in_queue(self) -> int:
@@ -227,7 +228,7 @@ class Status:
             kept=tuple(Failure.from_dict(f) for f in data.get("kept") or ()),
             doubted=num("doubted"),
             doubts=tuple(Failure.from_dict(f) for f in data.get("doubts") or ()),
-            index_note=text("index_note"),
+            index_note=text("index_note"), config_note=text("config_note"),
         )
 
 
@@ -302,6 +303,8 @@ def format_status(status: Status) -> str:
         lines.append(f"  waiting: {engine.facts['waiting_reason']}")
     if languages:
         lines.append(languages)
+    if status.config_note:
+        lines.append(f"  config:  {status.config_note}")
     if status.restart_needed:
         lines.append(f"  restart: {', '.join(status.restart_needed)} changed in the config; "
                      "they take effect when the daemon starts again")

@@ -166,6 +166,14 @@ def check_secrets(config: Config) -> list[Check]:
         Check("config file", True, "the remote.api_key is readable by you alone")]
 
 
+def config_check(error: OcrwatchError) -> Check:
+    """The config file refused (another user could change it, a bad value): why, and the
+    fix its message ends with."""
+    text = str(error)
+    detail, _, fix = text.partition(" Fix: ")
+    return Check("config file", False, detail, fix or "correct the file and run doctor again")
+
+
 def check_index(config: Config) -> list[Check]:
     """The index file passes SQLite's integrity check; files set aside are named."""
     from ocrwatch.indexhealth import set_aside_files

@@ -3,9 +3,9 @@
 ``on_done`` is an argv list, never a shell string, so no file name can inject a command.
 The paths of the finished file are passed in the environment (``OCRWATCH_FILE``...) and
 as arguments: ``{file}``, ``{source}``, ``{md}``, ``{txt}``, ``{pdf}`` in an argument are
-replaced; with none of them, the original's path is appended as the last argument. In a
-shell's command string (``["/bin/sh", "-c", "notify {file}"]``) the value is quoted for
-that shell, and forms no quoting can hold are refused (:mod:`ocrwatch.core.hookshell`).
+replaced; with none of them, the original's path is appended as the last argument. A
+value is never code: a placeholder in a shell's command string or an interpreter's code
+(``["/bin/sh", "-c", "notify {file}"]``) is refused (:mod:`ocrwatch.core.hookshell`).
 The program runs in its own session with a timeout, after which it is ended with
 everything it started (its session, its descendants, and what carries its environment
 marker: a ``setsid`` child too); a program that exits counts as finished even when a
@@ -71,12 +71,14 @@ def hook_argv(argv: list[str], item: Finished) -> list[str]:
     values = {"{file}": item.original, "{source}": item.source, "{md}": item.md,
               "{txt}": item.txt, "{pdf}": item.pdf}
     if not any(p in arg for arg in argv for p in PLACEHOLDERS):
-        return [*argv, str(item.original or item.source)]
+        # The path goes last: checked as a placeholder there is (sh -c, perl -e).
+        argv = [*argv, "{file}" if item.original else "{source}"]
+
     def value(placeholder: str) -> str:
         found = values[placeholder]
         return "" if found is None else str(found)
 
-    # Inside a shell's command string each value is quoted for that shell (hookshell).
+    # A value is only ever an argument; forms that would read it as code are refused.
     return shell_safe(argv, value)
 
 
