@@ -39,11 +39,12 @@ log = logging.getLogger(__name__)
 
 BACKOFF_BASE = 5.0  # seconds before the first retry of a transient failure
 BACKOFF_MAX = 600.0
-CRASH_LIMIT = 2  # fatal crashes while a file was being read: the second (alone) fails it
+CRASH_LIMIT = 2  # deaths while a file was being read: the second (alone) fails it
 CRASHED_REASON = (
-    "ocrwatch crashed twice while reading this file, the second time reading it alone: "
-    "the file may be damaged or made to crash a reader (the log has the trace). "
-    "`ocrwatch retry FILE` reads it again")
+    "ocrwatch crashed twice while reading this file, the second time reading it alone "
+    "(a fatal error, whose trace is in the log, or killed: the out-of-memory killer ends "
+    "a process whose page takes all the memory): the file may be damaged or made to "
+    "stop a reader. `ocrwatch retry FILE` reads it again")
 # A file retried after it crashed the daemon is read alone again: crashing once more,
 # it fails at once, and no file read beside it is blamed.
 _ALONE_AGAIN = "crashes = MIN(crashes, 1)"
@@ -364,9 +365,9 @@ class JobQueue:
     def recover(self, *, crashed: bool = False) -> Recovered:
         """At start: rows left ``running`` by a crash go back to ``queued``.
 
-        ``crashed``: the last daemon died of a fatal signal (a reader's abort or
-        segmentation fault, :mod:`ocrwatch.control.crashes`), not of a kill or a power
-        cut. Each file it was reading counts it, and from then on is read alone
+        ``crashed``: the last daemon did not stop cleanly (a reader's abort or
+        segmentation fault, or a kill: the out-of-memory killer, :mod:`ocrwatch.control.
+        crashes`). Each file it was reading counts it, and from then on is read alone
         (:meth:`claim`); one that crashed it again, alone, stays ``running`` and is
         returned, for the caller to fail with :data:`CRASHED_REASON` instead of reading
         it again at every start."""
