@@ -179,6 +179,21 @@ def test_defer_backs_off_then_gives_up(db: Database, tmp_path: Path) -> None:
     assert "gave up after 3 tries" in q.failures()[0].reason
 
 
+def test_a_clock_set_back_does_not_hold_a_retry_for_hours(db: Database,
+                                                          tmp_path: Path) -> None:
+    """A retry's time is wall-clock (status names it); the clock set back two hours after
+    the deferral must not keep the file waiting two hours more."""
+    q = JobQueue(db)
+    q.offer(tmp_path / "a.png", 1, 1, "x")
+    job = q.claim()
+    assert job is not None and q.defer(job.id, "disk full", max_attempts=3)
+    due = q.next_due()
+    assert due is not None
+    assert q.claim(now=due - 1) is None  # the backoff holds while the clock runs on
+    again = q.claim(now=due - 2 * 3600)  # set back two hours: due now
+    assert again is not None and again.id == job.id
+
+
 def test_non_utf8_names_round_trip(db: Database, tmp_path: Path) -> None:
     path = Path(tmp_path.as_posix().encode().decode() + "/caf\udce9.png")  # latin-1 byte
     q = JobQueue(db)

@@ -62,9 +62,15 @@ class Recovered:
 
 def _first_queued(conn: sqlite3.Connection, extra: str,
                   params: tuple[float | int, ...]) -> dict[str, object] | None:
-    """The oldest queued job that may run now (``params``: now, then ``extra``'s)."""
-    cur = conn.execute(f"SELECT * FROM jobs WHERE state = 'queued' AND not_before <= ? {extra} "
-                       "ORDER BY not_before, id LIMIT 1", params)
+    """The oldest queued job that may run now (``params``: now, then ``extra``'s).
+
+    ``not_before`` is wall-clock time (``ocrwatch status`` names it); one further ahead
+    than the longest backoff can only mean the clock was set back since: due now, not
+    hours later."""
+    now, *rest = params
+    cur = conn.execute("SELECT * FROM jobs WHERE state = 'queued' AND (not_before <= ? "
+                       f"OR not_before > ?) {extra} ORDER BY not_before, id LIMIT 1",
+                       (now, now + BACKOFF_MAX + 1, *rest))
     found = cur.fetchone()
     if found is None:
         return None
