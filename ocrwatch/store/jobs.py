@@ -39,6 +39,10 @@ log = logging.getLogger(__name__)
 
 BACKOFF_BASE = 5.0  # seconds before the first retry of a transient failure
 BACKOFF_MAX = 600.0
+# Claim order: a file waits as if it had arrived one second later per this many bytes,
+# so a small file (a born-digital letter, one page) passes a big one (scans) dropped up to
+# that long before it, and no file waits for ever behind small ones.
+BYTES_A_SECOND = 50_000
 CRASH_LIMIT = 2  # deaths while a file was being read: the second (alone) fails it
 CRASHED_REASON = (
     "ocrwatch crashed twice while reading this file, the second time reading it alone "
@@ -69,7 +73,8 @@ def _first_queued(conn: sqlite3.Connection, extra: str,
     hours later."""
     now, *rest = params
     cur = conn.execute("SELECT * FROM jobs WHERE state = 'queued' AND (not_before <= ? "
-                       f"OR not_before > ?) {extra} ORDER BY not_before, id LIMIT 1",
+                       f"OR not_before > ?) {extra} ORDER BY not_before, "
+                       f"created + COALESCE(size, 0) / {BYTES_A_SECOND}, id LIMIT 1",
                        (now, now + BACKOFF_MAX + 1, *rest))
     found = cur.fetchone()
     if found is None:
@@ -391,7 +396,8 @@ class JobQueue:
         return Recovered(queued, crashers)
 
     def claim(self, now: float | None = None) -> Job | None:
-        """Take the oldest queued job that may run now and mark it running."""
+        """Take the queued job that may run now, oldest first counting a second of age
+        per :data:`BYTES_A_SECOND` of its size, and mark it running."""
         return self._claim("", (), now)
 
     def claim_among(self, ids: set[int], now: float | None = None) -> Job | None:
