@@ -127,7 +127,7 @@ class Daemon:
     # -- lifecycle -------------------------------------------------------------------
     def start(self, *, recover: bool = True, crashed: bool = False) -> None:
         """Start the threads. ``recover=False`` when another daemon may own running jobs;
-        ``crashed``: the last daemon died of a fatal signal (ocrwatch/control/crashes.py)."""
+        ``crashed``: the last daemon did not stop cleanly (ocrwatch/control/crashes.py)."""
         if self._started:
             raise StateError("the daemon was started already")
         self._started = True

@@ -157,7 +157,7 @@ def after_success(ctx: Context, job: Job, md: Path | None, txt: Path | None,
             original = outcome.original
             md, txt, pdf = (outcome.sidecars.get(p, p) if p else None for p in (md, txt, pdf))
             moved = md
-    ctx.after.done(Finished(job.path, original, md, txt, pdf, pages))
+    ctx.after.done(Finished(job.path, original, md, txt, pdf, pages, job.sha256))
     return moved
 
 

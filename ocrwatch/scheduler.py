@@ -3,6 +3,8 @@
 - ``policy.preparers`` preparer threads claim queued jobs, one file each, and open its
   pages into a bounded page queue (:mod:`ocrwatch.pagequeue`), so a 500-page PDF never
   sits in memory whole, and a GPU engine is never left waiting on one core's decoding.
+  One more preparer, the passing lane, takes a file only while all of those are inside
+  one: a file dropped behind a long file is read beside it, its pages interleaved.
 - ``policy.concurrency`` reader threads take pages from the queue one at a time, read
   each with the engine (which does its own admission), and finish a file once all its
   pages are read.
@@ -88,9 +90,16 @@ class Scheduler:
         self.last_result: Path | None = None
         self.rate = PageRate()
         self.abandoned: list[str] = []  # threads close() left in a page, by name
+        self._regular = max(1, policy.preparers)
+        self._in_file = 0  # regular preparers inside a file: the passing lane's cue
         self._threads: list[Service] = [
             *(Loop("ocrwatch-prepare" + (f"-{n}" if n else ""), self._prepare_step, self.wake)
-              for n in range(max(1, policy.preparers))),
+              for n in range(self._regular)),
+            # The passing lane: one more preparer, which takes a file only while every
+            # other one is inside a file, so that a file dropped behind a long one (2000
+            # pages, hours) starts at once, its pages put in the page queue beside the
+            # long one's, instead of waiting for all of it.
+            Loop("ocrwatch-prepare-lane", lambda: self._prepare_step(lane=True), self.wake),
             *(Loop(f"ocrwatch-read-{n}", self._read_step, self.wake)
               for n in range(policy.concurrency)),
         ]
@@ -167,10 +176,13 @@ class Scheduler:
                          for w in self._works.values() if not w.discarded)
 
     # -- the preparer ----------------------------------------------------------------
-    def _prepare_step(self) -> None:
+    def _prepare_step(self, lane: bool = False) -> None:
         release = False
         with self._cond:
             if self._stopping:
+                return
+            if lane and (self._paused or self._in_file < self._regular):
+                self._cond.wait(1.0)  # the regular preparers drain a pause, and keep up
                 return
             if self._paused:
                 release = self._drain_for_pause()
@@ -185,13 +197,20 @@ class Scheduler:
         if release:
             self._release_engine()
             return
+        job = None
         try:
             job = self._claim()
             if job is not None:
+                if not lane:
+                    with self._cond:
+                        self._in_file += 1
+                        self._cond.notify_all()
                 self._prepare(job)
         finally:
             with self._cond:
                 self._preparing -= 1
+                if job is not None and not lane:
+                    self._in_file -= 1
                 self._cond.notify_all()
         if job is None:
             due = self.ctx.jobs.next_due()

@@ -1,5 +1,5 @@
 """The crash record beside the index (ocrwatch/control/crashes.py), with real processes:
-a fatal signal leaves a trace, a kill or a clean stop does not."""
+a fatal signal leaves a trace, a kill an empty record, a clean stop nothing."""
 
 from __future__ import annotations
 
@@ -52,13 +52,21 @@ def test_a_fatal_signal_leaves_a_private_trace_for_the_next_start(
     again = _run(database, "stop")
     assert again.returncode == 0
     assert "Fatal Python error" in again.stdout and "<string>" in again.stdout
+    assert again.stdout.startswith("LastEnd(trace=")
     assert not record.exists()
 
 
-@pytest.mark.parametrize("how", ["kill", "stop"])
-def test_a_kill_or_a_clean_stop_is_not_a_crash(tmp_path: Path, how: str) -> None:
+def test_a_kill_is_an_unclean_end_without_a_trace(tmp_path: Path) -> None:
+    """SIGKILL (the out-of-memory killer's signal) writes nothing, but the record made at
+    start is still there: the next start knows the last one did not stop cleanly."""
     database = tmp_path / "index.sqlite3"
-    assert _run(database, how).returncode == (-signal.SIGKILL if how == "kill" else 0)
+    assert _run(database, "kill").returncode == -signal.SIGKILL
+    assert _run(database, "stop").stdout.strip() == "LastEnd(trace=None)"
+
+
+def test_a_clean_stop_leaves_nothing(tmp_path: Path) -> None:
+    database = tmp_path / "index.sqlite3"
+    assert _run(database, "stop").returncode == 0
     assert _run(database, "stop").stdout.strip() == "None"
 
 

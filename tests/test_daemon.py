@@ -268,7 +268,8 @@ def test_a_pause_while_several_preparers_are_inside_files_loses_none(
         paths = [config.inbox[0] / f"page{n}.png" for n in range(5)]
         for path in paths:
             text_page([path.stem]).save(path)
-        wait_for(lambda: len(opened) == 3, 30, "three preparers inside a file each")
+        # Three preparers inside a file each (the passing lane may take a fourth).
+        wait_for(lambda: len(opened) >= 3, 30, "three preparers inside a file each")
         d.pause()
         let_go.set()  # they leave their files; the drain waits for all three
         wait_for(lambda: engine.released >= 1, 30, "the engine released for the pause")

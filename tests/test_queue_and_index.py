@@ -179,6 +179,45 @@ def test_defer_backs_off_then_gives_up(db: Database, tmp_path: Path) -> None:
     assert "gave up after 3 tries" in q.failures()[0].reason
 
 
+def test_a_small_file_passes_a_big_one_dropped_just_before_it(
+        db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Claim order counts size as age (jobs.BYTES_A_SECOND): a one-page born-digital PDF
+    dropped a second after a 2 MB scan is read first; one dropped a minute later is not."""
+    from ocrwatch.store import jobs as jobs_mod
+
+    clock = [1000.0]
+    monkeypatch.setattr(jobs_mod.time, "time", lambda: clock[0])
+    q = JobQueue(db)
+    q.offer(tmp_path / "scan.png", 2_000_000, 1, "scan")
+    clock[0] += 1
+    q.offer(tmp_path / "letter.pdf", 20_000, 1, "letter")
+    first = q.claim()
+    assert first is not None and first.path.name == "letter.pdf"
+    q.release(first.id)
+    clock[0] += 60
+    q.offer(tmp_path / "later.pdf", 20_000, 1, "later")
+    order = []
+    while (job := q.claim()) is not None:
+        order.append(job.path.name)
+        q.fail(job.id, "done with it")
+    assert order == ["letter.pdf", "scan.png", "later.pdf"]
+
+
+def test_a_clock_set_back_does_not_hold_a_retry_for_hours(db: Database,
+                                                          tmp_path: Path) -> None:
+    """A retry's time is wall-clock (status names it); the clock set back two hours after
+    the deferral must not keep the file waiting two hours more."""
+    q = JobQueue(db)
+    q.offer(tmp_path / "a.png", 1, 1, "x")
+    job = q.claim()
+    assert job is not None and q.defer(job.id, "disk full", max_attempts=3)
+    due = q.next_due()
+    assert due is not None
+    assert q.claim(now=due - 1) is None  # the backoff holds while the clock runs on
+    again = q.claim(now=due - 2 * 3600)  # set back two hours: due now
+    assert again is not None and again.id == job.id
+
+
 def test_non_utf8_names_round_trip(db: Database, tmp_path: Path) -> None:
     path = Path(tmp_path.as_posix().encode().decode() + "/caf\udce9.png")  # latin-1 byte
     q = JobQueue(db)

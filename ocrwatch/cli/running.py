@@ -107,10 +107,15 @@ def _arm(crash: CrashRecord) -> bool:
     """Start ``crash``; whether the last process on this index crashed, its trace then
     logged."""
     last = crash.arm()
-    if last is not None:
+    if last is not None and last.trace is not None:
         log.error("ocrwatch crashed when it last ran: the files it was reading are read "
                   "again, one at a time, and one that crashes it again fails with the "
-                  "reason. What it was doing:\n%s", last)
+                  "reason. What it was doing:\n%s", last.trace)
+    elif last is not None:
+        log.warning("ocrwatch did not stop cleanly when it last ran (killed: kill -9, the "
+                    "out-of-memory killer or a power cut): the files it was reading are "
+                    "read again, one at a time, and one that ends it again fails with the "
+                    "reason")
     return last is not None
 
 

@@ -1,13 +1,17 @@
-"""Whether the last daemon on an index died of a crash, and the trace of this one's.
+"""Whether the last daemon on an index died without a clean stop, and the trace of a crash.
 
 A reader that aborts (a Tesseract assertion) or a decoder that faults (on a damaged or
-crafted file) takes the whole process down, and at the next start the files it was
-reading would be read again and crash it again, at every start. Python's faulthandler
-writes every thread's stack to a file beside the index when the process dies of a fatal
-signal (SIGSEGV, SIGFPE, SIGABRT, SIGBUS, SIGILL); a kill (SIGKILL, the kernel's
-out-of-memory killer) or a power cut writes nothing. So a file there that is not empty
-at the next start says that the last daemon crashed: the files it was reading count it
-(:meth:`ocrwatch.store.jobs.JobQueue.recover`), and its trace goes to the log.
+crafted file) takes the whole process down, and so does the kernel's out-of-memory killer
+when a page takes all the memory: at the next start the files it was reading would be read
+again and end it again, at every start, and the files behind them never. So the record
+``NAME.crash`` beside the index is made when a daemon starts and removed when it stops
+cleanly (SIGTERM, ``ocrwatch stop``); Python's faulthandler writes every thread's stack
+into it when the process dies of a fatal signal (SIGSEGV, SIGFPE, SIGABRT, SIGBUS, SIGILL).
+At the next start a record still there says the last daemon did not stop cleanly: with
+a trace it crashed, empty it was killed (SIGKILL, the out-of-memory killer, a power cut).
+Either way the files it was reading count it (:meth:`ocrwatch.store.jobs.JobQueue.recover`):
+each is read alone, and one that ends the daemon again, alone, fails with the reason. A
+kill that had nothing to do with the file costs it no more than being read alone once.
 """
 
 from __future__ import annotations
@@ -16,12 +20,25 @@ import contextlib
 import faulthandler
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
 log = logging.getLogger(__name__)
 
 MAX_TRACE = 64 * 1024  # bytes of the last crash's trace read back for the log
+
+
+@dataclass(frozen=True)
+class LastEnd:
+    """How the last daemon on the index ended, when it did not stop cleanly."""
+
+    trace: str | None  # what a fatal signal wrote; None for a kill or a power cut
+
+    @property
+    def crashed(self) -> bool:
+        """A fatal signal (a trace), not a kill."""
+        return self.trace is not None
 
 
 class CrashRecord:
@@ -31,9 +48,9 @@ class CrashRecord:
         self.path = database.with_name(database.name + ".crash")
         self._file: TextIO | None = None
 
-    def arm(self) -> str | None:
-        """Record a crash of this process from now on; returns the trace of the last
-        daemon's crash on this index, or None when it stopped otherwise."""
+    def arm(self) -> LastEnd | None:
+        """Record a crash of this process from now on; returns how the last daemon on
+        this index ended when it did not stop cleanly, or None when it did (or never ran)."""
         previous = self._previous()
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
@@ -58,11 +75,11 @@ class CrashRecord:
         with contextlib.suppress(OSError):
             self.path.unlink()
 
-    def _previous(self) -> str | None:
+    def _previous(self) -> LastEnd | None:
         try:
             fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
             return None  # none: the last daemon stopped cleanly (or never ran)
         with os.fdopen(fd, "rb") as fh:
             text = fh.read(MAX_TRACE).decode("utf-8", errors="replace").strip()
-        return text or None
+        return LastEnd(text or None)

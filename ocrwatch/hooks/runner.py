@@ -40,6 +40,7 @@ import psutil
 from ocrwatch.config import Config
 from ocrwatch.core.hookshell import PLACEHOLDERS, HookRefused, shell_safe
 from ocrwatch.core.threads import Service
+from ocrwatch.hooks.loops import HookLoops
 from ocrwatch.hooks.queue import Entry, HookJournal, folder_for, trace_for
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,7 @@ class Finished:
     txt: Path | None = None
     pdf: Path | None = None
     pages: int = 0
+    sha256: str | None = None  # its content: a copy on_done made of it is told apart
 
 
 @dataclass
@@ -262,6 +264,7 @@ class AfterDone(Service):
         self._started = False
         self._closed = False  # the thread ended: a hook queued now would never run
         self._last_start = 0.0  # when hooks stop being started, once a stop is asked for
+        self.loops = HookLoops()  # copies on_done makes into the inbox start no new run
 
     @property
     def needed(self) -> bool:
@@ -402,13 +405,26 @@ class AfterDone(Service):
             if self.stopping and time.monotonic() > self._last_start:
                 _log_not_run(item.source.name, record)
                 return
+            if item.sha256 and self.loops.made_by_hook(item.sha256,
+                                                       item.original or item.source):
+                log.warning("on_done not run for %s: it is a copy of a file made while "
+                            "on_done ran for that file (the same content, written then); "
+                            "run again for each copy, on_done would copy for ever. Read "
+                            "and indexed all the same", item.source.name)
+                if record is not None and self.journal is not None:
+                    self.journal.finished(record)
+                return
             trace = None
             if record is not None and self.journal is not None:
                 record = self.journal.started(record)
                 trace = trace_for(record) if record.suffix == ".run" else None
+            if item.sha256:
+                self.loops.started(item.sha256)
             try:
                 run_hook(self.config.on_done, item, self.config.on_done_timeout, trace)
             finally:
+                if item.sha256:
+                    self.loops.ended(item.sha256)
                 if record is not None and self.journal is not None:
                     self.journal.finished(record)
         elif kind == "failed":

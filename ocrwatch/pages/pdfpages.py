@@ -21,6 +21,7 @@ from ocrwatch.pages.budget import Budget, unlimited
 from ocrwatch.pages.image import Limits, blank, scale_to, to_rgb
 from ocrwatch.pages.pdfdraw import draw
 from ocrwatch.pages.pdfium_lock import PDFIUM
+from ocrwatch.pages.pdfload import LoadCost
 
 log = logging.getLogger(__name__)
 
@@ -200,6 +201,7 @@ def pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int,
     doc, rewrite, _tree = open_all_pages(path, fh)
     assert isinstance(doc, pdfium.PdfDocument)
     sizes: ContentSizes | None = None
+    cost = LoadCost(fh if fh is not None else path)
     try:
         with PDFIUM:
             count = len(doc)
@@ -222,6 +224,7 @@ def pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int,
                 # Unmeasured (qpdf cannot read it): assumed too large to check.
                 measured = sizes(index)
                 content = measured if measured is not None else 1 << 62
+            cost.check(index, budget, where)  # before PDFium loads it: see pdfload
             try:
                 with PDFIUM:  # released before the page is handed on (yield)
                     page = doc[index]
@@ -262,6 +265,7 @@ def pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int,
                        text="" if blank(image) else None)
             budget.resume()
     finally:
+        cost.close()
         if sizes is not None:
             sizes.close()
         with PDFIUM:

@@ -40,11 +40,16 @@ log = logging.getLogger(__name__)
 
 BACKOFF_BASE = 5.0  # seconds before the first retry of a transient failure
 BACKOFF_MAX = 600.0
-CRASH_LIMIT = 2  # fatal crashes while a file was being read: the second (alone) fails it
+# Claim order: a file waits as if it had arrived one second later per this many bytes,
+# so a small file (a born-digital letter, one page) passes a big one (scans) dropped up to
+# that long before it, and no file waits for ever behind small ones.
+BYTES_A_SECOND = 50_000
+CRASH_LIMIT = 2  # deaths while a file was being read: the second (alone) fails it
 CRASHED_REASON = (
-    "ocrwatch crashed twice while reading this file, the second time reading it alone: "
-    "the file may be damaged or made to crash a reader (the log has the trace). "
-    "`ocrwatch retry FILE` reads it again")
+    "ocrwatch crashed twice while reading this file, the second time reading it alone "
+    "(a fatal error, whose trace is in the log, or killed: the out-of-memory killer ends "
+    "a process whose page takes all the memory): the file may be damaged or made to "
+    "stop a reader. `ocrwatch retry FILE` reads it again")
 # A file retried after it crashed the daemon is read alone again: crashing once more,
 # it fails at once, and no file read beside it is blamed.
 _ALONE_AGAIN = "crashes = MIN(crashes, 1)"
@@ -62,9 +67,16 @@ class Recovered:
 
 def _first_queued(conn: sqlite3.Connection, extra: str,
                   params: tuple[float | int, ...]) -> dict[str, object] | None:
-    """The oldest queued job that may run now (``params``: now, then ``extra``'s)."""
-    cur = conn.execute(f"SELECT * FROM jobs WHERE state = 'queued' AND not_before <= ? {extra} "
-                       "ORDER BY not_before, id LIMIT 1", params)
+    """The oldest queued job that may run now (``params``: now, then ``extra``'s).
+
+    ``not_before`` is wall-clock time (``ocrwatch status`` names it); one further ahead
+    than the longest backoff can only mean the clock was set back since: due now, not
+    hours later."""
+    now, *rest = params
+    cur = conn.execute("SELECT * FROM jobs WHERE state = 'queued' AND (not_before <= ? "
+                       f"OR not_before > ?) {extra} ORDER BY not_before, "
+                       f"created + COALESCE(size, 0) / {BYTES_A_SECOND}, id LIMIT 1",
+                       (now, now + BACKOFF_MAX + 1, *rest))
     found = cur.fetchone()
     if found is None:
         return None
@@ -374,9 +386,9 @@ class JobQueue:
     def recover(self, *, crashed: bool = False) -> Recovered:
         """At start: rows left ``running`` by a crash go back to ``queued``.
 
-        ``crashed``: the last daemon died of a fatal signal (a reader's abort or
-        segmentation fault, :mod:`ocrwatch.control.crashes`), not of a kill or a power
-        cut. Each file it was reading counts it, and from then on is read alone
+        ``crashed``: the last daemon did not stop cleanly (a reader's abort or
+        segmentation fault, or a kill: the out-of-memory killer, :mod:`ocrwatch.control.
+        crashes`). Each file it was reading counts it, and from then on is read alone
         (:meth:`claim`); one that crashed it again, alone, stays ``running`` and is
         returned, for the caller to fail with :data:`CRASHED_REASON` instead of reading
         it again at every start."""
@@ -394,7 +406,8 @@ class JobQueue:
         return Recovered(queued, crashers)
 
     def claim(self, now: float | None = None) -> Job | None:
-        """Take the oldest queued job that may run now and mark it running."""
+        """Take the queued job that may run now, oldest first counting a second of age
+        per :data:`BYTES_A_SECOND` of its size, and mark it running."""
         return self._claim("", (), now)
 
     def claim_among(self, ids: set[int], now: float | None = None) -> Job | None:

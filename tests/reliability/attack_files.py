@@ -91,3 +91,52 @@ def scan_bomb(scans: int, size: tuple[int, int] = (2000, 2000)) -> bytes:
     # One component (Y: table DC 0, AC 1), spectral band 1-63, no approximation.
     sos = b"\xff\xda\x00\x08\x01\x01\x01\x01\x3f\x00"
     return data[:end] + dht + (sos + b"\x00" * 8) * scans + data[end:]
+
+
+def _form(pdf: object, content: bytes, inner: dict[str, object]) -> object:
+    import pikepdf
+
+    assert isinstance(pdf, pikepdf.Pdf)
+    form = pdf.make_stream(content)
+    form["/Type"] = pikepdf.Name.XObject
+    form["/Subtype"] = pikepdf.Name.Form
+    form["/BBox"] = [0, 0, 612, 792]
+    if inner:
+        form["/Resources"] = pikepdf.Dictionary(XObject=pikepdf.Dictionary(inner))
+    return form
+
+
+def _form_page(pdf: object, top: object) -> bytes:
+    import pikepdf
+
+    assert isinstance(pdf, pikepdf.Pdf)
+    page = pdf.add_blank_page(page_size=(612, 792))
+    page.obj["/Resources"] = pikepdf.Dictionary(XObject=pikepdf.Dictionary(F=top))
+    page.obj["/Contents"] = pdf.make_stream(b"/F Do")
+    out = io.BytesIO()
+    pdf.save(out, compress_streams=True)
+    return out.getvalue()
+
+
+def self_drawing_form() -> bytes:
+    """A PDF of about 800 bytes whose one page draws a form that draws itself twice:
+    PDFium's load of the page doubles at every level until memory runs out."""
+    import pikepdf
+
+    pdf = pikepdf.new()
+    form = _form(pdf, b"q 0.5 0 0 0.5 0 0 cm /F Do Q q 0.5 0 0 0.5 100 100 cm /F Do Q "
+                 b"0 0 m 10 10 l S", {})
+    form["/Resources"] = pikepdf.Dictionary(XObject=pikepdf.Dictionary(F=form))
+    return _form_page(pdf, form)
+
+
+def form_fan(depth: int = 30) -> bytes:
+    """Forms nested ``depth`` deep, each drawing the one below twice: no cycle, and
+    2**depth uses of the innermost line."""
+    import pikepdf
+
+    pdf = pikepdf.new()
+    form = _form(pdf, b"0 0 m 10 10 l S", {})
+    for _ in range(depth):
+        form = _form(pdf, b"/F Do /F Do", {"/F": form})
+    return _form_page(pdf, form)
