@@ -25,6 +25,7 @@ from pathlib import Path
 
 from ocrwatch import outcome, pipeline
 from ocrwatch.context import Context
+from ocrwatch.core import cpus
 from ocrwatch.core.domain import Job, Page, PageText
 from ocrwatch.core.errors import OcrwatchError, TransientError
 from ocrwatch.core.status import PageRate, Reading
@@ -88,6 +89,7 @@ class Scheduler:
         self.last_result: Path | None = None
         self.rate = PageRate()
         self.abandoned: list[str] = []  # threads close() left in a page, by name
+        self._preparer = threading.local()  # a preparer's own: its priority lowered yet
         self._threads: list[Service] = [
             *(Loop("ocrwatch-prepare" + (f"-{n}" if n else ""), self._prepare_step, self.wake)
               for n in range(max(1, policy.preparers))),
@@ -168,6 +170,9 @@ class Scheduler:
 
     # -- the preparer ----------------------------------------------------------------
     def _prepare_step(self) -> None:
+        if not getattr(self._preparer, "niced", False):  # once, on each preparer's thread
+            self._preparer.niced = True
+            cpus.lower_thread_priority(self.engine.policy.prepare_nice)
         release = False
         with self._cond:
             if self._stopping:
