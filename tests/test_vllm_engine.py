@@ -1105,6 +1105,30 @@ def test_after_the_idle_stop_a_standby_process_waits_and_becomes_the_next_worker
     assert gone(standby)
 
 
+def test_stand_by_imports_vllm_before_the_first_page_which_then_pays_only_the_start() -> None:
+    """What the daemon calls at launch: the worker's imports begin then, not at the first
+    file, and the first page's worker is that process."""
+    config = Config()
+    config.vllm.max_tokens = 64
+    eng = VllmEngine(config, backend="fake", backend_options={"import_delay": 0.5},
+                     card_mib=16 * 1024)
+    try:
+        assert eng.standby_pid is None
+        eng.stand_by()
+        standby = wait_for(lambda: eng.standby_pid, 10, "a standby process")
+        assert eng.describe()["gpu_memory_mb"] == 0 and eng.worker_pid is None
+        eng.stand_by()  # a second call starts no second process
+        assert eng.standby_pid == standby
+        (result,) = eng.recognize([page(0)])
+        assert result.error is None
+        assert eng.worker_pid == standby and eng.standby_pid is None
+        eng.stand_by()  # while a worker runs: nothing
+        assert eng.standby_pid is None
+    finally:
+        eng.close()
+    assert gone(standby)
+
+
 def test_no_standby_when_it_is_turned_off() -> None:
     config = Config()
     config.vllm.idle_sleep_seconds = 0
@@ -1112,6 +1136,8 @@ def test_no_standby_when_it_is_turned_off() -> None:
     config.vllm.standby = False
     eng = VllmEngine(config, backend="fake", card_mib=16 * 1024)
     try:
+        eng.stand_by()
+        assert not wait_for_or_none(lambda: eng.standby_pid, 0.3)
         eng.recognize([page(0)])
         assert eng.wait_for_state(["stopped"], 10)
         assert not wait_for_or_none(lambda: eng.standby_pid, 0.5)
