@@ -140,7 +140,7 @@ def run_daemon_on_drop(engine: Sequence[str], folder: Path, files: dict[str, int
     ]) + "\n")
     env = daemon_env(home, work)
     log = (work / "daemon.log").open("wb")
-    launched = time.monotonic()
+    launched, launched_wall = time.monotonic(), time.time()
     proc = subprocess.Popen([sys.executable, "-m", "ocrwatch", "run", "--no-tray",
                              "--config", str(config)], stdout=log, stderr=subprocess.STDOUT,
                             env=env)
@@ -152,6 +152,9 @@ def run_daemon_on_drop(engine: Sequence[str], folder: Path, files: dict[str, int
             os.rename(staging / name, inbox / name)
         wait_jobs(database, len(warmed), proc, time.monotonic() + timeout)
         first_file_s = time.monotonic() - launched
+        # The first page after launch: the warm-up file whose sidecar came first.
+        sidecars = [(inbox / n).with_suffix(".md") for n in warmed]
+        first_page_s = min(p.stat().st_mtime for p in sidecars if p.exists()) - launched_wall
         for name in files:
             shutil.copy(folder / name, staging / name)
         started_wall, started = time.time(), time.monotonic()
@@ -184,7 +187,8 @@ def run_daemon_on_drop(engine: Sequence[str], folder: Path, files: dict[str, int
     seconds = ended_wall - started_wall
     return {"pages": pages, "failed": states.get("failed", 0), "seconds": round(seconds, 2),
             "rate": round(pages / seconds, 3), "peak_mib": peak,
-            "first_file_s": round(first_file_s, 1), "errors": failures(database),
+            "first_file_s": round(first_file_s, 1), "first_page_s": round(first_page_s, 1),
+            "errors": failures(database),
             "after_idle_stop_s": after_idle}
 
 

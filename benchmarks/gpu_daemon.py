@@ -48,13 +48,38 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks._drop import drop_counts, make_drop, run_daemon_on_drop, vllm_lines  # noqa: E402
 from benchmarks.gpu_engine import Sampler, emit, gpu_facts, used_mib  # noqa: E402
+from ocrwatch.core.cpus import usable_cores  # noqa: E402
 from ocrwatch.engines.base import gpu_preparers  # noqa: E402
+
+
+def osd_data() -> str:
+    """Where Tesseract's osd data was found, or "none" (then pages are not turned)."""
+    for folder in (os.environ.get("TESSDATA_PREFIX"), "/usr/share/tesseract-ocr/5/tessdata",
+                   "/usr/share/tesseract-ocr/4.00/tessdata", "/usr/share/tessdata"):
+        if folder and (Path(folder) / "osd.traineddata").exists():
+            return folder
+    return "none"
 
 GIB = 1024.0
 LIMIT_GIB = 16.0
 IDLE_STOP_S = 10.0  # short, so that the run also times the first page after an idle stop
-PLAIN_SEQS = (8, 16, 24)
-PLAIN_UTIL = 0.0926  # of the H200: the 16 GB card's budget less 3 GiB (docs/gpu.md)
+PLAIN_SEQS = (16, 24, 32)
+# Plain vLLM's memory: the 16 GB card's budget less 3 GiB (docs/gpu.md), as a share of the
+# card it runs on: 0.0926 of the H200's 143771 MiB, 0.1632 of an H100's 81559 MiB.
+PLAIN_BUDGET_MIB = 0.0926 * 143771
+
+
+def plain_share(total_mib: float) -> float:
+    """vLLM's gpu_memory_utilization that gives plain vLLM the same 13.0 GiB on any card."""
+    return round(PLAIN_BUDGET_MIB / total_mib, 4)
+
+
+def card_total_mib() -> float:
+    import subprocess
+
+    out = subprocess.check_output(["nvidia-smi", "--query-gpu=memory.total",
+                                   "--format=csv,noheader,nounits"], text=True)
+    return float(out.split()[0])
 CARD_GB = 16.0  # the card the daemon and the engine plan for
 # vLLM's own account of its memory at start, kept from the logs for the report.
 VLLM_MEMORY_LINES = ("Model loading took", "Available KV cache memory", "reserved",
@@ -189,7 +214,7 @@ def drop_pages(folder: Path, files: dict[str, int]) -> list[Any]:
 
 
 def plain_main(model: str, folder: Path, tokens: int, seqs: int, step: int,
-               max_model_len: int, pagewise: bool = False) -> None:
+               max_model_len: int, pagewise: bool = False, util: float = 0.0926) -> None:
     """One plain vLLM setting on the drop's pages (its own process): RESULT line.
 
     vLLM's own LightOnOCR class, or with ``pagewise`` the engine's page-at-a-time
@@ -208,7 +233,7 @@ def plain_main(model: str, folder: Path, tokens: int, seqs: int, step: int,
     t0 = time.monotonic()
     _register_model_class(model, pagewise=pagewise)
     llm = LLM(model=model, load_format="dummy", dtype="bfloat16", max_model_len=max_model_len,
-              gpu_memory_utilization=PLAIN_UTIL, max_num_seqs=seqs,
+              gpu_memory_utilization=util, max_num_seqs=seqs,
               max_num_batched_tokens=step, limit_mm_per_prompt={"image": 1},
               mm_processor_cache_gb=0, enable_prefix_caching=False, seed=0,
               compilation_config=compilation_config({"cudagraph_sizes": sizes.cudagraph_sizes}))
@@ -216,13 +241,22 @@ def plain_main(model: str, folder: Path, tokens: int, seqs: int, step: int,
     sp = SamplingParams(temperature=0.2, top_p=0.9, max_tokens=tokens, ignore_eos=True)
     reqs = [{"prompt": PROMPT, "multi_modal_data": {"image": im}} for im in images]
     passes = []
+    complete = 0
     for _ in range(2):  # the first pays vLLM's one-off kernel compiles
         t = time.monotonic()
-        llm.generate(reqs, sp, use_tqdm=False)
+        outs = llm.generate(reqs, sp, use_tqdm=False)
         passes.append((t, time.monotonic()))
+        # The same work as the engine's: every page read, each writing all its tokens.
+        complete = sum(1 for o in outs if o.outputs and len(o.outputs[0].token_ids) == tokens)
     (w0, w1), (t1, t2) = passes
+    # The image encoder and the prompt alone (one token written): the compute-bound share
+    # of a page, for the estimates per card class in docs/gpu.md.
+    t = time.monotonic()
+    llm.generate(reqs, SamplingParams(temperature=0.2, top_p=0.9, max_tokens=1), use_tqdm=False)
+    prefill = time.monotonic() - t
     print("RESULT " + json.dumps({
         "seqs": seqs, "pagewise": pagewise, "pages": len(images), "start_s": round(start, 1),
+        "complete": complete, "util": util, "prefill_s": round(prefill, 2),
         "warm_rate": round(len(images) / (w1 - w0), 3), "seconds": round(t2 - t1, 2),
         "rate": round(len(images) / (t2 - t1), 3), "window": [w0, t2], "timed": [t1, t2]}),
         flush=True)
@@ -230,12 +264,13 @@ def plain_main(model: str, folder: Path, tokens: int, seqs: int, step: int,
 
 def run_plain(model: str, folder: Path, tokens: int, seqs: int, step: int, max_model_len: int,
               sampler: Sampler | None, log: Path | None,
-              pagewise: bool = False) -> dict[str, Any]:
+              pagewise: bool = False, util: float = 0.0926) -> dict[str, Any]:
     import subprocess
 
     cmd = [sys.executable, __file__, model, "--plain", str(seqs), "--tokens", str(tokens),
            "--plain-step", str(step), "--plain-len", str(max_model_len),
-           "--work", str(folder.parent), *(["--plain-pagewise"] if pagewise else [])]
+           "--work", str(folder.parent), "--plain-util", str(util),
+           *(["--plain-pagewise"] if pagewise else [])]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=400)
     if log is not None:
         with log.open("a") as f:
@@ -257,7 +292,8 @@ def run_plain(model: str, folder: Path, tokens: int, seqs: int, step: int, max_m
 def best_plain(plain: list[dict[str, Any]], base: int) -> dict[str, Any] | None:
     """The fastest plain setting (vLLM's own encoder) whose card peak stayed under 16 GiB."""
     fits = [p for p in plain if "rate" in p and p.get("peak_mib") is not None
-            and not p.get("pagewise") and (p["peak_mib"] - base) / GIB < LIMIT_GIB]
+            and not p.get("pagewise") and (p["peak_mib"] - base) / GIB < LIMIT_GIB
+            and p.get("complete", p["pages"]) == p["pages"]]
     return max(fits, key=lambda p: p["rate"]) if fits else None
 
 
@@ -275,6 +311,8 @@ def report(meta: dict[str, Any], prep: dict[str, Any], daemon: dict[str, Any] | 
         f"model: LightOnOCR-2-1B shape, random weights (load_format=dummy), bf16; "
         f"{meta['tokens']} output tokens a page (ignore_eos); the engine's default 16 GiB budget; "
         f"torch.compile {'on' if meta.get('torch_compile') else 'off'}",
+        f"cores usable {meta.get('usable_cores')} (affinity {meta.get('affinity')}); "
+        f"Tesseract osd data: {meta.get('osd')}",
         f"drop: {meta['files']} files, {meta['pages']} pages: 24 A4 300-dpi JPEGs, 24 card "
         "photos, 4 four-page PDFs (benchmarks/gpu_remote.py's make_drop); settle_seconds "
         f"{meta['settle']}",
@@ -283,7 +321,7 @@ def report(meta: dict[str, Any], prep: dict[str, Any], daemon: dict[str, Any] | 
         "orientation and skew checks; one "
         f"thread; the daemon runs {meta.get('preparers', 1)} such preparers, a file each):",
     ]
-    for kind in ("a4", "card", "pdf"):
+    for kind in ("a4", "card", "pdf") if prep else ():
         p = prep[kind]
         lines.append(f"  {kind}: {p['pages']} pages in {p['s']} s, {p['pages_per_s']} pages/s")
     if "all_threads" in prep:
@@ -308,6 +346,8 @@ def report(meta: dict[str, Any], prep: dict[str, Any], daemon: dict[str, Any] | 
             lines.append(f"| {which}, max_num_seqs {p['seqs']}, all pages at once (second "
                          f"pass; first {p['warm_rate']:.2f}) | {p['pages']} | {p['seconds']} | "
                          f"{p['rate']:.2f} | {gib(p.get('peak_mib'))} |")
+            lines.append(f"|   pages written in full {p.get('complete')}/{p['pages']}; encoder "
+                         f"and prompt alone (1 token a page) {p.get('prefill_s')} s | | | | |")
         else:
             lines.append(f"| {which}, max_num_seqs {p['seqs']} | failed: "
                          f"{p['error'][-200:]!r} | | | |")
@@ -315,11 +355,12 @@ def report(meta: dict[str, Any], prep: dict[str, Any], daemon: dict[str, Any] | 
     best = best_plain(plain or [], base)
     if best is not None:
         lines.append(f"best plain setting under {LIMIT_GIB:.0f} GiB: max_num_seqs {best['seqs']}, "
-                     f"{best['rate']:.2f} pages/s (utilization {PLAIN_UTIL}, "
+                     f"{best['rate']:.2f} pages/s (utilization {best.get('util')} of this "
+                     "card: the 16 GB card's 13.0 GiB, "
                      f"{meta.get('plain_step')}-token steps, max_model_len "
                      f"{meta.get('plain_len')}, the engine's CUDA-graph settings)")
         if daemon is not None:
-            lines.append(f"daemon / best plain: {daemon['rate'] / best['rate']:.2f}x (goal 1.0x)")
+            lines.append(f"daemon / best plain: {daemon['rate'] / best['rate']:.2f}x (goal 1.1x)")
         if alone is not None:
             lines.append(f"engine alone / best plain: {alone['rate'] / best['rate']:.2f}x "
                          "(goal 1.05x)")
@@ -331,8 +372,10 @@ def report(meta: dict[str, Any], prep: dict[str, Any], daemon: dict[str, Any] | 
                          f"{alone['rate'] / p['rate']:.2f}x (the memory plan and feeding "
                          "alone)")
     if daemon is not None:
-        lines.append(f"daemon: first file (engine start included) {daemon['first_file_s']} s "
-                     f"after launch; failed files {daemon['failed']} {daemon['errors']}")
+        lines.append(f"daemon: first page's sidecar {daemon.get('first_page_s')} s after launch "
+                     f"(goal 30 s with warm caches; {meta.get('caches', '?')}); the whole "
+                     f"warm-up drop {daemon['first_file_s']} s; failed files {daemon['failed']} "
+                     f"{daemon['errors']}")
         lines.append(f"daemon: idle_stop_seconds {IDLE_STOP_S:g}; after the worker had ended on "
                      "idle and the standby process had imported vLLM, one more A4 page was "
                      f"read in {daemon['after_idle_stop_s']} s from its drop to its sidecar "
@@ -372,6 +415,9 @@ def main() -> None:
     parser.add_argument("--prepare-only", action="store_true",
                         help="only the page preparation rates (no GPU needed)")
     parser.add_argument("--skip-plain", action="store_true", help="no plain vLLM runs")
+    parser.add_argument("--plain-only", action="store_true",
+                        help="only plain vLLM (4096-token steps, max_model_len 3840: the "
+                             "engine's plan at 500 tokens), for a call of its own")
     parser.add_argument("--plain-seqs", type=int, nargs="+", default=list(PLAIN_SEQS),
                         help="plain vLLM's max_num_seqs settings (default 8 16 24)")
     parser.add_argument("--plain-pagewise-seqs", type=int, nargs="*", default=[],
@@ -379,13 +425,18 @@ def main() -> None:
                              "these max_num_seqs (default none)")
     parser.add_argument("--plain-log", type=Path, help="plain vLLM's output goes here")
     parser.add_argument("--plain-pagewise", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--plain-util", type=float, default=0.0926, help=argparse.SUPPRESS)
+    parser.add_argument("--skip-prepare", action="store_true",
+                        help="no page preparation rates (they take a minute with orientation)")
+    parser.add_argument("--caches", default="as found",
+                        help="what the report says of vLLM's and Triton's caches at launch")
     parser.add_argument("--plain", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--plain-step", type=int, default=4096, help=argparse.SUPPRESS)
     parser.add_argument("--plain-len", type=int, default=3840, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.plain:
         plain_main(args.model, args.work / "drop", args.tokens, args.plain, args.plain_step,
-                   args.plain_len, args.plain_pagewise)
+                   args.plain_len, args.plain_pagewise, args.plain_util)
         return
     if not args.prepare_only and not args.model:
         parser.error("give the model folder, or --prepare-only")
@@ -399,38 +450,43 @@ def main() -> None:
                             "files": len(files), "pages": sum(files.values()),
                             "settle": args.settle, "cores": os.cpu_count(),
                             "preparers": gpu_preparers(Config().rotate_pages),
+                            "usable_cores": usable_cores(), "caches": args.caches,
+                            "affinity": len(os.sched_getaffinity(0)),
+                            "osd": osd_data(),
                             "torch_compile": args.torch_compile,
                             "baseline_mib": used_mib() if gpu else None,
                             "gpu": "none", "vllm": "-"}
     if gpu:
         meta.update(gpu_facts())
-    prep = prepare_rates(folder, files)
+    prep = {} if args.skip_prepare else prepare_rates(folder, files)
     print("prepare:", json.dumps(prep), flush=True)
     saved: dict[str, Any] = {"meta": meta, "prepare": prep, "daemon": None, "alone": None}
     if gpu:
         sampler = Sampler()
-        saved["daemon"] = run_daemon(args.model, folder, files, args.tokens, args.settle,
-                                     args.work, sampler, args.timeout, args.torch_compile,
-                                     drop_counts(args.warm))
-        print("daemon:", json.dumps(saved["daemon"]), flush=True)
-        if args.json:
-            args.json.write_text(json.dumps(saved, indent=1))
-        sampler.settle(3.0)
-        saved["alone"] = run_engine_alone(args.model, folder, files, args.tokens, sampler,
-                                          args.torch_compile)
-        print("engine alone:", json.dumps(saved["alone"]), flush=True)
-        if args.json:
-            args.json.write_text(json.dumps(saved, indent=1))
+        if not args.plain_only:
+            saved["daemon"] = run_daemon(args.model, folder, files, args.tokens, args.settle,
+                                         args.work, sampler, args.timeout, args.torch_compile,
+                                         drop_counts(args.warm))
+            print("daemon:", json.dumps(saved["daemon"]), flush=True)
+            if args.json:
+                args.json.write_text(json.dumps(saved, indent=1))
+            sampler.settle(3.0)
+            saved["alone"] = run_engine_alone(args.model, folder, files, args.tokens, sampler,
+                                              args.torch_compile)
+            print("engine alone:", json.dumps(saved["alone"]), flush=True)
+            if args.json:
+                args.json.write_text(json.dumps(saved, indent=1))
         saved["plain"] = []
-        step = saved["alone"]["max_num_batched_tokens"]
-        length = saved["alone"]["max_model_len"]
-        meta.update(plain_step=step, plain_len=length)
+        step = saved["alone"]["max_num_batched_tokens"] if saved["alone"] else 4096
+        length = saved["alone"]["max_model_len"] if saved["alone"] else 3840
+        util = plain_share(card_total_mib())
+        meta.update(plain_step=step, plain_len=length, plain_util=util)
         runs = [(seqs, False) for seqs in args.plain_seqs]
         runs += [(seqs, True) for seqs in args.plain_pagewise_seqs]
         for seqs, pagewise in () if args.skip_plain else runs:
             sampler.settle(3.0)
             saved["plain"].append(run_plain(args.model, folder, args.tokens, seqs, step, length,
-                                            sampler, args.plain_log, pagewise))
+                                            sampler, args.plain_log, pagewise, util))
             print("plain:", json.dumps(saved["plain"][-1]), flush=True)
             if args.json:
                 args.json.write_text(json.dumps(saved, indent=1))

@@ -151,6 +151,9 @@ class Daemon:
         for job in recovered.crashers:  # once `after` runs: the batch notice counts it
             outcome.fail(self.ctx, job, CRASHED_REASON)
         self.scheduler.start()
+        stand_by = getattr(self.engine, "stand_by", None)
+        if stand_by is not None and self._watch and not self.paused:
+            stand_by()  # the vLLM worker's imports begin now, not at the first file
         if self._watch:
             self.index_guard.start()
             settler = Settler(self.config.inbox, self.config.settle_seconds, self.consider,

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from ocrwatch import outcome, pipeline
 from ocrwatch.context import Context
+from ocrwatch.core import cpus
 from ocrwatch.core.domain import Job, Page, PageText
 from ocrwatch.core.errors import OcrwatchError, TransientError
 from ocrwatch.core.status import PageRate, Reading
@@ -92,6 +93,7 @@ class Scheduler:
         self.abandoned: list[str] = []  # threads close() left in a page, by name
         self._regular = max(1, policy.preparers)
         self._in_file = 0  # regular preparers inside a file: the passing lane's cue
+        self._preparer = threading.local()  # a preparer's own: its priority lowered yet
         self._threads: list[Service] = [
             *(Loop("ocrwatch-prepare" + (f"-{n}" if n else ""), self._prepare_step, self.wake)
               for n in range(self._regular)),
@@ -177,6 +179,9 @@ class Scheduler:
 
     # -- the preparer ----------------------------------------------------------------
     def _prepare_step(self, lane: bool = False) -> None:
+        if not getattr(self._preparer, "niced", False):  # once, on each preparer's thread
+            self._preparer.niced = True
+            cpus.lower_thread_priority(self.engine.policy.prepare_nice)
         release = False
         with self._cond:
             if self._stopping:

@@ -12,6 +12,8 @@ import json
 import multiprocessing
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -24,10 +26,11 @@ from helpers import save_pdf, text_page, wait_for
 from PIL import Image
 
 from ocrwatch.config import Config
+from ocrwatch.core.cpus import lower_thread_priority
 from ocrwatch.core.domain import Page, PageText
 from ocrwatch.core.errors import EngineError, EngineUnavailable
 from ocrwatch.core.textutil import markdown_to_text, repeats_itself
-from ocrwatch.engines.base import ReadPolicy, gpu_preparers
+from ocrwatch.engines.base import PREPARE_NICE, gpu_preparers
 from ocrwatch.engines.faults import Fault
 from ocrwatch.engines.lightonocr import MAX_PROMPT_TOKENS, image_tokens
 from ocrwatch.engines.vllm import VllmEngine, plan_memory
@@ -193,8 +196,9 @@ def test_engine_policy_comes_from_the_plan() -> None:
     try:
         # One page per call (as for every engine), twice max_num_seqs callers: pages
         # stream, results come singly.
-        assert eng.policy == ReadPolicy(concurrency=2 * eng.plan.max_num_seqs,
-                                        preparers=gpu_preparers(turning=True))
+        assert eng.policy.concurrency == 2 * eng.plan.max_num_seqs
+        assert 1 <= eng.policy.preparers <= gpu_preparers(turning=True)
+        assert eng.policy.prepare_nice == PREPARE_NICE
         assert eng.max_side == 1540
         assert eng.describe()["state"] == "stopped"
     finally:
@@ -202,20 +206,53 @@ def test_engine_policy_comes_from_the_plan() -> None:
 
 
 @pytest.mark.parametrize(("cores", "threads", "turning"), [
-    (1, 1, 1), (2, 2, 2), (4, 4, 4), (8, 4, 4), (12, 6, 8), (16, 8, 12), (24, 8, 16),
+    (1, 1, 1), (2, 2, 2), (4, 4, 4), (8, 4, 6), (12, 6, 10), (16, 8, 14), (24, 8, 16),
     (64, 8, 16)])
 def test_gpu_engines_prepare_on_a_thread_per_core_to_4_then_more_when_turning_pages(
-        monkeypatch: pytest.MonkeyPatch, cores: int, threads: int, turning: int) -> None:
-    """Decoding alone: half the cores, up to 8. Turning pages upright costs five times as
-    much: all cores but 4 (the engine's own processes), up to 16."""
-    monkeypatch.setattr("os.cpu_count", lambda: cores)
-    assert (gpu_preparers(), gpu_preparers(turning=True)) == (threads, turning)
+        cores: int, threads: int, turning: int) -> None:
+    """Decoding alone: half the free cores, up to 8. Turning pages upright costs five times
+    as much: all free cores but the engine's own 2, up to 16."""
+    assert (gpu_preparers(cores=cores), gpu_preparers(True, cores)) == (threads, turning)
+
+
+@pytest.mark.parametrize(("busy", "turning"), [(0.0, 14), (3.7, 10), (6.0, 8), (12.0, 4),
+                                               (15.9, 1)])
+def test_gpu_engines_leave_the_cores_other_programs_keep_busy(busy: float,
+                                                              turning: int) -> None:
+    assert gpu_preparers(True, 16, busy) == turning
+
+
+def test_the_preparers_count_only_the_cores_the_daemon_may_run_on() -> None:
+    """``taskset -c 0`` (a CPU affinity of one core) on a machine of more: one core."""
+    code = ("import os; os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]}); "
+            "from ocrwatch.core.cpus import usable_cores; "
+            "from ocrwatch.engines.base import gpu_preparers; "
+            "print(usable_cores(), gpu_preparers(True))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60).stdout.split()
+    assert out == ["1", "1"]
+
+
+def test_a_preparer_thread_lowers_its_own_priority_only() -> None:
+    niced: list[int] = []
+
+    def preparer() -> None:
+        assert lower_thread_priority(PREPARE_NICE)
+        niced.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+
+    before = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    thread = threading.Thread(target=preparer)
+    thread.start()
+    thread.join(10)
+    assert niced == [min(19, before + PREPARE_NICE)]
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == before
 
 
 def test_the_engine_prepares_on_more_threads_when_pages_are_turned_upright(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("os.cpu_count", lambda: 16)
-    for rotate, threads in ((True, 12), (False, 8)):
+    monkeypatch.setattr("ocrwatch.core.cpus.usable_cores", lambda: 16)
+    monkeypatch.setattr("ocrwatch.core.cpus.busy_elsewhere", lambda: 0.0)
+    for rotate, threads in ((True, 14), (False, 8)):
         eng = VllmEngine(Config(rotate_pages=rotate), backend="fake", card_mib=16 * 1024)
         try:
             assert eng.policy.preparers == threads
@@ -1069,6 +1106,30 @@ def test_after_the_idle_stop_a_standby_process_waits_and_becomes_the_next_worker
     assert gone(standby)
 
 
+def test_stand_by_imports_vllm_before_the_first_page_which_then_pays_only_the_start() -> None:
+    """What the daemon calls at launch: the worker's imports begin then, not at the first
+    file, and the first page's worker is that process."""
+    config = Config()
+    config.vllm.max_tokens = 64
+    eng = VllmEngine(config, backend="fake", backend_options={"import_delay": 0.5},
+                     card_mib=16 * 1024)
+    try:
+        assert eng.standby_pid is None
+        eng.stand_by()
+        standby = wait_for(lambda: eng.standby_pid, 10, "a standby process")
+        assert eng.describe()["gpu_memory_mb"] == 0 and eng.worker_pid is None
+        eng.stand_by()  # a second call starts no second process
+        assert eng.standby_pid == standby
+        (result,) = eng.recognize([page(0)])
+        assert result.error is None
+        assert eng.worker_pid == standby and eng.standby_pid is None
+        eng.stand_by()  # while a worker runs: nothing
+        assert eng.standby_pid is None
+    finally:
+        eng.close()
+    assert gone(standby)
+
+
 def test_no_standby_when_it_is_turned_off() -> None:
     config = Config()
     config.vllm.idle_sleep_seconds = 0
@@ -1076,6 +1137,8 @@ def test_no_standby_when_it_is_turned_off() -> None:
     config.vllm.standby = False
     eng = VllmEngine(config, backend="fake", card_mib=16 * 1024)
     try:
+        eng.stand_by()
+        assert not wait_for_or_none(lambda: eng.standby_pid, 0.3)
         eng.recognize([page(0)])
         assert eng.wait_for_state(["stopped"], 10)
         assert not wait_for_or_none(lambda: eng.standby_pid, 0.5)

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-import os
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from ocrwatch.core import cpus
 from ocrwatch.core.domain import Page, PageText
 
 if TYPE_CHECKING:
     from ocrwatch.config import Config
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -20,35 +23,57 @@ class ReadPolicy:
 
     ``concurrency`` is how many ``recognize`` calls may run at the same time (CPU engines:
     one per core; vLLM and remote: the pages they keep in flight); ``preparers`` how many
-    files the daemon opens (decodes, scales) at the same time.
+    files the daemon opens (decodes, scales) at the same time; ``prepare_nice`` how many
+    steps lower than the daemon's the preparers' CPU priority is (GPU engines: the
+    processes that feed the card, and the user's programs, go first).
     """
 
     concurrency: int = 1
     # A GPU reads A4 pages about as fast as one core prepares them; CPU engines keep every
     # core for reading.
     preparers: int = 1
+    prepare_nice: int = 0
 
 
-def gpu_preparers(turning: bool = False) -> int:
-    """Preparer threads for an engine that reads on a GPU: one per core up to 4, and half
-    the cores up to 8 on larger machines (the engine's own processes need the rest); with
-    pages turned upright (``turning``: ``rotate_pages``), all cores but 4, up to 16.
+# Cores the GPU engine's own side needs beside the preparers: the worker's front end
+# (vLLM's Python, the image processor) and vLLM's engine process, which keeps the card fed.
+ENGINE_CORES = 2
+# How much lower the preparers' CPU priority is than the rest (nice 10: about a tenth of a
+# contended core's time against a program at the default priority).
+PREPARE_NICE = 10
 
-    Decoding and scaling run in Pillow's and pdfium's C code outside the GIL, so threads
-    prepare in parallel. With the page-at-a-time encoder the engine read the 64-page drop
-    at 7.6 pages/s, while 4 preparers gave 11 pages/s on the GPU machine's 16 cores
-    (benchmarks/results/gpu_daemon.txt): pages arrived too slowly to fill the engine's
-    first 33 places at once. Turning pages upright makes preparing five times dearer (1.5
-    CPU s a page against 0.3 at 1540 pixels: OSD is unsure of one page in five, which is
-    then read four ways), and there 8 threads prepared 4.3 pages/s, 12 threads 5.7 and 16
-    threads 6.1, for an engine that reads about 6 (benchmarks/results/prep_threads.txt);
-    with 12 the daemon read 4.1-4.4 pages/s against 3.8-3.9 with 8
-    (benchmarks/results/gpu_scan.txt).
+
+def gpu_preparers(turning: bool = False, cores: int | None = None,
+                  busy: float = 0.0) -> int:
+    """Preparer threads for an engine that reads on a GPU, from the cores really free:
+    ``cores`` this process may use (default :func:`~ocrwatch.core.cpus.usable_cores`:
+    its CPU affinity, a cgroup's quota) less ``busy``, the cores other programs keep busy.
+
+    Decoding alone: one per free core up to 4, and half of them up to 8 on larger machines.
+    Turning pages upright (``turning``: ``rotate_pages``) makes preparing five times
+    dearer (1.5 CPU s a page against 0.3 at 1540 pixels, benchmarks/results/prep_threads.txt):
+    all free cores but the engine's own two, up to 16, and at least 4 where there are 4.
+    The preparers run at a lower priority (``PREPARE_NICE``), so where they and the
+    engine's processes (or the user's) want the same core, the others go first.
+    Decoding and scaling run in Pillow's and pdfium's C code, OSD in Tesseract's, outside
+    the GIL, so threads prepare in parallel.
     """
-    cores = os.cpu_count() or 1
+    if cores is None:
+        cores = cpus.usable_cores()
+    free = max(1, cores - round(busy))
     if turning:
-        return min(16, max(min(4, cores), cores - 4))
-    return min(8, max(min(4, cores), cores // 2))
+        return min(16, max(min(4, free), free - ENGINE_CORES))
+    return min(8, max(min(4, free), free // 2))
+
+
+def gpu_read_policy(concurrency: int, turning: bool) -> ReadPolicy:
+    """The read policy of an engine that reads on a GPU: its callers, and preparers sized
+    from the cores free now, at a lower priority."""
+    busy = cpus.busy_elsewhere()
+    preparers = gpu_preparers(turning, busy=busy)
+    log.info("%d page preparers (%d cores usable, %.1f busy with other programs)",
+             preparers, cpus.usable_cores(), busy)
+    return ReadPolicy(concurrency=concurrency, preparers=preparers, prepare_nice=PREPARE_NICE)
 
 
 @runtime_checkable

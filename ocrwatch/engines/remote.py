@@ -43,7 +43,7 @@ from ocrwatch.core.domain import Page, PageText
 from ocrwatch.core.errors import EngineError, EngineUnavailable
 from ocrwatch.core.threads import Loop
 from ocrwatch.engines import lightonocr
-from ocrwatch.engines.base import Doctor, ReadPolicy, Registration, gpu_preparers
+from ocrwatch.engines.base import Doctor, Registration, gpu_read_policy
 from ocrwatch.engines.openai_http import (
     CONNECT_TIMEOUT,
     PROBE_TIMEOUT,
@@ -147,8 +147,7 @@ class RemoteEngine(lightonocr.LightOnOCREngine):
         self._cfg = config.remote
         urls = self._cfg.urls or [self._cfg.url]
         self._servers = [_Server(u.rstrip("/")) for u in urls]
-        self._policy = ReadPolicy(concurrency=self._cfg.concurrency,
-                                  preparers=gpu_preparers(config.rotate_pages))
+        self._policy = gpu_read_policy(self._cfg.concurrency, config.rotate_pages)
         self._cond = threading.Condition()
         self._starting = threading.Lock()
         self._slots = threading.BoundedSemaphore(self._cfg.concurrency)

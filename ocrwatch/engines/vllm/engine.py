@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ocrwatch.core.domain import Page, PageText
 from ocrwatch.core.errors import EngineUnavailable
 from ocrwatch.engines import gpu, lightonocr
-from ocrwatch.engines.base import ReadPolicy, gpu_preparers
+from ocrwatch.engines.base import gpu_read_policy
 from ocrwatch.engines.vllm.admission import Request
 from ocrwatch.engines.vllm.feeder import Feeder
 from ocrwatch.engines.vllm.memory import MemoryPlan, default_budget, plan_memory
@@ -85,8 +85,7 @@ class VllmEngine(lightonocr.LightOnOCREngine):
                               held_mib, replan, others_mib)
         # One page per call: each page's result goes on to its file the moment it ends.
         # Twice max_num_seqs callers keep a choice of pages waiting for admission.
-        self._policy = ReadPolicy(concurrency=2 * plan.max_num_seqs,
-                                  preparers=gpu_preparers(config.rotate_pages))
+        self._policy = gpu_read_policy(2 * plan.max_num_seqs, config.rotate_pages)
         atexit.register(self.close)
 
     # -- the Engine interface ------------------------------------------------------------
@@ -172,6 +171,12 @@ class VllmEngine(lightonocr.LightOnOCREngine):
         """A file is arriving: start or wake the worker now, in the background, so that
         its pages do not wait for the start after they are prepared."""
         self._feeder.warm()
+
+    def stand_by(self) -> None:
+        """The daemon has started: import vLLM in a standby process now, in the
+        background and with nothing on the card (``vllm.standby``), so that the first
+        file does not wait for the 20 s of imports."""
+        self._feeder.stand_by()
 
     def sleep(self) -> None:
         """Put the worker to sleep now (what the idle timer does after a while)."""

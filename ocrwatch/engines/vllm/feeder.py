@@ -255,6 +255,18 @@ class Feeder:
             self._start_feeder()
         self.poke()
 
+    def stand_by(self) -> None:
+        """Start the standby process now (``vllm.standby``): torch and vLLM imported in
+        the background, nothing on the card, so that the first page pays only the
+        engine's creation. Does nothing while a worker or a standby exists."""
+        with self._cond:
+            if self._closing or self._worker is not None or self._state != "stopped":
+                return
+        self._start_standby()
+        with self._cond:
+            self._start_feeder()  # its loop reads the standby's message
+        self.poke()
+
     def _bound(self, plan: MemoryPlan) -> int:
         """Pages handed to vLLM at most: the plan's in flight, plus ``vllm.queued_pages``
         waiting in vLLM's own queue (they take no card memory until they run)."""
