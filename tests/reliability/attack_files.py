@@ -126,6 +126,7 @@ def self_drawing_form() -> bytes:
     pdf = pikepdf.new()
     form = _form(pdf, b"q 0.5 0 0 0.5 0 0 cm /F Do Q q 0.5 0 0 0.5 100 100 cm /F Do Q "
                  b"0 0 m 10 10 l S", {})
+    assert isinstance(form, pikepdf.Stream)
     form["/Resources"] = pikepdf.Dictionary(XObject=pikepdf.Dictionary(F=form))
     return _form_page(pdf, form)
 
