@@ -335,7 +335,8 @@ class Daemon:
         """Queue again the files read otherwise than now (``all_files``: every file read)."""
         stale = self.jobs.read_otherwise("" if all_files else (self.read_with or ""))
         paths = [j.path for j in stale if j.path.exists()]
-        count = self.jobs.retry(paths) if paths else 0
+        # Read again, not handled again: nothing moves that the first reading left.
+        count = self.jobs.retry(paths, asked="keep") if paths else 0
         self.scheduler.wake()
         return count
 
@@ -347,10 +348,11 @@ class Daemon:
         if warm is not None and not self.paused:
             warm()
 
-    def consider(self, path: Path) -> Seen | None:
-        """A finished file: record it as a job unless its content is already known."""
+    def consider(self, path: Path, asked: str | None = None) -> Seen | None:
+        """A finished file: record it as a job unless its content is already known
+        (``asked``: what a command asks for its original, :meth:`add`)."""
         idle = not self.scheduler.busy()
-        seen = pipeline.consider(self.ctx, path)
+        seen = pipeline.consider(self.ctx, path, asked)
         if seen is not None and seen is not Seen.UNCHANGED:
             if idle:  # a new stretch of work: its pages done (and its rate) count from here
                 self._batch_base = self.scheduler.rate.total
@@ -358,18 +360,22 @@ class Daemon:
             self.scheduler.wake()
         return seen
 
-    def add(self, paths: Iterable[Path]) -> list[Path]:
+    def add(self, paths: Iterable[Path], asked: str | None = None) -> list[Path]:
         """Queue these files (no settle wait) and restrict the readers to them.
 
         They are read even when the pause flag is set: ``ocrwatch add`` is an explicit
         request, and waiting for a resume would hang it. The flag itself stays set.
+        ``asked``: what their reading may do with them (``--on-success``), in their job
+        rows, whichever daemon reads them.
         """
         added: list[Path] = []
         ids: set[int] = set()
         for path in paths:
-            seen = self.consider(path)
+            seen = self.consider(path, asked)
             job = self.jobs.known(path.absolute())
             if job is not None:
+                if asked is not None and job.state in ("queued", "failed"):
+                    self.jobs.ask(job.id, asked)
                 # A file that crashed the daemon twice is read again only when asked by
                 # `ocrwatch retry`: added again, it would crash this run too.
                 if (seen is Seen.UNCHANGED and job.state == "failed"

@@ -20,7 +20,7 @@ from ocrwatch.core.errors import InputError, OcrwatchError, TransientError
 from ocrwatch.fs.safeopen import original_mode, root_of, source_root
 from ocrwatch.hooks.runner import Finished
 from ocrwatch.results.lifecycle import move_failure, output_folder
-from ocrwatch.results.retire import why_keep
+from ocrwatch.results.retire import disposal, why_keep
 from ocrwatch.results.sidecar import UserEdits, pdf_path, sidecar_mark, write_sidecars
 from ocrwatch.store.db import is_disk_full
 from ocrwatch.store.index import pages_of
@@ -92,7 +92,8 @@ def publish(ctx: Context, job: Job, pages: list[PageText], engine: str) -> Path 
                                                   ctx.read_with)
                                  if job.sha256 else None)
         retire, keep = None, None
-        if ctx.config.on_success != "keep":
+        mode = disposal(ctx.config, job)  # what a whole reading may do with the original
+        if mode != "keep":
             # Only a complete, verified read may part with the original.
             keep = why_keep(ctx.config, job.path, pages, {"md": md, "txt": txt, "pdf": pdf})
             retire = "kept" if keep else "pending"
@@ -124,31 +125,32 @@ def publish(ctx: Context, job: Job, pages: list[PageText], engine: str) -> Path 
              "" if len(pages) == 1 else "s", result.name if result else "")
     if keep:
         log.warning("%s: the original is kept, not %s: %s", job.display,
-                    "archived" if ctx.config.on_success == "archive" else "deleted", keep)
-    return after_success(ctx, job, md, txt, pdf, len(pages), owed=retire == "pending") \
-        or result
+                    "archived" if mode == "archive" else "deleted", keep)
+    return after_success(ctx, job, md, txt, pdf, len(pages),
+                         mode=mode if retire == "pending" else "keep") or result
 
 
 def after_success(ctx: Context, job: Job, md: Path | None, txt: Path | None,
-                  pdf: Path | None, pages: int, *, owed: bool = True) -> Path | None:
-    """on_success (keep, archive, delete) when ``owed``, then on_done and the batch count.
+                  pdf: Path | None, pages: int, *, mode: str = "keep") -> Path | None:
+    """``mode`` ("keep", "archive", "delete": :func:`disposal`'s answer for a read whose
+    original may go), then on_done and the batch count.
 
     Returns the Markdown sidecar's new place when it moved with the original.
     """
     original: Path | None = job.path
     moved: Path | None = None
-    if ctx.config.on_success != "keep" and owed:
+    if mode != "keep":
         ctx.retired.add(job.path)
         try:
             # The order tells "delete" which result stands for the file: PDF, .md, .txt.
             outcome = ctx.lifecycle.finish(job.id, job.path,
                                            [p for p in (txt, md, pdf) if p is not None],
-                                           job.sha256)
+                                           job.sha256, mode)
         except (OSError, OcrwatchError) as exc:
             # The result is safe; the original stays where it is and is not read again;
             # the job row says "failed" and why, and the next start tries again.
             log.warning("%s is done but could not be %s: %s", job.display,
-                        "archived" if ctx.config.on_success == "archive" else "deleted",
+                        "archived" if mode == "archive" else "deleted",
                         move_failure(exc) if isinstance(exc, OSError) else exc)
             outcome = None
         if outcome is None or outcome.original == job.path:

@@ -67,8 +67,11 @@ def tidy(config: Config) -> None:
 
 
 # -- 1. identify ----------------------------------------------------------------------
-def consider(ctx: Context, path: Path) -> Seen | None:
+def consider(ctx: Context, path: Path, asked: str | None = None) -> Seen | None:
     """A finished file: record it as a job unless its content is already known.
+
+    ``asked``: what the command that named it asks for its original after a whole
+    reading (``ocrwatch add --on-success``; :func:`ocrwatch.results.retire.disposal`).
 
     Raises TransientError when the queue cannot record it now (the watcher offers it
     again later).
@@ -107,7 +110,7 @@ def consider(ctx: Context, path: Path) -> Seen | None:
         return None
     try:
         seen = ctx.jobs.offer(path, st.st_size, st.st_mtime_ns, sha, dev=st.st_dev,
-                              inode=st.st_ino)
+                              inode=st.st_ino, asked=asked)
     except TransientError as exc:
         log.warning("could not record %s: %s; will try again", path, exc)
         raise

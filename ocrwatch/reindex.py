@@ -194,7 +194,7 @@ def _restore_result(jobs: JobQueue, result: Path, md: Path, txt: Path) -> int:
     markdown = md.read_text(encoding="utf-8") if _is_file(md) else None
     read = split_pages(text, markdown)
     sha = str(mark.get("sha256"))
-    job_id = jobs.files.restore(result, os.stat(result), sha)
+    job_id = jobs.files.restore(result, os.stat(result), sha, original_gone=True)
     jobs.complete(job_id, read, engine=mark.get("engine") or "sidecars",
                   md_path=md if markdown is not None else None, txt_path=txt, sha256=sha,
                   read_with=mark.get("read_with"))

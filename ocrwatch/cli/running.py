@@ -151,9 +151,9 @@ def _add(args: argparse.Namespace, config: config_mod.Config) -> int:
     from ocrwatch.intake.inbox_files import walk
 
     # The files named here are the user's: moved or deleted only when this command
-    # line says so, whatever the configured on_success.
-    config.on_success = args.on_success
-    if config.on_success == "archive" and config.archive_dir is None:
+    # line says so, whatever the configured on_success (kept in their job rows, so that
+    # a daemon running beside, a retry or a reread does no other).
+    if args.on_success == "archive" and config.archive_dir is None:
         raise UsageError("--on-success archive needs archive_dir in the config: the "
                             "folder the originals go to")
     files: list[Path] = []
@@ -187,7 +187,7 @@ def _add(args: argparse.Namespace, config: config_mod.Config) -> int:
         if daemon.paused:
             echo("ocrwatch: the daemon is paused; reading these files all the same "
                  "(`ocrwatch resume` lets the daemon read again)", err=True)
-        added = daemon.add(files)
+        added = daemon.add(files, asked=args.on_success)
         left = len(files) - len(added)
         if left:
             echo(f"ocrwatch: {plural(left, 'file')} left alone: sidecars, temporary and "
@@ -203,7 +203,7 @@ def _add(args: argparse.Namespace, config: config_mod.Config) -> int:
             crash.disarm()
         if alone:
             lock.release()
-    failed = _summarise(states, "read", config.on_success)
+    failed = _summarise(states, "read", args.on_success)
     if failed:
         echo(f"ocrwatch: {plural(len(failed), 'file')} could not be read (reasons above); "
              "fix them and run `ocrwatch add` again", err=True)
@@ -250,7 +250,7 @@ def _reread(args: argparse.Namespace, config: config_mod.Config) -> int:
             return 0
         echo(f"reading {plural(len(paths), 'file')} again with {daemon.read_with}",
              err=True)
-        daemon.jobs.retry(paths)
+        daemon.jobs.retry(paths, asked="keep")
         ids = _ids(daemon, daemon.add(paths))
         _progress(daemon, ids, config)
         states = {p: daemon.jobs.get(i) for p, i in ids.items()}

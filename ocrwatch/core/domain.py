@@ -99,6 +99,11 @@ class Job:
     retire: str | None = None  # what on_success still owes a done file (migration 008)
     retire_reason: str | None = None
     crashes: int = 0  # fatal crashes of the daemon while it was read (migration 010)
+    # What a command asked for the original ("keep", "archive", "delete"); None: its place
+    # decides (results/retire.disposal). Migration 011, as original_gone: the original was
+    # deleted after its reading, and ``path`` names its result.
+    asked: str | None = None
+    original_gone: bool = False
 
     @property
     def display(self) -> str:

@@ -23,6 +23,7 @@ from ocrwatch.config import Config
 from ocrwatch.core.domain import Job
 from ocrwatch.core.errors import Doing, MachineError, OcrwatchError, os_reason
 from ocrwatch.fs.fsmove import move_no_replace
+from ocrwatch.results.retire import disposal
 from ocrwatch.results.sidecar import pdf_path
 from ocrwatch.store.db import Database
 from ocrwatch.store.jobs import JobQueue, file_sha256
@@ -95,8 +96,10 @@ class Lifecycle:
 
     # -- after a good read ---------------------------------------------------------------
     def finish(self, job_id: int, original: Path, sidecars: list[Path],
-               sha256: str | None = None) -> Outcome:
-        """Apply ``on_success`` to ``original`` (and the sidecars beside it in the inbox).
+               sha256: str | None = None, mode: str = "keep") -> Outcome:
+        """Carry out ``mode`` ("keep", "archive", "delete": what
+        :func:`ocrwatch.results.retire.disposal` says of the job) on ``original`` and the
+        sidecars beside it.
 
         ``sha256``: the content that was read. A new version saved over the file since
         (an editor's save, a scanner's second pass) was never read: it is left in place,
@@ -106,7 +109,6 @@ class Lifecycle:
         were (or, where a move back failed too, where the job row now says) and the job
         row says "failed" with the reason.
         """
-        mode = self.config.on_success
         if mode == "keep":
             return Outcome(original, {})
         if sha256 is not None and not self._still_read(original, sha256):
@@ -117,7 +119,9 @@ class Lifecycle:
             return Outcome(original, {})
         if mode == "delete":
             return self._delete(job_id, original, sidecars)
-        assert self.config.archive_dir is not None
+        if self.config.archive_dir is None:
+            raise MachineError("archive_dir is not set any more: the original stays where "
+                               "it is; set archive_dir, or on_success = \"keep\"")
         folder = placed(self.config.archive_dir, original, self.config.inbox,
                         self.config.archive_layout)
         beside = [s for s in sidecars if s.parent == original.parent and s.exists()]
@@ -155,7 +159,8 @@ class Lifecycle:
             self.record(job_id, "failed", f"could not be deleted: {move_failure(exc)}")
             raise
         self.jobs.deleted_original(job_id, result)
-        log.info("deleted %s after reading it (on_success = \"delete\")", original)
+        log.info("deleted %s after reading it (on_success = \"delete\", or as asked by "
+                 "`ocrwatch add --on-success delete`)", original)
         return Outcome(None, {})
 
     def _undo(self, done: list[tuple[Path, Path]]) -> list[tuple[Path, Path]]:
@@ -288,36 +293,38 @@ class Lifecycle:
     def resume(self) -> int:
         """At start, after :meth:`recover`: carry out the on_success still owed.
 
-        With on_success = "keep" now, nothing is owed any more. Returns how many files
-        were archived or deleted.
+        What is owed is what :func:`ocrwatch.results.retire.disposal` says now (with
+        on_success = "keep" now, an inbox file owes nothing any more). Returns how many
+        files were archived or deleted.
         """
-        if self.config.on_success == "keep":
-            return 0
         count = 0
         for job in self.owed():
+            mode = disposal(self.config, job)
+            if mode == "keep":
+                continue
             md, txt = self.jobs.sidecar_names(job.id)
             outputs = [v for v in (txt, md) if v]
             if md:
                 outputs.append(pdf_path(md.with_suffix("")))
             outputs = [p for p in outputs if os.path.lexists(p)]
             if not os.path.lexists(job.path):
-                if self.config.on_success == "delete" and outputs:
+                if mode == "delete" and outputs:
                     # Deleted, then killed before the entry named the result.
                     self._delete(job.id, job.path, outputs)
                     count += 1
                 continue  # gone otherwise: the rescan tells a move from a deletion
             try:
-                outcome = self.finish(job.id, job.path, outputs, job.sha256)
+                outcome = self.finish(job.id, job.path, outputs, job.sha256, mode)
             except (OSError, OcrwatchError) as exc:
                 log.warning("%s is done but could not be %s: %s", job.display,
-                            "archived" if self.config.on_success == "archive" else "deleted",
+                            "archived" if mode == "archive" else "deleted",
                             move_failure(exc) if isinstance(exc, OSError) else exc)
                 continue
             if outcome.original != job.path:
                 count += 1
         if count:
-            log.info("%d files read before ocrwatch last stopped are now %s", count,
-                     "archived" if self.config.on_success == "archive" else "deleted")
+            log.info("%d files read before ocrwatch last stopped are now archived or "
+                     "deleted, as on_success says", count)
         return count
 
 

@@ -1,4 +1,10 @@
-"""Whether an original may be archived or deleted: only after a complete, verified read.
+"""Whether an original may be archived or deleted: only after a complete, verified read,
+and only when its place or the command that named it says so.
+
+:func:`disposal` is the one rule of what a whole reading may do with an original, for
+every way a file is read: the daemon's watch, ``ocrwatch add``, ``reread``, ``retry`` and
+the tray's retry (each keeps the job's ``asked``; :mod:`ocrwatch.outcome` asks this rule,
+and :class:`~ocrwatch.results.lifecycle.Lifecycle` carries out its answer).
 
 The original is often the only copy. ``on_success = "archive"`` or ``"delete"`` parts
 with it only when all of these hold; otherwise it stays where it is, and the reason is
@@ -16,14 +22,47 @@ kept in the job row (``retire_reason``) and shown by ``ocrwatch status``:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
 from ocrwatch.config import Config
-from ocrwatch.core.domain import PageText, doubt_of
+from ocrwatch.core.domain import Job, PageText, doubt_of
 from ocrwatch.core.errors import InputError
 from ocrwatch.fs.safeopen import open_file_beneath, source_root
 from ocrwatch.results.sidecar import render_markdown, render_text
+
+
+def disposal(config: Config, job: Job) -> str:
+    """What a whole reading of ``job`` may do with its original: "keep", "archive" or
+    "delete".
+
+    - A file inside the archive, ``failed_dir`` or ``output_dir`` stays: it was archived
+      or set aside already, or it is ocrwatch's own output (never archived twice).
+    - A file named to a command follows what that command asked (``job.asked``:
+      ``ocrwatch add --on-success``, "keep" for ``reread``), kept by ``retry``.
+    - Otherwise a file in a watched folder follows ``on_success``; any other file stays
+      where it is.
+    """
+    if job.original_gone:
+        return "keep"
+    for folder in (config.archive_dir, config.failed_dir, config.output_dir):
+        if folder is not None and _within(job.path, folder):
+            return "keep"
+    mode = job.asked
+    if mode is None:
+        inside = any(_within(job.path, inbox) for inbox in config.inbox)
+        mode = config.on_success if inside else "keep"
+    if mode == "archive" and config.archive_dir is None:
+        return "keep"  # asked by an `add` when the config had an archive_dir, gone since
+    return mode if mode in ("archive", "delete") else "keep"
+
+
+def _within(path: Path, folder: Path) -> bool:
+    """Whether ``path`` lies under ``folder``, as named or with links resolved."""
+    real = Path(os.path.realpath(path.parent)) / path.name
+    return (real.is_relative_to(os.path.realpath(folder))
+            or path.absolute().is_relative_to(folder.absolute()))
 
 
 def why_keep(config: Config, source: Path, pages: list[PageText],

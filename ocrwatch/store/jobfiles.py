@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 from ocrwatch.core.domain import Job, State
 from ocrwatch.store.db import decode_path, encode_path
@@ -59,7 +60,15 @@ def job_from_row(row: object) -> Job:
         retire=r["retire"],  # type: ignore[index]
         retire_reason=r["retire_reason"],  # type: ignore[index]
         crashes=r["crashes"],  # type: ignore[index]
+        asked=_column(r, "asked"),
+        original_gone=bool(_column(r, "original_gone")),
     )
+
+
+def _column(row: object, name: str) -> Any:
+    """A column a database made before its migration may lack (read-only status)."""
+    keys = row.keys()  # type: ignore[attr-defined]
+    return row[name] if name in keys else None  # type: ignore[index]
 
 
 def tree_range(folder: Path) -> tuple[bytes, bytes]:

@@ -139,8 +139,13 @@ class JobFiles:
         return bool(rows) and rows[0]["size"] == size and rows[0]["mtime_ns"] == mtime_ns
 
     def offer(self, path: Path, size: int, mtime_ns: int, sha256: str, *,
-              dev: int | None = None, inode: int | None = None) -> Seen:
-        """Record a settled file; queue it when new or when its content changed."""
+              dev: int | None = None, inode: int | None = None,
+              asked: str | None = None) -> Seen:
+        """Record a settled file; queue it when new or when its content changed.
+
+        ``asked``: what the command that named the file asked for its original after a
+        whole reading (``ocrwatch add --on-success``); None: its place decides. A new
+        version found by the watcher starts again from None."""
         now = time.time()
         key = encode_path(path)
         with self.db.transaction() as conn:
@@ -150,10 +155,10 @@ class JobFiles:
             if row is None:
                 conn.execute(
                     "INSERT INTO jobs(id, path, display, sha256, size, mtime_ns, state, "
-                    "attempts, not_before, created, updated, dev, inode) "
-                    "VALUES (?, ?, ?, ?, ?, ?, 'queued', 0, 0, ?, ?, ?, ?)",
+                    "attempts, not_before, created, updated, dev, inode, asked) "
+                    "VALUES (?, ?, ?, ?, ?, ?, 'queued', 0, 0, ?, ?, ?, ?, ?)",
                     (new_id(conn), key, display_path(path), sha256, size, mtime_ns, now, now,
-                     dev, inode),
+                     dev, inode, asked),
                 )
                 return Seen.NEW
             job_id, old_sha, state = row
@@ -168,8 +173,9 @@ class JobFiles:
             conn.execute(
                 "UPDATE jobs SET sha256 = ?, size = ?, mtime_ns = ?, state = 'queued', "
                 "reason = NULL, attempts = 0, crashes = 0, not_before = 0, updated = ?, "
-                "dev = COALESCE(?, dev), inode = COALESCE(?, inode) WHERE id = ?",
-                (sha256, size, mtime_ns, now, dev, inode, job_id),
+                "dev = COALESCE(?, dev), inode = COALESCE(?, inode), asked = ?, "
+                "original_gone = 0 WHERE id = ?",
+                (sha256, size, mtime_ns, now, dev, inode, asked, job_id),
             )
             return Seen.CHANGED
 
@@ -265,18 +271,20 @@ class JobFiles:
                 return job_from_row(row)
         return None
 
-    def restore(self, path: Path, st: os.stat_result, sha256: str) -> int:
+    def restore(self, path: Path, st: os.stat_result, sha256: str, *,
+                original_gone: bool = False) -> int:
         """A job for a file whose pages come back from its sidecars (``ocrwatch reindex
-        --from-sidecars``): recorded as being read, for :meth:`complete` to finish."""
+        --from-sidecars``): recorded as being read, for :meth:`complete` to finish.
+        ``original_gone``: ``path`` is the result of an original deleted after reading."""
         now = time.time()
         with self.db.transaction() as conn:
             job_id = new_id(conn)
             conn.execute(
                 "INSERT INTO jobs(id, path, display, sha256, size, mtime_ns, state, attempts, "
-                "not_before, created, updated, dev, inode) "
-                "VALUES (?, ?, ?, ?, ?, ?, 'running', 0, 0, ?, ?, ?, ?)",
+                "not_before, created, updated, dev, inode, original_gone) "
+                "VALUES (?, ?, ?, ?, ?, ?, 'running', 0, 0, ?, ?, ?, ?, ?)",
                 (job_id, encode_path(path), display_path(path), sha256, st.st_size,
-                 st.st_mtime_ns, now, now, st.st_dev, st.st_ino))
+                 st.st_mtime_ns, now, now, st.st_dev, st.st_ino, int(original_gone)))
         return job_id
 
     def reject(self, path: Path, reason: str) -> None:
@@ -378,9 +386,17 @@ class JobQueue:
         return self.files.get(job_id)
 
     def offer(self, path: Path, size: int, mtime_ns: int, sha256: str, *,
-              dev: int | None = None, inode: int | None = None) -> Seen:
+              dev: int | None = None, inode: int | None = None,
+              asked: str | None = None) -> Seen:
         """Record a settled file; queue it when new or when its content changed."""
-        return self.files.offer(path, size, mtime_ns, sha256, dev=dev, inode=inode)
+        return self.files.offer(path, size, mtime_ns, sha256, dev=dev, inode=inode,
+                                asked=asked)
+
+    def ask(self, job_id: int, asked: str) -> None:
+        """What the command that named this file asks for its original after its next
+        whole reading (``ocrwatch add --on-success``, ``reread``: "keep")."""
+        with self.db.transaction() as conn:
+            conn.execute("UPDATE jobs SET asked = ? WHERE id = ?", (asked, job_id))
 
     # -- processing ----------------------------------------------------------------
     def recover(self, *, crashed: bool = False) -> Recovered:
@@ -548,26 +564,32 @@ class JobQueue:
                 (time.time(), job_id),
             )
 
-    def retry(self, paths: list[Path] | None = None) -> int:
+    def retry(self, paths: list[Path] | None = None, *, asked: str | None = None) -> int:
         """Queue failed jobs again: the given paths, or every failed one but those that
         crashed the daemon twice (read again only when named: retrying every failure, from
-        the tray, must not bring the daemon down)."""
+        the tray, must not bring the daemon down). An entry whose original was deleted
+        after its reading names its result: never queued.
+
+        ``asked``: what the reading may do with the original ("keep" for ``reread``: read
+        again, not handled again); None leaves what the first reading had."""
         now = time.time()
         with self.db.transaction() as conn:
             if paths is None:
                 cur = conn.execute(
                     "UPDATE jobs SET state = 'queued', reason = NULL, attempts = 0, "
-                    f"{_ALONE_AGAIN}, not_before = 0, updated = ? WHERE state = 'failed' "
-                    "AND crashes < ?", (now, CRASH_LIMIT),
+                    f"{_ALONE_AGAIN}, not_before = 0, updated = ?, "
+                    "asked = COALESCE(?, asked) WHERE state = 'failed' "
+                    "AND crashes < ? AND original_gone = 0", (now, asked, CRASH_LIMIT),
                 )
                 return cur.rowcount
             count = 0
             for path in paths:
                 cur = conn.execute(
                     "UPDATE jobs SET state = 'queued', reason = NULL, attempts = 0, "
-                    f"{_ALONE_AGAIN}, not_before = 0, updated = ? "
-                    "WHERE path = ? AND state IN ('failed', 'done')",
-                    (now, encode_path(path)),
+                    f"{_ALONE_AGAIN}, not_before = 0, updated = ?, "
+                    "asked = COALESCE(?, asked) "
+                    "WHERE path = ? AND state IN ('failed', 'done') AND original_gone = 0",
+                    (now, asked, encode_path(path)),
                 )
                 count += cur.rowcount
             return count
@@ -577,7 +599,7 @@ class JobQueue:
         or before ocrwatch recorded how."""
         rows = self.db.query(
             "SELECT * FROM jobs WHERE state = 'done' AND (read_with IS NULL OR read_with != ?) "
-            "ORDER BY id", (read_with,))
+            "AND original_gone = 0 ORDER BY id", (read_with,))
         return [job_from_row(r) for r in rows]
 
     # -- on_success: the moves journal and what is still owed (results.lifecycle) -----
@@ -623,8 +645,8 @@ class JobQueue:
             if result is not None:
                 conn.execute("UPDATE jobs SET path = ?, display = ? WHERE id = ?",
                              (encode_path(result), display_path(result), job_id))
-            conn.execute("UPDATE jobs SET retire = NULL, retire_reason = NULL WHERE id = ?",
-                         (job_id,))
+            conn.execute("UPDATE jobs SET retire = NULL, retire_reason = NULL, "
+                         "original_gone = 1 WHERE id = ?", (job_id,))
 
     def journal(self, src: Path | None = None) -> dict[int, list[tuple[Path, Path]]]:
         """The journalled moves, by job, in the order made (with ``src``: those of the job

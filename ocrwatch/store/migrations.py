@@ -167,6 +167,23 @@ def _m010_crashes(db: sqlite_utils.Database) -> None:
     db.execute("CREATE INDEX jobs_crashed ON jobs(state, not_before, id) WHERE crashes > 0")
 
 
+def _m011_asked(db: sqlite_utils.Database) -> None:
+    # ``asked``: what the reading of a file named by a command may do with its original
+    # ("keep", "archive", "delete": `ocrwatch add --on-success`; "keep" for a reread);
+    # NULL: its place decides (:func:`ocrwatch.results.retire.disposal`).
+    # ``original_gone``: the original was deleted after its reading and the row names
+    # its result, which is never read again as if it were an original.
+    db.execute("ALTER TABLE jobs ADD COLUMN asked TEXT")
+    db.execute("ALTER TABLE jobs ADD COLUMN original_gone INTEGER NOT NULL DEFAULT 0")
+    db.execute("UPDATE jobs SET original_gone = 1 WHERE path = md_path OR path = txt_path")
+    # A deleted original's entry named by its searchable PDF (scan.ocr.pdf beside scan.md).
+    rows = list(db.execute(
+        "SELECT id, path, md_path FROM jobs WHERE md_path IS NOT NULL").fetchall())
+    for job_id, path, md in rows:
+        if bytes(path).endswith(b".ocr.pdf") and bytes(md)[:-3] == bytes(path)[:-8]:
+            db.execute("UPDATE jobs SET original_gone = 1 WHERE id = ?", [job_id])
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite_utils.Database], None]]] = [
     ("001_jobs", _m001_jobs),
     ("002_pages", _m002_pages),
@@ -178,6 +195,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite_utils.Database], None]]] = [
     ("008_page_scan", _m008_page_scan),
     ("009_retire", _m009_retire),
     ("010_crashes", _m010_crashes),
+    ("011_asked", _m011_asked),
 ]
 
 
