@@ -29,6 +29,7 @@ from ocrwatch.core.domain import Page, PageText
 from ocrwatch.core.layout import PageLayout, Word
 from ocrwatch.core.status import format_status
 from ocrwatch.daemon import Daemon
+from ocrwatch.pages.decode import iter_pages
 from ocrwatch.results import pdfout
 from ocrwatch.scan import deskew, faint, inkcover, orient, osd
 from ocrwatch.scan import prepare as scanprep
@@ -1183,3 +1184,25 @@ def test_a_line_with_outsized_boxes_reads_after_the_line_above(tmp_path: Path) -
     text = " ".join(_layer_words(tmp_path, words, (2607, 1400)))
     assert text.index("fatetefag") < text.index("anmoder") < text.index("Anna") \
         < text.index("Statsborger") < text.index("Maaned"), text
+
+
+@pytest.mark.skipif(not CORPUS.is_dir(), reason="the corpus (../shared/corpus) is not here")
+def test_a_standard_mode_fax_reads_as_well_as_a_fine_one(tmp_path: Path) -> None:
+    """A corpus page sent as a Group 4 fax at 204x98 dpi: read as its pixels are, its
+    print squashed to half its height, CER 0.115; stretched to square pixels 0.055, as
+    a fine-mode fax (204x196) reads."""
+    config = Config(languages=["eng"])
+    from ocrwatch.engines import tesseract
+
+    engine = tesseract.TesseractEngine(config)
+    reference = (CORPUS / "tess_8071_093.3B.gt.txt").read_text(encoding="utf-8")
+    try:
+        cers = []
+        for fine in (False, True):
+            fax = cases.fax(CORPUS / "tess_8071_093.3B.tif", tmp_path / f"{fine}.tif", fine)
+            (page,) = iter_pages(fax, config, None)
+            (result,) = engine.recognize([page])
+            cers.append(score(reference, result.text).cer)
+    finally:
+        engine.close()
+    assert cers[0] < 0.08 and cers[0] < 1.3 * cers[1], cers
