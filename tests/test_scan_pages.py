@@ -1261,3 +1261,26 @@ def test_a_second_reading_replaces_the_first_only_when_no_less_word_like() -> No
     assert not better(grain, first)
     assert better(cleaner, first)
     assert not better(first, cleaner)
+
+
+def test_a_dot_matrix_invoices_rows_stay_on_their_lines(tmp_path: Path) -> None:
+    """Tesseract 5.5's layout read a receipt's descriptions, then its quantities, then its
+    prices as blocks of their own (CER 0.65 with every word found). Rows of numbers
+    level with another block's lines are read again as one block of rows."""
+    import random as _random
+
+    from benchmarks import heldout_set
+
+    from ocrwatch.engines import tesseract
+
+    config = Config(languages=["eng"])
+    words = ["bread", "butter", "coffee", "apples", "cheese", "tomato", "pasta", "rice",
+             "olive", "sugar", "flour", "onion"]
+    path, truth = heldout_set.dot_matrix(_random.Random(1), words, tmp_path / "dm.png")
+    engine = tesseract.TesseractEngine(config)
+    try:
+        (page,) = iter_pages(path, config, None)
+        (result,) = engine.recognize([page])
+    finally:
+        engine.close()
+    assert score(truth, result.text).cer < 0.2, result.text
