@@ -1270,7 +1270,6 @@ def test_a_dot_matrix_invoices_rows_stay_on_their_lines(tmp_path: Path) -> None:
     import random as _random
 
     from benchmarks import heldout_set
-
     from ocrwatch.engines import tesseract
 
     config = Config(languages=["eng"])

@@ -23,8 +23,9 @@ turned each of the three ways, and each reading scores its confident level words
 is wider than tall: Tesseract reads the lines of a page lying sideways too, at a good
 mean confidence, but as words standing on end). The page takes the best turn only when
 that scores ``CHECK_FACTOR`` times the page as it is, and reads as no smaller a share of
-word-like characters (:func:`ocrwatch.core.wordlike.wordlike_share`) than as it is; a page neither OSD nor the reading
-can decide is left as it is. All three turns are read, not only OSD's: an unsure OSD is
+word-like characters (:func:`ocrwatch.core.wordlike.wordlike_share`) than as it is,
+within ``WORDLIKE_SLACK``; a page neither OSD nor the reading can decide is left as it
+is. All three turns are read, not only OSD's: an unsure OSD is
 as often wrong about the axis as about up and down. Except when OSD leans to "upright"
 (or cannot decide) and the page as it is reads as upright text (``UPRIGHT_WORDS`` level
 words at a mean confidence of ``UPRIGHT_MEAN``): a page upside down reads as level words
