@@ -219,3 +219,24 @@ def test_pages_come_one_at_a_time(tmp_path: Path, config: Config) -> None:
     assert next(it).index == 1
     with pytest.raises(StopIteration):
         next(it)
+
+
+@pytest.mark.parametrize(("down", "height"), [(98, 833), (196, 416), (204, 400)])
+def test_a_fax_is_given_square_pixels(tmp_path: Path, config: Config, down: int,
+                                      height: int) -> None:
+    """A fax in standard mode is 204 dpi across and 98 down: its pixels are twice as tall
+    as wide, and read as they are its print is squashed to half its height. The page is
+    stretched down to square pixels, and its resolution is the finer one."""
+    path = tmp_path / "fax.tif"
+    text_page(["standard mode"], width=1700).convert("1").save(
+        path, compression="group4", dpi=(204, down))
+    (page,) = iter_pages(path, config, None)
+    assert page.size == (1700, height) and page.dpi == 204
+
+
+def test_a_resolution_ten_times_finer_one_way_is_a_broken_header(
+        tmp_path: Path, config: Config) -> None:
+    path = tmp_path / "odd.png"
+    text_page(["odd"], width=1700).save(path, dpi=(300, 30))
+    (page,) = iter_pages(path, config, None)
+    assert page.size == (1700, 400) and page.dpi == 300

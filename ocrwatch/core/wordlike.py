@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
-__all__ = ["mostly_nonwords", "wordlike"]
+__all__ = ["mostly_nonwords", "nonword_chars", "wordlike", "wordlike_share"]
 
 # A reading is "mostly non-words" when under half its characters are in tokens that look
 # like words.
@@ -51,3 +51,21 @@ def mostly_nonwords(text: str) -> bool:
     # that pass for words ("be", "ty"); real text is mostly long words.
     words = sum(len(t) for t in tokens if wordlike(t))
     return words < NONWORD_SHARE * sum(len(t) for t in tokens)
+
+
+def _tokens(text: str) -> list[str]:
+    tokens = [t.strip(_TRIM) for t in text.split()]
+    return [t for t in tokens if t] or text.split()
+
+
+def wordlike_share(text: str) -> float:
+    """The share of a reading's characters (in tokens) that are in word-like tokens; 0
+    for a reading of nothing."""
+    tokens = _tokens(text)
+    total = sum(len(t) for t in tokens)
+    return sum(len(t) for t in tokens if wordlike(t)) / total if total else 0.0
+
+
+def nonword_chars(text: str) -> int:
+    """How many of a reading's characters are in tokens that are not word-like."""
+    return sum(len(t) for t in _tokens(text) if not wordlike(t))
