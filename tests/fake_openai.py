@@ -187,6 +187,11 @@ def _handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
                 self.end_headers()
                 self.wfile.write(data)
                 return
+            if self.path == "/health":  # vllm serve's liveness route, which routers ask
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             if self.path != "/v1/models":
                 self.reply(404, {"detail": "Not Found"})
                 return
