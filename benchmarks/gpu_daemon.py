@@ -293,7 +293,7 @@ def best_plain(plain: list[dict[str, Any]], base: int) -> dict[str, Any] | None:
     """The fastest plain setting (vLLM's own encoder) whose card peak stayed under 16 GiB."""
     fits = [p for p in plain if "rate" in p and p.get("peak_mib") is not None
             and not p.get("pagewise") and (p["peak_mib"] - base) / GIB < LIMIT_GIB
-            and p.get("complete", p["pages"]) == p["pages"]]
+            and p.get("complete", p.get("pages")) == p.get("pages")]
     return max(fits, key=lambda p: p["rate"]) if fits else None
 
 

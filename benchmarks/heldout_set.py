@@ -24,6 +24,7 @@ import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from PIL import Image, ImageDraw, ImageFilter, ImageFont
@@ -104,7 +105,8 @@ def dot_matrix(rng: random.Random, words: list[str], out: Path) -> tuple[Path, s
     assert px is not None
     for y in range(0, face.height, pitch):
         for x in range(0, face.width, pitch):
-            if px[x, y] < 128:
+            value = px[x, y]
+            if isinstance(value, (int, float)) and value < 128:
                 ink = rng.randint(40, 110)
                 draw.ellipse((x - 1.2, y - 1.2, x + 1.2, y + 1.2), fill=ink)
     image.filter(ImageFilter.GaussianBlur(0.6)).save(out, "PNG", dpi=(200, 200))
@@ -211,20 +213,26 @@ def make(corpus: Path, out: Path, seed: int = 1) -> list[Made]:
         add(f"receipt_{n}", "receipt", "eng", lambda p: receipt(rng, words, p), ".png")
         add(f"dotmatrix_{n}", "dot-matrix", "eng", lambda p: dot_matrix(rng, words, p), ".png")
         add(f"form_{n}", "form-100dpi", "eng", lambda p: form(rng, words, p), ".png")
+    def from_text(source: str, p: Path) -> tuple[Path, str]:
+        return two_columns(truth_of(source), p)
+
+    def fax(src: Path, fine: bool, p: Path) -> tuple[Path, str]:
+        return cases.fax(src, p, fine=fine), truth_of(src.name)
+
+    def tinted(src: Path, k: int, p: Path) -> tuple[Path, str]:
+        return cases.faint(src, p, seed=k, darkness=0.6), truth_of(src.name)
+
+    def photo(src: Path, k: int, p: Path) -> tuple[Path, str]:
+        return perspective_photo(src, p, seed=k), truth_of(src.name)
+
     for n, source in enumerate(SOURCES[:3]):
-        add(f"twocol_{n}", "two-column", "eng",
-            lambda p, s=source: two_columns(truth_of(s), p), ".png")
+        add(f"twocol_{n}", "two-column", "eng", partial(from_text, source), ".png")
     for n, source in enumerate(SOURCES):
         src, lang = corpus / source, LANGS[source]
-        add(f"faxstd_{n}", "fax-standard", lang,
-            lambda p, s=src: (cases.fax(s, p), truth_of(s.name)), ".tif")
-        add(f"faxfine_{n}", "fax-fine", lang,
-            lambda p, s=src: (cases.fax(s, p, fine=True), truth_of(s.name)), ".tif")
-        add(f"tinted_{n}", "tinted-faint", lang,
-            lambda p, s=src, k=n: (cases.faint(s, p, seed=k, darkness=0.6),
-                                   truth_of(s.name)), ".png")
-        add(f"photo_{n}", "phone-photo", lang,
-            lambda p, s=src, k=n: (perspective_photo(s, p, seed=k), truth_of(s.name)), ".jpg")
+        add(f"faxstd_{n}", "fax-standard", lang, partial(fax, src, False), ".tif")
+        add(f"faxfine_{n}", "fax-fine", lang, partial(fax, src, True), ".tif")
+        add(f"tinted_{n}", "tinted-faint", lang, partial(tinted, src, n), ".png")
+        add(f"photo_{n}", "phone-photo", lang, partial(photo, src, n), ".jpg")
     # Upright pages of each drawn and scanned kind, fed turned.
     for n, (base, fed) in enumerate((("receipt_0", 180), ("form_0", 90), ("dotmatrix_0", 270),
                                      ("twocol_0", 90), ("faxstd_0", 180), ("photo_1", 270))):

@@ -101,6 +101,7 @@ class FakeServer:
         scheme = "https" if ssl_context is not None else "http"
         self.url = f"{scheme}://127.0.0.1:{self.port}/v1"
         self._thread: threading.Thread | None = None
+        self._open: set[socket.socket] = set()  # kept-alive connections, ended at close
 
     def start(self) -> FakeServer:
         self._thread = threading.Thread(target=self._server.serve_forever,
@@ -120,6 +121,12 @@ class FakeServer:
     def close(self) -> None:
         self.release()
         self._server.shutdown()
+        # A client that keeps its connection busy (a router's health checks every second)
+        # would hold its thread past the idle timeout: end those connections first.
+        with self.lock:
+            for sock in self._open:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
         self._server.server_close()  # joins the request threads too
         if self._thread is not None:
             self._thread.join(10)
@@ -156,6 +163,14 @@ def _handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
             # Headers and body go in separate writes: without this, Nagle's algorithm holds
             # the body back for the client's delayed ACK (40 ms a request on Linux).
             self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with server.lock:
+                server._open.add(self.connection)
+
+        def finish(self) -> None:
+            with server.lock:
+                server._open.discard(self.connection)
+            with contextlib.suppress(OSError):
+                super().finish()
 
         def log_message(self, format: str, *args: Any) -> None:
             pass
@@ -191,6 +206,11 @@ def _handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
+                return
+            if self.path == "/health":  # vllm serve's liveness route, which routers ask
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
                 return
             if self.path != "/v1/models":
                 self.reply(404, {"detail": "Not Found"})

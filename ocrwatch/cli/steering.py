@@ -102,10 +102,12 @@ def cmd_retry(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     from ocrwatch.doctor import checks as doctor
 
+    refused: ConfigError | None = None
     try:
         config = load_config(args)
     except ConfigError as exc:
         # The config is what the other checks read: say why it is refused, and how to fix.
+        refused = exc
         checks = [doctor.config_check(exc)]
     else:
         checks = doctor.run_checks(config)
@@ -113,6 +115,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         print(json.dumps([dataclasses.asdict(c) for c in checks], ensure_ascii=False, indent=2))
     else:
         echo(doctor.format_report(checks))
+    if refused is not None:  # a configuration that does not load: status 2, as everywhere
+        echo(f"ocrwatch: {refused}", err=True)
+        return refused.exit_code
     return 0 if all(c.ok for c in checks) else 1
 
 

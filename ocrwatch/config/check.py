@@ -141,6 +141,9 @@ def _validate_remote(r: RemoteConfig, fail: typing.Callable[[str, str], None]) -
     if not 1 <= r.concurrency <= 1024:
         fail("remote.concurrency", f"= {r.concurrency} must be between 1 and 1024 (requests in "
                                    "flight over all servers).")
+    if not 0 <= r.per_server <= 1024:
+        fail("remote.per_server", f"= {r.per_server} must be between 0 (off) and 1024 "
+                                  "(requests in flight for each server that is up).")
     for key, seconds in (("remote.timeout_seconds", r.timeout_seconds),
                          ("remote.retry_seconds", r.retry_seconds),
                          ("remote.health_seconds", r.health_seconds)):

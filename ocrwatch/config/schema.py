@@ -81,6 +81,9 @@ class RemoteConfig:
     temperature: float = 0.2
     top_p: float = 0.9
     concurrency: int = 2  # requests in flight, over all servers
+    # 0: off. Else at most this many in flight per server that is up (each healthy server
+    # behind a router counts), never more than concurrency.
+    per_server: int = 0
     timeout_seconds: float = 300.0  # for one page's answer
     retry_seconds: float = 120.0  # a page waits this long for a fit server, then is requeued
     health_seconds: float = 30.0  # every server is probed this often

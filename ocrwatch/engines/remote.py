@@ -42,7 +42,7 @@ import httpx
 from ocrwatch.core.domain import Page, PageText
 from ocrwatch.core.errors import EngineError, EngineUnavailable
 from ocrwatch.core.threads import Loop
-from ocrwatch.engines import lightonocr
+from ocrwatch.engines import lightonocr, router
 from ocrwatch.engines.base import Doctor, Registration, gpu_read_policy
 from ocrwatch.engines.openai_http import (
     CONNECT_TIMEOUT,
@@ -84,6 +84,16 @@ class _Server:
     not_before: float = 0.0  # monotonic time before which nothing is sent (or probed)
     last_error: str | None = None
     fatal: str | None = None  # down for a reason waiting will not cure (key, certificate)
+    # The servers behind it when it is a router (vllm-router's /workers); None: no router.
+    behind: list[router.Backend] | None = None
+
+    def capacity(self) -> int:
+        """How many servers it stands for: the healthy ones behind a router, else one."""
+        if not self.up:
+            return 0
+        if self.behind is None:
+            return 1
+        return sum(b.healthy for b in self.behind)
 
     def facts(self) -> dict[str, object]:
         state = "up" if self.up else ("down" if self.checked else "not checked yet")
@@ -91,7 +101,40 @@ class _Server:
                                     "outstanding": self.outstanding, "answered": self.answered}
         if self.last_error:
             facts["last_error"] = self.last_error
+        if self.behind is not None:
+            facts["behind"] = [{"url": b.url, "healthy": b.healthy} for b in self.behind]
         return facts
+
+
+class Slots:
+    """Requests in flight, at most ``limit``; the limit may change while pages wait
+    (``remote.per_server`` times the servers that are up)."""
+
+    def __init__(self, limit: int) -> None:
+        self._cond = threading.Condition()
+        self._limit = limit
+        self._used = 0
+
+    @property
+    def limit(self) -> int:
+        with self._cond:
+            return self._limit
+
+    def set_limit(self, limit: int) -> None:
+        with self._cond:
+            self._limit = limit
+            self._cond.notify_all()
+
+    def __enter__(self) -> Slots:
+        with self._cond:
+            self._cond.wait_for(lambda: self._used < self._limit)
+            self._used += 1
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self._cond:
+            self._used -= 1
+            self._cond.notify_all()
 
 
 STAGES = ("encode", "queue", "send", "wait", "read", "parse")
@@ -150,7 +193,9 @@ class RemoteEngine(lightonocr.LightOnOCREngine):
         self._policy = gpu_read_policy(self._cfg.concurrency, config.rotate_pages)
         self._cond = threading.Condition()
         self._starting = threading.Lock()
-        self._slots = threading.BoundedSemaphore(self._cfg.concurrency)
+        # remote.concurrency bounds what is in flight; remote.per_server, when set, lowers
+        # it to what the servers that are up can take (each one behind a router counts).
+        self._slots = Slots(self._in_flight_limit())
         self._client: httpx.Client | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._health: Loop | None = None
@@ -241,13 +286,22 @@ class RemoteEngine(lightonocr.LightOnOCREngine):
             facts: dict[str, object] = {
                 "engine": self.name, "state": "remote", "model": self._cfg.model,
                 "url": self._servers[0].url, "servers": servers, "pages": self._pages,
-                "in_flight": sum(s.outstanding for s in self._servers)}
+                "in_flight": sum(s.outstanding for s in self._servers),
+                "in_flight_limit": self._slots.limit}
             if self._last_error:
                 facts["last_error"] = self._last_error
         facts["stage_ms"] = self.stages.medians_ms()
         return facts
 
     # -- health -------------------------------------------------------------------------
+
+    def _in_flight_limit(self) -> int:
+        """remote.concurrency, or per_server times the servers up when that is less (at
+        least per_server: while none is up, pages wait for a fit server anyway)."""
+        if self._cfg.per_server <= 0:
+            return self._cfg.concurrency
+        servers = sum(s.capacity() for s in self._servers) or 1
+        return min(self._cfg.concurrency, self._cfg.per_server * servers)
 
     def _health_round(self) -> None:
         """Probe down servers whose wait is over, and every server each health_seconds;
@@ -278,9 +332,13 @@ class RemoteEngine(lightonocr.LightOnOCREngine):
             thread.join()
 
     def _probe(self, client: httpx.Client, server: _Server) -> None:
-        """``GET /models``: the server answers and serves our model, or it is down."""
+        """``GET /models``: the server answers and serves our model, or it is down; a
+        router also says which servers behind it are healthy."""
         problem, fatal = probe(client, server.url, self._cfg.model)
+        behind = router.backends(client, server.url) if problem is None else None
         with self._cond:
+            if problem is None:
+                self._note_behind(server, behind)
             server.checked = True
             if problem is None:
                 if not server.up:
@@ -298,6 +356,25 @@ class RemoteEngine(lightonocr.LightOnOCREngine):
                     DOWN_BASE, backoff(server.failures, DOWN_BASE, DOWN_CAP))
                 server.fatal = None if fatal is None else str(fatal)
             self._cond.notify_all()
+        self._slots.set_limit(self._in_flight_limit())
+
+    def _note_behind(self, server: _Server, behind: list[router.Backend] | None) -> None:
+        """Log what changed behind a router: the router routes around a lost server
+        without failing a request, so this is the only word of it."""
+        before = {b.url: b.healthy for b in server.behind or []}
+        for backend in behind or []:
+            was = before.get(backend.url)
+            if backend.healthy and was is False:
+                log.info("OCR server %s behind the router %s is up again", backend.url,
+                         server.url)
+            elif not backend.healthy and was is not False:
+                log.warning("OCR server %s behind the router %s is down; the router sends "
+                            "its pages to the others", backend.url, server.url)
+        if behind is not None and server.behind is None:
+            log.info("%s is a router with %d OCR server%s behind it (%d healthy)", server.url,
+                     len(behind), "" if len(behind) == 1 else "s",
+                     sum(b.healthy for b in behind))
+        server.behind = behind
 
     def _none_up_message(self) -> str:
         with self._cond:

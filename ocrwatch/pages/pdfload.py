@@ -35,8 +35,9 @@ _DO = re.compile(rb"/([^\s/\[\]()<>{}%]+)\s*Do\b")
 _CHUNK = 1 << 20
 
 
-class _Cycle(Exception):
-    """A form that draws itself, directly or through others."""
+class _Cycle(OverBudget):
+    """A form that draws itself, directly or through others (turned into the
+    :class:`OverBudget` that names the page)."""
 
 
 class LoadCost:

@@ -80,7 +80,7 @@ def test_a_config_another_user_could_write_is_refused_at_start(
     assert f"{config}: not read" in out and why in out and fix in out, out[-2000:]
     assert "Traceback" not in out
     doctor = ocrwatch_cli(home, "doctor", timeout=120, OCRWATCH_CONFIG=str(config))
-    assert doctor.returncode == 1, doctor.stdout + doctor.stderr
+    assert doctor.returncode == 2, doctor.stdout + doctor.stderr
     assert "[FAIL] config file" in doctor.stdout and "fix: " in doctor.stdout, doctor.stdout
     assert fix in doctor.stdout.split("fix: ", 1)[1], \
         doctor.stdout
