@@ -183,7 +183,10 @@ class Lifecycle:
             try:
                 private.unlink()
             except FileNotFoundError:
-                pass  # put back by a start-up's recovery in another process: nothing lost
+                # Put back by a start-up's recovery in another process: nothing deleted,
+                # and it is done at that process's start.
+                self._settle(job_id, [], None, retire=("pending", None))
+                return Outcome(original, {})
             except OSError as exc:
                 self._put_back(private, original)
                 self._settle(job_id, [], None, retire=(
@@ -378,7 +381,31 @@ class Lifecycle:
             else:  # the original's own move could not be finished: tried again at start
                 self._settle(job_id, done, None, retire=(
                     "failed", "its archiving was cut short and could not be finished"))
+        if src is None:
+            self._put_back_strays()
         return len(jobs)
+
+    def _put_back_strays(self) -> None:
+        """Originals under a private name that no journal row names (the index replaced
+        or rebuilt since a crash): put back at their names, to be read or retired again."""
+        journalled = {d for moves in self.jobs.journal().values() for _, d in moves}
+        for inbox in self.config.inbox:
+            for folder, _dirs, names in os.walk(inbox):
+                for name in names:
+                    private = Path(folder) / name
+                    if not name.startswith(RETIRING_PREFIX) or private in journalled:
+                        continue
+                    job_text, _, original = name[len(RETIRING_PREFIX):].partition("-")
+                    if not original:  # a long name, shortened: the job row knows it
+                        job = self.jobs.get(int(job_text)) if job_text.isdigit() else None
+                        if job is None or job.path.parent != private.parent:
+                            log.warning("%s is an original left by a crash under a private "
+                                        "name; rename it back yourself", private)
+                            continue
+                        original = job.path.name
+                    back = self._put_back(private, private.with_name(original))
+                    log.info("%s was left under a private name by a crash: put back at %s",
+                             original, back)
 
     def _put_back_retiring(self, moves: list[tuple[Path, Path]]
                            ) -> tuple[list[tuple[Path, Path]], bool]:

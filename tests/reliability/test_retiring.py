@@ -288,3 +288,16 @@ def test_results_and_index_are_on_disk_before_the_original_goes(
     finally:
         if out_root is not None:
             shutil.rmtree(out_root, ignore_errors=True)
+
+
+def test_an_original_left_under_its_private_name_without_a_journal_row_is_put_back(
+        home: Home, run_daemon: StartDaemon) -> None:
+    """The index replaced since the crash (no journal row names the private name): the
+    next start still puts the original back at its name, and reads it."""
+    data = image_bytes("left behind")
+    held = write(home.inbox / "sub" / ".ocrwatch-retiring-7-letter.png", data)
+    daemon, _engine = run_daemon()
+    letter = home.inbox / "sub" / "letter.png"
+    assert not held.exists() and letter.read_bytes() == data
+    wait_for(lambda: daemon.db.query("SELECT 1 FROM jobs WHERE state = 'done'"), 30,
+             "the original to be read")
