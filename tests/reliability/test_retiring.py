@@ -15,6 +15,8 @@ Real daemons, real files, a real SQLite index, real inotify, real processes.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
 import re
 import shutil
@@ -24,6 +26,7 @@ import sys
 import tempfile
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,7 +40,17 @@ from ocrwatch.store.jobs import JobQueue, file_sha256
 from ocrwatch.testing.fake import FakeEngine
 
 from .conftest import StartDaemon
-from .helpers import Home, drop, image_bytes, wait_for, write
+from .helpers import (
+    Home,
+    connect_ro,
+    drop,
+    image_bytes,
+    job,
+    ocrwatch_cli,
+    pdf_bytes,
+    wait_for,
+    write,
+)
 
 
 # -- 1. a new version saved between the check and the act ---------------------------------
@@ -301,3 +314,91 @@ def test_an_original_left_under_its_private_name_without_a_journal_row_is_put_ba
     assert not held.exists() and letter.read_bytes() == data
     wait_for(lambda: daemon.db.query("SELECT 1 FROM jobs WHERE state = 'done'"), 30,
              "the original to be read")
+
+
+# -- 4. a file appended to or truncated while it is read ----------------------------------
+@pytest.mark.parametrize("change", ["append", "truncate"])
+def test_a_file_changed_in_place_while_it_is_read_keeps_text_and_content_together(
+        home: Home, daemon_process: Any, change: str) -> None:
+    """``ocrwatch run`` with a slow engine (0.5 s a page) and ``on_success = "delete"``;
+    while a 4-page PDF is read, it is written in place: bytes appended after its end, or
+    truncated to a 1-page PDF. Every reading recorded holds the pages of the very content
+    its SHA-256 names, and the file is deleted only after its last content was read."""
+    config = home.root / "config.toml"
+    config.write_text('on_success = "delete"\n')
+    proc = daemon_process("--config", str(config), OCRWATCH_FAKE_DELAY="0.5").start()
+    proc.wait_ready()
+    doc = home.inbox / "doc.pdf"
+    before = pdf_bytes(["one", "two", "three", "four"])
+    after = before + b"\n% appended by the scanner\n" * 100 if change == "append" \
+        else pdf_bytes(["only"])
+    pages_of = {hashlib.sha256(before).hexdigest(): 4,
+                hashlib.sha256(after).hexdigest(): 4 if change == "append" else 1}
+    drop(doc, before)
+    wait_for(lambda: (r := job(home.database, doc)) is not None and r["state"] == "running",
+             30, "the read to start")
+    with open(doc, "r+b") as fh:  # in place: the same file, no new name
+        if change == "append":
+            fh.seek(0, os.SEEK_END)
+            fh.write(after[len(before):])
+        else:
+            fh.write(after)
+            fh.truncate()
+
+    def readings() -> dict[str, int]:
+        with contextlib.closing(connect_ro(home.database)) as conn:
+            return {r["sha256"]: r["pages"] for r in conn.execute(
+                "SELECT j.sha256, (SELECT count(*) FROM pages p WHERE p.job_id = j.id) AS pages"
+                " FROM jobs j WHERE j.state = 'done'")}
+
+    wait_for(lambda: not doc.exists(), 60, "the last content to be read, then deleted")
+    done = readings()
+    assert hashlib.sha256(after).hexdigest() in done, f"deleted unread: {done}"
+    for sha, pages in done.items():
+        assert sha in pages_of and pages == pages_of[sha], \
+            f"{pages} pages recorded against content of {pages_of.get(sha)} pages"
+    assert proc.stop() == 0
+
+
+def test_a_file_rewritten_in_place_with_its_size_and_time_kept_is_read_as_what_it_holds(
+        home: Home, daemon_process: Any) -> None:
+    """While the file waits in the queue (hashed; reading paused), it is rewritten in
+    place with another image of the same length and its modification time put back (as
+    ``cp -p`` does): the size and time check sees nothing. The text is never recorded
+    against the first content's SHA-256; the file is read as what it holds, then
+    deleted."""
+    config = home.root / "config.toml"
+    config.write_text('on_success = "delete"\n')
+    proc = daemon_process("--config", str(config), OCRWATCH_FAKE_DELAY="0.2").start()
+    proc.wait_ready()
+    first, second = image_bytes("first", size=(600, 400)), image_bytes("second", size=(800, 300))
+    length = max(len(first), len(second)) + 64
+    first, second = (data + b"\0" * (length - len(data)) for data in (first, second))
+    shape = {hashlib.sha256(first).hexdigest(): 600 / 400,
+             hashlib.sha256(second).hexdigest(): 800 / 300}
+    assert ocrwatch_cli(home, "pause").returncode == 0  # queued and hashed, not read
+    doc = drop(home.inbox / "doc.png", first)
+    wait_for(lambda: (r := job(home.database, doc)) is not None and r["sha256"] is not None,
+             30, "the file to be hashed and queued")
+    st = doc.stat()
+    with open(doc, "r+b") as fh:
+        fh.write(second)
+    os.utime(doc, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert ocrwatch_cli(home, "resume").returncode == 0
+
+    doc_id = job(home.database, doc)["id"]
+
+    def readings() -> list[tuple[str, str]]:
+        with contextlib.closing(connect_ro(home.database)) as conn:
+            return [(r["sha256"], r["text"]) for r in conn.execute(
+                "SELECT j.sha256, p.text FROM jobs j JOIN pages p ON p.job_id = j.id "
+                "WHERE j.state = 'done' AND j.id = ?", (doc_id,))]
+
+    wait_for(readings, 60, "the file to be read")
+    for sha, text in readings():
+        m = re.search(r"\((\d+)x(\d+)\)", text)
+        assert m is not None, text
+        assert abs(int(m[1]) / int(m[2]) - shape[sha]) < 0.05, \
+            f"{text!r} recorded against the content of shape {shape[sha]:.2f}"
+    wait_for(lambda: not doc.exists(), 60, "the file to be deleted after its reading")
+    assert proc.stop() == 0
