@@ -381,8 +381,6 @@ class Lifecycle:
             else:  # the original's own move could not be finished: tried again at start
                 self._settle(job_id, done, None, retire=(
                     "failed", "its archiving was cut short and could not be finished"))
-        if src is None:
-            self._put_back_strays()
         return len(jobs)
 
     def _put_back_strays(self) -> None:
@@ -473,6 +471,8 @@ class Lifecycle:
         on_success = "keep" now, an inbox file owes nothing any more). Returns how many
         files were archived or deleted.
         """
+        # The daemon's start only: an `ocrwatch add` beside it may be retiring a file now.
+        self._put_back_strays()
         count = 0
         for job in self.owed():
             mode = disposal(self.config, job)
