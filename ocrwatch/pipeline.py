@@ -206,6 +206,14 @@ def open_pages(ctx: Context, job: Job, max_side: int | None) -> Generator[Page, 
         st = _still_there(fh, job.path)
         if (st.st_size, st.st_mtime_ns) != (job.size, job.mtime_ns):
             raise TransientError("the file changed while it was being read")
+        if job.sha256 and (now := file_sha256(fh)) != job.sha256:
+            # Written in place with its size and time kept (``cp -p``), or where no
+            # event tells (a network share): the text is never recorded against content
+            # it was not read from. Queued again as what it holds now.
+            ctx.jobs.offer(job.path, st.st_size, st.st_mtime_ns, now, dev=st.st_dev,
+                           inode=st.st_ino, asked=job.asked)
+            raise TransientError("the file changed while it was being read (its size and "
+                                 "time kept): read again")
 
 
 def _still_there(fh: BinaryIO, path: Path) -> os.stat_result:

@@ -22,7 +22,7 @@ from helpers import make_config, text_page, wait_for
 from ocrwatch.config import Config
 from ocrwatch.core.domain import PageText
 from ocrwatch.daemon import Daemon
-from ocrwatch.results.lifecycle import Lifecycle
+from ocrwatch.results.lifecycle import Lifecycle, retiring_name
 from ocrwatch.store.db import Database
 from ocrwatch.store.index import search
 from ocrwatch.store.jobs import JobQueue, file_sha256
@@ -106,9 +106,10 @@ def test_delete_removes_only_the_original_and_keeps_its_index_entry(tmp_path: Pa
         assert sorted(p.name for p in inbox.iterdir()) == [
             "scan.jpg.md", "scan.jpg.txt", "scan.md", "scan.txt"]
         # The deletion event did not take the entries out of the index, and the rescan
-        # will not either: they now name the results.
-        hits = search(d.db, "fake")
-        assert sorted(Path(h.path).name for h in hits) == ["scan.jpg.md", "scan.md"]
+        # will not either: they now name the results (once the deletion is recorded: the
+        # original leaves its name just before, for its last check).
+        wait_for(lambda: sorted(Path(h.path).name for h in search(d.db, "fake"))
+                 == ["scan.jpg.md", "scan.md"], 10, "the entries to name the results")
         assert d.follower.missing() == []
         assert sorted(p.name for p in inbox.iterdir()) == [
             "scan.jpg.md", "scan.jpg.txt", "scan.md", "scan.txt"]
@@ -168,7 +169,9 @@ CHILD = textwrap.dedent("""
     real_unlink = Path.unlink
 
     def unlink(self, missing_ok=False):
-        if self == original:  # the copy is whole and in place: stop right here
+        # The original, under its private name while it is archived: the copy is whole
+        # and in place, stop right here.
+        if self.parent == original.parent and self.name.startswith(".ocrwatch-retiring-"):
             Path(marker).write_text("copied")
             time.sleep(600)
         return real_unlink(self, missing_ok=missing_ok)
@@ -207,15 +210,17 @@ def test_kill_9_between_copy_and_removal_loses_nothing_and_doubles_nothing(
     finally:
         child.wait(timeout=30)
     dest = tmpfs_archive / "inbox" / "crash.png"
-    # The moment of the crash: both copies exist, whole.
-    assert original.read_bytes() == content and dest.read_bytes() == content
-    assert len(db.query("SELECT 1 FROM moves")) == 2
+    held = retiring_name(original, job.id)
+    # The moment of the crash: both copies exist, whole (the original under its private
+    # name, journalled with the two moves).
+    assert held.read_bytes() == content and dest.read_bytes() == content
+    assert len(db.query("SELECT 1 FROM moves")) == 3
     config = Config(inbox=[inbox], database=db_path, on_success="archive",
                     archive_dir=tmpfs_archive)
     # The next start finishes the move.
     with Daemon(config, engine=FakeEngine(), watch=False):
         pass
-    assert not original.exists() and dest.read_bytes() == content
+    assert not original.exists() and not held.exists() and dest.read_bytes() == content
     assert (tmpfs_archive / "inbox" / "crash.md").read_text() == "sidecar\n"
     assert not (inbox / "crash.md").exists()
     assert sorted(p.name for p in dest.parent.iterdir()) == ["crash.md", "crash.png"]

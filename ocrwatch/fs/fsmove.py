@@ -26,12 +26,15 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-__all__ = ["TEMP_PREFIX", "create_unique", "move_no_replace", "move_unique", "temp_in",
-           "unique_names"]
+__all__ = ["RETIRING_PREFIX", "TEMP_PREFIX", "create_unique", "fsync_file", "fsync_folder",
+           "move_no_replace", "move_unique", "temp_in", "unique_names"]
 
 _AT_FDCWD = -100
 _RENAME_NOREPLACE = 1
 TEMP_PREFIX = ".ocrwatch-"  # dot-files: the watcher and other tools ignore them
+# An original being archived or deleted, under a name of its own while it is checked
+# (results.lifecycle): never a leftover temporary file, always put back if left over.
+RETIRING_PREFIX = f"{TEMP_PREFIX}retiring-"
 
 
 def temp_in(folder: Path) -> tuple[int, str]:
@@ -77,11 +80,27 @@ def _rename_noreplace(src: Path, dest: Path) -> bool:
 
 def _fsync_dir(folder: Path) -> None:
     with contextlib.suppress(OSError):  # some file systems cannot open or sync folders
-        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_folder(folder)
+
+
+def fsync_folder(folder: Path) -> None:
+    """Make ``folder``'s entries (a file created, renamed or removed there) survive a
+    power loss. Raises OSError."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_file(path: Path) -> None:
+    """Make the content of the file at ``path`` survive a power loss (no link followed).
+    Raises OSError."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _copy_no_replace(src: Path, dest: Path) -> None:

@@ -6,14 +6,27 @@ between the copy and the removal leaves both files, and the next start finishes 
 (the source is removed only when the copy's bytes are the same), so nothing is lost and
 nothing is left twice. Each move's journal row is removed once the job row points at the
 file's new place.
+
+Before an original is archived or deleted, its sidecars (files and folders) and the
+index row that records its reading are synced to disk: a power loss never leaves an
+original gone and its text not yet written. The original is then renamed to a private
+name in its folder (``.ocrwatch-retiring-JOB-NAME``, journalled first), opened without
+following links and checked to be that very file, hashed through that handle, and only
+then deleted or moved to the archive. A new version saved at the original's name at any
+moment is a new file at that name: it is never the one deleted or archived. A private
+name left by a crash is put back at the next start (:meth:`Lifecycle.recover`), and the
+file is retired then, checked again (:meth:`Lifecycle.resume`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import filecmp
+import hashlib
 import logging
 import os
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,11 +35,18 @@ from pathlib import Path
 from ocrwatch.config import Config
 from ocrwatch.core.domain import Job
 from ocrwatch.core.errors import Doing, MachineError, OcrwatchError, os_reason
-from ocrwatch.fs.fsmove import move_no_replace
+from ocrwatch.core.naming import NAME_MAX
+from ocrwatch.fs.fsmove import (
+    RETIRING_PREFIX,
+    fsync_file,
+    fsync_folder,
+    move_no_replace,
+    move_unique,
+)
 from ocrwatch.results.retire import disposal
 from ocrwatch.results.sidecar import pdf_path
 from ocrwatch.store.db import Database
-from ocrwatch.store.jobs import JobQueue, file_sha256
+from ocrwatch.store.jobs import JobQueue
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +80,21 @@ class Outcome:
 
     original: Path | None  # None: deleted
     sidecars: dict[Path, Path]  # old path -> new path, for those that moved
+
+
+def retiring_name(original: Path, job_id: int) -> Path:
+    """The private name ``original`` has in its folder while it is archived or deleted."""
+    name = f"{RETIRING_PREFIX}{job_id}-{original.name}"
+    if len(os.fsencode(name)) > NAME_MAX:
+        name = f"{RETIRING_PREFIX}{job_id}"
+    return original.with_name(name)
+
+
+def is_retiring(path: Path) -> bool:
+    return path.name.startswith(RETIRING_PREFIX)
+
+
+_NEW_VERSION = "a new version was saved after the read; it is read in its turn"
 
 
 def _renamed(name: str, stem: str, n: int) -> str:
@@ -111,64 +146,140 @@ class Lifecycle:
         """
         if mode == "keep":
             return Outcome(original, {})
-        if sha256 is not None and not self._still_read(original, sha256):
-            log.warning("%s changed after it was read: left in place for its next reading "
-                        "(on_success = \"%s\" waits for that)", original, mode)
-            self.record(job_id, "kept", "a new version was saved after the read; it is "
-                                        "read in its turn")
-            return Outcome(original, {})
-        if mode == "delete":
-            return self._delete(job_id, original, sidecars)
-        if self.config.archive_dir is None:
+        if mode == "archive" and self.config.archive_dir is None:
             raise MachineError("archive_dir is not set any more: the original stays where "
                                "it is; set archive_dir, or on_success = \"keep\"")
+        verb = "deleted" if mode == "delete" else "archived"
+        private = retiring_name(original, job_id)
+        try:
+            self._make_durable(sidecars)
+            # The journal row, and with it the reading's index row, synced to disk before
+            # the original leaves its name: a crash after it puts the file back at start.
+            with self.db.durable():
+                self._journal(job_id, [(original, private)])
+            self._move(original, private)
+        except FileNotFoundError:
+            if not os.path.lexists(original):  # gone meanwhile: nothing left to lose
+                self._settle(job_id, [], None)
+                if mode == "delete":
+                    return self._delete(job_id, original, sidecars)
+                return Outcome(original, {})
+            self._settle(job_id, [], None, retire=("failed", f"could not be {verb}: a "
+                                                   "folder of its results is gone"))
+            raise
+        except OSError as exc:
+            self._settle(job_id, [], None,
+                         retire=("failed", f"could not be {verb}: {move_failure(exc)}"))
+            raise
+        # From here the file under the private name is the one acted on, whatever is
+        # saved at the original's name meanwhile.
+        if sha256 is not None and not self._still_read(private, sha256):
+            log.warning("%s changed after it was read: left in place for its next reading "
+                        "(on_success = \"%s\" waits for that)", original, mode)
+            back = self._put_back(private, original)
+            self._settle(job_id, [], None, retire=("kept", _NEW_VERSION))
+            return Outcome(back, {})
+        if mode == "delete":
+            try:
+                private.unlink()
+            except FileNotFoundError:
+                # Put back by a start-up's recovery in another process: nothing deleted,
+                # and it is done at that process's start.
+                self._settle(job_id, [], None, retire=("pending", None))
+                return Outcome(original, {})
+            except OSError as exc:
+                self._put_back(private, original)
+                self._settle(job_id, [], None, retire=(
+                    "failed", f"could not be deleted: {move_failure(exc)}"))
+                raise
+            # The journal first: a crash before the entry names the result leaves
+            # "pending" with the original gone, finished at start (:meth:`resume`).
+            self._settle(job_id, [], None, retire=("pending", None))
+            return self._delete(job_id, original, sidecars)
+        return self._archive(job_id, original, private, sidecars)
+
+    def _archive(self, job_id: int, original: Path, private: Path,
+                 sidecars: list[Path]) -> Outcome:
+        assert self.config.archive_dir is not None  # checked by finish
         folder = placed(self.config.archive_dir, original, self.config.inbox,
                         self.config.archive_layout)
         beside = [s for s in sidecars if s.parent == original.parent and s.exists()]
         try:
             moves = self._plan(original, beside, folder)
         except OSError as exc:
-            self.record(job_id, "failed", f"could not be archived: {move_failure(exc)}")
+            self._put_back(private, original)
+            self._settle(job_id, [], None,
+                         retire=("failed", f"could not be archived: {move_failure(exc)}"))
             raise
         # The sidecars first, the original last: a move that fails part way leaves the
         # original in place, with its results beside it (they are moved back).
         moves = moves[1:] + moves[:1]
         self._journal(job_id, moves)
         try:
-            done = self._carry_out(moves)
+            done = self._carry_out(moves, {original: private})
         except _Failed as failed:
-            kept = self._undo(failed.done)
+            kept = self._undo(failed.done, {original: private})
+            self._put_back(private, original)
             self._settle(job_id, kept, original,
                          retire=("failed", f"could not be archived: {move_failure(failed.error)}"))
             raise failed.error from None
+        if os.path.lexists(private):  # its place in the archive was taken meanwhile
+            self._put_back(private, original)
         self._settle(job_id, done, original)
         moved = dict(done)
         if original in moved:
             log.info("archived %s to %s", original, moved[original])
         return Outcome(moved.pop(original, original), moved)
 
-    def _delete(self, job_id: int, original: Path, sidecars: list[Path]) -> Outcome:
-        # The index entry then names the result, so that it stays (the index follows
-        # the files: an entry whose file is gone is dropped, its sidecars with it). A
-        # crash between the two leaves "pending" with the original gone: the next start
-        # points the entry at the result (:meth:`resume`).
-        result = next((p for p in reversed(sidecars) if os.path.lexists(p)), None)
+    def _make_durable(self, sidecars: list[Path]) -> None:
+        """The results on disk, files and names, before the original may go: a power
+        loss right after never leaves neither (raises OSError when they cannot be)."""
+        for path in sidecars:
+            with contextlib.suppress(FileNotFoundError):  # moved or removed by the user
+                fsync_file(path)
+        for folder in dict.fromkeys(p.parent for p in sidecars):
+            with contextlib.suppress(FileNotFoundError):
+                fsync_folder(folder)
+
+    def _put_back(self, private: Path, original: Path) -> Path:
+        """``private`` back at ``original`` (a new version saved there meanwhile keeps its
+        name: this one goes beside it, ``NAME.2.EXT``); returns where it is."""
+        if not os.path.lexists(private):
+            return original
         try:
-            original.unlink(missing_ok=True)
+            self._move(private, original)
+            return original
+        except FileExistsError:
+            back = move_unique(private, original)
+            log.warning("%s was saved again while it was being retired: the version that "
+                        "was being retired is at %s", original, back)
+            return back
         except OSError as exc:
-            self.record(job_id, "failed", f"could not be deleted: {move_failure(exc)}")
-            raise
+            log.warning("could not put %s back at %s (%s): it stays there, and is put back "
+                        "at the next start", private, original, move_failure(exc))
+            return private
+
+    def _delete(self, job_id: int, original: Path, sidecars: list[Path]) -> Outcome:
+        """Record that ``original`` is deleted (it is gone by now: the file checked under
+        its private name was removed, never a file at this name).
+
+        The index entry then names the result, so that it stays (the index follows
+        the files: an entry whose file is gone is dropped, its sidecars with it).
+        """
+        result = next((p for p in reversed(sidecars) if os.path.lexists(p)), None)
         self.jobs.deleted_original(job_id, result)
         log.info("deleted %s after reading it (on_success = \"delete\", or as asked by "
                  "`ocrwatch add --on-success delete`)", original)
         return Outcome(None, {})
 
-    def _undo(self, done: list[tuple[Path, Path]]) -> list[tuple[Path, Path]]:
-        """Move back what a failed archive moved; returns the moves that stay."""
+    def _undo(self, done: list[tuple[Path, Path]],
+              moved_as: dict[Path, Path] | None = None) -> list[tuple[Path, Path]]:
+        """Move back what a failed archive moved (to the name it was moved from:
+        ``moved_as``); returns the moves that stay."""
         kept = []
         for src, dest in reversed(done):
             try:
-                self._move(dest, src)
+                self._move(dest, (moved_as or {}).get(src, src))
             except OSError as exc:
                 log.warning("could not move %s back to %s (%s): it stays in the archive",
                             dest, src, move_failure(exc))
@@ -177,14 +288,27 @@ class Lifecycle:
 
     @staticmethod
     def _still_read(original: Path, sha256: str) -> bool:
-        """Whether ``original`` still holds the content that was read (gone counts: there
-        is nothing left to lose)."""
+        """Whether the file at ``original`` (never a link's target) holds the content
+        that was read (gone counts: there is nothing left to lose). The handle hashed is
+        checked to be the file at that name."""
         try:
-            return file_sha256(original) == sha256
+            fd = os.open(original, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
             return True
         except OSError:
             return False
+        try:
+            with os.fdopen(fd, "rb", closefd=False) as fh:
+                opened = os.fstat(fd)
+                named = os.lstat(original)
+                if (not stat.S_ISREG(opened.st_mode)
+                        or (opened.st_dev, opened.st_ino) != (named.st_dev, named.st_ino)):
+                    return False
+                return hashlib.file_digest(fh, "sha256").hexdigest() == sha256
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
 
     def _plan(self, original: Path, sidecars: list[Path], folder: Path
               ) -> list[tuple[Path, Path]]:
@@ -201,11 +325,14 @@ class Lifecycle:
                                                                  strict=True)]
             n += 1
 
-    def _carry_out(self, moves: list[tuple[Path, Path]]) -> list[tuple[Path, Path]]:
+    def _carry_out(self, moves: list[tuple[Path, Path]],
+                   moved_as: dict[Path, Path] | None = None) -> list[tuple[Path, Path]]:
+        """Make ``moves``; a file under another name for now (the original under its
+        private name) is moved from that name (``moved_as``)."""
         done: list[tuple[Path, Path]] = []
         for src, dest in moves:
             try:
-                self._move(src, dest)
+                self._move((moved_as or {}).get(src, src), dest)
             except FileExistsError:
                 # Taken since we looked (another program): the file stays where it is,
                 # which loses nothing; say so.
@@ -232,9 +359,10 @@ class Lifecycle:
         jobs = self.jobs.journal(src)
         for job_id, moves in jobs.items():
             found = self.jobs.get(job_id)
+            moves, owed = self._put_back_retiring(moves)
             if found is None or found.state != "done":
                 log.warning("a move of %s was cut short, but that file is no longer done: "
-                            "left where it is", moves[-1][0])
+                            "left where it is", moves[-1][0] if moves else "a file")
                 self._settle(job_id, [], None)
                 continue
             original = found.path
@@ -243,17 +371,63 @@ class Lifecycle:
                     and not self._still_read(original, sha)):
                 log.warning("%s changed since its archiving was cut short: left in place "
                             "with its results, to be read in its turn", original)
-                self._settle(job_id, [], None,
-                             retire=("kept", "a new version was saved after the read; it "
-                                             "is read in its turn"))
+                self._settle(job_id, [], None, retire=("kept", _NEW_VERSION))
                 continue
             done = self._finish_moves(moves)
             if any(s == original for s, _ in done):
                 self._settle(job_id, done, original)
+            elif owed:  # put back: archived or deleted at start, checked again (resume)
+                self._settle(job_id, done, None, retire=("pending", None))
             else:  # the original's own move could not be finished: tried again at start
                 self._settle(job_id, done, None, retire=(
                     "failed", "its archiving was cut short and could not be finished"))
         return len(jobs)
+
+    def _put_back_strays(self) -> None:
+        """Originals under a private name that no journal row names (the index replaced
+        or rebuilt since a crash): put back at their names, to be read or retired again."""
+        journalled = {d for moves in self.jobs.journal().values() for _, d in moves}
+        for inbox in self.config.inbox:
+            for folder, _dirs, names in os.walk(inbox):
+                for name in names:
+                    private = Path(folder) / name
+                    if not name.startswith(RETIRING_PREFIX) or private in journalled:
+                        continue
+                    job_text, _, original = name[len(RETIRING_PREFIX):].partition("-")
+                    if not original:  # a long name, shortened: the job row knows it
+                        job = self.jobs.get(int(job_text)) if job_text.isdigit() else None
+                        if job is None or job.path.parent != private.parent:
+                            log.warning("%s is an original left by a crash under a private "
+                                        "name; rename it back yourself", private)
+                            continue
+                        original = job.path.name
+                    back = self._put_back(private, private.with_name(original))
+                    log.info("%s was left under a private name by a crash: put back at %s",
+                             original, back)
+
+    def _put_back_retiring(self, moves: list[tuple[Path, Path]]
+                           ) -> tuple[list[tuple[Path, Path]], bool]:
+        """An original left under its private name by a crash goes back to its name, and
+        its move to the archive is not finished from there (:meth:`resume` retires it,
+        checked again). Returns the moves left to finish, and whether an original's
+        archiving or deletion is still owed."""
+        retiring = {s: d for s, d in moves if is_retiring(d)}
+        rest = [(s, d) for s, d in moves if not is_retiring(d)]
+        for original, private in retiring.items():
+            if not os.path.lexists(private):
+                continue  # not yet renamed, or already deleted or archived
+            dest = next((d for s, d in rest if s == original), None)
+            if dest is not None and os.path.lexists(dest) and filecmp.cmp(
+                    private, dest, shallow=False):
+                # Killed between a copy to another file system and the removal.
+                private.unlink()
+                log.info("finished archiving %s to %s (cut short before)", original, dest)
+                continue
+            rest = [(s, d) for s, d in rest if s != original]
+            back = self._put_back(private, original)
+            log.info("%s was being archived or deleted when ocrwatch stopped: put back at "
+                     "%s", original, back)
+        return rest, bool(retiring)
 
     def _finish_moves(self, moves: list[tuple[Path, Path]]) -> list[tuple[Path, Path]]:
         done: list[tuple[Path, Path]] = []
@@ -297,6 +471,8 @@ class Lifecycle:
         on_success = "keep" now, an inbox file owes nothing any more). Returns how many
         files were archived or deleted.
         """
+        # The daemon's start only: an `ocrwatch add` beside it may be retiring a file now.
+        self._put_back_strays()
         count = 0
         for job in self.owed():
             mode = disposal(self.config, job)

@@ -22,7 +22,7 @@ from ocrwatch.core.naming import choose_stem as choose_stem
 from ocrwatch.core.naming import fitting as fitting
 from ocrwatch.core.naming import pdf_path as pdf_path
 from ocrwatch.core.naming import sidecar_paths as sidecar_paths
-from ocrwatch.fs.fsmove import TEMP_PREFIX, move_no_replace, temp_in
+from ocrwatch.fs.fsmove import RETIRING_PREFIX, TEMP_PREFIX, move_no_replace, temp_in
 from ocrwatch.fs.private import sidecar_mode
 from ocrwatch.fs.safeopen import open_dir_beneath
 
@@ -168,6 +168,7 @@ def write_all_atomic(files: list[tuple[Path, str]],
                 if mark is not None:
                     with contextlib.suppress(OSError):
                         os.setxattr(fd, MARK_ATTR, _marked(mark, _read_all(fd)))
+                os.fsync(fd)  # on disk before its name is: never an empty PDF after a crash
             finally:
                 os.close(fd)
             temps.append((dirfd, ready.name, path))
@@ -298,6 +299,8 @@ def remove_stale_temps(folders: list[Path]) -> int:
             for name in names:
                 if not (name.startswith(TEMP_PREFIX) and name.endswith(".tmp")):
                     continue
+                if name.startswith(RETIRING_PREFIX):
+                    continue  # an original (``x.tmp``) being retired: put back, never removed
                 pid_text = name[len(TEMP_PREFIX):].split("-", 1)[0]
                 if pid_text.isdigit() and _alive(int(pid_text)):
                     continue

@@ -320,6 +320,25 @@ class Database:
                         raise
                     raise mapped from exc
 
+    @contextmanager
+    def durable(self) -> Iterator[None]:
+        """Transactions committed in this block are on disk when the commit returns.
+
+        ``synchronous = NORMAL`` leaves a WAL commit in the page cache (a power loss may
+        undo it); ``FULL`` syncs the WAL at commit, with every commit before it. For the
+        commit that precedes an act nothing can undo (an original deleted).
+        """
+        with self._lock:
+            if self.readonly or str(self.path) == ":memory:":
+                yield
+                return
+            self.conn.execute("PRAGMA synchronous = FULL")
+            try:
+                yield
+            finally:
+                if not self._closed:
+                    self.conn.execute("PRAGMA synchronous = NORMAL")
+
     def _rollback(self) -> None:
         # On a full disk or an I/O error SQLite may have rolled back already; a second
         # ROLLBACK would raise and hide the error that tells the user what happened.
