@@ -17,7 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
 
 from ocrwatch.config.check import metrics_endpoint
 from ocrwatch.core.errors import ConfigError
@@ -61,9 +62,11 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path.split("?", 1)[0] != "/metrics":
             self.send_error(404, "only /metrics is served here")
             return
-        body = generate_latest(self.server.registry)
+        # The format the scraper asks for (Prometheus' text, or OpenMetrics), by the library.
+        encode, content_type = choose_encoder(self.headers.get("Accept", ""))
+        body = encode(self.server.registry)
         self.send_response(200)
-        self.send_header("Content-Type", CONTENT_TYPE_LATEST)
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
