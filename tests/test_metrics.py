@@ -287,8 +287,9 @@ def query(base: str, promql: str) -> dict[str, float]:
     with urllib.request.urlopen(url, timeout=10) as reply:
         answer = json.load(reply)
     assert answer["status"] == "success", answer
-    return {json.dumps({k: v for k, v in r["metric"].items()
-                        if k not in ("__name__", "instance", "job")}, sort_keys=True): float(r["value"][1])
+    skip = ("__name__", "instance", "job")
+    return {json.dumps({k: v for k, v in r["metric"].items() if k not in skip},
+                       sort_keys=True): float(r["value"][1])
             for r in answer["data"]["result"]}
 
 
