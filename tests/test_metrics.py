@@ -86,11 +86,16 @@ def metrics_daemon(tmp_path: Path) -> Iterator[Daemon]:
 def test_the_daemon_counts_what_it_read_and_serves_it(metrics_daemon: Daemon,
                                                       tmp_path: Path) -> None:
     d = metrics_daemon
-    assert d.metrics_url is not None and d.metrics_url.startswith("http://127.0.0.1:")
+    url = d.metrics_url
+    assert url is not None and url.startswith("http://127.0.0.1:")
     files = drop_files(d.config.inbox[0], good=3, bad=2)
     wait_for(lambda: settled(d, files), 60, "every file read")
-    m = wait_for(lambda: (s := scrape(d.metrics_url or ""))
-                 ['ocrwatch_queue_files{state="queued"}'] == 0 and s, 30, "an empty queue")
+    def drained() -> dict[str, float] | None:
+        got = scrape(url)
+        return got if got['ocrwatch_queue_files{state="queued"}'] == 0 else None
+
+    m = wait_for(drained, 30, "an empty queue")
+    assert m is not None
     assert m['ocrwatch_pages_read_total{engine="fake"}'] == 6
     assert m['ocrwatch_page_errors_total{engine="fake"}'] == 2
     assert m['ocrwatch_files_done_total{engine="fake"}'] == 3
@@ -110,12 +115,12 @@ def test_the_daemon_counts_what_it_read_and_serves_it(metrics_daemon: Daemon,
     assert m['ocrwatch_engine_starts_total{engine="fake"}'] == 1
     assert m["ocrwatch_paused"] == 0
     # No file name anywhere, and no GPU here: no GPU series, and no error.
-    text = urllib.request.urlopen(d.metrics_url, timeout=10).read().decode()
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
     assert "report" not in text and FAIL not in text and str(tmp_path) not in text
     assert "ocrwatch_gpu" not in text
     # Only /metrics is served.
     with pytest.raises(urllib.error.HTTPError) as refused:
-        urllib.request.urlopen(d.metrics_url.replace("/metrics", "/status"), timeout=10)
+        urllib.request.urlopen(url.replace("/metrics", "/status"), timeout=10)
     assert refused.value.code == 404
 
 
@@ -194,8 +199,9 @@ def test_reload_turns_metrics_on_and_off(tmp_path: Path) -> None:
         assert d.metrics_url is None
         current["address"] = f"127.0.0.1:{port}"
         assert d.reload()["applied"] == ["metrics_address"]
-        assert d.metrics_url == f"http://127.0.0.1:{port}/metrics"
-        assert 'ocrwatch_paused' in scrape(d.metrics_url)
+        url = d.metrics_url
+        assert url is not None and url == f"http://127.0.0.1:{port}/metrics"
+        assert "ocrwatch_paused" in scrape(url)
         current["address"] = ""
         d.reload()
         assert d.metrics_url is None
