@@ -326,3 +326,47 @@ def test_a_real_prometheus_reads_back_what_the_daemon_did(
     (p95,) = query(base, "histogram_quantile(0.95, sum by (le) "
                          "(rate(ocrwatch_page_latency_seconds_bucket[1m])))").values()
     assert p95 >= 0
+    # Every query of the dashboard is PromQL this Prometheus takes, and answers.
+    for promql in dashboard_queries():
+        query(base, promql)
+
+
+# -- the examples in packaging/prometheus ------------------------------------------------
+EXAMPLES = Path(__file__).resolve().parents[1] / "packaging" / "prometheus"
+
+
+def dashboard_queries() -> list[str]:
+    """Every PromQL query of the Grafana dashboard, Grafana's variables given values."""
+    board = json.loads((EXAMPLES / "grafana-dashboard.json").read_text())
+    return [t["expr"].replace("$__rate_interval", "1m").replace("$__range", "5m")
+            for p in board["panels"] for t in p["targets"]]
+
+
+def served_names() -> set[str]:
+    """The metric names a daemon serves, GPU ones included (a stand-in driver)."""
+    from ocrwatch.metrics import Recorder
+
+    recorder = Recorder()
+    status = Status(engine=EngineStatus(name="vllm", state="ready", gpu_memory_mb=1.0))
+    recorder.registry.register(DaemonCollector(lambda: status, card=lambda: 1))
+    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum")}
+    return {family.name + suffix for family in recorder.registry.collect()
+            for suffix in suffixes.get(family.type, ("",))}
+
+
+def test_the_dashboard_and_alerts_name_only_metrics_the_daemon_serves() -> None:
+    import re
+
+    served = served_names()
+    for name in ("grafana-dashboard.json", "ocrwatch-alerts.yml"):
+        named = set(re.findall(r"ocrwatch_[a-z_]+", (EXAMPLES / name).read_text()))
+        assert named and named <= served, (name, named - served)
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="no promtool (Debian's "
+                    "prometheus package has it: apt-get install prometheus)")
+def test_promtool_accepts_the_scrape_config_and_the_alert_rules() -> None:
+    done = subprocess.run(["promtool", "check", "config", str(EXAMPLES / "prometheus.yml")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "6 rules found" in done.stdout
