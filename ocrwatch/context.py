@@ -13,6 +13,7 @@ from ocrwatch.core.domain import PageText
 from ocrwatch.engines import registry
 from ocrwatch.hooks.runner import AfterDone
 from ocrwatch.intake.follow import Follower
+from ocrwatch.metrics import Recorder
 from ocrwatch.pages.thumbs import Thumbnails
 from ocrwatch.results.lifecycle import Lifecycle
 from ocrwatch.results.outputs import PdfMaker
@@ -40,6 +41,8 @@ class Context:
     # Blank pages, orientation and skew (made from ``config`` when not given). An engine
     # registered without scans (the tests' fake engine reads no pixels) gets pages as decoded.
     scan: ScanPrep | None = None
+    # Pages and files counted for the Prometheus metrics (metrics_address).
+    metrics: Recorder = field(default_factory=Recorder)
 
     def __post_init__(self) -> None:
         if self.scan is None:

@@ -34,6 +34,8 @@ from ocrwatch.indexhealth import IndexGuard, open_index
 from ocrwatch.intake.follow import Follower
 from ocrwatch.intake.settle import Settler
 from ocrwatch.intake.watch import Watcher
+from ocrwatch.metrics.collector import DaemonCollector
+from ocrwatch.metrics.server import MetricsServer
 from ocrwatch.pages.thumbs import Thumbnails
 from ocrwatch.results.lifecycle import Lifecycle
 from ocrwatch.results.outputs import PdfMaker
@@ -123,6 +125,10 @@ class Daemon:
         self._watch = watch
         self._started = False
         self._closed = False
+        # Read at each scrape from status(); served only while metrics_address is set.
+        self.ctx.metrics.registry.register(DaemonCollector(self.status))
+        self._metrics: MetricsServer | None = None
+        self._metrics_lock = threading.Lock()
 
     # -- lifecycle -------------------------------------------------------------------
     def start(self, *, recover: bool = True, crashed: bool = False) -> None:
@@ -163,6 +169,7 @@ class Daemon:
             self._settler = settler
             self._watcher = Watcher(settler, observer=self.config.observer)
             self._watcher.start()
+        self._serve_metrics()
         from ocrwatch.config.secrets_check import exposed_secrets
 
         for warning in exposed_secrets(self.config):
@@ -192,6 +199,7 @@ class Daemon:
             web, self._web = self._web, None
         if web is not None:
             web.close()
+        self._close_metrics()
         if self._watcher is not None:
             self._watcher.stop()
         self.index_guard.close(timeout=10)
@@ -311,11 +319,41 @@ class Daemon:
                 self.scheduler.ctx = self.ctx
                 if old is not None:
                     old.close()
+        if "metrics_address" in keys:
+            self._close_metrics()
+            self._serve_metrics()
         if self._settler is not None:
             self._settler.settle = self.config.settle_seconds
             self._settler.rescan_seconds = self.config.rescan_minutes * 60
         if keys and self.ctx.after.needed:
             self.ctx.after.start()  # hooks or the batch notice just turned on
+
+    @property
+    def metrics_url(self) -> str | None:
+        """Where the metrics are served now, or None (off, or the port was taken)."""
+        server = self._metrics
+        return server.url if server is not None else None
+
+    def _serve_metrics(self) -> None:
+        """Serve the metrics at metrics_address; a port taken is logged, not fatal: the
+        daemon reads files without its metrics rather than not at all."""
+        address = self.config.metrics_address.strip()
+        with self._metrics_lock:
+            if not address or self._closed or self._metrics is not None:
+                return
+            try:
+                server = MetricsServer(address, self.ctx.metrics.registry)
+            except OcrwatchError as exc:
+                log.error("%s", exc)
+                return
+            server.start()
+            self._metrics = server
+
+    def _close_metrics(self) -> None:
+        with self._metrics_lock:
+            server, self._metrics = self._metrics, None
+        if server is not None:
+            server.close()
 
     def write_outputs(self) -> dict[str, int]:
         """Outputs asked for since files were read, from the stored text (no page read)."""

@@ -120,6 +120,7 @@ def publish(ctx: Context, job: Job, pages: list[PageText], engine: str) -> Path 
             raise
         ctx.jobs.defer(job.id, "the disk is full", ctx.config.max_attempts, job.sha256)
         return None
+    ctx.metrics.file_done(job, pages, engine)
     result = md or txt or pdf
     log.info("done: %s (%d page%s) -> %s", job.display, len(pages),
              "" if len(pages) == 1 else "s", result.name if result else "")
@@ -168,6 +169,7 @@ def fail(ctx: Context, job: Job, reason: str) -> None:
     log.warning("failed: %s: %s", job.display, reason)
     if not ctx.jobs.fail(job.id, reason, job.sha256):
         return  # the file changed or went away meanwhile: this failure is moot
+    ctx.metrics.file_failed(reason)
     ctx.after.failed(job.path, reason)
     if ctx.config.failed_dir is not None and root_of(job.path, ctx.config.inbox) is not None:
         # Only a watched folder's files: one named to `ocrwatch add` stays where it is.
@@ -179,6 +181,7 @@ def fail(ctx: Context, job: Job, reason: str) -> None:
 def defer(ctx: Context, job: Job, reason: str) -> None:
     """A passing trouble: queued again with backoff, failed after ``max_attempts``."""
     again = ctx.jobs.defer(job.id, reason, ctx.config.max_attempts, job.sha256)
+    (ctx.metrics.file_retried if again else ctx.metrics.file_failed)(reason)
     log.warning("%s: %s (%s)", job.display, reason, "will retry" if again else "giving up")
 
 

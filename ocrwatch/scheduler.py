@@ -351,9 +351,13 @@ class Scheduler:
     def _read(self, item: _Item) -> None:
         work = item.work
         live = not work.discarded
+        began = time.monotonic()
         results, unavailable = (pipeline.read(self.engine, self.ctx.engine_name, [item.page])
                                 if live else ([], None))
         self.rate.add(sum(1 for r in results if not r.error))
+        asked = live and unavailable is None and item.page.text is None and not item.page.blank
+        self.ctx.metrics.page_read(self.ctx.engine_name,
+                                   time.monotonic() - began if asked else None, results)
         complete = False
         with self._cond:
             self._in_engine -= 1

@@ -4,6 +4,7 @@ from, so the user knows what to edit.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import typing
 from pathlib import Path
@@ -76,7 +77,48 @@ def validate(config: Config) -> None:
     _validate_outputs(config, fail)
     if config.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
         fail("log_level", "must be DEBUG, INFO, WARNING or ERROR.")
+    problem = metrics_address_problem(config.metrics_address)
+    if problem:
+        fail("metrics_address", f"= {config.metrics_address!r} {problem}.")
     _check_loops(config)
+
+
+def metrics_endpoint(address: str) -> tuple[str, int]:
+    """``"127.0.0.1:9464"`` -> ``("127.0.0.1", 9464)``; ``"[::1]:9464"`` -> ``("::1", 9464)``.
+
+    Raises ValueError with what is wrong (validate() words it for the user)."""
+    host, sep, port = address.strip().rpartition(":")
+    if not sep or not host:
+        raise ValueError("must be HOST:PORT")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError("has no port between 1 and 65535")
+    if host != "localhost":
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            # A name could resolve to anything, on any interface: an address is explicit.
+            raise ValueError("must name an IP address or localhost") from None
+    return host, int(port)
+
+
+def metrics_address_problem(address: str) -> str | None:
+    """Why ``metrics_address`` cannot be served, or None (empty: metrics off)."""
+    if not address.strip():
+        return None
+    try:
+        metrics_endpoint(address)
+    except ValueError as exc:
+        return (f"{exc}, e.g. \"127.0.0.1:9464\" (this machine only), or empty to turn "
+                "metrics off")
+    return None
+
+
+def is_loopback(address: str) -> bool:
+    """Whether only this machine can reach ``metrics_address``."""
+    host, _ = metrics_endpoint(address)
+    return host == "localhost" or ipaddress.ip_address(host).is_loopback
 
 
 _RANGE_HINTS = {

@@ -131,6 +131,9 @@ class Config:
     notify_batch: bool = False  # a desktop notification when the queue empties
     delete_sidecars: bool = True  # a deleted original takes the sidecars ocrwatch wrote along
     cache_dir: Path = field(default_factory=paths.cache_dir)  # page thumbnails
+    # "127.0.0.1:9464": Prometheus metrics served at /metrics there (docs/metrics.md);
+    # empty: off. No token (a scraper carries none): loopback unless the user names another.
+    metrics_address: str = ""
     vllm: VllmConfig = field(default_factory=VllmConfig)
     remote: RemoteConfig = field(default_factory=RemoteConfig)
 

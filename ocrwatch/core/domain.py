@@ -104,6 +104,7 @@ class Job:
     # deleted after its reading, and ``path`` names its result.
     asked: str | None = None
     original_gone: bool = False
+    queued_at: float | None = None  # when a claimed job was queued (the metrics' latency)
 
     @property
     def display(self) -> str:

@@ -166,6 +166,25 @@ def check_secrets(config: Config) -> list[Check]:
         Check("config file", True, "the remote.api_key is readable by you alone")]
 
 
+def check_metrics(config: Config) -> list[Check]:
+    """The metrics carry no token (a scraper has none): fine on loopback, a warning where
+    other machines can reach them."""
+    from ocrwatch.config.check import is_loopback
+
+    address = config.metrics_address.strip()
+    if not address:
+        return [Check("metrics", True, "off (metrics_address is empty)")]
+    if is_loopback(address):
+        return [Check("metrics", True, f"served at http://{address}/metrics, to this "
+                                       "machine only")]
+    return [Check("metrics", False,
+                  f"metrics_address = {address!r} ({config.origin('metrics_address')}) can be "
+                  "reached from other machines, and the metrics need no token: anyone there "
+                  "sees how many files are read and failed, the queue and the engine",
+                  "set metrics_address = \"127.0.0.1:9464\" and scrape through a tunnel or "
+                  "a proxy you control, or keep that address behind a firewall")]
+
+
 def config_check(error: OcrwatchError) -> Check:
     """The config file refused (another user could change it, a bad value): why, and the
     fix its message ends with."""
@@ -259,6 +278,7 @@ def run_checks(config: Config, *,
         ("OCR servers", lambda: check_remote(config)),
         ("folders", lambda: check_folders(config)),
         ("secrets", lambda: check_secrets(config)),
+        ("metrics", lambda: check_metrics(config)),
         ("index file", lambda: check_index(config)),
         ("PDF output", lambda: check_pdf(config)),
         ("free disk", lambda: check_disk(config)),

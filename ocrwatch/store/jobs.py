@@ -17,7 +17,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import BinaryIO
 
@@ -447,7 +447,8 @@ class JobQueue:
                 "UPDATE jobs SET state = 'running', updated = ? WHERE id = ?", (now, row["id"])
             )
         row["state"] = "running"
-        return job_from_row(row)
+        # ``updated`` still holds when it was queued (offered, deferred or put back).
+        return replace(job_from_row(row), queued_at=float(str(row["updated"] or now)))
 
     def next_due(self) -> float | None:
         """When the earliest deferred job may run (for the worker's wait); None while
