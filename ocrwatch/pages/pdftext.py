@@ -33,7 +33,7 @@ from typing import Any
 
 from ocrwatch.core.errors import OverBudget
 from ocrwatch.pages.budget import Budget, unlimited
-from ocrwatch.pages.pdfdraw import draw
+from ocrwatch.pages.pdfdraw import MAX_DEPTH, draw, text_hidden
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +58,13 @@ TEXTPAGE_BYTES_PER_CHAR = 170
 # page is read with OCR, so that their words are read too (a logo or a small photo,
 # under it, leaves the layer in charge).
 MAX_SCAN_SHARE = 0.2
+# A picture that may hold words: at least this many points a side and this area (a
+# signature mark, a logo, a stamp; not a bullet or a rule).
+MIN_PICTURE_SIDE = 10.0
+MIN_PICTURE_AREA = 300.0  # about a twentieth of a square inch
+# Curves that may be text drawn as outlines: a word is tens of Bezier segments, a
+# rounded box or a pie chart a handful.
+MIN_OUTLINE_CURVES = 150
 
 _BAD_CATEGORIES = frozenset({"Cc", "Co", "Cn", "Cs"})
 _EDGE = string.punctuation + "«»„“”‘’‚‹›¡¿…–—·•§°"
@@ -69,10 +76,18 @@ _JOINERS = re.compile(r"[-'’.·/。、，．・「」『』（）！？：；�
 
 @dataclass(frozen=True)
 class Decision:
-    """The page's text when its layer is taken, else None; and why, for the log."""
+    """The page's text when its layer is taken, else None; and why, for the log.
+
+    ``pictures``: why the page is also drawn without its text and read by the engine
+    (pictures or outlines that may hold words, a layer too short to be the whole page),
+    its layer's lines then given as ``lines`` (top as a share of the page's height,
+    text) to merge with the engine's; None when the layer is the whole page.
+    """
 
     text: str | None
     reason: str
+    pictures: str | None = None
+    lines: tuple[tuple[float, str], ...] = ()
 
 
 def garbage(text: str) -> str | None:
@@ -131,19 +146,8 @@ def _hidden_share(page: Any, textpage: Any, budget: Budget, where: str) -> float
     # At most SEEN_PIXELS drawn, however large the page (a poster's letters are large).
     scale = min(SEEN_SCALE, (SEEN_PIXELS / max(float(width) * float(height), 1.0)) ** 0.5)
     shown = draw(page, scale, budget, where, grayscale=True)
-    modes = []
-    try:
-        for n, obj in enumerate(page.get_objects(max_depth=4)):
-            if n % 4096 == 0:
-                budget.check(where, "listing its text objects")
-            if pdfium_c.FPDFPageObj_GetType(obj.raw) == pdfium_c.FPDF_PAGEOBJ_TEXT:
-                modes.append((obj, pdfium_c.FPDFTextObj_GetTextRenderMode(obj.raw)))
-                pdfium_c.FPDFTextObj_SetTextRenderMode(
-                    obj.raw, pdfium_c.FPDF_TEXTRENDERMODE_INVISIBLE)
+    with text_hidden(page, budget, where):
         bare = draw(page, scale, budget, where, grayscale=True)
-    finally:
-        for obj, mode in modes:
-            pdfium_c.FPDFTextObj_SetTextRenderMode(obj.raw, mode)
     ink = ImageChops.difference(shown, bare).point(lambda v: 255 if v > SEEN_LEVEL else 0)
     page_height = float(height)
     tp = textpage.raw
@@ -276,12 +280,122 @@ def _picture_share(page: Any) -> float:
     import pypdfium2.raw as pdfium_c
 
     images = [tuple(float(v) for v in obj.get_bounds())
-              for obj in page.get_objects(max_depth=4)
+              for obj in page.get_objects(max_depth=MAX_DEPTH)
               if pdfium_c.FPDFPageObj_GetType(obj.raw) == pdfium_c.FPDF_PAGEOBJ_IMAGE]
     width, height = page.get_size()
     page_box = (0.0, 0.0, float(width), float(height))
     return min(1.0, sum(_overlap((i[0], i[1], i[2], i[3]), page_box) for i in images)
                / max(_area(page_box), 1.0))
+
+
+def pictures(page: Any, budget: Budget, where: str) -> str | None:
+    """Why ``page`` may hold words that its text layer lacks: an image large enough to
+    hold a word (at any depth of forms), or enough curves to be text drawn as outlines;
+    None when it holds neither."""
+    import pypdfium2.raw as pdfium_c
+
+    width, height = page.get_size()
+    page_box = (0.0, 0.0, float(width), float(height))
+    curves = 0
+    for n, obj in enumerate(page.get_objects(max_depth=MAX_DEPTH)):
+        if n % 1024 == 0:
+            budget.check(where, "looking for its pictures")
+        kind = pdfium_c.FPDFPageObj_GetType(obj.raw)
+        if kind == pdfium_c.FPDF_PAGEOBJ_IMAGE:
+            x0, y0, x1, y1 = (float(v) for v in obj.get_bounds())
+            box = (max(x0, 0.0), max(y0, 0.0), min(x1, page_box[2]), min(y1, page_box[3]))
+            if (box[2] - box[0] >= MIN_PICTURE_SIDE and box[3] - box[1] >= MIN_PICTURE_SIDE
+                    and _area(box) >= MIN_PICTURE_AREA):
+                return (f"an image of {(box[2] - box[0]) / 72:.2g} x "
+                        f"{(box[3] - box[1]) / 72:.2g} inches")
+        elif kind == pdfium_c.FPDF_PAGEOBJ_PATH and curves < MIN_OUTLINE_CURVES:
+            for index in range(pdfium_c.FPDFPath_CountSegments(obj.raw)):
+                segment = pdfium_c.FPDFPath_GetPathSegment(obj.raw, index)
+                if pdfium_c.FPDFPathSegment_GetType(segment) == pdfium_c.FPDF_SEGMENT_BEZIERTO:
+                    curves += 1
+                if index % 4096 == 4095:
+                    budget.check(where, "looking for its pictures")
+    if curves >= MIN_OUTLINE_CURVES:
+        return f"shapes of {curves}+ curves (text drawn as outlines?)"
+    return None
+
+
+def image_dpi(page: Any, at_least: float = 0.1) -> float | None:
+    """The resolution of the sharpest image covering at least ``at_least`` of the page
+    (its pixels over the inches it is drawn on), or None when none does: a page is
+    drawn at its scan's resolution, as OCRmyPDF does, not below it."""
+    import pypdfium2.raw as pdfium_c
+
+    width, height = page.get_size()
+    page_area = max(float(width) * float(height), 1.0)
+    best: float | None = None
+    for obj in page.get_objects(max_depth=MAX_DEPTH):
+        if pdfium_c.FPDFPageObj_GetType(obj.raw) != pdfium_c.FPDF_PAGEOBJ_IMAGE:
+            continue
+        x0, y0, x1, y1 = (float(v) for v in obj.get_bounds())
+        if (x1 - x0) * (y1 - y0) < at_least * page_area or x1 <= x0 or y1 <= y0:
+            continue
+        pixels_w, pixels_h = _pixel_size(obj)
+        if not pixels_w or not pixels_h:
+            continue
+        # The image may be turned: its longer side on the box's longer side.
+        dpi = min(max(pixels_w, pixels_h) / (max(x1 - x0, y1 - y0) / 72),
+                  min(pixels_w, pixels_h) / (min(x1 - x0, y1 - y0) / 72))
+        best = dpi if best is None else max(best, dpi)
+    return best
+
+
+def _pixel_size(obj: Any) -> tuple[int, int]:
+    """An image object's pixels (width, height), as its stream declares them."""
+    import ctypes
+
+    import pypdfium2.raw as pdfium_c
+
+    w, h = ctypes.c_uint(), ctypes.c_uint()
+    if not pdfium_c.FPDFImageObj_GetImagePixelSize(obj.raw, w, h):
+        return 0, 0
+    return int(w.value), int(h.value)
+
+
+def layer_lines(textpage: Any, page_height: float, budget: Budget,
+                where: str) -> tuple[tuple[float, str], ...]:
+    """The layer's lines as PDFium orders them, each with its top (a share of the page's
+    height, from the top): one pass over the characters."""
+    import ctypes
+
+    import pypdfium2.raw as pdfium_c
+
+    tp = textpage.raw
+    left, right, bottom, top = (ctypes.c_double() for _ in range(4))
+    lines: list[tuple[float, str]] = []
+    chars: list[str] = []
+    highest: float | None = None
+
+    def flush() -> None:
+        nonlocal highest
+        text = _tidy("".join(chars)).strip()
+        if text:
+            where_top = 1.0 if highest is None or page_height <= 0 else \
+                min(1.0, max(0.0, 1.0 - highest / page_height))
+            lines.append((where_top, text))
+        chars.clear()
+        highest = None
+
+    for index in range(pdfium_c.FPDFText_CountChars(tp)):
+        if index % 4096 == 0:
+            budget.check(where, "checking its text layer")
+        code = pdfium_c.FPDFText_GetUnicode(tp, index)
+        if code in (10, 13):
+            if code == 10:
+                flush()
+            continue
+        chars.append(chr(code))
+        if chr(code).isspace() or pdfium_c.FPDFText_IsGenerated(tp, index) == 1:
+            continue
+        if pdfium_c.FPDFText_GetCharBox(tp, index, left, right, bottom, top):
+            highest = top.value if highest is None else max(highest, top.value)
+    flush()
+    return tuple(lines)
 
 
 def decide(page: Any, mode: str = "auto", *, content: int | None = None,
