@@ -62,7 +62,7 @@ def _utf16(call: Any, *args: Any) -> str:
     if size <= 2:
         return ""
     buf = ctypes.create_string_buffer(size)
-    call(*args, buf, size)
+    call(*args, ctypes.cast(buf, ctypes.POINTER(ctypes.c_ushort)), size)
     return buf.raw[:size].decode("utf-16-le", errors="replace").rstrip("\x00")
 
 

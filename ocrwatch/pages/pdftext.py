@@ -320,7 +320,8 @@ def pictures(page: Any, budget: Budget, where: str) -> str | None:
     return None
 
 
-def image_dpi(page: Any, at_least: float = 0.1) -> float | None:
+def image_dpi(page: Any, at_least: float = 0.1, budget: Budget | None = None,
+              where: str = "the page") -> float | None:
     """The resolution of the sharpest image covering at least ``at_least`` of the page
     (its pixels over the inches it is drawn on), or None when none does: a page is
     drawn at its scan's resolution, as OCRmyPDF does, not below it."""
@@ -329,7 +330,10 @@ def image_dpi(page: Any, at_least: float = 0.1) -> float | None:
     width, height = page.get_size()
     page_area = max(float(width) * float(height), 1.0)
     best: float | None = None
-    for obj in page.get_objects(max_depth=MAX_DEPTH):
+    budget = budget or unlimited()
+    for n, obj in enumerate(page.get_objects(max_depth=MAX_DEPTH)):
+        if n % 1024 == 0:
+            budget.check(where, "looking for its scan")
         if pdfium_c.FPDFPageObj_GetType(obj.raw) != pdfium_c.FPDF_PAGEOBJ_IMAGE:
             continue
         x0, y0, x1, y1 = (float(v) for v in obj.get_bounds())
@@ -428,9 +432,8 @@ def decide(page: Any, mode: str = "auto", *, content: int | None = None,
         if mode == "text":
             return (Decision(text, "pdf_text = text") if solid
                     else Decision(None, "no text layer"))
-        if solid < MIN_CHARS:
-            return Decision(None, "no text layer" if not solid
-                            else "almost no text in its layer")
+        if not solid:
+            return Decision(None, "no text layer")
         if solid > MAX_LAYER_CHARS:
             return Decision(None, f"its layer holds {solid} characters, more than a page "
                                   f"shows (at most {MAX_LAYER_CHARS})")
@@ -439,23 +442,46 @@ def decide(page: Any, mode: str = "auto", *, content: int | None = None,
             return Decision(None, reason)
         try:
             hidden = _hidden_share(page, textpage, budget, where)
-            covered = _picture_share(page)
+            covered = _picture_share(page) if solid >= MIN_CHARS else 0.0
         except OverBudget:
             raise
         except Exception as exc:
             return Decision(None, f"its objects cannot be listed ({exc})")
+        if hidden > MAX_HIDDEN_SHARE:
+            return Decision(None, f"{hidden:.0%} of its text does not show on the page "
+                                  "(invisible, covered, clipped, off the page or under 2 pt: "
+                                  "an earlier OCR layer, or text that says what the page "
+                                  "does not)")
+        if solid < MIN_CHARS:
+            # A heading, a page number stamped on a scan: real text, but maybe not the
+            # whole page. It is kept; the rest of the page is read with OCR beside it.
+            return Decision(None, "almost no text in its layer: kept, and the rest of the "
+                                  "page read with OCR",
+                            pictures="a text layer too short to be the whole page",
+                            lines=_lines(textpage, page, budget, where))
+        if covered > MAX_PICTURE_SHARE and solid < PICTURE_CAPTION_CHARS:
+            return Decision(None, "the page is mostly a picture")
+        if covered > MAX_SCAN_SHARE:
+            return Decision(None, f"an image covers {covered:.0%} of the page: its words "
+                                  "are read with OCR, with the rest")
+        try:
+            why = pictures(page, budget, where)
+        except OverBudget:
+            raise
+        except Exception as exc:
+            why = f"its objects cannot be listed ({exc})"
+        if why is not None:
+            # Words in a picture (a pasted scan, a stamp, a map) are not in the layer.
+            return Decision(text, "its text layer", pictures=why,
+                            lines=_lines(textpage, page, budget, where))
     finally:
         textpage.close()
-    if hidden > MAX_HIDDEN_SHARE:
-        return Decision(None, f"{hidden:.0%} of its text does not show on the page "
-                              "(invisible, covered, clipped, off the page or under 2 pt: an "
-                              "earlier OCR layer, or text that says what the page does not)")
-    if covered > MAX_PICTURE_SHARE and solid < PICTURE_CAPTION_CHARS:
-        return Decision(None, "the page is mostly a picture")
-    if covered > MAX_SCAN_SHARE:
-        return Decision(None, f"an image covers {covered:.0%} of the page: its words are "
-                              "read with OCR, with the rest")
     return Decision(text, "its text layer")
+
+
+def _lines(textpage: Any, page: Any, budget: Budget,
+           where: str) -> tuple[tuple[float, str], ...]:
+    return layer_lines(textpage, float(page.get_height()), budget, where)
 
 
 def _tidy(raw: str) -> str:
