@@ -115,9 +115,9 @@ def _xfa_text(xfa: Any) -> str:
     words: list[str] = []
     for packet in packets:
         try:
-            if int(packet.get("/Length", 0)) > MAX_XFA_BYTES:
+            data = _bounded(packet, pikepdf)
+            if data is None:
                 continue
-            data = packet.read_bytes()
             # No entities expanded: ElementTree leaves external ones alone, and a
             # document-type declaration (where expansion bombs live) is refused.
             if b"<!DOCTYPE" in data.upper():
@@ -130,3 +130,18 @@ def _xfa_text(xfa: Any) -> str:
             if element.text and element.text.strip():
                 words.append(" ".join(element.text.split()))
     return "\n".join(words)[:MAX_XFA_CHARS]
+
+
+def _bounded(stream: Any, pikepdf: Any) -> bytes | None:
+    """A stream's decoded bytes, or None past MAX_XFA_BYTES (a deflate bomb is never
+    decoded whole) or under a filter other than deflate."""
+    from ocrwatch.pages.pdftext import stream_pieces
+
+    if stream.get("/Filter") not in (None, pikepdf.Name.FlateDecode):
+        return None
+    data = bytearray()
+    for piece in stream_pieces(stream, pikepdf):
+        data += piece
+        if len(data) > MAX_XFA_BYTES:
+            return None
+    return bytes(data)

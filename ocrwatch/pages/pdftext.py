@@ -219,7 +219,7 @@ def content_size(page: Any, limit: int) -> int:
         uses: dict[bytes, int] = {}
         total = 0
         tail = b""
-        for piece in _pieces(stream, pikepdf):
+        for piece in stream_pieces(stream, pikepdf):
             data = tail + piece
             for match in _DO.finditer(data):
                 if match.end() > len(tail):  # not counted with the piece before
@@ -251,7 +251,7 @@ def content_size(page: Any, limit: int) -> int:
     return total
 
 
-def _pieces(stream: Any, pikepdf: Any) -> Any:
+def stream_pieces(stream: Any, pikepdf: Any) -> Any:
     """A stream's decoded bytes in pieces of at most a megabyte."""
     import zlib
 

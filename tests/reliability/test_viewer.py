@@ -165,6 +165,20 @@ def test_words_in_a_small_picture_on_a_text_page_are_read(tmp_path: Path,
     assert not got["logo"]["kept"], got["logo"]["row"]
 
 
+@needs_tesseract
+def test_fields_and_notes_beside_a_picture_are_not_read_twice(tmp_path: Path) -> None:
+    """A filled form with a stamp pasted on it: the stamp is read with OCR, the field and
+    the note are taken as text once (they are hidden while the pictures are drawn)."""
+    every, _hits = read_inbox(
+        tmp_path, {"form": lambda p: files.filled_form(p, VALUE, NOTE, COMMENT,
+                                                       stamp="REF 5531")},
+        engine="tesseract", on_success="delete")
+    got = every["form"]
+    assert_read(got, [VALUE, NOTE, "5531"])
+    assert got["text"].count("Harbour Road") == 1, got["text"]
+    assert got["text"].count("harbour office") == 1, got["text"]
+
+
 # -- 4. a small page holding a high-resolution scan -----------------------------------
 @needs_tesseract
 @pytest.mark.parametrize("on_success", ["delete", "archive"])
@@ -211,3 +225,27 @@ def test_a_short_text_layer_is_kept_and_ocr_only_adds_to_it(tmp_path: Path,
     assert_read(got["minutes"], [heading, "fake text of minutes.pdf page 1"])
     assert hits["مرحبا"] == {"heading", "minutes"}
     assert not got["heading"]["kept"] and not got["minutes"]["kept"]
+
+
+def test_an_xfa_bomb_is_never_decoded_whole(tmp_path: Path) -> None:
+    """XFA data that inflates to 100 MB (100 kB in the file): the form is still told
+    apart (the original kept), its data not read, in well under a second of decoding."""
+    import time
+    import zlib
+
+    import pikepdf
+
+    from ocrwatch.pages.pdfdoc import extras
+
+    path = files.xfa_form(tmp_path / "bomb.pdf", {"name": "x"})
+    with pikepdf.open(path, allow_overwriting_input=True) as doc:
+        bomb = pikepdf.Stream(doc, b"")
+        bomb.write(zlib.compress(b"<a>" + b"x" * 100_000_000 + b"</a>", 9),
+                   filter=pikepdf.Name.FlateDecode)
+        doc.Root.AcroForm.XFA[3] = bomb
+        doc.save(path)
+    started = time.monotonic()
+    found = extras(path)
+    assert time.monotonic() - started < 5
+    assert found.doubt is not None and "dynamic XFA form" in found.doubt
+    assert found.text == ""

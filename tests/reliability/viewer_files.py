@@ -76,12 +76,15 @@ def _appearance(doc: pikepdf.Pdf, font: Any, text: str, width: float,
 
 
 def filled_form(path: Path, value: str, note: str, comment: str, *,
-                scanned: bool = False) -> Path:
+                scanned: bool = False, stamp: str | None = None) -> Path:
     """A form with a text field filled with ``value`` (its appearance drawn, as every
     viewer saves it), a "Fill & Sign" FreeText ``note`` and a sticky-note ``comment``;
-    the form itself born-digital, or a scan when ``scanned``."""
+    the form itself born-digital, or a scan when ``scanned``; with a small scan of
+    ``stamp`` pasted on it."""
     labels = ["Application for a parking permit", "Name and address of the applicant:"]
     pdf = scanned_page(labels) if scanned else text_page(labels)
+    if stamp is not None:
+        pdf.image(_png(words_image(stamp, (1000, 260), 90)), x=300, y=650, w=200, h=52)
     buf = io.BytesIO(bytes(pdf.output()))
     with pikepdf.open(buf) as doc:
         page = doc.pages[0]
