@@ -458,7 +458,7 @@ def decide(page: Any, mode: str = "auto", *, content: int | None = None,
             return Decision(None, "almost no text in its layer: kept, and the rest of the "
                                   "page read with OCR",
                             pictures="a text layer too short to be the whole page",
-                            lines=_lines(textpage, page, budget, where))
+                            lines=_lines(textpage, page, text, budget, where))
         if covered > MAX_PICTURE_SHARE and solid < PICTURE_CAPTION_CHARS:
             return Decision(None, "the page is mostly a picture")
         if covered > MAX_SCAN_SHARE:
@@ -473,15 +473,24 @@ def decide(page: Any, mode: str = "auto", *, content: int | None = None,
         if why is not None:
             # Words in a picture (a pasted scan, a stamp, a map) are not in the layer.
             return Decision(text, "its text layer", pictures=why,
-                            lines=_lines(textpage, page, budget, where))
+                            lines=_lines(textpage, page, text, budget, where))
     finally:
         textpage.close()
     return Decision(text, "its text layer")
 
 
-def _lines(textpage: Any, page: Any, budget: Budget,
+def _lines(textpage: Any, page: Any, text: str, budget: Budget,
            where: str) -> tuple[tuple[float, str], ...]:
-    return layer_lines(textpage, float(page.get_height()), budget, where)
+    """The layer's lines with their places; when PDFium cannot give the places, the
+    whole ``text`` as one block at the top (never lost)."""
+    try:
+        return layer_lines(textpage, float(page.get_height()), budget, where) \
+            or ((0.0, text),)
+    except OverBudget:
+        raise
+    except Exception as exc:
+        log.debug("%s: its text layer's lines cannot be placed (%s)", where, exc)
+        return ((0.0, text),)
 
 
 def _tidy(raw: str) -> str:
