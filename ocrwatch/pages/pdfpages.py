@@ -242,9 +242,10 @@ def pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int,
                     try:
                         width_pt, height_pt = page.get_size()
                         _check_pdf_size(width_pt, height_pt, where)
-                        decision = pdftext.decide(page, pdf_text, content=content,
-                                                  budget=budget, where=where)
                         notes = _annotations(page, path, where)
+                        decision = pdftext.decide(
+                            page, pdf_text, content=content, budget=budget, where=where,
+                            marks="a stamp or a drawing in ink" if notes.pictures else None)
                         own_text = decision.text
                         if decision.pictures is not None:
                             # The layer is the page's text; what else it shows (pictures,

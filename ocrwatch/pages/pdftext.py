@@ -403,12 +403,14 @@ def layer_lines(textpage: Any, page_height: float, budget: Budget,
 
 
 def decide(page: Any, mode: str = "auto", *, content: int | None = None,
-           budget: Budget | None = None, where: str = "the page") -> Decision:
+           budget: Budget | None = None, where: str = "the page",
+           marks: str | None = None) -> Decision:
     """Whether ``page`` (a pypdfium2 PdfPage) is taken from its text layer.
 
     ``content``: the bytes of the page's content streams (see :func:`content_size`), an
-    upper bound on its characters. Never raises for a bad layer: anything doubtful is
-    read with OCR instead. Raises OverBudget when checking it takes too long.
+    upper bound on its characters. ``marks``: why its annotations may hold words (a
+    stamp, ink), read with its pictures. Never raises for a bad layer: anything doubtful
+    is read with OCR instead. Raises OverBudget when checking it takes too long.
     """
     if mode == "ocr":
         return Decision(None, "pdf_text = ocr")
@@ -465,7 +467,7 @@ def decide(page: Any, mode: str = "auto", *, content: int | None = None,
             return Decision(None, f"an image covers {covered:.0%} of the page: its words "
                                   "are read with OCR, with the rest")
         try:
-            why = pictures(page, budget, where)
+            why = pictures(page, budget, where) or marks
         except OverBudget:
             raise
         except Exception as exc:

@@ -150,17 +150,21 @@ def test_words_in_a_small_picture_on_a_text_page_are_read(tmp_path: Path,
                                                           on_success: str) -> None:
     """A letter with a small scan of a reference (3% of the page, under the share that
     sends the whole page to OCR): the page is drawn without its text, Tesseract reads the
-    picture, and its words go in among the layer's exact lines. A letter with a logo that
-    holds no words is done without a doubt (its original goes)."""
+    picture, and its words go in among the layer's exact lines; the same for a stamp
+    annotation ("PAID 7731", not in the page's content). A letter with a logo that holds
+    no words is done without a doubt (its original goes)."""
     got, hits = read_inbox(tmp_path, {
         "stamped": lambda p: files.text_with_a_picture(p, "REF 5531"),
+        "approved": lambda p: files.text_with_a_stamp(p, "PAID 7731"),
         "logo": files.text_with_a_logo,
-    }, engine="tesseract", on_success=on_success, queries=("5531",))
+    }, engine="tesseract", on_success=on_success, queries=("5531", "7731"))
     assert_read(got["stamped"], ["5531", "please find our reference below."])
     assert hits["5531"] == {"stamped"}
     text = got["stamped"]["text"]
     assert text.index("reference below") < text.index("5531"), text
     assert not got["stamped"]["kept"]
+    assert_read(got["approved"], ["PAID 7731", "please find our reference below."])
+    assert hits["7731"] == {"approved"}
     assert_read(got["logo"], ["please find our reference below."])
     assert not got["logo"]["kept"], got["logo"]["row"]
 

@@ -170,6 +170,30 @@ def text_with_a_picture(path: Path, words: str) -> Path:
     return _save(pdf, path)
 
 
+def text_with_a_stamp(path: Path, words: str) -> Path:
+    """A born-digital letter with a stamp annotation (an image of ``words``, as a
+    viewer's "Approved" or a custom stamp saves it): not in the page's content."""
+    pdf = text_page(["Dear Madam,", "please find our reference below."])
+    buf = io.BytesIO(bytes(pdf.output()))
+    image = words_image(words, (1000, 260), 90)
+    with pikepdf.open(buf) as doc:
+        picture = pikepdf.Stream(doc, image.tobytes())
+        picture.Type, picture.Subtype = pikepdf.Name.XObject, pikepdf.Name.Image
+        picture.Width, picture.Height = image.size
+        picture.ColorSpace, picture.BitsPerComponent = pikepdf.Name.DeviceGray, 8
+        look = pikepdf.Stream(doc, b"q 200 0 0 52 0 0 cm /Im0 Do Q")
+        look.Type, look.Subtype = pikepdf.Name.XObject, pikepdf.Name.Form
+        look.BBox = [0, 0, 200, 52]
+        look.Resources = pikepdf.Dictionary(XObject=pikepdf.Dictionary(Im0=picture))
+        doc.pages[0].obj.Annots = doc.make_indirect(pikepdf.Array([
+            doc.make_indirect(pikepdf.Dictionary(
+                Type=pikepdf.Name.Annot, Subtype=pikepdf.Name.Stamp, Rect=[300, 150, 500, 202],
+                F=4, AP=pikepdf.Dictionary(N=look)))]))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        doc.save(path)
+    return path
+
+
 def text_with_a_logo(path: Path) -> Path:
     """A born-digital letter with a small logo that holds no words (a filled disc)."""
     logo = Image.new("L", (400, 400), 255)
