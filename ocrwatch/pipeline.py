@@ -45,6 +45,7 @@ from ocrwatch.engines.tesseract_facts import LOW_CONFIDENCE
 from ocrwatch.fs.safeopen import NotRegular, open_file_beneath, source_root
 from ocrwatch.outcome import defer, fail, refuse
 from ocrwatch.pages.decode import Limits, check_size, iter_pages
+from ocrwatch.pages.merge import merged
 from ocrwatch.reindex import known_by_sidecars
 from ocrwatch.results.sidecar import remove_stale_temps
 from ocrwatch.scan.prepare import blank_result, finish
@@ -249,14 +250,15 @@ def read(engine: Engine, name: str, pages: Sequence[Page]) -> tuple[list[PageTex
     Pages that need no engine (blank, or taken from a PDF's own text layer) are
     answered here, the rest by the engine (:func:`recognize`).
     """
-    given = {n: _with_doubt(blank_result() if p.blank else
+    given = {n: _with_doubt(merged(blank_result() if p.blank else
                             PageText(markdown=text_to_markdown(p.text) if p.text else "",
-                                     text=p.text.strip() + "\n" if p.text else ""), p)
+                                     text=p.text.strip() + "\n" if p.text else ""),
+                                   p.known), p)
              for n, p in enumerate(pages) if p.text is not None}
     rest = [p for n, p in enumerate(pages) if n not in given]
     answers, unavailable = recognize(engine, name, rest) if rest else ([], None)
     if unavailable is None:
-        answers = [_with_doubt(finish(a, p), p) if a.error is None else a
+        answers = [_with_doubt(merged(finish(a, p), p.known), p) if a.error is None else a
                    for a, p in zip(answers, rest, strict=True)]
     got = iter([_doubted(a) for a in answers])
     return [given[n] if n in given else next(got) for n in range(len(pages))], unavailable

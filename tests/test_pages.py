@@ -49,12 +49,14 @@ def test_bilevel_g4_tiff(tmp_path: Path, config: Config) -> None:
 
 
 def test_pdf_pages_rendered_at_configured_dpi(tmp_path: Path, config: Config) -> None:
-    path = save_pdf(tmp_path / "doc.pdf", [["one"], ["two"], ["three"]], dpi=200)
+    # Scanned at 50 dpi: coarser than pdf_dpi (a sharper scan is drawn at its own
+    # resolution, test_viewer.py).
+    path = save_pdf(tmp_path / "doc.pdf", [["one"], ["two"], ["three"]], dpi=50)
     config.pdf_dpi = 100
     pages = list(iter_pages(path, config, None))
     assert len(pages) == 3
-    # 1700 px at 200 dpi is 8.5 in; drawn at 100 dpi it is 850 px wide.
-    assert abs(pages[0].size[0] - 850) <= 2
+    # 1700 px at 50 dpi is 34 in; drawn at 100 dpi it is 3400 px wide.
+    assert abs(pages[0].size[0] - 3400) <= 2
     assert pages[0].dpi == 100
     assert count_pages(path, config) == 3
 

@@ -42,6 +42,11 @@ class Page:
     # not drawn, an XFA form, marks on a page recorded blank): the result keeps it as
     # ``PageText.keep_original``, so the original is never archived or deleted.
     doubt: str | None = None
+    # Text the page holds beside what the engine reads on ``image`` (a PDF's text layer
+    # when its pictures are read, form values, notes): blocks of (top, as a share of the
+    # page's height; text), merged with the engine's lines by place
+    # (ocrwatch/pages/merge.py), never replaced by them.
+    known: tuple[tuple[float, str], ...] = ()
 
     @property
     def size(self) -> tuple[int, int]:

@@ -4,22 +4,32 @@ PDFium's plain call draws a page in one go: a page of ten million glyphs took 23
 nothing could stop it. Its progressive renderer asks, every few objects, whether to
 pause; ocrwatch pauses when the page's budget (:mod:`ocrwatch.pages.budget`) is spent, then
 abandons the drawing and fails the file. Callers hold the PDFium lock.
+
+Form fields are drawn by PDFium's form environment (``init_forms``), after the page:
+the plain renderer leaves a filled field's value out, even with annotations on.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from PIL import Image
 
 from ocrwatch.pages.budget import Budget
 
+# Forms inside forms walked to find a page's objects (a scan can be nested deep).
+MAX_DEPTH = 16
+
 
 def draw(page: Any, scale: float, budget: Budget, where: str, *, grayscale: bool = False,
-         annotations: bool = True) -> Image.Image:
+         annotations: bool = True, forms: bool = False) -> Image.Image:
     """``page`` (a pypdfium2 PdfPage) drawn at ``scale`` on white: L when ``grayscale``,
-    else RGB. Raises OverBudget when drawing it takes longer than the budget."""
+    else RGB; with ``forms``, its form fields too (when its document's form environment
+    was made before the page was opened). Raises OverBudget when drawing it takes longer
+    than the budget."""
     import pypdfium2 as pdfium
     import pypdfium2.internal as pdfium_i
     import pypdfium2.raw as pdfium_c
@@ -44,5 +54,40 @@ def draw(page: Any, scale: float, budget: Budget, where: str, *, grayscale: bool
         pdfium_c.FPDF_RenderPage_Close(page)
     if status == pdfium_c.FPDF_RENDER_FAILED:
         raise pdfium.PdfiumError("PDFium could not draw the page")
+    formenv = getattr(page, "formenv", None) if forms else None
+    if formenv:
+        budget.check(where, "drawing it")
+        pdfium_c.FPDF_FFLDraw(formenv, bitmap, page, 0, 0, width, height, 0, flags)
     image: Image.Image = bitmap.to_pil()
     return image
+
+
+@contextmanager
+def text_hidden(page: Any, budget: Budget, where: str) -> Iterator[None]:
+    """Every text object of ``page`` invisible while inside; their render modes put back
+    as they were after, so the page draws as before."""
+    import pypdfium2.raw as pdfium_c
+
+    modes = []
+    try:
+        for n, obj in enumerate(page.get_objects(max_depth=MAX_DEPTH)):
+            if n % 4096 == 0:
+                budget.check(where, "listing its text objects")
+            if pdfium_c.FPDFPageObj_GetType(obj.raw) == pdfium_c.FPDF_PAGEOBJ_TEXT:
+                modes.append((obj, pdfium_c.FPDFTextObj_GetTextRenderMode(obj.raw)))
+                pdfium_c.FPDFTextObj_SetTextRenderMode(
+                    obj.raw, pdfium_c.FPDF_TEXTRENDERMODE_INVISIBLE)
+        yield
+    finally:
+        for obj, mode in modes:
+            pdfium_c.FPDFTextObj_SetTextRenderMode(obj.raw, mode)
+
+
+def draw_pictures(page: Any, scale: float, budget: Budget, where: str) -> Image.Image:
+    """``page`` drawn without its text (its text objects, its FreeText notes and its form
+    fields, whose text is taken exactly): what is left is its pictures, shapes, stamps
+    and drawings, for the engine to read the words they hold."""
+    from ocrwatch.pages.pdfannots import hidden_text_annotations
+
+    with text_hidden(page, budget, where), hidden_text_annotations(page):
+        return draw(page, scale, budget, where, forms=False)

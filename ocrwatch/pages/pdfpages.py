@@ -10,7 +10,7 @@ import io
 import logging
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from PIL import Image
 
@@ -19,7 +19,7 @@ from ocrwatch.core.errors import Doing, InputError, os_reason
 from ocrwatch.pages import memory
 from ocrwatch.pages.budget import Budget, unlimited
 from ocrwatch.pages.image import Limits, blank, scale_to, to_rgb
-from ocrwatch.pages.pdfdraw import draw
+from ocrwatch.pages.pdfdraw import draw, draw_pictures
 from ocrwatch.pages.pdfium_lock import PDFIUM
 from ocrwatch.pages.pdfload import LoadCost
 
@@ -27,6 +27,11 @@ log = logging.getLogger(__name__)
 
 # A PDF page is drawn, not resampled: at most this many pixels, whatever its size.
 RENDER_PIXELS = 40_000_000
+# A page holding a scan is drawn at the scan's resolution when that is sharper than the
+# configured dpi (a 1.7-inch card scanned with 4000 pixels), as OCRmyPDF does, but with at
+# most the pixels of a Letter page at the configured dpi (a 600 dpi A4 scan is still
+# drawn at about 300 dpi).
+FULL_PAGE_INCHES = 8.5 * 11.0
 # A PDF page can be at most 200 inches a side (the format's own limit, 14400 units).
 MAX_PDF_INCHES = 200.0
 MIN_PDF_INCHES = 0.1
@@ -195,11 +200,16 @@ def pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int,
               budget: Budget | None = None) -> Iterator[Page]:
     import pypdfium2 as pdfium
 
-    from ocrwatch.pages import pdftext
+    from ocrwatch.pages import pdfdoc, pdftext
 
     budget = budget or unlimited()
     doc, rewrite, _tree = open_all_pages(path, fh)
     assert isinstance(doc, pdfium.PdfDocument)
+    # What the file holds beside its pages (an XFA form, attached files): a doubt.
+    extras = pdfdoc.extras(path, fh)
+    if extras.doubt:
+        log.warning("%s: %s", path.name, extras.doubt)
+    _init_forms(doc, path)
     sizes: ContentSizes | None = None
     cost = LoadCost(fh if fh is not None else path)
     try:
@@ -218,6 +228,7 @@ def pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int,
         for index in range(count):
             where = f"page {index + 1}"
             own_text: str | None = None
+            known: tuple[tuple[float, str], ...] = ()
             budget.page()
             content = None
             if sizes is not None:
@@ -231,27 +242,46 @@ def pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int,
                     try:
                         width_pt, height_pt = page.get_size()
                         _check_pdf_size(width_pt, height_pt, where)
-                        decision = pdftext.decide(page, pdf_text, content=content,
-                                                  budget=budget, where=where)
+                        notes = _annotations(page, path, where)
+                        decision = pdftext.decide(
+                            page, pdf_text, content=content, budget=budget, where=where,
+                            marks="a stamp or a drawing in ink" if notes.pictures else None)
                         own_text = decision.text
-                        if own_text is None:
-                            log.debug("%s %s read with OCR: %s", path.name, where,
-                                      decision.reason)
+                        if decision.pictures is not None:
+                            # The layer is the page's text; what else it shows (pictures,
+                            # outlines, a scan) is drawn without it and read by the engine.
+                            log.debug("%s %s: its text layer, and its pictures read with "
+                                      "OCR: %s", path.name, where, decision.pictures)
+                            own_text = None
+                            known = decision.lines + notes.layer_blocks
                             scale = render_scale(width_pt, height_pt, dpi, limits)
                             budget.check(where, "checking its text layer")
-                            # A copy: PDFium's buffer is BGR.
-                            image = to_rgb(draw(page, scale, budget, where))
+                            image = to_rgb(draw_pictures(page, scale, budget, where))
+                        elif own_text is None:
+                            log.debug("%s %s read with OCR: %s", path.name, where,
+                                      decision.reason)
+                            known = notes.ocr_blocks
+                            scale = render_scale(width_pt, height_pt, dpi, limits,
+                                                 pdftext.image_dpi(page))
+                            budget.check(where, "checking its text layer")
+                            # A copy: PDFium's buffer is BGR. Filled form fields drawn.
+                            image = to_rgb(draw(page, scale, budget, where, forms=True))
+                        else:
+                            known = notes.layer_blocks
                     finally:
                         page.close()
             except pdfium.PdfiumError as exc:
                 raise InputError(f"{where} of the PDF cannot be drawn ({exc})") from None
             budget.check(where, "drawing it")
+            doubt = extras.doubt if index == 0 else None
+            if index == 0 and extras.text:
+                known += ((1.0, extras.text),)
             if own_text is not None:
                 log.debug("%s %s: %s", path.name, where, decision.reason)
                 # Nothing to draw: the text is the page's own.
                 budget.pause()
                 yield Page(source=path, index=index, image=Image.new("RGB", (1, 1), "white"),
-                           dpi=None, count=count, text=own_text)
+                           dpi=None, count=count, text=own_text, known=known, doubt=doubt)
                 budget.resume()
                 continue
             render_dpi = round(scale * 72)
@@ -262,7 +292,7 @@ def pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int,
                 memory.give_back()
             budget.pause()
             yield Page(source=path, index=index, image=image, dpi=render_dpi, count=count,
-                       text="" if blank(image) else None)
+                       text="" if blank(image) else None, known=known, doubt=doubt)
             budget.resume()
     finally:
         cost.close()
@@ -274,6 +304,43 @@ def pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int,
             rewrite.close()
 
 
+def _init_forms(doc: object, path: Path) -> None:
+    """PDFium's form environment, so that filled fields are drawn and their values read
+    (before any page is opened); a form it cannot set up is drawn as the plain renderer
+    does."""
+    import warnings
+
+    import pypdfium2 as pdfium
+
+    assert isinstance(doc, pdfium.PdfDocument)
+    # An XFA form that this PDFium cannot build is told apart by pdfdoc, with what to do;
+    # pypdfium2's own warning (how to rebuild PDFium) says nothing to the user.
+    quiet = logging.getLogger("pypdfium2")
+    level = quiet.level
+    try:
+        quiet.setLevel(logging.ERROR)
+        with PDFIUM, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            doc.init_forms()
+    except pdfium.PdfiumError as exc:
+        log.warning("%s: its form fields cannot be set up (%s); drawn without them",
+                    path.name, exc)
+    finally:
+        quiet.setLevel(level)
+
+
+def _annotations(page: object, path: Path, where: str) -> Any:
+    """The page's form values and notes (pdfannots), none when they cannot be read."""
+    from ocrwatch.pages import pdfannots
+
+    try:
+        return pdfannots.read(page)
+    except Exception as exc:  # a damaged annotation is no reason to fail the page
+        log.warning("%s %s: its notes and form fields cannot be read (%s)", path.name,
+                    where, exc)
+        return pdfannots.Annotations()
+
+
 def _check_pdf_size(width_pt: float, height_pt: float, where: str) -> None:
     short, long = sorted((width_pt / 72, height_pt / 72))
     if not (short >= MIN_PDF_INCHES and long <= MAX_PDF_INCHES):
@@ -282,11 +349,18 @@ def _check_pdf_size(width_pt: float, height_pt: float, where: str) -> None:
                          f"{MAX_PDF_INCHES:.0f} inches a side)")
 
 
-def render_scale(width_pt: float, height_pt: float, dpi: int, limits: Limits) -> float:
-    """Points to pixels for drawing a page: ``dpi``, lowered for a page so large that
-    it would exceed what reading a page may cost (a 200-inch poster is drawn at
-    about 30 dpi, not at max_pixels)."""
+def render_scale(width_pt: float, height_pt: float, dpi: int, limits: Limits,
+                 image_dpi: float | None = None) -> float:
+    """Points to pixels for drawing a page: ``dpi``, or the resolution of the scan it
+    holds (``image_dpi``) when sharper, up to the pixels of a Letter page at ``dpi``;
+    lowered for a page so large that it would exceed what reading a page may cost (a
+    200-inch poster is drawn at about 30 dpi, not at max_pixels)."""
     scale = dpi / 72.0
+    if image_dpi is not None and image_dpi > dpi:
+        full_page = FULL_PAGE_INCHES * dpi * dpi
+        page_inches = max(width_pt * height_pt / (72.0 * 72.0), 1e-6)
+        sharper = min(image_dpi, (full_page / page_inches) ** 0.5)
+        scale = max(scale, sharper / 72.0)
     pixels = width_pt * height_pt * scale * scale
     budget = min(RENDER_PIXELS, limits.max_pixels)
     if pixels > budget:

@@ -33,7 +33,7 @@ from typing import Any
 
 from ocrwatch.core.errors import OverBudget
 from ocrwatch.pages.budget import Budget, unlimited
-from ocrwatch.pages.pdfdraw import draw
+from ocrwatch.pages.pdfdraw import MAX_DEPTH, draw, text_hidden
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +58,13 @@ TEXTPAGE_BYTES_PER_CHAR = 170
 # page is read with OCR, so that their words are read too (a logo or a small photo,
 # under it, leaves the layer in charge).
 MAX_SCAN_SHARE = 0.2
+# A picture that may hold words: at least this many points a side and this area (a
+# signature mark, a logo, a stamp; not a bullet or a rule).
+MIN_PICTURE_SIDE = 10.0
+MIN_PICTURE_AREA = 300.0  # about a twentieth of a square inch
+# Curves that may be text drawn as outlines: a word is tens of Bezier segments, a
+# rounded box or a pie chart a handful.
+MIN_OUTLINE_CURVES = 150
 
 _BAD_CATEGORIES = frozenset({"Cc", "Co", "Cn", "Cs"})
 _EDGE = string.punctuation + "«»„“”‘’‚‹›¡¿…–—·•§°"
@@ -69,10 +76,18 @@ _JOINERS = re.compile(r"[-'’.·/。、，．・「」『』（）！？：；�
 
 @dataclass(frozen=True)
 class Decision:
-    """The page's text when its layer is taken, else None; and why, for the log."""
+    """The page's text when its layer is taken, else None; and why, for the log.
+
+    ``pictures``: why the page is also drawn without its text and read by the engine
+    (pictures or outlines that may hold words, a layer too short to be the whole page),
+    its layer's lines then given as ``lines`` (top as a share of the page's height,
+    text) to merge with the engine's; None when the layer is the whole page.
+    """
 
     text: str | None
     reason: str
+    pictures: str | None = None
+    lines: tuple[tuple[float, str], ...] = ()
 
 
 def garbage(text: str) -> str | None:
@@ -131,19 +146,8 @@ def _hidden_share(page: Any, textpage: Any, budget: Budget, where: str) -> float
     # At most SEEN_PIXELS drawn, however large the page (a poster's letters are large).
     scale = min(SEEN_SCALE, (SEEN_PIXELS / max(float(width) * float(height), 1.0)) ** 0.5)
     shown = draw(page, scale, budget, where, grayscale=True)
-    modes = []
-    try:
-        for n, obj in enumerate(page.get_objects(max_depth=4)):
-            if n % 4096 == 0:
-                budget.check(where, "listing its text objects")
-            if pdfium_c.FPDFPageObj_GetType(obj.raw) == pdfium_c.FPDF_PAGEOBJ_TEXT:
-                modes.append((obj, pdfium_c.FPDFTextObj_GetTextRenderMode(obj.raw)))
-                pdfium_c.FPDFTextObj_SetTextRenderMode(
-                    obj.raw, pdfium_c.FPDF_TEXTRENDERMODE_INVISIBLE)
+    with text_hidden(page, budget, where):
         bare = draw(page, scale, budget, where, grayscale=True)
-    finally:
-        for obj, mode in modes:
-            pdfium_c.FPDFTextObj_SetTextRenderMode(obj.raw, mode)
     ink = ImageChops.difference(shown, bare).point(lambda v: 255 if v > SEEN_LEVEL else 0)
     page_height = float(height)
     tp = textpage.raw
@@ -215,7 +219,7 @@ def content_size(page: Any, limit: int) -> int:
         uses: dict[bytes, int] = {}
         total = 0
         tail = b""
-        for piece in _pieces(stream, pikepdf):
+        for piece in stream_pieces(stream, pikepdf):
             data = tail + piece
             for match in _DO.finditer(data):
                 if match.end() > len(tail):  # not counted with the piece before
@@ -247,7 +251,7 @@ def content_size(page: Any, limit: int) -> int:
     return total
 
 
-def _pieces(stream: Any, pikepdf: Any) -> Any:
+def stream_pieces(stream: Any, pikepdf: Any) -> Any:
     """A stream's decoded bytes in pieces of at most a megabyte."""
     import zlib
 
@@ -276,7 +280,7 @@ def _picture_share(page: Any) -> float:
     import pypdfium2.raw as pdfium_c
 
     images = [tuple(float(v) for v in obj.get_bounds())
-              for obj in page.get_objects(max_depth=4)
+              for obj in page.get_objects(max_depth=MAX_DEPTH)
               if pdfium_c.FPDFPageObj_GetType(obj.raw) == pdfium_c.FPDF_PAGEOBJ_IMAGE]
     width, height = page.get_size()
     page_box = (0.0, 0.0, float(width), float(height))
@@ -284,13 +288,129 @@ def _picture_share(page: Any) -> float:
                / max(_area(page_box), 1.0))
 
 
+def pictures(page: Any, budget: Budget, where: str) -> str | None:
+    """Why ``page`` may hold words that its text layer lacks: an image large enough to
+    hold a word (at any depth of forms), or enough curves to be text drawn as outlines;
+    None when it holds neither."""
+    import pypdfium2.raw as pdfium_c
+
+    width, height = page.get_size()
+    page_box = (0.0, 0.0, float(width), float(height))
+    curves = 0
+    for n, obj in enumerate(page.get_objects(max_depth=MAX_DEPTH)):
+        if n % 1024 == 0:
+            budget.check(where, "looking for its pictures")
+        kind = pdfium_c.FPDFPageObj_GetType(obj.raw)
+        if kind == pdfium_c.FPDF_PAGEOBJ_IMAGE:
+            x0, y0, x1, y1 = (float(v) for v in obj.get_bounds())
+            box = (max(x0, 0.0), max(y0, 0.0), min(x1, page_box[2]), min(y1, page_box[3]))
+            if (box[2] - box[0] >= MIN_PICTURE_SIDE and box[3] - box[1] >= MIN_PICTURE_SIDE
+                    and _area(box) >= MIN_PICTURE_AREA):
+                return (f"an image of {(box[2] - box[0]) / 72:.2g} x "
+                        f"{(box[3] - box[1]) / 72:.2g} inches")
+        elif kind == pdfium_c.FPDF_PAGEOBJ_PATH and curves < MIN_OUTLINE_CURVES:
+            for index in range(pdfium_c.FPDFPath_CountSegments(obj.raw)):
+                segment = pdfium_c.FPDFPath_GetPathSegment(obj.raw, index)
+                if pdfium_c.FPDFPathSegment_GetType(segment) == pdfium_c.FPDF_SEGMENT_BEZIERTO:
+                    curves += 1
+                if index % 4096 == 4095:
+                    budget.check(where, "looking for its pictures")
+    if curves >= MIN_OUTLINE_CURVES:
+        return f"shapes of {curves}+ curves (text drawn as outlines?)"
+    return None
+
+
+def image_dpi(page: Any, at_least: float = 0.1, budget: Budget | None = None,
+              where: str = "the page") -> float | None:
+    """The resolution of the sharpest image covering at least ``at_least`` of the page
+    (its pixels over the inches it is drawn on), or None when none does: a page is
+    drawn at its scan's resolution, as OCRmyPDF does, not below it."""
+    import pypdfium2.raw as pdfium_c
+
+    width, height = page.get_size()
+    page_area = max(float(width) * float(height), 1.0)
+    best: float | None = None
+    budget = budget or unlimited()
+    for n, obj in enumerate(page.get_objects(max_depth=MAX_DEPTH)):
+        if n % 1024 == 0:
+            budget.check(where, "looking for its scan")
+        if pdfium_c.FPDFPageObj_GetType(obj.raw) != pdfium_c.FPDF_PAGEOBJ_IMAGE:
+            continue
+        x0, y0, x1, y1 = (float(v) for v in obj.get_bounds())
+        if (x1 - x0) * (y1 - y0) < at_least * page_area or x1 <= x0 or y1 <= y0:
+            continue
+        pixels_w, pixels_h = _pixel_size(obj)
+        if not pixels_w or not pixels_h:
+            continue
+        # The image may be turned: its longer side on the box's longer side.
+        dpi = min(max(pixels_w, pixels_h) / (max(x1 - x0, y1 - y0) / 72),
+                  min(pixels_w, pixels_h) / (min(x1 - x0, y1 - y0) / 72))
+        best = dpi if best is None else max(best, dpi)
+    return best
+
+
+def _pixel_size(obj: Any) -> tuple[int, int]:
+    """An image object's pixels (width, height), as its stream declares them."""
+    import ctypes
+
+    import pypdfium2.raw as pdfium_c
+
+    w, h = ctypes.c_uint(), ctypes.c_uint()
+    if not pdfium_c.FPDFImageObj_GetImagePixelSize(obj.raw, w, h):
+        return 0, 0
+    return int(w.value), int(h.value)
+
+
+def layer_lines(textpage: Any, page_height: float, budget: Budget,
+                where: str) -> tuple[tuple[float, str], ...]:
+    """The layer's lines as PDFium orders them, each with its top (a share of the page's
+    height, from the top): one pass over the characters."""
+    import ctypes
+
+    import pypdfium2.raw as pdfium_c
+
+    tp = textpage.raw
+    left, right, bottom, top = (ctypes.c_double() for _ in range(4))
+    lines: list[tuple[float, str]] = []
+    chars: list[str] = []
+    highest: float | None = None
+
+    def flush() -> None:
+        nonlocal highest
+        text = _tidy("".join(chars)).strip()
+        if text:
+            where_top = 1.0 if highest is None or page_height <= 0 else \
+                min(1.0, max(0.0, 1.0 - highest / page_height))
+            lines.append((where_top, text))
+        chars.clear()
+        highest = None
+
+    for index in range(pdfium_c.FPDFText_CountChars(tp)):
+        if index % 4096 == 0:
+            budget.check(where, "checking its text layer")
+        code = pdfium_c.FPDFText_GetUnicode(tp, index)
+        if code in (10, 13):
+            if code == 10:
+                flush()
+            continue
+        chars.append(chr(code))
+        if chr(code).isspace() or pdfium_c.FPDFText_IsGenerated(tp, index) == 1:
+            continue
+        if pdfium_c.FPDFText_GetCharBox(tp, index, left, right, bottom, top):
+            highest = top.value if highest is None else max(highest, top.value)
+    flush()
+    return tuple(lines)
+
+
 def decide(page: Any, mode: str = "auto", *, content: int | None = None,
-           budget: Budget | None = None, where: str = "the page") -> Decision:
+           budget: Budget | None = None, where: str = "the page",
+           marks: str | None = None) -> Decision:
     """Whether ``page`` (a pypdfium2 PdfPage) is taken from its text layer.
 
     ``content``: the bytes of the page's content streams (see :func:`content_size`), an
-    upper bound on its characters. Never raises for a bad layer: anything doubtful is
-    read with OCR instead. Raises OverBudget when checking it takes too long.
+    upper bound on its characters. ``marks``: why its annotations may hold words (a
+    stamp, ink), read with its pictures. Never raises for a bad layer: anything doubtful
+    is read with OCR instead. Raises OverBudget when checking it takes too long.
     """
     if mode == "ocr":
         return Decision(None, "pdf_text = ocr")
@@ -314,9 +434,8 @@ def decide(page: Any, mode: str = "auto", *, content: int | None = None,
         if mode == "text":
             return (Decision(text, "pdf_text = text") if solid
                     else Decision(None, "no text layer"))
-        if solid < MIN_CHARS:
-            return Decision(None, "no text layer" if not solid
-                            else "almost no text in its layer")
+        if not solid:
+            return Decision(None, "no text layer")
         if solid > MAX_LAYER_CHARS:
             return Decision(None, f"its layer holds {solid} characters, more than a page "
                                   f"shows (at most {MAX_LAYER_CHARS})")
@@ -325,23 +444,55 @@ def decide(page: Any, mode: str = "auto", *, content: int | None = None,
             return Decision(None, reason)
         try:
             hidden = _hidden_share(page, textpage, budget, where)
-            covered = _picture_share(page)
+            covered = _picture_share(page) if solid >= MIN_CHARS else 0.0
         except OverBudget:
             raise
         except Exception as exc:
             return Decision(None, f"its objects cannot be listed ({exc})")
+        if hidden > MAX_HIDDEN_SHARE:
+            return Decision(None, f"{hidden:.0%} of its text does not show on the page "
+                                  "(invisible, covered, clipped, off the page or under 2 pt: "
+                                  "an earlier OCR layer, or text that says what the page "
+                                  "does not)")
+        if solid < MIN_CHARS:
+            # A heading, a page number stamped on a scan: real text, but maybe not the
+            # whole page. It is kept; the rest of the page is read with OCR beside it.
+            return Decision(None, "almost no text in its layer: kept, and the rest of the "
+                                  "page read with OCR",
+                            pictures="a text layer too short to be the whole page",
+                            lines=_lines(textpage, page, text, budget, where))
+        if covered > MAX_PICTURE_SHARE and solid < PICTURE_CAPTION_CHARS:
+            return Decision(None, "the page is mostly a picture")
+        if covered > MAX_SCAN_SHARE:
+            return Decision(None, f"an image covers {covered:.0%} of the page: its words "
+                                  "are read with OCR, with the rest")
+        try:
+            why = pictures(page, budget, where) or marks
+        except OverBudget:
+            raise
+        except Exception as exc:
+            why = f"its objects cannot be listed ({exc})"
+        if why is not None:
+            # Words in a picture (a pasted scan, a stamp, a map) are not in the layer.
+            return Decision(text, "its text layer", pictures=why,
+                            lines=_lines(textpage, page, text, budget, where))
     finally:
         textpage.close()
-    if hidden > MAX_HIDDEN_SHARE:
-        return Decision(None, f"{hidden:.0%} of its text does not show on the page "
-                              "(invisible, covered, clipped, off the page or under 2 pt: an "
-                              "earlier OCR layer, or text that says what the page does not)")
-    if covered > MAX_PICTURE_SHARE and solid < PICTURE_CAPTION_CHARS:
-        return Decision(None, "the page is mostly a picture")
-    if covered > MAX_SCAN_SHARE:
-        return Decision(None, f"an image covers {covered:.0%} of the page: its words are "
-                              "read with OCR, with the rest")
     return Decision(text, "its text layer")
+
+
+def _lines(textpage: Any, page: Any, text: str, budget: Budget,
+           where: str) -> tuple[tuple[float, str], ...]:
+    """The layer's lines with their places; when PDFium cannot give the places, the
+    whole ``text`` as one block at the top (never lost)."""
+    try:
+        return layer_lines(textpage, float(page.get_height()), budget, where) \
+            or ((0.0, text),)
+    except OverBudget:
+        raise
+    except Exception as exc:
+        log.debug("%s: its text layer's lines cannot be placed (%s)", where, exc)
+        return ((0.0, text),)
 
 
 def _tidy(raw: str) -> str:
