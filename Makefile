@@ -75,15 +75,15 @@ link: $(VENV)/.base
 .PHONY: link
 
 # `make run` holds this terminal and says so; `make start` runs the daemon in the
-# background, as the login autostart does, and returns.
+# background, as the login autostart does, and returns once it answers.
 run: $(VENV)/.base tray-extra gpu-extra link
 	@echo "ocrwatch: the daemon runs in this terminal until Ctrl-C; use another one for \`ocrwatch status\`, or \`make start\` to run it in the background"
 	@$(BIN)/ocrwatch run
 
+# `ocrwatch start` waits (a minute at most) for the daemon to answer, or to end: a start
+# that failed (a typo in the config) is said, with its reason, and make fails with it.
 start: $(VENV)/.base tray-extra gpu-extra link
-	@if $(BIN)/ocrwatch status >/dev/null 2>&1; then echo "ocrwatch: the daemon already runs (\`ocrwatch status\`)"; \
-	else setsid $(BIN)/ocrwatch run >/dev/null 2>&1 < /dev/null & \
-	echo "ocrwatch: the daemon runs in the background; \`ocrwatch status\` shows it, \`ocrwatch stop\` ends it, its log: \`ocrwatch status\` names it"; fi
+	@$(BIN)/ocrwatch start
 
 lint: $(VENV)/.dev tray-extra
 	$(BIN)/ruff check ocrwatch tests benchmarks

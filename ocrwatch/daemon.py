@@ -519,6 +519,7 @@ class Daemon:
             recent_failures=facts.failures, counts_note=counts_note,
             inbox=tuple(str(p) for p in self.config.inbox),
             database=str(self.config.database),
+            config_file=str(self.config.file) if self.config.file is not None else None,
             log_file=str(self.log_file) if self.log_file else None,
             pid=os.getpid(), version=__version__,
             language_note=registry.note(self.choice.name, self.config),

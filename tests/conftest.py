@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -62,3 +64,26 @@ def _private_home(tmp_path_factory: pytest.TempPathFactory,
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A private HOME with its own XDG folders, for this process and its children."""
     return use_home(tmp_path / "home", monkeypatch)
+
+
+@pytest.fixture
+def session_bus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A D-Bus session bus of the test's own (its address also in this process's
+    DBUS_SESSION_BUS_ADDRESS); NotificationService in helpers answers on it."""
+    if shutil.which("dbus-daemon") is None:
+        pytest.skip("dbus-daemon is not installed (apt install dbus-daemon)")
+    pytest.importorskip("jeepney")
+    socket = tmp_path / "bus"
+    proc = subprocess.Popen(["dbus-daemon", "--session", "--nofork", "--print-address=1",
+                             f"--address=unix:path={socket}"], stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout is not None
+        address = proc.stdout.readline().strip()
+        monkeypatch.setenv("DBUS_SESSION_BUS_ADDRESS", address)
+        yield address
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        if proc.stdout is not None:
+            proc.stdout.close()

@@ -6,6 +6,7 @@ import os
 import random
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -150,3 +151,39 @@ def scribbled(seed: int) -> tuple[Image.Image, int]:
         draw.line([(x, y), (x + rng.randint(-30, 30), y + rng.randint(-40, 40))],
                   fill=(90, 90, 90), width=rng.randint(2, 5))
     return image, top - 40  # strokes reach 40 px above where they start
+
+
+class NotificationService:
+    """org.freedesktop.Notifications on a bus: records each Notify call and answers it."""
+
+    def __init__(self, address: str) -> None:
+        from jeepney.bus_messages import message_bus
+        from jeepney.io.blocking import open_dbus_connection
+
+        self.calls: list[tuple[object, ...]] = []
+        self._conn = open_dbus_connection(bus=address)
+        reply = self._conn.send_and_get_reply(
+            message_bus.RequestName("org.freedesktop.Notifications"), timeout=5)
+        assert reply.body == (1,)  # primary owner
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="test-notifications")
+        self._thread.start()
+
+    def _serve(self) -> None:
+        from jeepney import HeaderFields, MessageType, new_method_return
+
+        while not self._stop.is_set():
+            try:
+                msg = self._conn.receive(timeout=0.1)
+            except TimeoutError:
+                continue
+            fields = msg.header.fields
+            if (msg.header.message_type is MessageType.method_call
+                    and fields.get(HeaderFields.member) == "Notify"):
+                self.calls.append(msg.body)
+                self._conn.send(new_method_return(msg, "u", (len(self.calls),)))
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._conn.close()

@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
-import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import make_config, text_page, wait_for
+from helpers import NotificationService, make_config, text_page, wait_for
 
 from ocrwatch.daemon import Daemon
 from ocrwatch.hooks import runner as hooks
@@ -166,63 +163,6 @@ def test_hooks_queued_at_stop_run_within_the_grace_or_are_logged_by_name(
 
 
 # -- the batch notification ------------------------------------------------------------
-class NotificationService:
-    """org.freedesktop.Notifications on a bus: records each Notify call and answers it."""
-
-    def __init__(self, address: str) -> None:
-        from jeepney.bus_messages import message_bus
-        from jeepney.io.blocking import open_dbus_connection
-
-        self.calls: list[tuple[object, ...]] = []
-        self._conn = open_dbus_connection(bus=address)
-        reply = self._conn.send_and_get_reply(
-            message_bus.RequestName("org.freedesktop.Notifications"), timeout=5)
-        assert reply.body == (1,)  # primary owner
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, name="test-notifications")
-        self._thread.start()
-
-    def _serve(self) -> None:
-        from jeepney import HeaderFields, MessageType, new_method_return
-
-        while not self._stop.is_set():
-            try:
-                msg = self._conn.receive(timeout=0.1)
-            except TimeoutError:
-                continue
-            fields = msg.header.fields
-            if (msg.header.message_type is MessageType.method_call
-                    and fields.get(HeaderFields.member) == "Notify"):
-                self.calls.append(msg.body)
-                self._conn.send(new_method_return(msg, "u", (len(self.calls),)))
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-        self._conn.close()
-
-
-@pytest.fixture
-def session_bus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    if shutil.which("dbus-daemon") is None:
-        pytest.skip("dbus-daemon is not installed (apt install dbus-daemon)")
-    pytest.importorskip("jeepney")
-    socket = tmp_path / "bus"
-    proc = subprocess.Popen(["dbus-daemon", "--session", "--nofork", "--print-address=1",
-                             f"--address=unix:path={socket}"], stdout=subprocess.PIPE,
-                            text=True)
-    try:
-        assert proc.stdout is not None
-        address = proc.stdout.readline().strip()
-        monkeypatch.setenv("DBUS_SESSION_BUS_ADDRESS", address)
-        yield address
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        if proc.stdout is not None:
-            proc.stdout.close()
-
-
 def test_batch_done_notification_counts_files_and_names_failures(
         tmp_path: Path, session_bus: str) -> None:
     service = NotificationService(session_bus)

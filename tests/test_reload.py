@@ -191,3 +191,39 @@ def test_new_outputs_without_a_daemon(home: Home) -> None:
     after = ended(home.database, scan, "done")
     assert after is not None and before is not None
     assert after["finished"] == before["finished"]
+
+
+def test_reread_on_another_index_than_the_daemons_is_done_here(
+        home: Home, daemon: DaemonProcess) -> None:
+    """`reread --outputs --config X --database Y` while a daemon runs on another index:
+    done by this command on Y, with X's outputs; the daemon's index is left alone."""
+    other = home.root / "other" / "index.sqlite3"
+    other.parent.mkdir()
+    scan = drop(home.root / "other" / "c.png", image_bytes("c"))
+    added = ocrwatch_cli(home, "add", "--engine", "fake", "--database", str(other), str(scan))
+    assert added.returncode == 0, added.stderr
+    mine = home.root / "mine.toml"
+    mine.write_text('outputs = ["md", "txt"]\n')
+    result = ocrwatch_cli(home, "reread", "--outputs", "--engine", "fake", "--config",
+                          str(mine), "--database", str(other))
+    assert result.returncode == 0, result.stderr
+    assert "1 output written for 1 file" in result.stdout
+    assert "fake text of c.png page 1" in scan.with_suffix(".txt").read_text()
+    assert daemon.running
+
+
+def test_reread_on_the_daemons_index_with_another_config_is_refused(
+        home: Home, daemon: DaemonProcess) -> None:
+    """The daemon reads and writes by its own config: a reread asking for other settings
+    on its index is refused (status 2, saying what to do), not done otherwise than asked."""
+    first = read(home, "a.png")
+    mine = home.root / "mine.toml"
+    mine.write_text(f'outputs = ["md", "txt"]\ndatabase = "{home.database}"\n')
+    result = ocrwatch_cli(home, "reread", "--outputs", "--config", str(mine))
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert f"was started with {config_file(home)}, not {mine}" in result.stderr
+    assert "`ocrwatch stop`" in result.stderr
+    assert not first.with_suffix(".txt").exists()
+    # Its own file, named: the daemon does it.
+    own = ocrwatch_cli(home, "reread", "--outputs", "--config", str(config_file(home)))
+    assert own.returncode == 0, own.stderr

@@ -25,7 +25,6 @@ from ocrwatch.core.errors import MachineError, UsageError
 from ocrwatch.fs import paths
 from ocrwatch.fs.private import PRIVATE_FILE, private_dir
 
-LOG_NAME = "ocrwatch.log"
 MAX_BYTES = 5 * 1024 * 1024
 BACKUPS = 5
 FILE_FORMAT = "%(asctime)s %(levelname)-7s %(threadName)s %(name)s: %(message)s"
@@ -35,6 +34,9 @@ QUIET = ("PIL", "watchdog", "urllib3", "httpx", "filelock", "asyncio")
 # Libraries whose warnings ocrwatch handles itself and says in one line of its own (img2pdf's
 # three lines on a 16-bit transparent PNG: the page is then embedded losslessly as read).
 FILE_ONLY = ("img2pdf",)
+# A record with this attribute true goes to the file alone (a trace the console must not
+# show: its errors are one line each).
+FILE_ONLY_MARK = "file_only"
 
 _MARK = "_ocrwatch_handler"
 
@@ -135,7 +137,7 @@ class _PrivateRotatingFileHandler(logging.handlers.RotatingFileHandler):
 
 
 def default_log_file() -> Path:
-    return paths.log_dir() / LOG_NAME
+    return paths.log_file()
 
 
 def setup_logging(
@@ -178,7 +180,8 @@ def setup_logging(
         err = logging.StreamHandler(sys.stderr)
         err.setFormatter(SafeFormatter(STDERR_FORMAT))
         err.addFilter(lambda record: not is_native(record)  # native chatter: file only
-                      and not record.name.startswith(FILE_ONLY))
+                      and not record.name.startswith(FILE_ONLY)
+                      and not getattr(record, FILE_ONLY_MARK, False))
         new.append(err)
     limit = RateLimit()
     for handler in new:

@@ -104,6 +104,15 @@ def build_parser() -> argparse.ArgumentParser:
              options="reading")
     p.add_argument("--no-tray", action="store_true", help="never show a tray icon")
 
+    p = _sub(sub, "start", "run the daemon in the background, as at login, and say whether "
+                           "it started (and why not: its status is then that of `run`)",
+             "ocrwatch start", "ocrwatch start --no-tray --wait 120", options="reading")
+    p.add_argument("--no-tray", action="store_true", help="never show a tray icon")
+    p.add_argument("--wait", type=_in_range(float, 1.0, 3600.0, "a number of seconds", " seconds"),
+                   default=60.0, metavar="SECONDS",
+                   help="how long to wait for it to answer (default 60); a daemon still "
+                        "loading its engine then is left starting, and says so")
+
     p = _sub(sub, "add", "read files or folders once, with a progress bar, then exit",
              "ocrwatch add ~/Downloads/letter.pdf", "ocrwatch add --engine tesseract ~/Scans",
              "ocrwatch add --on-success archive ~/OCR-Inbox/old", options="reading")

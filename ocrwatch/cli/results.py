@@ -16,6 +16,7 @@ from ocrwatch import config as config_mod
 from ocrwatch.cli.common import database_arg, echo
 from ocrwatch.cli.termsafe import safe
 from ocrwatch.core.errors import (
+    ConfigError,
     DaemonError,
     DaemonNotRunning,
     DaemonRunning,
@@ -176,7 +177,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         status = Status.from_dict(request("status"))
         running = True
     except DaemonNotRunning:
-        status = _offline_status(args)
+        status = _offline_status(args, _last_start_failure())
         running = False
     if args.json:
         print(json.dumps({**status.to_dict(), "running": running}, indent=2, default=str))
@@ -193,14 +194,28 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0 if running else DaemonNotRunning.exit_code
 
 
-def _offline_status(args: argparse.Namespace) -> Status:
+def _last_start_failure() -> str | None:
+    from ocrwatch.control import startfail
+
+    failure = startfail.last()
+    return failure.line if failure is not None else None
+
+
+def _offline_status(args: argparse.Namespace, start_failure: str | None = None) -> Status:
     from ocrwatch.cli.logs import default_log_file
     from ocrwatch.engines import registry
     from ocrwatch.store.db import Database
     from ocrwatch.store.jobs import JobQueue
     from ocrwatch.store.status_facts import read_doubts
 
-    config = config_mod.load(getattr(args, "config", None))
+    try:
+        config = config_mod.load(getattr(args, "config", None))
+    except ConfigError:
+        # Likely what stopped the daemon too: say that first, then the config's own error.
+        echo("ocrwatch: no daemon is running"
+             + (f"; {start_failure}" if start_failure else ""), err=True)
+        echo(f"  log: {default_log_file()}", err=True)
+        raise
     origin = config.origin("database")
     if getattr(args, "database", None):
         config.database = Path(args.database).expanduser()
@@ -208,6 +223,7 @@ def _offline_status(args: argparse.Namespace) -> Status:
     choice = registry.choose(config)
     status = Status(state="stopped", engine=EngineStatus(choice.name, choice.why),
                     database=str(config.database), log_file=str(default_log_file()),
+                    start_failure=start_failure,
                     languages=tuple(config.languages),
                     language_note=registry.note(choice.name, config))
     if config.database.exists():

@@ -1,4 +1,5 @@
-"""Commands that read files: the daemon (``run``) and the one-off ``add`` and ``reread``."""
+"""Commands that read files: the daemon (``run``, and ``start`` for it in the background)
+and the one-off ``add`` and ``reread``."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ocrwatch import config as config_mod
 from ocrwatch.cli.common import echo, load_config, log, plural
 from ocrwatch.cli.termsafe import safe
-from ocrwatch.core.errors import DaemonRunning, OcrwatchError, UsageError
+from ocrwatch.core.errors import ConfigError, DaemonRunning, OcrwatchError, UsageError
 
 if TYPE_CHECKING:  # for the type only: the commands import it when they run
     from ocrwatch.control.crashes import CrashRecord
@@ -26,18 +27,57 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ocrwatch.cli.logs import setup_logging
     from ocrwatch.cli.native_stderr import NativeStderr
 
-    config = load_config(args)
-    log_file = setup_logging(config.log_level)
-    native = NativeStderr().start()  # Leptonica, GTK and friends write to fd 2: the log
+    up = threading.Event()  # set once the daemon answers: a failure after is no failed start
     try:
-        return _run(args, config, log_file)
-    finally:
-        native.close()
+        config = load_config(args)
+        log_file = setup_logging(config.log_level)
+        native = NativeStderr().start()  # Leptonica, GTK and friends write to fd 2: the log
+        try:
+            return _run(args, config, log_file, up)
+        finally:
+            native.close()
+    except DaemonRunning as exc:
+        if not up.is_set():  # the other one runs on: no failure to show
+            _logged(log.warning, "not started: %s", exc)
+        raise
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:
+        if not up.is_set():
+            _failed_to_start(exc)
+        raise
 
 
-def _run(args: argparse.Namespace, config: config_mod.Config, log_file: Path) -> int:
+def _logged(say: Any, *args: Any, **kwargs: Any) -> None:
+    """``say(*args, **kwargs)`` with the log file set up, even when the config did not
+    load."""
+    from ocrwatch.cli.logs import current_log_file, setup_logging
+
+    if current_log_file() is None:
+        with contextlib.suppress(OcrwatchError):  # an unwritable log: the rest still says it
+            setup_logging("INFO")
+    say(*args, **kwargs)
+
+
+def _failed_to_start(exc: BaseException) -> None:
+    """At login nobody sees stderr: the log, a notification and ``status`` say why."""
+    from ocrwatch.cli.logs import FILE_ONLY_MARK
+    from ocrwatch.control import startfail
+
+    if isinstance(exc, OcrwatchError):
+        reason, code = safe(str(exc)), exc.exit_code
+    else:
+        reason, code = f"unexpected error: {safe(repr(exc))}", 1
+        _logged(log.error, "unexpected error while starting", exc_info=exc,
+                extra={FILE_ONLY_MARK: True})
+    _logged(startfail.report, reason, code)
+
+
+def _run(args: argparse.Namespace, config: config_mod.Config, log_file: Path,
+         up: threading.Event) -> int:
     from ocrwatch.cli.desktop import config_target
     from ocrwatch.config.reload import FileWatch
+    from ocrwatch.control import startfail
     from ocrwatch.control.crashes import CrashRecord
     from ocrwatch.control.lock import DaemonLocks
     from ocrwatch.control.server import ControlServer
@@ -74,6 +114,8 @@ def _run(args: argparse.Namespace, config: config_mod.Config, log_file: Path) ->
         try:
             daemon.start(crashed=crashed)
             server.start()
+            up.set()
+            startfail.clear()
             watch.start()
             threading.Thread(target=_follow, args=(daemon, stop), name="ocrwatch-stop-watch",
                              daemon=True).start()
@@ -101,6 +143,38 @@ def _run(args: argparse.Namespace, config: config_mod.Config, log_file: Path) ->
         sys.stdout.flush()
         os._exit(0)
     return 0
+
+
+def cmd_start(args: argparse.Namespace) -> int:
+    """``ocrwatch run`` in the background, as at login; says whether it came up, and
+    why not (the status of the failed ``run``)."""
+    from ocrwatch.control import launch
+
+    pid = launch.already_running()
+    if pid is not None:
+        echo(f"ocrwatch: the daemon already runs (PID {pid}); `ocrwatch status` shows it")
+        return 0
+    started = launch.start([sys.executable, "-m", "ocrwatch", "run", *_run_options(args)],
+                           wait=args.wait)
+    if started.failed:
+        echo(f"ocrwatch: {started}", err=True)
+        return started.exit_code or 1
+    echo(f"ocrwatch: {started}")
+    return 0
+
+
+def _run_options(args: argparse.Namespace) -> list[str]:
+    """The options given to ``start``, for the ``run`` it starts."""
+    out: list[str] = []
+    for key in ("config", "engine", "output_dir", "database", "languages", "log_level"):
+        value = getattr(args, key, None)
+        if value is not None:
+            out += [f"--{key.replace('_', '-')}", str(value)]
+    for folder in getattr(args, "inbox", None) or ():
+        out += ["--inbox", str(folder)]
+    if getattr(args, "no_tray", False):
+        out.append("--no-tray")
+    return out
 
 
 def _arm(crash: CrashRecord) -> bool:
@@ -218,20 +292,25 @@ def cmd_reread(args: argparse.Namespace) -> int:
 
 def _reread(args: argparse.Namespace, config: config_mod.Config) -> int:
     from ocrwatch.control.crashes import CrashRecord
-    from ocrwatch.control.lock import DaemonLocks
+    from ocrwatch.control.lock import DaemonLocks, InstanceLock, database_lock
     from ocrwatch.daemon import Daemon
 
     # Read again, not handled again: an archived file would be archived a second time.
     config.on_success = "keep"
-    lock = DaemonLocks(config.database)
+    lock: DaemonLocks | InstanceLock = DaemonLocks(config.database)
     try:
         lock.acquire()
     except DaemonRunning:
-        if args.outputs:
-            from ocrwatch.control.client import request
+        if _the_daemons_work(args, config):
+            if args.outputs:
+                from ocrwatch.control.client import request
 
-            return _said_outputs(request("outputs", timeout=3600))
-        return _reread_by_the_daemon(args, config)
+                return _said_outputs(request("outputs", timeout=3600))
+            return _reread_by_the_daemon(args, config)
+        # Another index than the running daemon's: done here, on that index alone (its
+        # own lock says that no other daemon uses it).
+        lock = database_lock(config.database)
+        lock.acquire()
     daemon = Daemon(config, watch=False)
     if args.outputs:
         try:  # no start: nothing is read, only written from the index
@@ -283,6 +362,37 @@ def _said_outputs(written: dict[str, int]) -> int:
         echo(f"{plural(skipped, 'file')} left alone: gone, changed since read (read again "
              "by the daemon), or without stored text", err=True)
     return 0
+
+
+def _the_daemons_work(args: argparse.Namespace, config: config_mod.Config) -> bool:
+    """Whether the running daemon should do this reread. Without --config or --database,
+    yes: the user means the ocrwatch that runs. Naming another index: no, it is done here
+    on that index. Naming the daemon's index with another config file: refused, since the
+    daemon reads and writes by its own config."""
+    from ocrwatch.control.client import request
+    from ocrwatch.core.status import Status
+
+    named = getattr(args, "config", None)
+    if named is None and getattr(args, "database", None) is None:
+        return True
+    running = Status.from_dict(request("status"))
+    if running.database and not _same_file(Path(running.database), config.database):
+        return False
+    if named is not None and not (running.config_file and _same_file(
+            Path(running.config_file), Path(named).expanduser())):
+        raise ConfigError(
+            f"the daemon that runs on the index {config.database} was started with "
+            f"{running.config_file or 'no config file'}, not {safe(named)}, and it reads and "
+            "writes by its own settings. Put them in its file (it takes them as you save), "
+            "or stop it (`ocrwatch stop`) and run this again")
+    return True
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except OSError:
+        return a == b
 
 
 def _reread_by_the_daemon(args: argparse.Namespace, config: config_mod.Config) -> int:

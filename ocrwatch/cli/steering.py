@@ -128,8 +128,7 @@ def cmd_autostart(args: argparse.Namespace) -> int:
     if exe is not None and not (exe.is_file() and os.access(exe, os.X_OK)):
         raise UsageError(f"{safe(exe)} is not a program that can be run; give the path of "
                             "the installed `ocrwatch` with --exec, or leave --exec out")
-    if args.action == "enable":
-        echo(str(autostart.enable(kind=args.kind, executable=exe, start=args.now)))
-    else:
-        echo(str(autostart.disable()))
-    return 0
+    result = (autostart.enable(kind=args.kind, executable=exe, start=args.now)
+              if args.action == "enable" else autostart.disable())
+    echo(str(result), err=result.exit_code != 0)
+    return result.exit_code

@@ -220,6 +220,7 @@ def load(
     if path.exists():
         _apply(config, _read_toml(path), str(path), config.origins)
         sources.append(str(path))
+        config.file = path.absolute()
     elif explicit:
         raise ConfigError(f"config file {path} (named by {named_by}) does not exist. "
                           "Copy config.example.toml there.")

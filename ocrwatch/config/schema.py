@@ -139,6 +139,7 @@ class Config:
 
     # Where the values came from; used for messages only.
     source: str = field(default="defaults", compare=False, repr=False)
+    file: Path | None = field(default=None, compare=False, repr=False)  # the file read, if any
     # Where each value that is not a default came from ("vllm.model" -> "the file ..."),
     # so that a message about a value names the place the user has to change.
     origins: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
@@ -149,7 +150,7 @@ class Config:
 
 
 _SECTIONS: dict[str, type[Any]] = {"vllm": VllmConfig, "remote": RemoteConfig}
-_INTERNAL = {"source", "origins"}
+_INTERNAL = {"source", "file", "origins"}
 # "1" in the environment: the tests' and benchmarks' own engines and switches are taken
 # (ocrwatch/testing/); a user's configuration never needs them.
 TESTING_VARIABLE = "OCRWATCH_TESTING"

@@ -29,6 +29,7 @@ from importlib import resources
 from pathlib import Path
 from xml.sax.saxutils import escape as xml_escape
 
+from ocrwatch.control import launch
 from ocrwatch.core.errors import MachineError, OcrwatchError, UsageError
 from ocrwatch.fs import paths
 
@@ -42,6 +43,7 @@ PLIST = f"{LABEL}.plist"
 TEMPLATE = {"systemd": UNIT, "xdg": DESKTOP, "launchd": PLIST}
 
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
+Launcher = Callable[[Sequence[str]], launch.Launched]
 
 
 def run_command(cmd: Sequence[str]) -> subprocess.CompletedProcess[str]:
@@ -63,6 +65,7 @@ class Result:
     paths: list[Path] = field(default_factory=list)
     commands: list[list[str]] = field(default_factory=list)
     message: str = ""
+    exit_code: int = 0  # non-zero: the entry is installed, but the start asked for failed
 
     def __str__(self) -> str:
         return self.message
@@ -219,10 +222,13 @@ def enable(
     environ: Mapping[str, str] | None = None,
     platform: str | None = None,
     has_systemd: bool | None = None,
+    launcher: Launcher | None = None,
 ) -> Result:
     """Install the autostart entry for this platform (or ``kind``); ``start`` also starts it.
 
-    Installing again replaces the file, so it also repairs a moved executable.
+    Installing again replaces the file, so it also repairs a moved executable. Where no
+    service manager starts it (an XDG entry: a desktop starts those at login only),
+    ``start`` runs it in the background here and waits to see it up (``launcher``).
     """
     env = os.environ if environ is None else environ
     wanted_by = "graphical-session.target"
@@ -276,15 +282,30 @@ def enable(
                f"at your next login; start it now with "
                f"`launchctl bootstrap gui/$(id -u) {path}`.")
         )
+    elif start:
+        _start_here(result, [str(exe), "run"], launcher or launch.start)
     else:
-        if start:
-            result.message = (
-                f"Installed {path}. ocrwatch starts at your next login; start it now "
-                "with `ocrwatch run &`."
-            )
-        else:
-            result.message = f"Installed {path}. ocrwatch starts at your next login."
+        result.message = f"Installed {path}. ocrwatch starts at your next login."
     return result
+
+
+def _start_here(result: Result, command: list[str], launcher: Launcher) -> None:
+    """``--now`` without a service manager to ask: start the daemon in the background
+    as ``ocrwatch start`` does, and say truthfully what became of it."""
+    installed = f"Installed {result.paths[0]}. ocrwatch starts at every login"
+    pid = launch.already_running()
+    if pid is not None:
+        result.message = f"{installed}; it already runs now (PID {pid})."
+        return
+    result.commands.append(command)
+    started = launcher(command)
+    if started.failed:
+        result.exit_code = started.exit_code or 1
+        result.message = f"{installed}, but it did not start now: {started}"
+    elif started.up:
+        result.message = f"{installed}, and {started}."
+    else:
+        result.message = f"{installed}; {started}."
 
 
 def disable(

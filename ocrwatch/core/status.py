@@ -176,6 +176,9 @@ class Status:
     index_note: str | None = None  # the index file was damaged, deleted or replaced
     counts_note: str | None = None  # the counts come from memory: the index was locked
     config_note: str | None = None  # the saved config does not load: why (not taken)
+    # No daemon runs, and the last `ocrwatch run` ended before it was up: when and why.
+    start_failure: str | None = None
+    config_file: str | None = None  # the file the daemon's config was read from, if any
 
     @property
     def in_queue(self) -> int:
@@ -229,6 +232,7 @@ class Status:
             doubted=num("doubted"),
             doubts=tuple(Failure.from_dict(f) for f in data.get("doubts") or ()),
             index_note=text("index_note"), config_note=text("config_note"),
+            start_failure=text("start_failure"), config_file=text("config_file"),
         )
 
 
@@ -268,7 +272,9 @@ def format_status(status: Status) -> str:
     if languages and status.language_note:
         languages += f"\n  note:    {status.language_note}"
     if status.state == "stopped":
-        lines = ["ocrwatch: no daemon is running (start one with `ocrwatch run`)", queue,
+        lines = ["ocrwatch: no daemon is running (start one with `ocrwatch run`)",
+                 *([f"  start:   {status.start_failure}"] if status.start_failure else []),
+                 queue,
                  f"  engine:  {engine.name} ({engine.why})",
                  *([languages] if languages else []),
                  f"  index:   {status.database}", f"  log:     {status.log_file}"]

@@ -42,6 +42,12 @@ def log_dir() -> Path:
     return Path(platformdirs.user_log_dir(APP))
 
 
+def log_file() -> Path:
+    """The daemon's log, wherever its config says anything else (``ocrwatch status``
+    names it)."""
+    return log_dir() / "ocrwatch.log"
+
+
 def _private(path: Path) -> Path:
     """``path`` as a folder of this user's alone (0700), made if missing; OSError if not."""
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
