@@ -97,7 +97,7 @@ def test_systemd_start_now_and_headless_target(env: dict[str, str]) -> None:
     del env["DISPLAY"]
     runner = Recorder()
     res = autostart.enable(kind="systemd", executable=Path("/usr/bin/ocrwatch"), start=True,
-                           runner=runner, environ=env)
+                           runner=runner, environ=env, wait=0)
     text = res.paths[0].read_text()
     assert "ExecStart=/usr/bin/ocrwatch run" in text
     assert "WantedBy=default.target" in text
@@ -130,7 +130,7 @@ def test_xdg_enable_and_disable(env: dict[str, str]) -> None:
 def test_launchd_enable_and_disable(env: dict[str, str]) -> None:
     runner = Recorder()
     res = autostart.enable(executable=Path("/Users/me/.local/bin/ocrwatch"), start=True,
-                           runner=runner, environ=env, platform="darwin")
+                           runner=runner, environ=env, platform="darwin", wait=0)
     path = Path(env["HOME"]) / "Library" / "LaunchAgents" / "org.ocrwatch.daemon.plist"
     assert res.kind == "launchd" and res.paths == [path]
     with path.open("rb") as f:

@@ -13,7 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -229,8 +229,12 @@ def test_autostart_now_starts_the_daemon_where_no_service_manager_does(user: Use
     assert done.returncode == 0, done.stderr
     entry = user.home.root / "home" / ".config" / "autostart" / "ocrwatch.desktop"
     assert entry.exists()
-    assert "starts at every login, and the daemon runs in the background (PID " in done.stdout
-    user.running_pid()
+    assert "starts at every login. Now the daemon runs in the background (PID " in done.stdout
+    pid = user.running_pid()
+    again = user.cli("autostart", "enable", "--now", "--kind", "xdg", "--exec",
+                     str(_program(user)), PYTHONPATH=str(ROOT))
+    assert again.returncode == 0, again.stderr
+    assert f"it already runs now (PID {pid})" in again.stdout
 
 
 def test_autostart_now_with_a_typo_installs_the_entry_and_exits_with_the_reason(
@@ -239,7 +243,59 @@ def test_autostart_now_with_a_typo_installs_the_entry_and_exits_with_the_reason(
     done = user.cli("autostart", "enable", "--now", "--kind", "xdg", "--exec",
                     str(_program(user)), PYTHONPATH=str(ROOT))
     assert done.returncode == 2, (done.stdout, done.stderr)
-    assert "but it did not start now: the daemon did not start (status 2)" in done.stderr
+    assert "But it did not start now: the daemon did not start (status 2)" in done.stderr
     assert REASON in done.stderr
     assert (user.home.root / "home" / ".config" / "autostart" / "ocrwatch.desktop").exists()
     assert user.cli("status").returncode == 2
+
+
+class StandInSystemd:
+    """systemctl, as far as `enable --now` goes: it starts `ocrwatch run` as the unit
+    would, and says it did, whatever becomes of the daemon."""
+
+    def __init__(self, user: User) -> None:
+        self.user = user
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def __call__(self, cmd: Sequence[str]) -> subprocess.CompletedProcess[str]:
+        if list(cmd[-2:]) == ["--now", "ocrwatch.service"]:
+            self.procs.append(subprocess.Popen(
+                [sys.executable, "-m", "ocrwatch", "run", "--no-tray"], env=self.user.env(),
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL, start_new_session=True))
+        return subprocess.CompletedProcess(list(cmd), 0, "", "")
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+
+
+def test_autostart_now_under_systemd_says_whether_the_daemon_came_up(
+        user: User, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`systemctl --user enable --now` succeeds whether or not the daemon then starts:
+    the daemon's own record of a failed start, or its answer, says which."""
+    from ocrwatch.control import autostart
+
+    for key, value in user.env().items():  # this process reads the user's files too
+        monkeypatch.setenv(key, value)
+    systemd = StandInSystemd(user)
+    try:
+        user.config.write_text(TYPO)
+        res = autostart.enable(kind="systemd", executable=Path("/usr/bin/ocrwatch"),
+                               start=True, runner=systemd, environ=user.env(), wait=60)
+        assert res.exit_code == 2, res.message
+        assert "But it did not start now: the daemon did not start (status 2)" in res.message
+        assert REASON in res.message
+
+        user.config.write_text(FINE)
+        res = autostart.enable(kind="systemd", executable=Path("/usr/bin/ocrwatch"),
+                               start=True, runner=systemd, environ=user.env(), wait=60)
+        assert res.exit_code == 0, res.message
+        assert "Now the daemon runs in the background (PID " in res.message
+        assert user.running_pid() == systemd.procs[-1].pid
+    finally:
+        user.close()  # before the stand-in reaps what it started
+        systemd.close()

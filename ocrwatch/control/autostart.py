@@ -23,6 +23,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -43,7 +44,7 @@ PLIST = f"{LABEL}.plist"
 TEMPLATE = {"systemd": UNIT, "xdg": DESKTOP, "launchd": PLIST}
 
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
-Launcher = Callable[[Sequence[str]], launch.Launched]
+Launcher = Callable[[Sequence[str]], launch.Launched]  # launch.start, waiting its time
 
 
 def run_command(cmd: Sequence[str]) -> subprocess.CompletedProcess[str]:
@@ -223,12 +224,14 @@ def enable(
     platform: str | None = None,
     has_systemd: bool | None = None,
     launcher: Launcher | None = None,
+    wait: float = launch.WAIT,
 ) -> Result:
     """Install the autostart entry for this platform (or ``kind``); ``start`` also starts it.
 
     Installing again replaces the file, so it also repairs a moved executable. Where no
     service manager starts it (an XDG entry: a desktop starts those at login only),
-    ``start`` runs it in the background here and waits to see it up (``launcher``).
+    ``start`` runs it in the background here (``launcher``). Either way it waits up to
+    ``wait`` seconds to see the daemon answer, or its start fail, and says which.
     """
     env = os.environ if environ is None else environ
     wanted_by = "graphical-session.target"
@@ -255,6 +258,7 @@ def enable(
     _write(path, render(kind, exe, wanted_by=wanted_by, log_dir=log_dir))
     log.info("installed %s autostart entry %s", kind, path)
 
+    began = time.time()  # a failed start recorded after this is the one asked for
     if kind == "systemd":
         fix = "Check `systemctl --user status` works in this session."
         try:
@@ -265,12 +269,14 @@ def enable(
             if not existed:  # leave nothing behind that does not work
                 path.unlink(missing_ok=True)
             raise
-        when = "now and at every login" if start else (
+        when = "at every login" if start else (
             "at your next login; start it now with `systemctl --user start ocrwatch`")
         result.message = (
             f"Installed {path} ({wanted_by}). ocrwatch starts {when}. "
             "Its output: `journalctl --user -u ocrwatch`."
         )
+        if start:  # systemctl says the unit started, not that the daemon came up
+            _said(result, launch.watch(began, wait=wait))
     elif kind == "launchd":
         if start:
             uid = str(os.getuid())
@@ -278,12 +284,15 @@ def enable(
                    "If it is loaded already, run `ocrwatch autostart disable` first.")
         result.message = (
             f"Installed {path}. ocrwatch starts "
-            + ("now and at every login." if start else
+            + ("at every login." if start else
                f"at your next login; start it now with "
                f"`launchctl bootstrap gui/$(id -u) {path}`.")
         )
+        if start:
+            _said(result, launch.watch(began, wait=wait))
     elif start:
-        _start_here(result, [str(exe), "run"], launcher or launch.start)
+        _start_here(result, [str(exe), "run"],
+                    launcher or (lambda cmd: launch.start(cmd, wait=wait)))
     else:
         result.message = f"Installed {path}. ocrwatch starts at your next login."
     return result
@@ -298,14 +307,17 @@ def _start_here(result: Result, command: list[str], launcher: Launcher) -> None:
         result.message = f"{installed}; it already runs now (PID {pid})."
         return
     result.commands.append(command)
-    started = launcher(command)
+    result.message = f"{installed}."
+    _said(result, launcher(command))
+
+
+def _said(result: Result, started: launch.Launched) -> None:
+    """Add what became of the daemon started now to ``result``'s message (and status)."""
     if started.failed:
         result.exit_code = started.exit_code or 1
-        result.message = f"{installed}, but it did not start now: {started}"
-    elif started.up:
-        result.message = f"{installed}, and {started}."
+        result.message += f" But it did not start now: {started}"
     else:
-        result.message = f"{installed}; {started}."
+        result.message += f" Now {started}."
 
 
 def disable(
