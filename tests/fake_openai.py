@@ -195,8 +195,9 @@ def _handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
             return False
 
         def do_GET(self) -> None:
-            with server.lock:
-                server.probes += 1
+            if self.path == "/v1/models":  # a health check (a router's /workers is not)
+                with server.lock:
+                    server.probes += 1
             if not self.authorised():
                 return
             if self.path == "/metrics" and server.metrics is not None:
