@@ -191,3 +191,74 @@ def test_a_pencil_note_not_read_is_a_doubt_never_a_blank_page(tmp_path: Path,
         reason = row["retire_reason"] or ""
         assert "read" in reason and ("faint marks" in reason or "not read" in reason), row
     assert not blank.exists(), "a truly blank page stays blank, and its file goes"
+
+
+# A letter of eight lines, as a user writes it, in the three scripts.
+LETTERS = {
+    "cyrillic": ["Уважаемый Иван Петрович,", "благодарим вас за письмо от 12 марта.",
+                 "Счёт номер 4711 оплачен полностью.", "Мы будем рады видеть вас снова",
+                 "в нашем магазине на улице Ленина.", "Просим сообщить нам, если вам",
+                 "понадобятся копии договора.", "С уважением, Анна Смирнова"],
+    "greek": ["Αγαπητέ κύριε Παπαδόπουλε,", "σας ευχαριστούμε για την επιστολή σας.",
+              "Το τιμολόγιο αριθμός 4711 έχει πληρωθεί.", "Θα χαρούμε να σας δούμε ξανά",
+              "στο κατάστημά μας στην Αθήνα.", "Παρακαλούμε ενημερώστε μας αν",
+              "χρειάζεστε αντίγραφα της σύμβασης.", "Με εκτίμηση, Μαρία Γεωργίου"],
+    "latin": ["Dear Mr Smith,", "thank you for your letter of 12 March.",
+              "Invoice number 4711 has been paid in full.", "We look forward to seeing you",
+              "again in our shop on the high street.", "Please let us know if you need",
+              "copies of the contract.", "Yours sincerely, Anna Smith"],
+}
+
+
+def letter_page(lines: list[str]) -> Image.Image:
+    """``lines`` in DejaVu Sans at 11 pt on the top half of an A4 page at 300 dpi."""
+    from PIL import ImageFont
+
+    font = ImageFont.truetype("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", 46)
+    image = Image.new("RGB", (2480, 1754), "white")
+    draw = ImageDraw.Draw(image)
+    for i, line in enumerate(lines):
+        draw.text((250, 300 + i * 80), line, fill=(0, 0, 0), font=font)
+    return image
+
+
+@pytest.mark.parametrize(("on_success", "rotate_pages"), [("delete", True), ("archive", False)])
+def test_a_letter_in_a_script_the_languages_cannot_read_keeps_the_original(
+        tmp_path: Path, on_success: str, rotate_pages: bool) -> None:
+    """Real Tesseract with ``languages = ["eng"]``: a Cyrillic and a Greek letter read as
+    Latin look-alikes (``YBaxkaempii``) at a mean confidence over 40%, so no other doubt
+    caught them, and their originals went. OSD names their script: each is now read with
+    a doubt that names the language to add, its original kept; ``status`` shows it. A
+    Latin letter beside them still goes. With ``rotate_pages`` off OSD runs for the
+    script alone."""
+    from ocrwatch.daemon import Daemon
+
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    config = Config(inbox=[inbox], database=tmp_path / "index.sqlite3", settle_seconds=0.3,
+                    engine="tesseract", languages=["eng"], on_success=on_success,
+                    archive_dir=tmp_path / "archive", rotate_pages=rotate_pages)
+    files = {name: inbox / f"{name}.png" for name in LETTERS}
+    for name, path in files.items():
+        letter_page(LETTERS[name]).save(path, dpi=(300, 300))
+    data = {name: path.read_bytes() for name, path in files.items()}
+    with Daemon(config) as daemon:
+        wait_for(lambda: daemon.jobs.counts()["done"] == 3 and daemon.is_idle(), 180,
+                 "every letter read")
+        rows = {Path(r["display"]).stem: dict(r)
+                for r in daemon.db.query("SELECT * FROM jobs")}
+        status = daemon.status()
+    text = format_status(status)
+    for name, script, add in (("cyrillic", "Cyrillic", '"rus"'), ("greek", "Greek", '"ell"')):
+        row = rows[name]
+        assert files[name].is_file() and files[name].read_bytes() == data[name], \
+            f"{name}: the original went: {row}"
+        assert row["state"] == "done" and row["retire"] == "kept", row
+        reason = row["retire_reason"] or ""
+        assert f"looks {script}" in reason and 'languages = ["eng"]' in reason, reason
+        assert f"add {add}" in reason, reason
+        assert f"{name}.png: the page may not have been read: it looks {script}" in text, text
+    assert not files["latin"].exists(), f"a Latin letter's original stays: {rows['latin']}"
+    assert rows["latin"]["retire"] is None, rows["latin"]
+    assert status.doubted == 2, status
+    assert "3 done (2 read with doubts)" in text, text
