@@ -11,8 +11,8 @@ In order, each page (image, TIFF frame or PDF page) is:
 3. turned upright when it lies sideways or upside down (:mod:`ocrwatch.scan.orient`;
    ``rotate_pages``);
 4. for an engine that reads with ``languages`` (Tesseract), a doubt when OSD finds it in
-   a script none of them reads (:mod:`ocrwatch.scan.script`); with ``rotate_pages``
-   off, OSD runs for this alone.
+   a script none of them reads and the reading is unsure too (:mod:`ocrwatch.scan.script`;
+   ``Page.script_doubt``); with ``rotate_pages`` off, OSD runs for this alone.
 
 What was done is carried on the page (``Page.blank``, ``turned``, ``skew``) into its
 result and index row. The searchable PDF keeps the original image: a turned page gets
@@ -106,9 +106,8 @@ class ScanPrep:
             page = replace(page, stretched=made.stretched)
         unread = (script.doubt(made.orientation, self._config.languages) if self.scripts
                   else None)
-        if unread is not None and page.doubt is None:
-            log.warning("%s, page %d: %s", page.source.name, page.index + 1, unread)
-            page = replace(page, doubt=unread)
+        if unread is not None:
+            page = replace(page, script_doubt=unread)  # the reading confirms it, or not
         turned, angle = made.orientation.turn, made.skew
         if not turned and not angle:
             return page

@@ -2,21 +2,24 @@
 
 Tesseract reads a page with the languages it is given, whatever the page holds: a
 Cyrillic or Greek letter read with ``languages = ["eng"]`` comes out as Latin
-look-alikes (``YBaxkaempii MBan IleTposuy4``) at a mean word confidence of 47-55%, over
-the 40% under which a reading is doubted. Tesseract's orientation detection (OSD), run
+look-alikes (``YBaxkaempii MBan IleTposuy4``) at a mean word confidence of 38-56%, most
+over the 40% under which a reading is doubted. Tesseract's orientation detection (OSD), run
 on every page that is turned upright, also names the script its characters look like
 (:class:`ocrwatch.scan.osd.Found`); when that is one none of the languages reads
-(:mod:`ocrwatch.config.scripts`), the page is a doubt (``Page.doubt``): its text is
-indexed as read, but its original is kept, and the reason names the language to add.
+(:mod:`ocrwatch.config.scripts`), and the reading is unsure too, the page is a doubt: its
+text is indexed as read, but its original is kept, and the reason names the language to
+add.
 
-Only when OSD is sure of both: its script confidence (how much more the characters look
-like that script than the next one) at least ``SCRIPT_SURE``, and its turn confidence,
-which is how much the page looks like print at all, at least ``TEXT_SURE``. On the
-corpus's 23 pages, each fed four ways, OSD named a script other than Latin (or Fraktur,
-Latin in broken letters) only on a page of a few marks, at turn confidences of 0.03-0.17;
-DejaVu and URW letters of 10-12 pt at 150-300 dpi were named right every time, Cyrillic
-at script confidences of 3.1-34, Greek (whose capitals Latin shares) at 1.1-15, at
-turn confidences of 9.8-38 (``benchmarks/results/script_doubts.txt``).
+OSD must be sure of both: its script confidence (how much more the characters look like
+that script than the next one) at least ``SCRIPT_SURE``, and its turn confidence, which
+is how much the page looks like print at all, at least ``TEXT_SURE``: on a page of a few
+marks it named Devanagari at 2.2 and Cyrillic at 1.1, at turn confidences under 0.2. And
+OSD alone is not enough: receipts drawn in DejaVu Sans Mono, English in capitals and
+figures, looked Cyrillic to it (script confidences 1.9-3.1, turn 3.5-5.2, as sure as
+for some Cyrillic letters), but Tesseract read them at a mean word confidence of 90-93%.
+Cyrillic and Greek letters read with ``eng`` came out at 38-56%. So the doubt holds
+only under ``READ_SURE`` (the engine's ``PageText.confidence``). Measured with
+``benchmarks/script_doubts.py`` (``benchmarks/results/script_doubts.txt``).
 
 Engines that read with a model (vLLM, the remote engine) are not checked: a model reads
 the page's own characters whatever ``languages`` says, and no look-alikes are made.
@@ -31,16 +34,25 @@ from ocrwatch.scan.orient import Orientation
 
 SCRIPT_SURE = 1.0  # OSD's script confidence from which a script is taken as the page's
 TEXT_SURE = 2.0  # OSD's turn confidence from which the page is taken to hold print
+READ_SURE = 70.0  # the mean word confidence (0-100) under which the reading confirms it
 SUGGESTED = 3  # languages named in a message, the first as the one to add
 
 
 def doubt(found: Orientation, languages: Sequence[str]) -> str | None:
     """Why a page OSD found to be in a script none of ``languages`` reads may not have
-    been read; None when it is one of theirs, or OSD is not sure of it."""
+    been read, if its reading is unsure too (:func:`confirmed`); None when it is one of
+    theirs, or OSD is not sure of it."""
     if (not found.script or found.script_confidence < SCRIPT_SURE
             or found.confidence < TEXT_SURE or not scripts.unread(found.script, languages)):
         return None
     return message(found.script, languages)
+
+
+def confirmed(confidence: float | None) -> bool:
+    """Whether a reading at this mean word confidence confirms a script's doubt: one in
+    the page's own script reads surely; look-alikes do not. None (an engine that does not
+    say): not confirmed."""
+    return confidence is not None and confidence < READ_SURE
 
 
 def message(script: str, languages: Sequence[str]) -> str:
