@@ -156,8 +156,8 @@ def test_a_script_doubt_needs_osd_sure_of_the_script_and_of_print() -> None:
     assert script.doubt(Orientation(0, 12.0, script="Cyrillic", script_confidence=0.6),
                         ["eng"]) is None
     assert script.doubt(Orientation(0, -1.0), ["eng"]) is None  # OSD undecided or missing
-    # And the reading must be unsure: look-alikes read at 38-56%, a receipt OSD took for
-    # Cyrillic at 90-93%.
+    # And the reading must be unsure: look-alikes read at 39-59%, receipts OSD took for
+    # Cyrillic at 85-95%.
     assert script.confirmed(55.0) and not script.confirmed(91.0)
     assert not script.confirmed(None)
     # Only engines that read with ``languages`` are checked: a model reads any script.

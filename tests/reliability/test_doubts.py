@@ -211,7 +211,7 @@ LETTERS = {
 
 
 # A till receipt in capitals and figures: OSD takes it for Cyrillic (script confidence 3.1,
-# turn 4.4), but Tesseract reads it with eng at a mean word confidence over 90%.
+# turn 4.4), but Tesseract reads it with eng at a mean word confidence of 85%.
 RECEIPT = ["SUPERMARKET QUIET", "Store 522", "", *(
     f"{item:<22} {qty} {price:>7}" for item, qty, price in (
         ("BECAME YEARS", 1, "17.55"), ("THE SOMETIMES", 3, "9.96"), ("WANDERED", 4, "36.40"),
