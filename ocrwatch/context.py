@@ -46,8 +46,9 @@ class Context:
 
     def __post_init__(self) -> None:
         if self.scan is None:
-            object.__setattr__(self, "scan", ScanPrep(self.config,
-                                                      enabled=registry.scans(self.engine_name)))
+            object.__setattr__(self, "scan", ScanPrep(
+                self.config, enabled=registry.scans(self.engine_name),
+                scripts=registry.reads_languages(self.engine_name)))
 
 
 @dataclass(frozen=True)

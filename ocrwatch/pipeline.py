@@ -48,6 +48,7 @@ from ocrwatch.pages.decode import Limits, check_size, iter_pages
 from ocrwatch.pages.merge import merged
 from ocrwatch.reindex import known_by_sidecars
 from ocrwatch.results.sidecar import remove_stale_temps
+from ocrwatch.scan import script
 from ocrwatch.scan.prepare import blank_result, finish
 from ocrwatch.store.jobfiles import Seen
 from ocrwatch.store.jobs import file_sha256
@@ -265,10 +266,15 @@ def read(engine: Engine, name: str, pages: Sequence[Page]) -> tuple[list[PageTex
 
 
 def _with_doubt(result: PageText, page: Page) -> PageText:
-    """The result keeps the doubt its page's preparation found (``Page.doubt``)."""
-    if page.doubt is None or result.keep_original:
+    """The result keeps the doubt its page's preparation found (``Page.doubt``), and the
+    script's doubt (``Page.script_doubt``) when the reading is unsure too."""
+    doubt = page.doubt
+    if doubt is None and page.script_doubt is not None and script.confirmed(result.confidence):
+        log.warning("%s, page %d: %s", page.source.name, page.index + 1, page.script_doubt)
+        doubt = page.script_doubt
+    if doubt is None or result.keep_original:
         return result
-    return replace(result, keep_original=page.doubt)
+    return replace(result, keep_original=doubt)
 
 
 def _doubted(answer: PageText) -> PageText:

@@ -117,3 +117,49 @@ def test_reread_reads_only_what_was_read_with_other_languages(tmp_path: Path,
 
     again = ocrwatch(["reread", *common, "--languages", "eng,fra"], env, timeout=300)
     assert "nothing to read again" in again.stdout  # nothing unchanged is read twice
+
+
+def test_which_languages_read_which_script() -> None:
+    """The script table (``ocrwatch/config/scripts.py``): a Latin language reads Latin and
+    Fraktur, not Cyrillic or Greek; a language or a script model of that script does;
+    a script the table does not know ("Common") is never said to be unread."""
+    from ocrwatch.config import scripts
+
+    assert scripts.unread("Cyrillic", ["eng"]) and scripts.unread("Greek", ["eng", "deu"])
+    assert not scripts.unread("Cyrillic", ["eng", "rus"])
+    assert not scripts.unread("Cyrillic", ["eng", "script/Cyrillic"])
+    assert not scripts.unread("Greek", ["ell"])
+    assert not scripts.unread("Latin", ["fra"]) and not scripts.unread("Fraktur", ["deu"])
+    assert scripts.unread("Latin", ["rus"])  # Russian alone reads English as Cyrillic
+    assert not scripts.unread("Han", ["jpn"]) and not scripts.unread("Hangul", ["kor"])
+    assert not scripts.unread("Common", ["eng"]) and not scripts.unread("", ["eng"])
+    assert scripts.readers("Cyrillic")[0] == "rus" and scripts.readers("Greek")[0] == "ell"
+
+
+def test_a_script_doubt_needs_osd_sure_of_the_script_and_of_print() -> None:
+    """OSD's script is taken only with a script confidence of 1 or more on a page it finds
+    print on (turn confidence 2 or more): on a page of a few marks it named Devanagari at
+    2.2 and Cyrillic at 1.1, with turn confidences under 0.2."""
+    from ocrwatch.engines import registry
+    from ocrwatch.scan import script
+    from ocrwatch.scan.orient import Orientation
+
+    sure = Orientation(0, 19.8, script="Cyrillic", script_confidence=14.8)
+    why = script.doubt(sure, ["eng"])
+    assert why == ('it looks Cyrillic, which languages = ["eng"] cannot read: add "rus" '
+                   '(or "ukr", "bul"...) to languages')
+    assert 'add "ell" (or "grc") to' in (script.doubt(
+        Orientation(0, 9.8, script="Greek", script_confidence=1.1), ["eng", "deu"]) or "")
+    assert script.doubt(sure, ["eng", "ukr"]) is None
+    assert script.doubt(Orientation(0, 0.03, script="Devanagari", script_confidence=2.2),
+                        ["eng"]) is None
+    assert script.doubt(Orientation(0, 12.0, script="Cyrillic", script_confidence=0.6),
+                        ["eng"]) is None
+    assert script.doubt(Orientation(0, -1.0), ["eng"]) is None  # OSD undecided or missing
+    # And the reading must be unsure: look-alikes read at 39-59%, receipts OSD took for
+    # Cyrillic at 85-95%.
+    assert script.confirmed(55.0) and not script.confirmed(91.0)
+    assert not script.confirmed(None)
+    # Only engines that read with ``languages`` are checked: a model reads any script.
+    assert registry.reads_languages("tesseract")
+    assert not registry.reads_languages("remote") and not registry.reads_languages("vllm")

@@ -246,6 +246,9 @@ def test_osd_through_the_c_api_says_what_tesserocr_says() -> None:
             degrees, confidence = api.detect(turned, 300) or (-1, -1.0)
             assert degrees == want["orient_deg"] == clockwise
             assert abs(confidence - want["orient_conf"]) < 1e-3
+            found = api.found(turned, 300)  # and the script, which the script check uses
+            assert found is not None and found.script == want["script_name"] == "Latin"
+            assert abs(found.script_confidence - want["script_conf"]) < 1e-3
         assert api.detect(Image.new("L", (800, 600), 255), 300) is None  # no text: undecided
     finally:
         api.close()
@@ -1215,7 +1218,8 @@ def test_an_upright_page_osd_turns_with_a_confidence_under_five_is_checked_and_k
     orientation.txt): under SURE (5) its turn is checked by reading, and the page, which
     reads as upright text, stays as it is."""
     page = helpers.text_page(helpers.MINUTES * 3, width=1700)
-    monkeypatch.setattr(osd.OsdApi, "detect", lambda self, image, dpi: (180, 3.4))
+    monkeypatch.setattr(osd.OsdApi, "found",
+                        lambda self, image, dpi: osd.Found(180, 3.4, "Latin", 20.0))
     detector = orient.Detector(None, ["eng"])
     try:
         found = detector.detect(page)

@@ -42,6 +42,9 @@ class Page:
     # not drawn, an XFA form, marks on a page recorded blank): the result keeps it as
     # ``PageText.keep_original``, so the original is never archived or deleted.
     doubt: str | None = None
+    # A doubt that holds only if the engine's reading is unsure too (``PageText.confidence``):
+    # the page looks written in a script none of the languages reads (ocrwatch/scan/script.py).
+    script_doubt: str | None = None
     # Text the page holds beside what the engine reads on ``image`` (a PDF's text layer
     # when its pictures are read, form values, notes): blocks of (top, as a share of the
     # page's height; text), merged with the engine's lines by place
@@ -67,6 +70,7 @@ class PageText:
     turned: int = 0
     skew: float = 0.0
     nonwords: bool = False  # mostly not words: paper texture or noise read as text
+    confidence: float | None = None  # the engine's mean word confidence (0-100), if it has one
     # Set when the text may not be the whole page (a model's empty answer): the file is
     # done, but its original must not be archived or deleted; the reason says why.
     keep_original: str | None = None

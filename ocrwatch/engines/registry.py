@@ -82,6 +82,13 @@ def scans(name: str) -> bool:
     return entry is None or entry.scans
 
 
+def reads_languages(name: str) -> bool:
+    """Whether engine ``name`` reads with the configured ``languages`` (Tesseract), so that
+    a page in a script none of them reads is misread (``ocrwatch/scan/script.py``)."""
+    entry = get(name)
+    return entry is not None and entry.languages
+
+
 def choose(config: Config) -> Choice:
     """Resolve ``engine = "auto"`` and explain the choice for ``ocrwatch status``."""
     if config.engine != AUTO:

@@ -314,7 +314,8 @@ class TesseractEngine:
         # still a page of grain.
         nonwords = bool(reading.marks) and mostly_nonwords("\n".join([text, *reading.marks]))
         return PageText(markdown=text_to_markdown(text), text=text.strip() + "\n",
-                        warnings=warnings, layout=layout, nonwords=nonwords)
+                        warnings=warnings, layout=layout, nonwords=nonwords,
+                        confidence=float(reading.confidence))
 
     def _reading(self, api: Any) -> _Reading:
         """Read the image set on ``api``: its text, confidence, words and sure words.

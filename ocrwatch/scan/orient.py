@@ -93,6 +93,10 @@ class Orientation:
     confidence: float  # OSD's own; -1 when it could not decide
     checked: bool = False  # OSD was unsure or undecided: the turn was checked by reading
     proposed: int | None = None  # OSD's own turn, whether taken or not; None: undecided
+    # The script OSD named ("Latin", "Cyrillic"...) and its confidence in it; "" when
+    # OSD did not run or could not decide.
+    script: str = ""
+    script_confidence: float = 0.0
 
 
 def sized(image: Image.Image, side: int) -> Image.Image:
@@ -168,18 +172,31 @@ class Detector:
             return Orientation(0, -1.0)
         # Grey, and sized as grey: a third of the pixels to resize and to hand over, and
         # one channel for OSD to threshold (0.6 s instead of 0.9 on an A4 scan).
-        found = self._api("osd").detect(sized(image.convert("L"), OSD_SIDE), OSD_DPI)
+        found = self._api("osd").found(sized(image.convert("L"), OSD_SIDE), OSD_DPI)
         if found is None:
             # Too little text for OSD: the reading decides among the four, if it can.
             return Orientation(self._best(image, None), -1.0, checked=self.can_check)
         # OSD gives the counter-clockwise turn that makes the page upright.
-        degrees, confidence = found
-        clockwise = (360 - degrees) % 360
+        confidence = found.confidence
+        clockwise = (360 - found.degrees) % 360
+        script = found.script, found.script_confidence
         enlarged = OSD_SIDE / max(image.size) >= CHECK_ENLARGED
         if confidence >= (SURE_ENLARGED if enlarged else SURE):
-            return Orientation(clockwise, confidence, proposed=clockwise)
+            return Orientation(clockwise, confidence, proposed=clockwise, script=script[0],
+                               script_confidence=script[1])
         return Orientation(self._best(image, clockwise), confidence, checked=self.can_check,
-                           proposed=clockwise)
+                           proposed=clockwise, script=script[0], script_confidence=script[1])
+
+    def script(self, image: Image.Image) -> Orientation:
+        """OSD's script for ``image``, for a page that is not turned (``rotate_pages``
+        off): the turn is left at 0, OSD's own turn and confidence kept beside it."""
+        if self.osd is None:
+            return Orientation(0, -1.0)
+        found = self._api("osd").found(sized(image.convert("L"), OSD_SIDE), OSD_DPI)
+        if found is None:
+            return Orientation(0, -1.0)
+        return Orientation(0, found.confidence, proposed=(360 - found.degrees) % 360,
+                           script=found.script, script_confidence=found.script_confidence)
 
     def osd_only(self, image: Image.Image) -> tuple[int, float] | None:
         """OSD's own turn (clockwise) for ``image`` and its confidence in it, unchecked:

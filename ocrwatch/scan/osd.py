@@ -10,6 +10,9 @@ turned 1.36 pages/s where they prepared 5.77 without orientation
 library tesserocr loaded: no second Tesseract in the process, and the same results as
 tesserocr's call (it wraps the same function). Where that library cannot be found (not
 a Linux process map, nor a wheel's bundled copy), tesserocr's own call is used.
+
+The same call names the page's script ("Latin", "Cyrillic", "Greek", "Han"...) with a
+confidence of its own: :mod:`ocrwatch.scan.script` checks it against the languages.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import ctypes
 import functools
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +30,18 @@ from PIL import Image
 log = logging.getLogger(__name__)
 
 PSM_OSD_ONLY = 0  # Tesseract's PageSegMode
+
+
+@dataclass(frozen=True)
+class Found:
+    """What OSD says of a page: the counter-clockwise turn that makes it upright and its
+    confidence, and the script its characters look like, with its own confidence (how
+    much more the page's characters look like that script than the next: 0 near a tie)."""
+
+    degrees: int
+    confidence: float
+    script: str
+    script_confidence: float
 
 
 @functools.cache
@@ -107,6 +123,12 @@ class OsdApi:
     def detect(self, image: Image.Image, dpi: int) -> tuple[int, float] | None:
         """OSD's counter-clockwise turn that makes ``image`` (grey) upright and its
         confidence; None when it cannot decide (too little text)."""
+        found = self.found(image, dpi)
+        return None if found is None else (found.degrees, found.confidence)
+
+    def found(self, image: Image.Image, dpi: int) -> Found | None:
+        """All OSD says of ``image`` (grey): its turn and its script; None when it cannot
+        decide (too little text)."""
         grey = image if image.mode == "L" else image.convert("L")
         if self._handle is None:
             return self._detect_tesserocr(grey, dpi)
@@ -122,9 +144,13 @@ class OsdApi:
                 ctypes.byref(script_confidence))
         finally:
             lib.TessBaseAPIClear(handle)
-        return (int(degrees.value), float(confidence.value)) if found else None
+        if not found:
+            return None
+        name = (script.value or b"").decode("utf-8", errors="replace")
+        return Found(int(degrees.value), float(confidence.value), name,
+                     float(script_confidence.value))
 
-    def _detect_tesserocr(self, grey: Image.Image, dpi: int) -> tuple[int, float] | None:
+    def _detect_tesserocr(self, grey: Image.Image, dpi: int) -> Found | None:
         api = self._tesserocr
         try:
             api.SetImage(grey)
@@ -134,7 +160,10 @@ class OsdApi:
             found = None
         finally:
             api.Clear()
-        return (int(found["orient_deg"]), float(found["orient_conf"])) if found else None
+        if not found:
+            return None
+        return Found(int(found["orient_deg"]), float(found["orient_conf"]),
+                     str(found.get("script_name") or ""), float(found.get("script_conf") or 0))
 
     @property
     def releases_the_interpreter(self) -> bool:

@@ -9,7 +9,10 @@ In order, each page (image, TIFF frame or PDF page) is:
    ``deskew``); its turn is then judged on the straightened page (a quarter turn and a
    small one give the same pixels in either order);
 3. turned upright when it lies sideways or upside down (:mod:`ocrwatch.scan.orient`;
-   ``rotate_pages``).
+   ``rotate_pages``);
+4. for an engine that reads with ``languages`` (Tesseract), a doubt when OSD finds it in
+   a script none of them reads and the reading is unsure too (:mod:`ocrwatch.scan.script`;
+   ``Page.script_doubt``); with ``rotate_pages`` off, OSD runs for this alone.
 
 What was done is carried on the page (``Page.blank``, ``turned``, ``skew``) into its
 result and index row. The searchable PDF keeps the original image: a turned page gets
@@ -29,7 +32,7 @@ from ocrwatch.config import Config
 from ocrwatch.core.domain import Page, PageText
 from ocrwatch.core.layout import PageLayout
 from ocrwatch.core.wordlike import mostly_nonwords
-from ocrwatch.scan import deskew, faint, inkcover, orient
+from ocrwatch.scan import deskew, faint, inkcover, orient, script
 
 log = logging.getLogger(__name__)
 
@@ -53,10 +56,13 @@ class Upright:
 class ScanPrep:
     """Blank, orientation and skew for the pages of one configuration."""
 
-    def __init__(self, config: Config, *, enabled: bool = True) -> None:
+    def __init__(self, config: Config, *, enabled: bool = True, scripts: bool = False) -> None:
         self.skip_blank = enabled and config.skip_blank
         self.rotate_pages = enabled and config.rotate_pages
         self.deskew = enabled and config.deskew
+        # The engine reads with ``languages``: a page in a script none of them reads is a
+        # doubt (a model reads any script: no check for it).
+        self.scripts = enabled and scripts
         self._detector: orient.Detector | None = None
         self._config = config
         self._lock = threading.Lock()
@@ -68,7 +74,7 @@ class ScanPrep:
                 self._detector = orient.Detector(self._config.tessdata,
                                                  list(self._config.languages))
             detector = self._detector
-            if detector.missing and not self._warned:
+            if detector.missing and self.rotate_pages and not self._warned:
                 self._warned = True
                 log.warning("%s", detector.missing)
         return detector
@@ -98,6 +104,10 @@ class ScanPrep:
                             else None)
         if made.stretched is not None:
             page = replace(page, stretched=made.stretched)
+        unread = (script.doubt(made.orientation, self._config.languages) if self.scripts
+                  else None)
+        if unread is not None:
+            page = replace(page, script_doubt=unread)  # the reading confirms it, or not
         turned, angle = made.orientation.turn, made.skew
         if not turned and not angle:
             return page
@@ -118,7 +128,10 @@ class ScanPrep:
             image = deskew.straighten(image, angle)
             stretched = None if stretched is None else deskew.straighten(stretched, angle)
             judged = image if stretched is None else stretched
-        found = self._orientation().detect(judged) if self.rotate_pages else LEFT
+        if self.rotate_pages:
+            found = self._orientation().detect(judged)
+        else:  # OSD only for the script (one call, about 0.3-0.6 s a page), when asked
+            found = self._orientation().script(judged) if self.scripts else LEFT
         if found.turn:
             image = orient.turn(image, found.turn)
             stretched = None if stretched is None else orient.turn(stretched, found.turn)

@@ -191,3 +191,105 @@ def test_a_pencil_note_not_read_is_a_doubt_never_a_blank_page(tmp_path: Path,
         reason = row["retire_reason"] or ""
         assert "read" in reason and ("faint marks" in reason or "not read" in reason), row
     assert not blank.exists(), "a truly blank page stays blank, and its file goes"
+
+
+# A letter of eight lines, as a user writes it, in the three scripts.
+LETTERS = {
+    "cyrillic": ["Уважаемый Иван Петрович,", "благодарим вас за письмо от 12 марта.",
+                 "Счёт номер 4711 оплачен полностью.", "Мы будем рады видеть вас снова",
+                 "в нашем магазине на улице Ленина.", "Просим сообщить нам, если вам",
+                 "понадобятся копии договора.", "С уважением, Анна Смирнова"],
+    "greek": ["Αγαπητέ κύριε Παπαδόπουλε,", "σας ευχαριστούμε για την επιστολή σας.",
+              "Το τιμολόγιο αριθμός 4711 έχει πληρωθεί.", "Θα χαρούμε να σας δούμε ξανά",
+              "στο κατάστημά μας στην Αθήνα.", "Παρακαλούμε ενημερώστε μας αν",
+              "χρειάζεστε αντίγραφα της σύμβασης.", "Με εκτίμηση, Μαρία Γεωργίου"],
+    "latin": ["Dear Mr Smith,", "thank you for your letter of 12 March.",
+              "Invoice number 4711 has been paid in full.", "We look forward to seeing you",
+              "again in our shop on the high street.", "Please let us know if you need",
+              "copies of the contract.", "Yours sincerely, Anna Smith"],
+}
+
+
+# A till receipt in capitals and figures: OSD takes it for Cyrillic (script confidence 3.1,
+# turn 4.4), but Tesseract reads it with eng at a mean word confidence of 85%.
+RECEIPT = ["SUPERMARKET QUIET", "Store 522", "", *(
+    f"{item:<22} {qty} {price:>7}" for item, qty, price in (
+        ("BECAME YEARS", 1, "17.55"), ("THE SOMETIMES", 3, "9.96"), ("WANDERED", 4, "36.40"),
+        ("MOTHER HERE", 1, "28.24"), ("WONDERED ANY", 1, "6.16"),
+        ("UNBEARABLE PHOTO", 4, "86.72"), ("FROM", 4, "91.00"), ("TUG", 1, "14.94"),
+        ("WERE", 4, "24.32"), ("DRAWINGS ALSO", 2, "50.38"), ("COUNSELING", 2, "40.18"),
+        ("REPLY ABOUT", 4, "84.76"), ("TUG HICEM", 2, "16.72"), ("SUFFER", 3, "52.92"),
+        ("ADDITION", 1, "15.91"), ("HERE TOGETHER", 2, "24.34"), ("WITH", 3, "63.96"),
+        ("SHOW", 3, "56.58"), ("HER", 2, "58.46"))),
+    "", "TOTAL                     779.50", "CARD 1853", "THANK YOU"]
+
+
+def receipt_page() -> Image.Image:
+    """:data:`RECEIPT` as a thermal printer prints it: DejaVu Sans Mono, grey, 80 mm at
+    203 dpi (as ``benchmarks/heldout_set.py`` draws its receipts)."""
+    from PIL import ImageFont
+
+    font = ImageFont.truetype("/usr/share/fonts/truetype/dejavu/DejaVuSansMono.ttf", 22)
+    image = Image.new("L", (576, 48 + round(len(RECEIPT) * 22 * 1.35)), 255)
+    draw = ImageDraw.Draw(image)
+    for n, line in enumerate(RECEIPT):
+        draw.text((24, 24 + round(n * 22 * 1.35)), line, font=font, fill=64)
+    return image
+
+
+def letter_page(lines: list[str]) -> Image.Image:
+    """``lines`` in DejaVu Sans at 11 pt on the top half of an A4 page at 300 dpi."""
+    from PIL import ImageFont
+
+    font = ImageFont.truetype("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", 46)
+    image = Image.new("RGB", (2480, 1754), "white")
+    draw = ImageDraw.Draw(image)
+    for i, line in enumerate(lines):
+        draw.text((250, 300 + i * 80), line, fill=(0, 0, 0), font=font)
+    return image
+
+
+@pytest.mark.parametrize(("on_success", "rotate_pages"), [("delete", True), ("archive", False)])
+def test_a_letter_in_a_script_the_languages_cannot_read_keeps_the_original(
+        tmp_path: Path, on_success: str, rotate_pages: bool) -> None:
+    """Real Tesseract with ``languages = ["eng"]``: a Cyrillic and a Greek letter read as
+    Latin look-alikes (``YBaxkaempii``) at a mean confidence over 40%, so no other doubt
+    caught them, and their originals went. OSD names their script: each is now read with
+    a doubt that names the language to add, its original kept; ``status`` shows it. A
+    Latin letter beside them still goes. With ``rotate_pages`` off OSD runs for the
+    script alone. A receipt OSD takes for Cyrillic, but that Tesseract reads surely, goes
+    too: the reading must confirm OSD's script."""
+    from ocrwatch.daemon import Daemon
+
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    config = Config(inbox=[inbox], database=tmp_path / "index.sqlite3", settle_seconds=0.3,
+                    engine="tesseract", languages=["eng"], on_success=on_success,
+                    archive_dir=tmp_path / "archive", rotate_pages=rotate_pages)
+    files = {name: inbox / f"{name}.png" for name in LETTERS}
+    for name, path in files.items():
+        letter_page(LETTERS[name]).save(path, dpi=(300, 300))
+    files["receipt"] = inbox / "receipt.png"
+    receipt_page().save(files["receipt"], dpi=(203, 203))
+    data = {name: path.read_bytes() for name, path in files.items()}
+    with Daemon(config) as daemon:
+        wait_for(lambda: daemon.jobs.counts()["done"] == 4 and daemon.is_idle(), 180,
+                 "every letter read")
+        rows = {Path(r["display"]).stem: dict(r)
+                for r in daemon.db.query("SELECT * FROM jobs")}
+        status = daemon.status()
+    text = format_status(status)
+    for name, script, add in (("cyrillic", "Cyrillic", '"rus"'), ("greek", "Greek", '"ell"')):
+        row = rows[name]
+        assert files[name].is_file() and files[name].read_bytes() == data[name], \
+            f"{name}: the original went: {row}"
+        assert row["state"] == "done" and row["retire"] == "kept", row
+        reason = row["retire_reason"] or ""
+        assert f"looks {script}" in reason and 'languages = ["eng"]' in reason, reason
+        assert f"add {add}" in reason, reason
+        assert f"{name}.png: the page may not have been read: it looks {script}" in text, text
+    for name in ("latin", "receipt"):
+        assert wait_for(lambda n=name: not files[n].exists(), 10, f"{name} retired"), rows[name]
+        assert rows[name]["retire"] is None, rows[name]
+    assert status.doubted == 2, status
+    assert "4 done (2 read with doubts)" in text, text
