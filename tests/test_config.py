@@ -140,6 +140,15 @@ def test_invalid_toml_is_reported(home: Path, tmp_path: Path) -> None:
         cfg.load(path, environ={})
 
 
+def test_a_config_nested_50000_deep_is_reported_naming_the_file(home: Path,
+                                                                 tmp_path: Path) -> None:
+    """Before: "unexpected error … report that" (a RecursionError in the TOML parser)."""
+    path = write(tmp_path, "x = " + "[" * 50_000 + "]" * 50_000 + "\n")
+    with pytest.raises(ConfigError, match="nested too deep") as err:
+        cfg.load(path, environ={})
+    assert str(path) in str(err.value) and "Fix the file" in str(err.value)
+
+
 def test_missing_explicit_file(home: Path, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="does not exist"):
         cfg.load(tmp_path / "nope.toml", environ={})

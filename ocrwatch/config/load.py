@@ -192,6 +192,10 @@ def _read_toml(path: Path) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}. Fix the file or remove it.") from None
+    except RecursionError:
+        # Arrays or tables nested thousands deep: no setting needs more than a few.
+        raise ConfigError(f"{path}: not valid for ocrwatch: its arrays or tables are nested "
+                          "too deep to read. Fix the file or remove it.") from None
 
 
 def load(

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from types import TracebackType
 
-from ocrwatch.core.errors import DaemonRunning, MachineError
+from ocrwatch.core.errors import DaemonRunning, IndexUnavailable, MachineError
 from ocrwatch.fs import paths
 
 log = logging.getLogger(__name__)
@@ -25,9 +25,13 @@ class InstanceLock:
     ``busy``: the message when another process holds it, with ``{who}`` for its PID.
     """
 
-    def __init__(self, path: Path | str | None = None, *, busy: str | None = None) -> None:
+    def __init__(self, path: Path | str | None = None, *, busy: str | None = None,
+                 unwritable: type[MachineError] = MachineError,
+                 fix: str = "make its folder writable for your user") -> None:
         self.path = Path(path) if path is not None else paths.lock_file()
         self._fd: int | None = None
+        self._fix = fix
+        self._unwritable = unwritable
         self._busy = busy or (
             "an ocrwatch daemon is already running for this user ({who}); stop it with "
             "`ocrwatch stop` (or Quit in its tray menu) before starting another")
@@ -42,11 +46,9 @@ class InstanceLock:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        except OSError as exc:  # a file where the folder should be, a read-only disk
-            raise MachineError(
-                f"cannot make the lock {self.path}: {exc.strerror}. Make its folder "
-                "writable for your user, or name another place (--database, "
-                "XDG_RUNTIME_DIR)") from exc
+        except OSError as exc:  # a read-only file system, a folder of another user's
+            raise self._unwritable(f"cannot write the lock file {self.path}: "
+                                   f"{exc.strerror}; {self._fix}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -92,6 +94,9 @@ def database_lock(database: Path) -> InstanceLock:
     """
     return InstanceLock(
         database.with_name(database.name + ".lock"),
+        unwritable=IndexUnavailable,
+        fix=(f"the index's folder must be writable: make {database.parent} writable (or "
+             "mount it read-write), or set database to a file in a writable folder"),
         busy=(f"another ocrwatch daemon ({{who}}) already uses the index {database}; stop it "
               "(`ocrwatch stop` in its session, or `kill` its PID) or give this one another "
               "--database"))

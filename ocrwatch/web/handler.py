@@ -12,7 +12,9 @@ import logging
 import re
 import socket
 import time
+from email.message import Message
 from http import HTTPStatus
+from http.client import HTTPException, parse_headers
 from http.cookies import SimpleCookie
 from http.server import BaseHTTPRequestHandler
 from importlib import resources
@@ -42,6 +44,37 @@ _SECRET = re.compile(r"((?:token|code)=)[^&\s]+", re.IGNORECASE)
 MAX_BODY = 4096  # bytes of a POST's body
 STATIC = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8",
           "style.css": "text/css; charset=utf-8", "favicon.svg": "image/svg+xml"}
+
+
+def presented(target: str, headers: Message, port: int) -> str | None:
+    """The token a request shows: in its address, its X-Ocrwatch-Token header or the
+    port's cookie."""
+    given = parse_qs(urlsplit(target).query).get("token", [None])[0] or headers.get(
+        "X-Ocrwatch-Token")
+    if given:
+        return str(given)
+    cookies: SimpleCookie = SimpleCookie()
+    with contextlib.suppress(Exception):
+        cookies.load(headers.get("Cookie", ""))
+    morsel = cookies.get(f"ocrwatch_token_{port}")
+    return morsel.value if morsel is not None else None
+
+
+def token_ok(given: str | None, token: str) -> bool:
+    return bool(given) and hmac.compare_digest(str(given).encode(), token.encode())
+
+
+def shows_token(head: bytes, token: str, port: int) -> bool:
+    """Whether a request head, as read at the door, shows the right token."""
+    line, _, rest = head.partition(b"\n")
+    words = line.decode("iso-8859-1").split()
+    if len(words) != 3:
+        return False
+    try:
+        headers = parse_headers(io.BytesIO(rest))
+    except (HTTPException, ValueError):
+        return False
+    return token_ok(presented(words[1], headers, port), token)
 
 
 class App(Protocol):
@@ -77,15 +110,21 @@ class _Handler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         super().setup()
+        taken = getattr(self.server, "taken_at_door", None)
+        early, verified = taken(self.connection) if taken else (b"", True)
+        self.verified: bool = verified  # the token shown at the door
         self.deadline = time.monotonic() + REQUEST_SECONDS
         # Reads go through a deadline: a byte every few seconds no longer keeps a
         # connection (and its thread and descriptor) for ever.
-        plain, self.rfile = self.rfile, io.BufferedReader(_DeadlineReader(self.connection,
-                                                                            self))
+        plain, self.rfile = self.rfile, io.BufferedReader(
+            _DeadlineReader(self.connection, self, early))
         plain.close()  # the socket's own reader: its reference to the socket goes
 
     def handle_one_request(self) -> None:
         super().handle_one_request()
+        if not self.verified:
+            # Its thread is one of a few shared by all who have no token: not kept idle.
+            self.close_connection = True
         self.deadline = time.monotonic() + REQUEST_SECONDS  # the next request's time
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -100,23 +139,12 @@ class _Handler(BaseHTTPRequestHandler):
     def _cookie_name(self) -> str:
         return f"ocrwatch_token_{self.app.port}"
 
-    def _token(self, query: dict[str, list[str]]) -> str | None:
-        given = query.get("token", [None])[0] or self.headers.get("X-Ocrwatch-Token")
-        if given:
-            return given
-        cookies = SimpleCookie()
-        with contextlib.suppress(Exception):
-            cookies.load(self.headers.get("Cookie", ""))
-        morsel = cookies.get(self._cookie_name())
-        return morsel.value if morsel is not None else None
-
     def _allowed(self, query: dict[str, list[str]]) -> bool:
         if not self._host_ok():
             self._send_text(HTTPStatus.FORBIDDEN, "refused: this page answers only to "
                             "127.0.0.1 and localhost (the Host header named another name)")
             return False
-        token = self._token(query)
-        if not token or not hmac.compare_digest(token.encode(), self.app.token.encode()):
+        if not token_ok(presented(self.path, self.headers, self.app.port), self.app.token):
             self._send_text(HTTPStatus.FORBIDDEN, "refused: the address needs ocrwatch's "
                             "token; open the page from the tray's Search… or with "
                             "`ocrwatch search --web`")
@@ -142,6 +170,8 @@ class _Handler(BaseHTTPRequestHandler):
                          "default-src 'self'; img-src 'self'; frame-ancestors 'none'")
         for key, value in (extra or {}).items():
             self.send_header(key, value)
+        if not self.verified:
+            self.send_header("Connection", "close")  # see handle_one_request
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
@@ -287,14 +317,20 @@ class _DeadlineReader(io.RawIOBase):
     the handler's ``deadline``; past it, TimeoutError (the handler closes the
     connection, as for any read timeout)."""
 
-    def __init__(self, sock: socket.socket, handler: _Handler) -> None:
+    def __init__(self, sock: socket.socket, handler: _Handler, early: bytes = b"") -> None:
         self.sock = sock
         self.handler = handler
+        self.early = early  # read at the door already
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer: Any) -> int:
+        if self.early:
+            n = min(len(buffer), len(self.early))
+            buffer[:n] = self.early[:n]
+            self.early = self.early[n:]
+            return n
         left = self.handler.deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError("the request did not arrive in time")

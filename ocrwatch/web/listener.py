@@ -3,12 +3,17 @@ and a quiet console.
 
 Anyone on the machine can connect (the token is checked after the request is read), so
 a local user could open thousands of connections and trickle bytes (slowloris) to use
-up threads and file descriptors, which the daemon needs to read files. So:
+up threads and file descriptors, which the daemon needs to read files, or hold every
+connection the page serves and keep its owner out. So:
 
-- at most ``MAX_CONNECTIONS`` are served at once; one more is closed at once with a short
-  503 answer;
-- each request must arrive whole (request line, headers, body) within
-  ``web_handler.REQUEST_SECONDS`` of the connection's last answer (see the handler);
+- a new connection waits for its request head at the door (``ocrwatch/web/doorman.py``:
+  no thread, a short deadline, the oldest waiting one goes when too many wait);
+- a head that shows the token is served on a thread of its own, at most
+  ``MAX_CONNECTIONS`` at once; one that does not (a one-time code, a refusal to write)
+  gets one of ``MAX_UNVERIFIED`` threads and its connection is closed after the answer.
+  Neither budget can be spent by the other's connections; past one, a short 503;
+- each later request on a connection must arrive whole (request line, headers, body)
+  within ``web_handler.REQUEST_SECONDS`` of the connection's last answer (see the handler);
 - when ``accept`` fails for want of a resource (EMFILE, ENFILE, ENOBUFS, ENOMEM), the
   server pauses a moment instead of spinning on the same error, and goes on;
 - a client that goes away mid-answer (BrokenPipe, ConnectionReset) or times out is a
@@ -18,7 +23,6 @@ up threads and file descriptors, which the daemon needs to read files. So:
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import logging
 import socket
@@ -28,13 +32,14 @@ from http.server import ThreadingHTTPServer
 from typing import Any
 
 from ocrwatch.core.errors import resource_shortage
+from ocrwatch.web.doorman import BUSY, Doorman, refuse
+from ocrwatch.web.handler import shows_token
 
 log = logging.getLogger(__name__)
 
-MAX_CONNECTIONS = 32  # one user's browser opens a handful
+MAX_CONNECTIONS = 32  # with the token: one user's browser opens a handful
+MAX_UNVERIFIED = 4  # without it: each is answered at once (a cookie, or a refusal)
 RESOURCE_PAUSE = 0.2  # seconds without accepting after such an error
-_BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n"
-         b"Retry-After: 1\r\n\r\n")
 
 
 class BoundedServer(ThreadingHTTPServer):
@@ -43,9 +48,15 @@ class BoundedServer(ThreadingHTTPServer):
 
     def __init__(self, address: tuple[str, int], handler: Any) -> None:
         super().__init__(address, handler)
-        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self._token: str = handler.app.token
+        self._slots = {True: threading.BoundedSemaphore(MAX_CONNECTIONS),
+                       False: threading.BoundedSemaphore(MAX_UNVERIFIED)}
+        self._heads: dict[socket.socket, tuple[bytes, bool]] = {}  # read at the door
+        self._heads_lock = threading.Lock()
         self.refused = 0  # connections closed at once because all slots were taken
         self.resource_errors = 0
+        self.door = Doorman(self._dispatch)
+        self.door.start()
 
     def get_request(self) -> tuple[socket.socket, Any]:
         try:
@@ -61,25 +72,45 @@ class BoundedServer(ThreadingHTTPServer):
             raise
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
+        self.door.admit(request, client_address)
+
+    def _dispatch(self, sock: socket.socket, address: Any, head: bytes) -> None:
+        """A head has arrived (on the door's thread): a thread from its budget."""
+        verified = shows_token(head, self._token, int(self.server_address[1]))
+        slots = self._slots[verified]
+        if not slots.acquire(blocking=False):
             self.refused += 1
-            with contextlib.suppress(OSError):
-                request.setblocking(False)
-                request.send(_BUSY)
-            self.shutdown_request(request)
+            refuse(sock, BUSY)
             return
+        with self._heads_lock:
+            self._heads[sock] = (head, verified)
         try:
-            super().process_request(request, client_address)
+            threading.Thread(target=self._serve, args=(sock, address, slots),
+                             name="ocrwatch-search-request", daemon=True).start()
         except BaseException:
-            self._slots.release()  # the thread never started: its slot is free again
-            self.shutdown_request(request)
+            slots.release()  # the thread never started: its slot is free again
+            with self._heads_lock:
+                self._heads.pop(sock, None)
+            sock.close()
             raise
 
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
+    def _serve(self, sock: socket.socket, address: Any,
+               slots: threading.BoundedSemaphore) -> None:
         try:
-            super().process_request_thread(request, client_address)
+            self.process_request_thread(sock, address)
         finally:
-            self._slots.release()
+            with self._heads_lock:
+                self._heads.pop(sock, None)
+            slots.release()
+
+    def taken_at_door(self, sock: socket.socket) -> tuple[bytes, bool]:
+        """The bytes the door read from ``sock``, and whether they showed the token."""
+        with self._heads_lock:
+            return self._heads.pop(sock, (b"", False))
+
+    def server_close(self) -> None:
+        self.door.close(timeout=10)
+        super().server_close()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         import sys

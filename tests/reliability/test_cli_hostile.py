@@ -379,3 +379,22 @@ def test_a_deep_folder_tree_does_not_flood_the_log(
     warnings = [line for line in daemon.output().splitlines() if "py.warnings" in line]
     assert len(warnings) <= 5, len(warnings)
     assert "Traceback" not in daemon.output()
+
+
+@pytest.mark.parametrize("command", ["run", "add"])
+def test_an_index_on_a_read_only_file_system_is_named_with_what_to_do(
+        home: Home, command: str, tmp_path: Path) -> None:
+    """Before: "unexpected error in `run`: OSError(30, 'Read-only file system') … report
+    that" (the lock file beside the index could not be made)."""
+    _index(home, {"letter.png": ["harbour office"]})
+    prefix = _read_only_mount(home.database.parent)
+    letter = tmp_path / "new.png"
+    letter.write_bytes(image_bytes("new"))
+    args = ["run"] if command == "run" else ["add", str(letter)]
+    done = subprocess.run([*prefix, sys.executable, "-m", "ocrwatch", *args, "--database",
+                           str(home.database)], env=home.env(), capture_output=True,
+                          text=True, timeout=60)
+    out = _clean(done)
+    assert done.returncode not in (0, 70) and "unexpected error" not in out, out
+    assert f"{home.database}.lock" in out and "must be writable" in out, out
+    assert letter.exists()

@@ -182,3 +182,18 @@ def test_the_rule_itself(tmp_path: Path) -> None:
     assert of(link / "a.png", asked="archive") == "keep"  # the archive by another name
     config.archive_dir = None
     assert of(tmp_path / "docs" / "a.png", asked="archive") == "keep"
+
+
+def test_add_with_delete_beside_a_running_daemon_says_what_it_did(
+        home: Home, daemons: list[DaemonProcess]) -> None:
+    """A second session's ``add --on-success delete`` while a daemon holds the index:
+    before, "1 deleted" was printed and the file was still there."""
+    start(home, daemons)
+    scan = write(home.root / "MyDocs" / "scan.png", image_bytes("scan text"))
+    added = ocrwatch_cli(home, "add", "--on-success", "delete", "--engine", "fake",
+                         "--inbox", str(home.inbox), "--database", str(home.database),
+                         str(scan))
+    out = added.stdout + added.stderr
+    assert added.returncode == 0, out
+    # Said once done: the file is gone when the command returns.
+    assert "1 deleted" in out and not scan.exists(), out
