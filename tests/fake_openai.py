@@ -5,7 +5,9 @@ It speaks real HTTP/1.1 with keep-alive (``ThreadingHTTPServer``), like ``vllm s
 answer names the image's size and the colour of its top-left pixel, so a test can tell
 which page an answer belongs to. How it misbehaves is scripted:
 
-- ``mode = "ok"``: answer (after ``delay`` seconds);
+- ``mode = "ok"``: answer (after ``delay`` seconds; with ``slots``, at most that many
+  requests spend their delay at once and the rest wait their turn, as a GPU server with
+  ``--max-num-seqs`` queues what does not fit);
 - ``"busy"``: HTTP 503 (``busy_left`` times, then "ok"; -1: always);
 - ``"hang"``: take the request and never answer until ``release()``;
 - ``"drop"``: take the request and close the connection without a word;
@@ -62,8 +64,11 @@ class FakeServer:
 
     def __init__(self, *, mode: str = "ok", delay: float = 0.0, busy_left: int = -1,
                  models: list[str] | None = None, api_key: str | None = None,
-                 ssl_context: Any = None, port: int = 0, retry_after: str = "0") -> None:
+                 ssl_context: Any = None, port: int = 0, retry_after: str = "0",
+                 slots: int = 0) -> None:
         self.mode = mode
+        # 0: every request spends its delay at once; else that many at a time.
+        self.slots = threading.BoundedSemaphore(slots) if slots > 0 else None
         self.retry_after = retry_after  # what a busy answer's Retry-After header says
         self.delay = delay
         self.busy_left = busy_left
@@ -256,7 +261,8 @@ def _handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
                     self.hostile(mode, body)
                     return
                 if server.delay:
-                    time.sleep(server.delay)
+                    with server.slots or contextlib.nullcontext():
+                        time.sleep(server.delay)
                 self.answer(body)
             finally:
                 with server.lock:
@@ -386,10 +392,12 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--mode", default="ok", choices=("ok", "busy", "hang", "drop"))
     parser.add_argument("--delay", type=float, default=0.0)
+    parser.add_argument("--slots", type=int, default=0,
+                        help="requests that spend their delay at once (0: all)")
     parser.add_argument("--times", help="append each chat request's arrival and answer "
                                         "times (time.monotonic) to this file")
     args = parser.parse_args()
-    server = FakeServer(mode=args.mode, delay=args.delay, port=args.port)
+    server = FakeServer(mode=args.mode, delay=args.delay, port=args.port, slots=args.slots)
     if args.times:
         server.times_file = open(args.times, "a")  # noqa: SIM115 (open until killed)
     print(server.port, flush=True)
