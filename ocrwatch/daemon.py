@@ -483,7 +483,8 @@ class Daemon:
             in_hand=[(r.done, r.pages) for r in reading],
             queued=self._page_counts.pages(p for p, _, _ in others),
             pages_done=max(0, self.scheduler.rate.total - self._batch_base),
-            pages_per_second=self.scheduler.rate.per_second(),
+            seconds_per_page=self.scheduler.rate.seconds_per_page(),
+            since_last=self.scheduler.rate.since_last(),
             average_pages=facts.average_pages, waiting=tuple(waiting))
 
     def status(self) -> Status:
@@ -528,6 +529,5 @@ class Daemon:
             progress=self.progress(str(engine_facts.get("state", "")), facts,
                                    str(engine_facts.get("waiting_reason") or "") or None),
             index_note=self.index_guard.note or self.index_note,
-            pages_per_second=self.scheduler.rate.per_second(),
             kept=facts.kept, doubted=facts.doubted, doubts=facts.doubts,
         )

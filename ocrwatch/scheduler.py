@@ -151,6 +151,7 @@ class Scheduler:
             self._paused = False
             self._released = False
             self._cond.notify_all()
+        self.rate.mark_start()  # a pause is no reading time
 
     @property
     def paused(self) -> bool:
@@ -315,6 +316,7 @@ class Scheduler:
         return True
 
     def _release_engine(self) -> None:
+        self.rate.mark_start()  # its next pages may wait for it to start again
         try:
             self.engine.release()
         except Exception:
@@ -351,6 +353,7 @@ class Scheduler:
     def _read(self, item: _Item) -> None:
         work = item.work
         live = not work.discarded
+        warm = self.rate.warm()
         began = time.monotonic()
         results, unavailable = (pipeline.read(self.engine, self.ctx.engine_name, [item.page])
                                 if live else ([], None))
@@ -376,6 +379,10 @@ class Scheduler:
             self._cond.notify_all()
         if complete:
             self._conclude(work)
+        if live and unavailable is None:
+            # Its result, the file's finishing included when it was the last, paces the
+            # rate and the ETA; a page the engine could not take at all says nothing.
+            self.rate.took(warm=warm)
 
     # -- finishing -------------------------------------------------------------------
     def _conclude(self, work: _Work, *, engine: str | None = None) -> None:

@@ -48,8 +48,10 @@ def commands() -> list[str]:
 
 def test_the_readme_documents_the_exit_statuses_tested_here() -> None:
     readme = (ROOT / "README.md").read_text()
-    assert ("Exit statuses: 0 fine, 1 failure, 2 bad configuration or\nquery, 3 engine "
-            "unavailable, 4 a daemon already runs, 5 no daemon runs, 141") in readme
+    assert ("Exit statuses: 0 fine, 1 failure, 2 bad configuration or\nquery, or a command "
+            "line wrong in itself (the command's usage and what is wrong, as\nfor an unknown "
+            "option), 3 engine unavailable, 4 a daemon already runs, 5 no daemon runs, 141"
+            ) in readme
 
 
 # -- one test per documented exit status --------------------------------------------------
@@ -74,6 +76,21 @@ def test_exit_2_bad_configuration_or_query(home: Home) -> None:
     ocrwatch_cli(home, "add", "--engine", "fake", "--database", str(home.database), str(letter))
     query = ocrwatch_cli(home, "search", "--database", str(home.database), '"unclosed')
     assert query.returncode == 2, query.stderr
+
+
+@pytest.mark.parametrize("command", [
+    ["search"], ["search", "--json"], ["search", "--page", "0", "harbour"], ["retry"],
+], ids=["search", "search-json", "search-page-0", "retry"])
+def test_exit_2_a_command_line_wrong_in_itself(home: Home, command: list[str]) -> None:
+    """As argparse's own errors: the command's usage, the message, 2, never 1 (which
+    `search` gives for no hits and the other commands for a failure)."""
+    letter = write_image(home.root / "letter.png", ["harbour"])
+    ocrwatch_cli(home, "add", "--engine", "fake", "--database", str(home.database), str(letter))
+    result = ocrwatch_cli(home, *command, "--database", str(home.database))
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    assert result.stderr.startswith(f"usage: ocrwatch {command[0]} "), result.stderr
+    assert f"ocrwatch {command[0]}: error: " in result.stderr and result.stdout == ""
+    assert "Traceback" not in result.stderr
 
 
 def test_exit_3_engine_unavailable(home: Home) -> None:

@@ -187,12 +187,13 @@ def test_status_says_which_file_and_page_are_being_read(user: Path) -> None:
 
         def reading_later_page() -> str | None:
             out = run(user, "status", env=env).stdout
-            later = re.search(r"^  reading: report\.pdf, page ([2-9]|1[0-2]) of 12$", out, re.M)
+            # From the fourth page: the rate counts the pages after the first two.
+            later = re.search(r"^  reading: report\.pdf, page ([4-9]|1[0-2]) of 12$", out, re.M)
             return out if later else None
         out = wait_for(reading_later_page, 120, "status to show a later page of report.pdf")
         assert "  languages: eng, deu" in out, out
         assert "  engine:  fake (ready)" in out, out
-        assert re.search(r"^  rate:    [\d.]+ pages/(s|min) over the last minute$", out, re.M), out
+        assert re.search(r"^  rate:    [\d.]+ pages/(s|min) while reading$", out, re.M), out
         assert "waiting" in out and "in hand (1 being read)" in out, out  # the queue
         import json
         data = json.loads(run(user, "status", "--json", env=env).stdout)
@@ -209,15 +210,17 @@ def test_status_says_which_file_and_page_are_being_read(user: Path) -> None:
 
 
 def test_the_tray_status_submenu_shows_the_same() -> None:
+    from ocrwatch.core.progress import Progress
     from ocrwatch.core.status import EngineStatus, Reading, Status
     from ocrwatch.tray import status_lines
 
     status = Status(state="working", queued=3, running=1, languages=("eng", "fra"),
-                    pages_per_second=1.5, engine=EngineStatus("tesseract", "", "ready"),
+                    progress=Progress(pages_per_second=1.5),
+                    engine=EngineStatus("tesseract", "", "ready"),
                     reading=(Reading("/in/minutes.pdf", 6, 80),))
     lines = status_lines(status)
     assert "Reading: minutes.pdf, page 7 of 80" in lines, lines
-    assert "Rate: 1.50 pages/s (last minute)" in lines, lines
+    assert "Rate: 1.50 pages/s while reading" in lines, lines
     assert "Languages: eng, fra" in lines and "Engine: tesseract (ready)" in lines, lines
     assert lines[0] == "State: working, 3 waiting, 1 in hand (1 being read)", lines
 

@@ -4,7 +4,9 @@ unit, an ETA, and what waits and why, in `ocrwatch status`, `--json` and the tra
 from __future__ import annotations
 
 import json
+import statistics
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -25,18 +27,22 @@ from ocrwatch.core.progress import (
 )
 from ocrwatch.core.status import Status
 from ocrwatch.daemon import Daemon
+from ocrwatch.engines.base import ReadPolicy
 from ocrwatch.testing.fake import FakeEngine
 
 
 def test_estimate_counts_pages_in_hand_and_queued_and_guesses_the_rest() -> None:
     p = estimate(in_hand=[(3, 10), (0, None)], queued=[4, None, 1], pages_done=7,
-                 pages_per_second=2.0, average_pages=5.0)
+                 seconds_per_page=0.5, average_pages=5.0)
     # 7 left in the first file, 5 guessed for the second, 4 + 5 guessed + 1 queued
     assert p.pages_left == 7 + 5 + 4 + 5 + 1 and p.pages_guessed == 10
     assert p.files_left == 5 and p.pages_done == 7
-    assert p.eta_seconds == pytest.approx(22 / 2.0)
-    assert estimate(in_hand=[], queued=[], pages_done=0, pages_per_second=None,
+    assert p.eta_seconds == pytest.approx(22 * 0.5) and p.pages_per_second == 2.0
+    assert estimate(in_hand=[], queued=[], pages_done=0, seconds_per_page=None,
                     average_pages=None).eta_seconds is None
+    # The page in hand has been read for 0.2 s already: the figure counts down.
+    assert estimate(in_hand=[], queued=[4], pages_done=0, seconds_per_page=0.5,
+                    since_last=0.2, average_pages=None).eta_seconds == pytest.approx(1.8)
 
 
 def test_one_rate_with_its_unit_and_an_eta_in_words() -> None:
@@ -46,7 +52,7 @@ def test_one_rate_with_its_unit_and_an_eta_in_words() -> None:
     assert eta_text(p, now=0).startswith("about 2 min 30 s (done at ")
     text = "\n".join(lines(p, now=0))
     assert "pages:   12 done, 300 left, in 40 files" in text
-    assert "rate:    2.00 pages/s over the last minute" in text
+    assert "rate:    2.00 pages/s while reading" in text
     assert "no estimate" in eta_text(Progress(pages_left=3))
 
 
@@ -82,7 +88,7 @@ def test_status_and_tray_show_the_same_progress() -> None:
     menu = tray.status_lines(status)
     assert "Pages: 12 done, 300 left" in menu
     assert any(line.startswith("Done in: about 2 min 30 s") for line in menu)
-    assert "Rate: 2.00 pages/s (last minute)" in menu
+    assert "Rate: 2.00 pages/s while reading" in menu
     assert "Waiting: 3 settling (still written)" in menu
     assert not any("Speed" in line for line in menu)  # one rate, not two
     from ocrwatch.core.status import format_status
@@ -131,7 +137,7 @@ def test_a_drop_shows_pages_left_rate_eta_and_what_waits(home: Home) -> None:
         assert progress["pages_left"] == 11 and progress["pages_guessed"] == 0
         assert {"what": "paused", "files": 7,
                 "why": "`ocrwatch resume` reads them"} in progress["waiting"]
-        assert progress["rate_unit"] == "pages per second, over the last minute"
+        assert progress["rate_unit"].startswith("pages per second while reading")
         text = ocrwatch_cli(home, "status").stdout
         assert "pages:   0 done, 11 left, in 7 files" in text
         assert "waiting: 7 files paused" in text
@@ -200,3 +206,59 @@ def test_waiting_names_an_engine_that_is_starting(tmp_path: Path) -> None:
     finally:
         engine.ready.set()
         daemon.close()
+
+
+# -- how good the ETA is --------------------------------------------------------------------
+class LoadingEngine(FakeEngine):
+    """The fake engine with a model to load: its first call waits ``startup`` seconds
+    (as a GPU engine loading its weights), every page then takes ``delay`` seconds, and
+    ``readers`` pages are read at once."""
+
+    def __init__(self, *, startup: float, delay: float, readers: int) -> None:
+        super().__init__(delay=delay, policy=ReadPolicy(concurrency=readers))
+        self._startup = startup
+        self._loading = threading.Lock()
+        self._loaded = False
+
+    def recognize(self, pages: Sequence[Page]) -> list[PageText]:
+        with self._loading:
+            if not self._loaded:
+                self._stop.wait(self._startup)
+                self._loaded = True
+        return super().recognize(pages)
+
+
+def eta_errors(tmp_path: Path, files: int, *, delay: float, readers: int,
+               startup: float) -> list[float]:
+    """Drop ``files`` one-page scans into a running daemon's inbox and, from the time 5
+    pages are read until the last file is done, compare each ETA ``status`` gives with
+    the time that was really left: the relative errors."""
+    engine = LoadingEngine(startup=startup, delay=delay, readers=readers)
+    samples: list[tuple[float, float]] = []  # (when, the ETA then)
+    with Daemon(make_config(tmp_path), engine=engine) as daemon:
+        inbox = tmp_path / "inbox"
+        scans = [image_bytes(f"scan {n}") for n in range(files)]  # each its own content
+        for n, scan in enumerate(scans):
+            drop(inbox / f"scan{n:03d}.png", scan)
+
+        def sample() -> bool:
+            if daemon.jobs.counts()["done"] == files:
+                return True
+            progress = daemon.status().progress
+            if progress.pages_done >= 5 and progress.pages_left and progress.eta_seconds:
+                samples.append((time.monotonic(), progress.eta_seconds))
+            return False
+
+        wait_for(sample, 120, f"{files} files to be read", interval=0.1)
+        end = time.monotonic()
+    assert len(samples) >= 5, samples
+    return [abs(eta - (end - when)) / (end - when) for when, eta in samples]
+
+
+@pytest.mark.parametrize(("files", "delay", "readers"), [(10, 0.5, 1), (50, 0.5, 2)])
+def test_the_eta_is_within_a_quarter_of_the_time_really_left(
+        tmp_path: Path, files: int, delay: float, readers: int) -> None:
+    """The engine's start-up (2 s here) and the files' settling are not reading time:
+    the ETA comes from what the pages read cost."""
+    errors = eta_errors(tmp_path, files, delay=delay, readers=readers, startup=2.0)
+    assert statistics.median(errors) <= 0.25, sorted(errors)

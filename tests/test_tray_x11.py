@@ -701,7 +701,7 @@ def test_status_submenu_while_a_pdf_is_read(xsession: X) -> None:
         def later_page() -> bool:
             reading = d.status().get("reading") or []
             return bool(reading) and reading[0]["done"] >= 2 and \
-                d.status().get("pages_per_second") is not None
+                d.status()["progress"].get("pages_per_second") is not None
         wait_for(later_page, 60, "a later page of minutes.pdf", ignore=(Exception,), interval=POLL)
         _shot, icon = wait_icon(x, "working", "working-pdf")
 

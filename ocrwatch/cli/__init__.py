@@ -19,7 +19,7 @@ from ocrwatch.cli import desktop, results, running, steering
 from ocrwatch.cli.common import EXIT_BROKEN_PIPE, echo, log
 from ocrwatch.cli.parser import build_parser
 from ocrwatch.cli.termsafe import safe
-from ocrwatch.core.errors import OcrwatchError, UsageError
+from ocrwatch.core.errors import ArgumentError, OcrwatchError
 
 
 def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
@@ -46,6 +46,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         echo("ocrwatch: interrupted", err=True)
         return 130
+    except ArgumentError as exc:
+        # As the parser says it: the command's usage line, the message, exit status 2.
+        sub = next(a for a in parser._actions if a.dest == "command")
+        command: argparse.ArgumentParser = sub.choices[args.command]  # type: ignore[index]
+        command.error(str(safe(exc)))
     except BrokenPipeError:
         # `ocrwatch status | head -1`: the reader has gone; the rest is not wanted.
         # Point stdout at /dev/null so that Python's flush at exit does not complain.
@@ -71,4 +76,4 @@ def _command(name: str) -> Any:
         handler = getattr(module, f"cmd_{name}", None)
         if handler is not None:
             return handler
-    raise UsageError(f"no such command: {name}")
+    raise ArgumentError(f"no such command: {name}")

@@ -16,13 +16,13 @@ from ocrwatch import config as config_mod
 from ocrwatch.cli.common import database_arg, echo
 from ocrwatch.cli.termsafe import safe
 from ocrwatch.core.errors import (
+    ArgumentError,
     ConfigError,
     DaemonError,
     DaemonNotRunning,
     DaemonRunning,
     IndexUnavailable,
     SearchTimeout,
-    UsageError,
 )
 from ocrwatch.core.status import EngineStatus, Status, format_status
 
@@ -36,10 +36,10 @@ def cmd_search(args: argparse.Namespace) -> int:
     query = " ".join(args.query).strip()
     filters = _filters(args)
     if not query and not filters.name:
-        raise UsageError("give one or more words to look for, e.g. `ocrwatch search invoice`"
-                            ", or a file name with --name")
+        raise ArgumentError("give one or more words to look for, e.g. `ocrwatch search "
+                            "invoice`, or a file name with --name")
     if args.page < 1:
-        raise UsageError("--page must be 1 or more")
+        raise ArgumentError("--page must be 1 or more")
     path, origin = database_arg(args)
     db = Database(path, readonly=True, origin=origin)
     try:

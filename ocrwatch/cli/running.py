@@ -17,7 +17,13 @@ from typing import TYPE_CHECKING, Any
 from ocrwatch import config as config_mod
 from ocrwatch.cli.common import echo, load_config, log, plural
 from ocrwatch.cli.termsafe import safe
-from ocrwatch.core.errors import ConfigError, DaemonRunning, OcrwatchError, UsageError
+from ocrwatch.core.errors import (
+    ArgumentError,
+    ConfigError,
+    DaemonRunning,
+    OcrwatchError,
+    UsageError,
+)
 
 if TYPE_CHECKING:  # for the type only: the commands import it when they run
     from ocrwatch.control.crashes import CrashRecord
@@ -228,7 +234,7 @@ def _add(args: argparse.Namespace, config: config_mod.Config) -> int:
     # line says so, whatever the configured on_success (kept in their job rows, so that
     # a daemon running beside, a retry or a reread does no other).
     if args.on_success == "archive" and config.archive_dir is None:
-        raise UsageError("--on-success archive needs archive_dir in the config: the "
+        raise ArgumentError("--on-success archive needs archive_dir in the config: the "
                             "folder the originals go to")
     files: list[Path] = []
     for path in args.paths:

@@ -11,7 +11,13 @@ import os
 
 from ocrwatch.cli.common import database_arg, echo, load_config, plural
 from ocrwatch.cli.termsafe import safe
-from ocrwatch.core.errors import ConfigError, DaemonNotRunning, IndexUnavailable, UsageError
+from ocrwatch.core.errors import (
+    ArgumentError,
+    ConfigError,
+    DaemonNotRunning,
+    IndexUnavailable,
+    UsageError,
+)
 
 
 def _control(cmd: str, said: str) -> int:
@@ -61,7 +67,7 @@ def cmd_retry(args: argparse.Namespace) -> int:
     from ocrwatch.control.client import request
 
     if not args.paths and not args.all_failed:
-        raise UsageError("name the files to retry, or use --all-failed")
+        raise ArgumentError("name the files to retry, or use --all-failed")
     given = [p.expanduser().absolute() for p in args.paths]
     missing = [p for p in given if not p.exists()]
     if missing:

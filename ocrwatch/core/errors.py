@@ -71,6 +71,14 @@ class UsageError(OcrwatchError):
     file that does not exist)."""
 
 
+class ArgumentError(UsageError):
+    """The command line is wrong in itself: an argument missing, a value out of range, an
+    unknown command. Exit status 2, as argparse's own errors, whose form it takes (the
+    command's usage, then the message): 1 would read as "no hits" or "failed"."""
+
+    exit_code = 2
+
+
 class InputError(OcrwatchError, kind=Kind.INPUT):
     """A file cannot be read as pages (corrupt, encrypted, too large...).
 

@@ -9,6 +9,11 @@ Those are counted without decoding (a PDF's page count, an image's frames), with
 small time budget per status call and remembered by name, size and time; a file not
 counted yet is taken to have as many pages as the files read so far had on average, and
 the figure says it is partly estimated.
+
+The rate is measured from the pages' results while there is work in hand: the mean time
+a page costs over the last pages read (:class:`ocrwatch.core.status.PageRate`). Pages
+read over the last minute counted the time files settled, the queue stood empty or the
+engine started, and made the ETA rise and fall with them.
 """
 
 from __future__ import annotations
@@ -47,14 +52,15 @@ class Progress:
     pages_left: int = 0  # in the files in hand and the queued ones
     pages_guessed: int = 0  # of pages_left: in files not counted yet (an average)
     files_left: int = 0
-    pages_per_second: float | None = None  # over the last minute; None before the first
+    pages_per_second: float | None = None  # while reading; None before pages are read
     eta_seconds: float | None = None  # None: nothing left, or no rate yet
     waiting: tuple[Waiting, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["waiting"] = [asdict(w) for w in self.waiting]
-        out["rate_unit"] = "pages per second, over the last minute"
+        out["rate_unit"] = ("pages per second while reading: the last pages' results, "
+                            "without the time nothing was read")
         return out
 
     @classmethod
@@ -114,7 +120,7 @@ def lines(progress: Progress, now: float | None = None) -> list[str]:
                    f"{progress.files_left} files")
         out.append(f"  eta:     {eta_text(progress, now)}")
     if progress.pages_per_second is not None:
-        out.append(f"  rate:    {rate_text(progress.pages_per_second)} over the last minute")
+        out.append(f"  rate:    {rate_text(progress.pages_per_second)} while reading")
     out += [f"  waiting: {w.files} {'file' if w.files == 1 else 'files'} {w.what}: {w.why}"
             for w in progress.waiting]
     return out
@@ -165,9 +171,11 @@ class PageCounts:
 
 
 def estimate(*, in_hand: Iterable[tuple[int, int | None]], queued: list[int | None],
-             pages_done: int, pages_per_second: float | None, average_pages: float | None,
-             waiting: tuple[Waiting, ...] = ()) -> Progress:
-    """``in_hand``: (pages read, pages in all or None) for each file being read."""
+             pages_done: int, seconds_per_page: float | None, since_last: float = 0.0,
+             average_pages: float | None, waiting: tuple[Waiting, ...] = ()) -> Progress:
+    """``in_hand``: (pages read, pages in all or None) for each file being read;
+    ``seconds_per_page``: what a page costs while reading (:class:`PageRate`);
+    ``since_last``: seconds since the last page was done."""
     left = guessed = files = 0
     mean = max(1.0, average_pages or 1.0)
     for done, total in in_hand:
@@ -185,7 +193,12 @@ def estimate(*, in_hand: Iterable[tuple[int, int | None]], queued: list[int | No
             guessed += round(mean)
         else:
             left += count
-    eta = left / pages_per_second if left and pages_per_second else None
+    rate = 1 / max(seconds_per_page, 1e-3) if seconds_per_page is not None else None
+    eta = None
+    if left and seconds_per_page is not None:
+        # Less the time the next page has been read already, up to a page's worth: the
+        # figure counts down between pages instead of standing still.
+        eta = max(0.0, seconds_per_page * left - min(since_last, seconds_per_page))
     return Progress(pages_done=pages_done, pages_left=left, pages_guessed=guessed,
-                    files_left=files, pages_per_second=pages_per_second, eta_seconds=eta,
+                    files_left=files, pages_per_second=rate, eta_seconds=eta,
                     waiting=waiting)

@@ -1,8 +1,10 @@
 """Page text in the full-text index (its rows, written for the queue), and searching it.
 
-Two FTS5 tables index the same page text: ``pages_fts`` (words, accents folded, ranked
-with bm25) for European languages, and ``pages_tri`` (trigrams) for Chinese and Japanese,
-whose words are not separated by spaces and are found as substrings.
+Two FTS5 tables index the same page text: ``pages_fts`` (words, accents folded, and
+letters such as ß, ø, æ spelled out by :func:`ocrwatch.store.fold.fold` in the pages and
+the queries alike; ranked with bm25) for European languages, and ``pages_tri``
+(trigrams) for Chinese and Japanese, whose words are not separated by spaces and are
+found as substrings.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 from ocrwatch.core.domain import DOUBT_NOTE, PageText
 from ocrwatch.core.errors import SearchError
 from ocrwatch.store.db import Database, SqliteProblem, encode_path, sqlite_problem
+from ocrwatch.store.fold import fold
 
 # Han, Hiragana, Katakana, Hangul and CJK punctuation/fullwidth forms.
 _CJK = re.compile(
@@ -93,15 +96,23 @@ def warnings_json(warnings: list[str]) -> str | None:
     return json.dumps(warnings, ensure_ascii=False) if warnings else None
 
 
+def folded(text: str) -> str | None:
+    """What ``pages.folded`` holds for a page: its folded text, or None (NULL) where
+    folding changes nothing, so that most pages cost no second copy."""
+    out = fold(text)
+    return None if out == text else out
+
+
 def replace_pages(conn: sqlite3.Connection, job_id: int, pages: list[PageText]) -> None:
     """The job's page rows (and so its FTS rows, kept by triggers), inside the caller's
     transaction: the queue completes a job and indexes its pages at once."""
     conn.execute("DELETE FROM pages WHERE job_id = ?", (job_id,))
     conn.executemany(
         "INSERT INTO pages(job_id, page, text, markdown, warnings, cjk, turned, skew, "
-        "blank, nonwords) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "blank, nonwords, folded) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [(job_id, i, p.text, p.markdown, warnings_json(p.warnings),
-          1 if _CJK.search(p.text) else 0, p.turned, p.skew, int(p.blank), int(p.nonwords))
+          1 if _CJK.search(p.text) else 0, p.turned, p.skew, int(p.blank), int(p.nonwords),
+          folded(p.text))
          for i, p in enumerate(pages, 1)],
     )
 
@@ -147,8 +158,10 @@ def rebuild_fts(db: Database, progress: Callable[[int], None] | None = None) -> 
         low = 0
         while low < top:
             high = low + CHUNK
-            conn.execute("INSERT INTO pages_fts(rowid, text) SELECT id, text FROM pages "
-                         "WHERE id > ? AND id <= ?", (low, high))
+            # The folded words, as the index's triggers keep them (migration 012).
+            conn.execute("INSERT INTO pages_fts(rowid, text) SELECT id, "
+                         "COALESCE(folded, text) FROM pages WHERE id > ? AND id <= ?",
+                         (low, high))
             # Trigrams only for pages with CJK text, as the index's triggers keep them.
             conn.execute("INSERT INTO pages_tri(rowid, text) SELECT id, text FROM pages "
                          "WHERE id > ? AND id <= ? AND cjk", (low, high))
@@ -162,14 +175,16 @@ def rebuild_fts(db: Database, progress: Callable[[int], None] | None = None) -> 
     return done
 
 
-def _fts_query(query: str) -> str:
+def _fts_query(query: str, *, folding: bool = False) -> str:
     """The user's query for the word index: FTS5 syntax, with bare words made safe.
 
     Words and quoted phrases are kept; AND/OR/NOT/NEAR and a trailing * work as in FTS5.
     Words with punctuation (e-mail, 1,250.00, O'Brien) are quoted so they don't read as
-    syntax.
+    syntax. ``folding``: the words folded as the pages are (``pages_fts``; file names in
+    ``jobs_fts`` are not folded).
     """
-    tokens = re.findall(r'"[^"]*"|\(|\)|[^\s()"]+|"', query)
+    # Letters stay letters: the syntax is read alike in the folded query.
+    tokens = re.findall(r'"[^"]*"|\(|\)|[^\s()"]+|"', fold(query) if folding else query)
     out: list[str] = []
     for tok in tokens:
         if tok in ("AND", "OR", "NOT", "(", ")") or tok.startswith("NEAR"):
@@ -270,7 +285,8 @@ def _search(db: Database, query: str, *, limit: int, offset: int,
                 f"WHERE pages_fts MATCH ? AND NOT p.nonwords {extra} "
                 "ORDER BY pages_fts.rank LIMIT ? OFFSET ?"
             )
-            rows = db.query(sql, (*HIGHLIGHT, _fts_query(query), *fparams, limit, offset))
+            rows = db.query(sql, (*HIGHLIGHT, _fts_query(query, folding=_folded(db)),
+                                  *fparams, limit, offset))
     except sqlite3.OperationalError as exc:
         if sqlite_problem(exc) is SqliteProblem.QUERY:
             raise SearchError(
@@ -280,6 +296,13 @@ def _search(db: Database, query: str, *, limit: int, offset: int,
             ) from None
         raise
     return [_hit(r, r["snippet"]) for r in rows]
+
+
+def _folded(db: Database) -> bool:
+    """Whether the index holds folded words (migration 012). Searches open the index
+    read-only and never upgrade it: until the daemon of this version has, a folded query
+    would miss the words it holds as written (Straße)."""
+    return bool(db.query("SELECT 1 FROM _migrations WHERE name = '012_fold'"))
 
 
 def _ns(seconds: float) -> int:

@@ -10,6 +10,8 @@ from collections.abc import Callable
 
 import sqlite_utils
 
+from ocrwatch.store.fold import FOLDED_GLOB, fold
+
 
 def _m001_jobs(db: sqlite_utils.Database) -> None:
     db["jobs"].create(  # type: ignore[union-attr]
@@ -184,6 +186,42 @@ def _m011_asked(db: sqlite_utils.Database) -> None:
             db.execute("UPDATE jobs SET original_gone = 1 WHERE id = ?", [job_id])
 
 
+def _m012_fold(db: sqlite_utils.Database) -> None:
+    # ``pages.folded``: the page's text with ß, ø, æ... spelled out (store/fold.py), NULL
+    # where that changes nothing; the word index holds its words. pages_fts stays an
+    # external-content table on ``pages.text``, so its snippets are cut from the text as
+    # read (Straße, not Strasse), and folding keeps each word in its place, so their
+    # highlights fall on the words found. A folded copy in pages_fts itself would show
+    # folded snippets. (FTS5's 'rebuild' would index the unfolded text: rebuild_fts in
+    # store/index.py fills it instead.)
+    db.executescript(
+        """
+        ALTER TABLE pages ADD COLUMN folded TEXT;
+        DROP TRIGGER pages_ai;
+        DROP TRIGGER pages_ad;
+        DROP TRIGGER pages_au;
+        CREATE TRIGGER pages_ai AFTER INSERT ON pages BEGIN
+          INSERT INTO pages_fts(rowid, text) VALUES (new.id, COALESCE(new.folded, new.text));
+        END;
+        CREATE TRIGGER pages_ad AFTER DELETE ON pages BEGIN
+          INSERT INTO pages_fts(pages_fts, rowid, text)
+            VALUES ('delete', old.id, COALESCE(old.folded, old.text));
+        END;
+        CREATE TRIGGER pages_au AFTER UPDATE OF text, folded ON pages BEGIN
+          INSERT INTO pages_fts(pages_fts, rowid, text)
+            VALUES ('delete', old.id, COALESCE(old.folded, old.text));
+          INSERT INTO pages_fts(rowid, text) VALUES (new.id, COALESCE(new.folded, new.text));
+        END;
+        """
+    )
+    # The pages stored before: only those with such letters are indexed again (the
+    # update trigger above takes their unfolded words out and puts the folded ones in).
+    ids = [r[0] for r in db.execute("SELECT id FROM pages WHERE text GLOB ?", [FOLDED_GLOB])]
+    for page_id in ids:
+        (text,) = db.execute("SELECT text FROM pages WHERE id = ?", [page_id]).fetchone()
+        db.execute("UPDATE pages SET folded = ? WHERE id = ?", [fold(text), page_id])
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite_utils.Database], None]]] = [
     ("001_jobs", _m001_jobs),
     ("002_pages", _m002_pages),
@@ -196,6 +234,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite_utils.Database], None]]] = [
     ("009_retire", _m009_retire),
     ("010_crashes", _m010_crashes),
     ("011_asked", _m011_asked),
+    ("012_fold", _m012_fold),
 ]
 
 

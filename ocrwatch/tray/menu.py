@@ -54,10 +54,8 @@ def status_lines(status: Status) -> list[str]:
     if progress.pages_left or progress.pages_done:
         lines.append(f"Pages: {progress.pages_done} done, {progress.pages_left} left")
         lines.append(f"Done in: {eta_text(progress)}")
-    rate = progress.pages_per_second
-    rate = status.pages_per_second if rate is None else rate  # (an older daemon's status)
-    if rate is not None:
-        lines.append(f"Rate: {rate_text(rate)} (last minute)")
+    if progress.pages_per_second is not None:
+        lines.append(f"Rate: {rate_text(progress.pages_per_second)} while reading")
     lines += [f"Waiting: {w.files} {w.what} ({w.why})" for w in progress.waiting]
     lines.append(f"Engine: {engine.name} ({engine.state})")
     if engine.facts.get("waiting_reason"):
