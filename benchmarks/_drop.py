@@ -110,10 +110,72 @@ def daemon_env(home: Path, work: Path) -> dict[str, str]:
     return env
 
 
+class Scraper:
+    """The daemon's ``/metrics`` every ``every`` seconds while the drop is read: for each
+    series whose name starts with ``prefix``, the most it showed, the last value, and in
+    how many scrapes it was there; the scrape that showed the most requests running is
+    kept whole (``busiest``)."""
+
+    def __init__(self, url: str, prefix: str = "ocrwatch_vllm_", every: float = 0.5) -> None:
+        import threading
+
+        self.url, self.prefix, self.every = url, prefix, every
+        self.scrapes = 0
+        self.failed = 0
+        self.most: dict[str, float] = {}
+        self.last: dict[str, float] = {}
+        self.seen: dict[str, int] = {}
+        self.busiest = ""
+        self._busiest_running = -1.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="metrics-scraper", daemon=True)
+
+    def __enter__(self) -> Scraper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        import urllib.request
+
+        from prometheus_client.parser import text_string_to_metric_families
+
+        while not self._stop.wait(self.every):
+            try:
+                with urllib.request.urlopen(self.url, timeout=5) as resp:
+                    text = resp.read().decode()
+            except (OSError, ValueError):
+                self.failed += 1
+                continue
+            self.scrapes += 1
+            running = 0.0
+            for family in text_string_to_metric_families(text):
+                for sample in family.samples:
+                    if not sample.name.startswith(self.prefix):
+                        continue
+                    labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+                    key = f"{sample.name}{{{labels}}}" if labels else sample.name
+                    self.most[key] = max(self.most.get(key, sample.value), sample.value)
+                    self.last[key] = sample.value
+                    self.seen[key] = self.seen.get(key, 0) + 1
+                    if sample.name == self.prefix + "requests_running":
+                        running = sample.value
+            if running > self._busiest_running:
+                self._busiest_running, self.busiest = running, text
+
+    def summary(self) -> dict[str, Any]:
+        return {"scrapes": self.scrapes, "failed": self.failed, "most": self.most,
+                "last": self.last, "seen": self.seen}
+
+
 def run_daemon_on_drop(engine: Sequence[str], folder: Path, files: dict[str, int], work: Path,
                        settle: float, sampler: Any, timeout: float,
                        idle_mark: str | None = None,
-                       warm: tuple[int, int, int] = (1, 0, 0)) -> dict[str, Any]:
+                       warm: tuple[int, int, int] = (1, 0, 0),
+                       metrics_port: int | None = None) -> dict[str, Any]:
     """`ocrwatch run` with the config lines ``engine`` (the engine's keys and section).
 
     Its HOME stays the user's (vLLM's compile cache lives there); its XDG folders, socket
@@ -122,7 +184,10 @@ def run_daemon_on_drop(engine: Sequence[str], folder: Path, files: dict[str, int
     engine ending on idle), then drops one more A4 page and times it to its sidecar: the
     first page after an idle stop, engine start included. ``warm`` (A4 pages, cards,
     PDFs) is the warm-up drop read before the clock starts: pages of each size the drop
-    holds meet a warm engine, as in a daemon that has been reading for a while.
+    holds meet a warm engine, as in a daemon that has been reading for a while. With
+    ``metrics_port`` the daemon serves its metrics there and :class:`Scraper` reads them
+    twice a second while the drop is read (``metrics`` in the result; the busiest scrape
+    in ``work/metrics_in_flight.txt``).
     """
     home = work / "home"
     inbox, staging = work / "inbox", work / "staging"
@@ -136,6 +201,7 @@ def run_daemon_on_drop(engine: Sequence[str], folder: Path, files: dict[str, int
         f"database = {json.dumps(str(database))}",
         f"settle_seconds = {settle}",
         "rescan_minutes = 60.0",
+        *([f'metrics_address = "127.0.0.1:{metrics_port}"'] if metrics_port else []),
         *engine,
     ]) + "\n")
     env = daemon_env(home, work)
@@ -157,11 +223,20 @@ def run_daemon_on_drop(engine: Sequence[str], folder: Path, files: dict[str, int
         first_page_s = min(p.stat().st_mtime for p in sidecars if p.exists()) - launched_wall
         for name in files:
             shutil.copy(folder / name, staging / name)
-        started_wall, started = time.time(), time.monotonic()
-        for name in files:  # the drop: every file appears at once, whole
-            os.rename(staging / name, inbox / name)
-        states = wait_jobs(database, len(warmed) + len(files), proc,
-                           time.monotonic() + timeout)
+        scraper = (Scraper(f"http://127.0.0.1:{metrics_port}/metrics") if metrics_port
+                   else None)
+        if scraper is not None:
+            scraper.__enter__()
+        try:
+            started_wall, started = time.time(), time.monotonic()
+            for name in files:  # the drop: every file appears at once, whole
+                os.rename(staging / name, inbox / name)
+            states = wait_jobs(database, len(warmed) + len(files), proc,
+                               time.monotonic() + timeout)
+        finally:
+            if scraper is not None:
+                scraper.__exit__()
+                (work / "metrics_in_flight.txt").write_text(scraper.busiest)
         ended_wall = max((inbox / name).with_suffix(".md").stat().st_mtime
                          for name in files if (inbox / name).with_suffix(".md").exists())
         pages = done_pages(database, files)
@@ -189,7 +264,8 @@ def run_daemon_on_drop(engine: Sequence[str], folder: Path, files: dict[str, int
             "rate": round(pages / seconds, 3), "peak_mib": peak,
             "first_file_s": round(first_file_s, 1), "first_page_s": round(first_page_s, 1),
             "errors": failures(database),
-            "after_idle_stop_s": after_idle}
+            "after_idle_stop_s": after_idle,
+            "metrics": scraper.summary() if scraper is not None else None}
 
 
 def query(database: Path, sql: str) -> list[tuple[Any, ...]]:

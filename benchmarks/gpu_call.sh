@@ -6,8 +6,10 @@
 # archive (the device tool brings back at most 8 files).
 #   GPU_DIR   folder with vLLM's part1 and make_model.py (default .gpu)
 #   WHL_DIR   folder with the wheels (default .whl; skipped when absent)
-#   LIMIT     seconds gpu_run.sh may take in all (default 560), so the reports come back
+#   LIMIT     seconds gpu_run.sh may take in all (default: what is left of 575 s after
+#             the unpacking and installing), so the reports come back within a 600 s call
 set -uo pipefail
+BEGUN=$(date +%s)
 SITE=${SITE:-/tmp/site}
 GPU_DIR=${GPU_DIR:-.gpu}
 WHL_DIR=${WHL_DIR:-.whl}
@@ -47,10 +49,12 @@ if ! python3 -c "import ocrwatch.daemon, ocrwatch.cli, ocrwatch.engines.remote, 
 fi
 RUN=/tmp/ocrwatch-gpu-out
 rm -rf "$RUN" && mkdir -p "$RUN"
-OUT=$RUN MAKE_MODEL=/tmp/make_model.py timeout "${LIMIT:-560}" bash benchmarks/gpu_run.sh
+LIMIT=${LIMIT:-$(( 575 - ($(date +%s) - BEGUN) ))}
+echo "gpu_run.sh may take $LIMIT s"
+OUT=$RUN MAKE_MODEL=/tmp/make_model.py timeout "$LIMIT" bash benchmarks/gpu_run.sh
 echo "gpu_run.sh: exit $?"
 for f in gpu_daemon.txt gpu_daemon.json gpu_shared.txt gpu_shared.json remote.txt summary.txt \
-         pytest_gpu.log gpu_scan.txt gpu_scan.json; do
+         pytest_gpu.log gpu_scan.txt gpu_scan.json gpu_router.txt metrics_in_flight.txt; do
     if [ -f "$RUN/$f" ]; then cp "$RUN/$f" "$FINAL/"; fi
 done
 tar -czf "$FINAL/logs.tar.gz" -C "$RUN" .

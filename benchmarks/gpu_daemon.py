@@ -138,8 +138,10 @@ def prepare_rates(folder: Path, files: dict[str, int]) -> dict[str, Any]:
 
 def run_daemon(model: str, folder: Path, files: dict[str, int], tokens: int, settle: float,
                work: Path, sampler: Sampler | None, timeout: float,
-               torch_compile: bool, warm: tuple[int, int, int] = (1, 0, 0)) -> dict[str, Any]:
-    """`ocrwatch run` with the vLLM engine on the drop (benchmarks/_drop.py)."""
+               torch_compile: bool, warm: tuple[int, int, int] = (1, 0, 0),
+               metrics_port: int | None = None) -> dict[str, Any]:
+    """`ocrwatch run` with the vLLM engine on the drop (benchmarks/_drop.py); with
+    ``metrics_port``, its /metrics scraped while the drop is read."""
     return run_daemon_on_drop([
         *vllm_lines(model, tokens),
         f"torch_compile = {'true' if torch_compile else 'false'}",
@@ -150,7 +152,7 @@ def run_daemon(model: str, folder: Path, files: dict[str, int], tokens: int, set
         # After the idle stop: the standby's imports done, so the page then dropped pays
         # only the engine's creation (a page later than 20 s after the stop, as after lunch).
     ], folder, files, work, settle, sampler, timeout, idle_mark="vLLM standby ready",
-        warm=warm)
+        warm=warm, metrics_port=metrics_port)
 
 
 def run_engine_alone(model: str, folder: Path, files: dict[str, int], tokens: int,
@@ -380,6 +382,18 @@ def report(meta: dict[str, Any], prep: dict[str, Any], daemon: dict[str, Any] | 
                      "idle and the standby process had imported vLLM, one more A4 page was "
                      f"read in {daemon['after_idle_stop_s']} s from its drop to its sidecar "
                      "(engine creation included; goal 10 s)")
+    metrics = (daemon or {}).get("metrics")
+    if metrics:
+        lines.append(f"daemon's /metrics while the drop was read: {metrics['scrapes']} scrapes "
+                     f"({metrics['failed']} failed), every 0.5 s; vLLM's own figures "
+                     "(ocrwatch_vllm_*), the most each showed and the last:")
+        for key in sorted(metrics["most"]):
+            if key.endswith("_bucket") or "_bucket{" in key or "timestamp" in key:
+                continue
+            lines.append(f"  {key}: most {metrics['most'][key]:g}, last "
+                         f"{metrics['last'][key]:g}, in {metrics['seen'][key]} scrapes")
+        if not metrics["most"]:
+            lines.append("  none: no ocrwatch_vllm_* series was served")
     if alone is not None:
         lines.append(f"engine alone: start {alone['start_s']} s; pages in flight at most "
                      f"{alone['most_in_flight']}; errors {alone['errors']}")
@@ -424,6 +438,9 @@ def main() -> None:
                         help="also plain vLLM with the engine's page-at-a-time encoder at "
                              "these max_num_seqs (default none)")
     parser.add_argument("--plain-log", type=Path, help="plain vLLM's output goes here")
+    parser.add_argument("--metrics-port", type=int, default=9464,
+                        help="the daemon serves its metrics here and they are scraped while "
+                             "the drop is read (0: off)")
     parser.add_argument("--plain-pagewise", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--plain-util", type=float, default=0.0926, help=argparse.SUPPRESS)
     parser.add_argument("--skip-prepare", action="store_true",
@@ -466,7 +483,7 @@ def main() -> None:
         if not args.plain_only:
             saved["daemon"] = run_daemon(args.model, folder, files, args.tokens, args.settle,
                                          args.work, sampler, args.timeout, args.torch_compile,
-                                         drop_counts(args.warm))
+                                         drop_counts(args.warm), args.metrics_port or None)
             print("daemon:", json.dumps(saved["daemon"]), flush=True)
             if args.json:
                 args.json.write_text(json.dumps(saved, indent=1))
@@ -488,6 +505,10 @@ def main() -> None:
             saved["plain"].append(run_plain(args.model, folder, args.tokens, seqs, step, length,
                                             sampler, args.plain_log, pagewise, util))
             print("plain:", json.dumps(saved["plain"][-1]), flush=True)
+            # The report so far, so that a time limit met in a later run leaves this one's.
+            if args.out:
+                args.out.write_text(report(meta, prep, saved["daemon"], saved["alone"],
+                                           saved["plain"]))
             if args.json:
                 args.json.write_text(json.dumps(saved, indent=1))
         sampler.stop()

@@ -3,6 +3,7 @@
     python3 benchmarks/gpu_remote.py MODEL_DIR            # starts `vllm serve` on this GPU
     python3 benchmarks/gpu_remote.py MODEL_DIR --gpus 2   # one server per GPU (or --dp)
     python3 benchmarks/gpu_remote.py --url http://HOST:8000/v1 [--url ...]  # running servers
+    python3 benchmarks/gpu_remote.py MODEL_DIR --router 2  # 2 servers on one GPU, vllm-router
 
 MODEL_DIR is a LightOnOCR-2-1B-shaped folder (../shared/gpu/make_model.py), served with
 random weights (``--load-format dummy``) and the memory settings the embedded engine
@@ -19,6 +20,16 @@ photos (JPEG) and 4 PDFs of four A4 pages, 64 pages, every page writing exactly
   plain way to use the servers);
 - the real daemon: ``ocrwatch run`` with ``engine = "remote"``, a warm-up file first,
   then every file moved into its inbox at once, timed from the drop to the last sidecar.
+
+With ``--router N`` (:func:`run_router`): N servers on GPU 0, each planned for a card of
+16/N GiB (so that together they fit the 16 GB card's budget: each pays its own CUDA context,
+weights and working memory, and holds the KV cache left), behind ``vllm-router``, beside one
+server planned for the whole 16 GiB on the same card, all started at once (their KV caches
+are fixed, so no start measures another's memory); then, against the router and against the
+one server in turn, the plain client and the daemon at twice the servers' ``max_num_seqs``,
+``--repeat`` times each, with each server's share of the requests (its own
+``vllm:request_success`` counter) and each server's memory (nvidia-smi's per-process use,
+every 0.5 s).
 
 The card's memory is sampled with nvidia-smi every 0.1 s. The report goes to
 benchmarks/results/remote.txt (``--out``). ``--embedded RATE`` adds the embedded engine's
@@ -65,16 +76,18 @@ GIB = 1024.0
 
 # -- the servers ------------------------------------------------------------------------
 
-def serve_settings(max_tokens: int, card_mib: int | None) -> dict[str, Any]:
-    """The embedded engine's memory plan for a 16 GB card, as `vllm serve` flags."""
+def serve_settings(max_tokens: int, card_mib: int | None,
+                   budget_gib: float = 16.0) -> dict[str, Any]:
+    """The embedded engine's memory plan for a 16 GB card (or a card of ``budget_gib``),
+    as `vllm serve` flags."""
     try:
         from ocrwatch.engines.vllm.memory import plan_memory
     except ImportError:  # the engine as a single module
         from ocrwatch.engines.vllm import plan_memory
     card_gib = (card_mib or 16 * 1024) / GIB
     # Planned for a 16 GB card, its KV cache in bytes, as the embedded engine does.
-    plan = plan_memory(min(16.0, card_gib), min(16.0, card_gib), max_tokens,
-                       device_gib=card_gib)
+    size = min(budget_gib, card_gib)
+    plan = plan_memory(size, size, max_tokens, device_gib=card_gib)
     settings: dict[str, Any] = {
         "gpu-memory-utilization": plan.gpu_memory_utilization,
         "max-model-len": plan.max_model_len,
@@ -118,11 +131,18 @@ class Servers:
     @classmethod
     def start(cls, model_dir: str, gpus: int, dp: bool, settings: dict[str, Any],
               port: int, log_dir: Path, timeout: float) -> Servers:
+        layout = [(port, list(range(gpus)), gpus, settings)] if dp else [
+            (port + i, [i], 1, settings) for i in range(gpus)]
+        return cls.launch(model_dir, layout, log_dir, timeout)
+
+    @classmethod
+    def launch(cls, model_dir: str,
+               layout: Sequence[tuple[int, list[int], int, dict[str, Any]]],
+               log_dir: Path, timeout: float) -> Servers:
+        """One server per (port, GPUs, data-parallel size, settings), all started at once."""
         begun = time.monotonic()
         servers = cls(urls=[])
-        layout = [(port, list(range(gpus)), gpus)] if dp else [
-            (port + i, [i], 1) for i in range(gpus)]
-        for p, devices, size in layout:
+        for p, devices, size, settings in layout:
             env = dict(os.environ)
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in devices)
             log = log_dir / f"vllm_serve_{p}.log"
@@ -511,6 +531,252 @@ def report(runs: list[tuple[str, int, dict[str, Any]]], meta: dict[str, Any]) ->
     return lines
 
 
+# -- several servers on one GPU behind vllm-router (--router N) ---------------------------
+
+class Router:
+    """``vllm-router`` (the Rust router of the ``vllm-router`` wheel) on 127.0.0.1 in front
+    of ``workers`` (their OpenAI base URLs), power-of-two-choices balancing."""
+
+    def __init__(self, workers: Sequence[str], port: int, log: Path, policy: str,
+                 timeout: float) -> None:
+        script = shutil.which("vllm-router") or shutil.which(
+            "vllm-router", path=str(Path(sys.executable).parent))
+        launcher = [script] if script else [sys.executable, "-m", "vllm_router.launch_router"]
+        self.url = f"http://127.0.0.1:{port}/v1"
+        self.policy = policy
+        self._log = log.open("wb")
+        self.proc = subprocess.Popen(
+            [*launcher, "--host", "127.0.0.1", "--port", str(port),
+             "--worker-urls", *(w.rsplit("/v1", 1)[0] for w in workers),
+             "--policy", policy, "--request-timeout-secs", "600", "--log-level", "warning",
+             # Its own Prometheus exporter, on a port of its own (the default may be taken).
+             "--prometheus-host", "127.0.0.1", "--prometheus-port", str(port + 1)],
+            stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            wait_healthy(self.url, self.proc, log, time.monotonic() + timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        self._log.close()
+
+
+class ProcessMemory:
+    """Each server's GPU memory (nvidia-smi's per-process use, summed over the processes
+    of the server's session: its API server and its engine core) every 0.5 s."""
+
+    def __init__(self) -> None:
+        self.samples: list[dict[int, int]] = []  # session -> MiB, every session seen
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="per-server-memory",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):
+            try:
+                out = subprocess.run(
+                    ["nvidia-smi", "--query-compute-apps=pid,used_memory",
+                     "--format=csv,noheader,nounits"], capture_output=True, text=True,
+                    timeout=10).stdout
+            except (OSError, subprocess.TimeoutExpired):
+                return
+            sample: dict[int, int] = {}
+            for line in out.splitlines():
+                try:
+                    pid, mib = (int(x) for x in line.split(","))
+                    session = os.getsid(pid)
+                except (ValueError, OSError):
+                    continue
+                sample[session] = sample.get(session, 0) + mib
+            self.samples.append(sample)
+
+    def peak(self, sessions: Sequence[int]) -> int | None:
+        """The most the given servers held together at one sample."""
+        sums = [sum(s.get(x, 0) for x in sessions) for s in self.samples]
+        return max(sums) if sums else None
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(15)
+
+
+def served_counts(urls: Sequence[str]) -> list[float]:
+    """Each server's requests finished so far (its ``vllm:request_success_total``)."""
+    counts = []
+    for url in urls:
+        total = 0.0
+        try:
+            with urllib.request.urlopen(f"{url.rsplit('/v1', 1)[0]}/metrics",
+                                        timeout=5) as resp:
+                text = resp.read().decode(errors="replace")
+        except (OSError, ValueError):
+            counts.append(float("nan"))
+            continue
+        for line in text.splitlines():
+            name, _, value = line.rpartition(" ")
+            if name.startswith("vllm:request_success_total"):
+                total += float(value)
+        counts.append(total)
+    return counts
+
+
+def run_router(args: argparse.Namespace, folder: Path, files: dict[str, int],
+               work: Path) -> None:
+    """``--router N``: N servers behind vllm-router against one server of the same total
+    memory, on one GPU (see the module's docstring). The report is written after every
+    run, so a run cut short by a time limit still leaves the runs before it."""
+    n = args.router
+    card = total_mib()
+    baseline = used_mib()
+    each = serve_settings(args.tokens, card, 16.0 / n)
+    whole = serve_settings(args.tokens, card)
+    layout = [(args.port + i, [0], 1, each) for i in range(n)]
+    if args.single:
+        layout.append((args.port + n, [0], 1, whole))
+    memory = ProcessMemory()  # from before the servers start: their start's peaks too
+    servers = router = None
+    runs: list[dict[str, Any]] = []
+    meta: dict[str, Any] = {
+        "n": n, "each": each, "whole": whole, "policy": args.router_policy,
+        "drop": f"{sum(files.values())} pages in {len(files)} files ({args.drop}: A4 JPEGs, "
+                f"card photos, four-page PDFs)", "tokens": args.tokens,
+        "card": (f"{card / GIB:.1f} GiB, {baseline} MiB in use before the servers started"
+                 if card else "no GPU seen")}
+    try:
+        started = time.monotonic()
+        servers = Servers.launch(args.model, layout, work, args.start_timeout)
+        meta["servers_up_s"] = round(time.monotonic() - started)
+        sessions = [proc.pid for proc in servers.procs]  # each started a session
+        router = Router(servers.urls[:n], args.router_port, work / "vllm_router.log",
+                        args.router_policy, 120.0)
+        print(f"{len(servers.urls)} servers up in {meta['servers_up_s']} s; router at "
+              f"{router.url}", flush=True)
+        targets = [(f"vllm-router, {n} servers", [router.url], servers.urls[:n],
+                    n * int(each["max-num-seqs"]))]
+        if args.single:
+            targets.append(("one server, the whole budget", servers.urls[n:],
+                            servers.urls[n:], int(whole["max-num-seqs"])))
+        meta["sessions"] = sessions
+        for target, client_urls, _, seqs in targets:
+            warm = run_plain(client_urls, folder, files, 2 * seqs, args.tokens, None,
+                             keep_alive=True)
+            print(f"{target}: warm-up pass {warm['rate']:.2f} pages/s, {warm['failed']} "
+                  "failed", flush=True)
+        # Round after round (each client against each target once a round), so that a run
+        # cut short by a time limit costs a repeat, not a whole comparison.
+        for i in range(args.repeat):
+            for target, client_urls, backend_urls, seqs in targets:
+                in_flight = 2 * seqs
+                for client in ("plain", "daemon"):
+                    before = served_counts(backend_urls)
+                    with Occupancy(backend_urls) as occupancy:
+                        if client == "plain":
+                            result = run_plain(client_urls, folder, files, in_flight,
+                                               args.tokens, None, keep_alive=True)
+                        else:
+                            result = run_daemon(client_urls, folder, files, in_flight,
+                                                args.tokens, args.settle,
+                                                work / f"daemon_{len(runs)}", None,
+                                                args.timeout, drop_counts(args.warm))
+                    after = served_counts(backend_urls)
+                    result.update(target=target, client=client, repeat=i + 1,
+                                  in_flight=in_flight, occupancy=occupancy.busy_means(),
+                                  share=[b - a for a, b in zip(before, after, strict=True)])
+                    runs.append(result)
+                    print(f"{target}, {client} #{i + 1}: {result['rate']:.2f} pages/s, "
+                          f"{result['failed']} failed, share {result['share']}", flush=True)
+                    meta["peaks"] = {s: memory.peak([s]) for s in sessions}
+                    meta["pair_peak"] = memory.peak(sessions[:n])
+                    save("gpu_router.txt", router_report(runs, meta), args.out)
+    finally:
+        if router is not None:
+            router.stop()
+        if servers is not None:
+            servers.stop()
+        memory.stop()
+    lines = router_report(runs, meta)
+    target_file = save("gpu_router.txt", lines, args.out)
+    print("\n".join(lines))
+    print(f"written to {target_file}")
+
+
+def router_report(runs: list[dict[str, Any]], meta: dict[str, Any]) -> list[str]:
+    def flags(settings: dict[str, Any]) -> str:
+        return " ".join(f"--{k} {v}" for k, v in settings.items())
+
+    def gib(mib: int | None) -> str:
+        return "-" if mib is None else f"{mib / GIB:.2f} GiB"
+
+    n = meta["n"]
+    lines = [*header("Several servers on one GPU behind vllm-router "
+                     "(benchmarks/gpu_remote.py --router)", [
+        f"servers:  {n} x `vllm serve` on GPU 0 behind vllm-router (policy "
+        f"{meta['policy']}), each: {flags(meta['each'])}",
+        f"beside:   1 x `vllm serve` on the same GPU, the whole 16 GiB budget: "
+        f"{flags(meta['whole'])}",
+        f"started:  all at once, up in {meta.get('servers_up_s', '-')} s",
+        f"drop:     {meta['drop']}; {meta['tokens']} tokens a page (ignore_eos)",
+        f"card:     {meta['card']}",
+    ]), "",
+        "| target | client | run | in flight | pages | failed | seconds | pages/s "
+        "| from first queued | requests per server | running + waiting on mean |",
+        "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in runs:
+        occ = r.get("occupancy")
+        queued = r.get("queued_rate")
+        lines.append(
+            f"| {r['target']} | {r['client']} | {r['repeat']} | {r['in_flight']} | "
+            f"{r['pages']} | {r['failed']} | {r['seconds']:.1f} | {r['rate']:.2f} | "
+            f"{'-' if not queued else f'{queued:.2f}'} | "
+            f"{' / '.join(f'{x:g}' for x in r['share'])} | "
+            f"{'-' if not occ else f'{occ[0]:.1f} + {occ[1]:.1f}'} |")
+    lines.append("")
+    medians: dict[tuple[str, str], float] = {}
+    for key in sorted({(r["target"], r["client"]) for r in runs}):
+        rates = [r["rate"] for r in runs if (r["target"], r["client"]) == key]
+        failed = sum(r["failed"] for r in runs if (r["target"], r["client"]) == key)
+        medians[key] = statistics.median(rates)
+        lines.append(f"median {key[0]}, {key[1]}: {medians[key]:.2f} pages/s over "
+                     f"{len(rates)} run(s), {failed} failed")
+    router_target = f"vllm-router, {n} servers"
+    single = "one server, the whole budget"
+    pairs = [((router_target, "daemon"), (router_target, "plain"),
+              "daemon / plain client, both through the router"),
+             ((single, "daemon"), (single, "plain"), "daemon / plain client, one server"),
+             ((router_target, "daemon"), (single, "daemon"),
+              "daemon through the router / daemon against one server"),
+             ((router_target, "plain"), (single, "plain"),
+              "plain client through the router / plain client against one server")]
+    for a, b, what in pairs:
+        if a in medians and b in medians:
+            lines.append(f"{what}: {medians[a] / medians[b]:.3f} (medians)")
+    sessions = meta.get("sessions") or []
+    peaks = meta.get("peaks") or {}
+    for i, session in enumerate(sessions):
+        role = f"router's server {i + 1}" if i < n else "the one server"
+        lines.append(f"{role}: peak {gib(peaks.get(session))} of GPU memory (nvidia-smi, "
+                     "its processes)")
+    if sessions:
+        lines.append(f"the router's {n} servers together: peak {gib(meta.get('pair_peak'))} "
+                     "(at one sample; the 16 GB card's budget is 16 GiB)")
+    lines.append("Pages/s: the drop's pages over the time from the first request (plain) or "
+                 "the drop (daemon, its 1 s settle included) to the last answer or sidecar; "
+                 "'from first queued' leaves the settle out. Requests per server: each "
+                 "server's vllm:request_success_total before and after the run (the daemon's "
+                 "warm-up drop included). Failed: no answer, an HTTP error, or not a chat "
+                 "completion.")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", nargs="?", help="LightOnOCR-2-1B-shaped model folder to serve")
@@ -541,9 +807,21 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="report file (default "
                                                  "benchmarks/results/remote.txt)")
     parser.add_argument("--work", type=Path, help="where the drop and logs go (default: temp)")
+    parser.add_argument("--router", type=int, default=0, metavar="N",
+                        help="N servers on GPU 0, each planned for 16/N GiB, behind "
+                             "vllm-router, beside one server of the whole budget")
+    parser.add_argument("--router-port", type=int, default=30080)
+    parser.add_argument("--router-policy", default="power_of_two",
+                        help="vllm-router's --policy (default power_of_two)")
+    parser.add_argument("--no-single", dest="single", action="store_false",
+                        help="--router without the one server of the whole budget")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="--router: runs of each client against each target")
     parser.add_argument("--start-timeout", type=float, default=420.0)
     parser.add_argument("--timeout", type=float, default=600.0, help="per run")
     args = parser.parse_args()
+    # A time limit's SIGTERM ends the servers too (they run in sessions of their own).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if not args.model and not args.url:
         parser.error("give MODEL_DIR to serve, or --url of a running server")
     if args.embedded is None and args.embedded_json and args.embedded_json.exists():
@@ -561,6 +839,11 @@ def main() -> None:
     print(f"drop: {len(files)} files, {sum(files.values())} pages, made in "
           f"{time.monotonic() - t:.1f} s", flush=True)
 
+    if args.router:
+        if not args.model:
+            parser.error("--router starts its servers: give MODEL_DIR")
+        run_router(args, folder, files, work)
+        return
     card = total_mib()
     baseline = used_mib()  # before any server: the peaks below include it
     settings = serve_settings(args.tokens, card)

@@ -3,7 +3,8 @@
 # the GPU tests, each whole, in the order STAGES names (default: "engine daemon tests";
 # "start" runs benchmarks/gpu_start.py, where a start spends its time; "shared" runs
 # benchmarks/gpu_shared.py, the daemon on a card another program shares; "remote" runs
-# benchmarks/gpu_remote.py, which needs the wheels of benchmarks/gpu_wheels.sh; "scan"
+# benchmarks/gpu_remote.py, which needs the wheels of benchmarks/gpu_wheels.sh; "router"
+# runs it with --router (vllm-router's wheel among the wheels too); "scan"
 # runs benchmarks/gpu_scan.py, pages turned upright before vLLM, on OCRWATCH_CORPUS).
 # Needs vLLM importable (PYTHONPATH) and make_model.py; see docs/gpu.md for staging.
 #   MAKE_MODEL       path to make_model.py (writes the LightOnOCR-2-1B-shaped folders)
@@ -62,6 +63,7 @@ for stage in ${STAGES:-engine daemon tests}; do
             --plain-log "$OUT/plain_vllm.log" ${DAEMON_ARGS:-} >"$OUT/daemon_bench.log" 2>&1
         echo "daemon benchmark: exit $? after $(( $(date +%s) - start )) s" | tee -a "$OUT/summary.txt"
         cp /tmp/ocrwatch-daemon-bench/daemon.log "$OUT/daemon.log" 2>/dev/null
+        cp /tmp/ocrwatch-daemon-bench/metrics_in_flight.txt "$OUT/" 2>/dev/null
         { echo "== daemon"; start_times "$OUT/daemon.log"; } >>"$OUT/start_times.txt"
         grep -av "EngineCore\|^INFO\|^WARNING\|^\[W\|^(EngineCore" "$OUT/daemon_bench.log" | tail -n 25
         ;;
@@ -90,6 +92,16 @@ for stage in ${STAGES:-engine daemon tests}; do
             --work /tmp/ocrwatch-remote-bench ${REMOTE_ARGS:-} >"$OUT/remote_bench.log" 2>&1
         echo "remote benchmark: exit $? after $(( $(date +%s) - start )) s" | tee -a "$OUT/summary.txt"
         grep -av "EngineCore\|^INFO\|^WARNING\|^\[W\|^(EngineCore\|^(APIServer" "$OUT/remote_bench.log" | tail -n 25
+        ;;
+    router)
+        # Two (ROUTER_N) servers on one GPU behind vllm-router, beside one server of the
+        # whole budget: the plain client and the daemon against each (gpu_remote.py --router).
+        timeout "${ROUTER_TIMEOUT:-540}" python3 benchmarks/gpu_remote.py "$MODELS/full" \
+            --router "${ROUTER_N:-2}" --out "$OUT/gpu_router.txt" \
+            --work /tmp/ocrwatch-router-bench ${ROUTER_ARGS:-} >"$OUT/router_bench.log" 2>&1
+        echo "router benchmark: exit $? after $(( $(date +%s) - start )) s" | tee -a "$OUT/summary.txt"
+        cp /tmp/ocrwatch-router-bench/*.log "$OUT/" 2>/dev/null
+        grep -av "EngineCore\|^INFO\|^WARNING\|^\[W\|^(EngineCore\|^(APIServer" "$OUT/router_bench.log" | tail -n 40
         ;;
     tests)
         TINY=""; [ "${RUN_TINY:-1}" = 1 ] && TINY="$MODELS/tiny"

@@ -29,6 +29,7 @@ from ocrwatch.core.status import EngineStatus, Reading, Status
 from ocrwatch.core.version import __version__
 from ocrwatch.engines import Engine, registry
 from ocrwatch.engines.registry import Choice, choose, create
+from ocrwatch.engines.vllm.messages import VllmFigures
 from ocrwatch.hooks.runner import AfterDone
 from ocrwatch.indexhealth import IndexGuard, open_index
 from ocrwatch.intake.follow import Follower
@@ -36,6 +37,7 @@ from ocrwatch.intake.settle import Settler
 from ocrwatch.intake.watch import Watcher
 from ocrwatch.metrics.collector import DaemonCollector
 from ocrwatch.metrics.server import MetricsServer
+from ocrwatch.metrics.vllm import VllmCollector
 from ocrwatch.pages.thumbs import Thumbnails
 from ocrwatch.results.lifecycle import Lifecycle
 from ocrwatch.results.outputs import PdfMaker
@@ -127,8 +129,14 @@ class Daemon:
         self._closed = False
         # Read at each scrape from status(); served only while metrics_address is set.
         self.ctx.metrics.registry.register(DaemonCollector(self.status))
+        if hasattr(self.engine, "vllm_figures"):  # vLLM's own figures, from its worker
+            self.ctx.metrics.registry.register(VllmCollector(self._vllm_figures))
         self._metrics: MetricsServer | None = None
         self._metrics_lock = threading.Lock()
+
+    def _vllm_figures(self) -> VllmFigures | None:
+        figures = getattr(self.engine, "vllm_figures", None)
+        return figures if isinstance(figures, VllmFigures) else None
 
     # -- lifecycle -------------------------------------------------------------------
     def start(self, *, recover: bool = True, crashed: bool = False) -> None:

@@ -58,6 +58,7 @@ from ocrwatch.engines.vllm.messages import (
     Slept,
     Stop,
     Stopped,
+    VllmFigures,
     Wake,
     Woke,
 )
@@ -286,28 +287,40 @@ def test_worker_protocol_answers_each_request_once() -> None:
         assert parent.poll(30)
         ready = parent.recv()
         assert isinstance(ready, Ready) and ready.info["vllm"] == "fake"
+        figures: list[VllmFigures] = []
+
+        def answer() -> object:
+            """The worker's next answer; vLLM's figures, which it sends unasked while pages
+            are in flight and as the last one ends, are kept aside."""
+            while True:
+                assert parent.poll(30)
+                message = parent.recv()
+                if not isinstance(message, VllmFigures):
+                    return message
+                figures.append(message)
+
         image = (2, 3, b"\xff" * 18)
         sampling = Sampling(temperature=0.2, top_p=0.9, max_tokens=8)
         parent.send(Add("a", image, sampling))
         parent.send(Add("b", image, sampling))
         answers = {}
         for _ in range(2):
-            assert parent.poll(30)
-            done = parent.recv()
+            done = answer()
             assert isinstance(done, Done) and done.finish == "stop"
             answers[done.rid] = done
         assert sorted(answers) == ["a", "b"]
         parent.send(Sleep())
-        assert parent.poll(30) and isinstance(parent.recv(), Slept)
+        assert isinstance(answer(), Slept)
+        # The figures sent as the last page ended came before the answer to Sleep.
+        assert figures and figures[-1].figures[0].name == "vllm:num_requests_running"
         parent.send(Wake())
-        assert parent.poll(30) and isinstance(parent.recv(), Woke)
+        assert isinstance(answer(), Woke)
         refused = (2, 3, bytes(REFUSED) * 6)
         parent.send(Add("c", refused, sampling))
-        assert parent.poll(30)
-        answer = parent.recv()
-        assert isinstance(answer, Refused) and answer.rid == "c"
+        refusal = answer()
+        assert isinstance(refusal, Refused) and refusal.rid == "c"
         parent.send(Stop())
-        assert parent.poll(30) and parent.recv() == Stopped()
+        assert answer() == Stopped()
         proc.join(30)
         assert proc.exitcode == 0
     finally:

@@ -43,6 +43,10 @@ EVERY_MESSAGE: list[object] = [
     m.Done("p1", "# Page\n\ntext", tokens=12, finish="stop", peers=3),
     m.Refused("p2", "prompt is longer than the maximum model length"),
     m.Slept(0.5), m.Woke(0.25), m.Stopped(),
+    m.VllmFigures(1_700_000_000.0, (
+        m.Figure("gauge", "vllm:num_requests_running", (), 3.0),
+        m.Figure("histogram", "vllm:time_to_first_token_seconds", (), 2.0,
+                 (("0.5", 1.0), ("+Inf", 2.0)), 1.1))),
 ]
 
 

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ocrwatch.core.errors import EngineError
 from ocrwatch.engines.faults import Fault
-from ocrwatch.engines.vllm.messages import Done, Sampling
+from ocrwatch.engines.vllm.figures import figures_of
+from ocrwatch.engines.vllm.messages import Done, Figure, Sampling, VllmFigures
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -33,6 +34,10 @@ class Backend(Protocol):
         ...
 
     def busy(self) -> bool: ...
+
+    def figures(self) -> VllmFigures | None:
+        """The engine's own figures now (docs/metrics.md), or None when it keeps none."""
+        ...
 
     def sleep(self) -> None: ...
 
@@ -72,6 +77,9 @@ class VllmBackend:
             enable_prefix_caching=False,
             enable_sleep_mode=True,
             enforce_eager=settings.get("enforce_eager", False),
+            # vLLM's figures (KV cache, requests running and waiting, tokens, time to
+            # first token) are kept only with its stats on; LLM turns them off by default.
+            disable_log_stats=not settings.get("vllm_stats", True),
             seed=0,
             compilation_config=compilation_config(settings),
         )
@@ -153,6 +161,15 @@ class VllmBackend:
 
     def busy(self) -> bool:
         return bool(self._open) or bool(self._engine.has_unfinished_requests())
+
+    def figures(self) -> VllmFigures | None:
+        if not getattr(self._engine, "log_stats", False):
+            return None
+        try:
+            return figures_of(self._engine.get_metrics())
+        except Exception as exc:  # a figure is never worth a page
+            print(f"ocrwatch: vLLM's figures could not be read: {exc}", file=sys.stderr)
+            return None
 
     def sleep(self) -> None:
         self._llm.sleep(level=1)
@@ -269,6 +286,7 @@ class FakeBackend:
         # As vLLM's scheduler: at most max_num_seqs pages run, the others wait their turn.
         self._seqs = int(settings.get("max_num_seqs") or 1)
         self.most_running = 0
+        self.tokens_written = 0
         # id -> (image, sampling, when it ends, most pages in flight alongside it)
         self._open: dict[str, tuple[Image.Image, Sampling, float, int]] = {}
         self._waiting: collections.deque[tuple[str, Image.Image, Sampling]] = (
@@ -320,12 +338,20 @@ class FakeBackend:
                 text = (f"# Page {image.width}x{image.height}\n\nSome **bold** text, "
                         f"t={p.temperature}.")
                 done.append(Done(rid, text, 12, "stop", peers))
+            self.tokens_written += done[-1].tokens
         if done:
             self._schedule()
         return done
 
     def busy(self) -> bool:
         return bool(self._open) or bool(self._waiting)
+
+    def figures(self) -> VllmFigures | None:
+        """vLLM's gauges as this stand-in's scheduler has them, and the tokens written."""
+        return VllmFigures(time.time(), (
+            Figure("gauge", "vllm:num_requests_running", (), float(len(self._open))),
+            Figure("gauge", "vllm:num_requests_waiting", (), float(len(self._waiting))),
+            Figure("counter", "vllm:generation_tokens", (), float(self.tokens_written))))
 
     def sleep(self) -> None:
         self.asleep = True

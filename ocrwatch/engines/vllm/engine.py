@@ -26,7 +26,7 @@ from ocrwatch.engines.base import gpu_read_policy
 from ocrwatch.engines.vllm.admission import Request
 from ocrwatch.engines.vllm.feeder import Feeder
 from ocrwatch.engines.vllm.memory import MemoryPlan, default_budget, plan_memory
-from ocrwatch.engines.vllm.messages import Done
+from ocrwatch.engines.vllm.messages import Done, VllmFigures
 
 if TYPE_CHECKING:
     from ocrwatch.config import Config
@@ -135,6 +135,12 @@ class VllmEngine(lightonocr.LightOnOCREngine):
     @property
     def state(self) -> str:
         return self._feeder.state
+
+    @property
+    def vllm_figures(self) -> VllmFigures | None:
+        """vLLM's own figures from the running worker (KV cache, requests running and
+        waiting, tokens, time to first token), for the metrics; None with no worker."""
+        return self._feeder.vllm_figures
 
     @property
     def most_in_flight(self) -> int:

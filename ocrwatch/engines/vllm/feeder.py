@@ -50,6 +50,7 @@ from ocrwatch.engines.vllm.messages import (
     StandbyReady,
     Stopped,
     UnknownMessage,
+    VllmFigures,
     Wake,
     Woke,
 )
@@ -155,6 +156,13 @@ class Feeder:
         for fd in (self._wake_r, self._wake_w):
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+    @property
+    def vllm_figures(self) -> VllmFigures | None:
+        """vLLM's own figures as the running worker last sent them; None with no worker
+        (an ended worker's figures end with it)."""
+        worker = self._worker
+        return worker.figures if worker is not None else None
 
     def describe(self) -> dict[str, object]:
         """The facts ``ocrwatch status`` shows (the engine adds its name)."""
@@ -426,6 +434,8 @@ class Feeder:
                     why = "the GPU ran out of memory" if oom else "the vLLM worker failed"
                     self._lost(f"{why}: {reason}")
                     return
+                case VllmFigures():
+                    worker.figures = message
                 case Ready() | StandbyReady() | Slept() | Woke() | Stopped():  # not now
                     log.warning("The vLLM worker sent %r while reading pages; ignored.",
                                 message)

@@ -15,6 +15,7 @@ a standby (settings["standby"]): nothing   :class:`StandbyReady` once vLLM is im
                                            :class:`Refused` at once
 :class:`Sleep` / :class:`Wake`             :class:`Slept` / :class:`Woke`
 :class:`Stop`                              :class:`Stopped`, then it exits
+(while pages are in flight, unasked)       :class:`VllmFigures`, at most once a second
 =========================================  ==========================================
 
 The daemon sends Sleep, Wake and Stop only with no page in flight. A failure inside the
@@ -137,7 +138,33 @@ class Stopped:
     """The answer to :class:`Stop`."""
 
 
-FromWorker = StandbyReady | Ready | Failed | Done | Refused | Slept | Woke | Stopped
+@dataclass(frozen=True)
+class Figure:
+    """One series of vLLM's own Prometheus figures, as its ``get_metrics()`` gives it:
+    ``kind`` is "gauge", "counter" or "histogram"; ``name`` vLLM's (``vllm:...``);
+    ``labels`` its labels; a histogram's ``buckets`` are (upper bound, cumulative count)
+    with "+Inf" last, and ``value`` is then its count."""
+
+    kind: str
+    name: str
+    labels: tuple[tuple[str, str], ...] = ()
+    value: float = 0.0
+    buckets: tuple[tuple[str, float], ...] = ()
+    sum: float = 0.0
+
+
+@dataclass(frozen=True)
+class VllmFigures:
+    """vLLM's own figures in the worker (KV cache in use, requests running and waiting,
+    tokens, time to first token), sent while pages are in flight and once when the last
+    one ends; ``taken`` is the worker's ``time.time()``."""
+
+    taken: float
+    figures: tuple[Figure, ...]
+
+
+FromWorker = (StandbyReady | Ready | Failed | Done | Refused | Slept | Woke | Stopped
+              | VllmFigures)
 
 
 class UnknownMessage(EngineError):

@@ -31,6 +31,7 @@ from ocrwatch.engines.vllm.messages import (
     Stopped,
     ToWorker,
     UnknownMessage,
+    VllmFigures,
 )
 
 if TYPE_CHECKING:
@@ -130,6 +131,8 @@ class Worker:
             self._proc, self.conn = _spawn(settings)
             self.standby_info = {}
         self.pid: int = self._proc.pid or 0
+        # vLLM's own figures, the latest the worker sent (docs/metrics.md).
+        self.figures: VllmFigures | None = None
         try:
             reply = self.receive(start_timeout)
             while isinstance(reply, StandbyReady):  # a standby's own message, before the reply
@@ -243,6 +246,9 @@ class Worker:
         """Send ``message`` with no page in flight and return its answer, of type ``answer``."""
         self.send(message)
         reply = self.receive(timeout)
+        while isinstance(reply, VllmFigures) and answer is not VllmFigures:
+            self.figures = reply  # sent before the answer, after the last page ended
+            reply = self.receive(timeout)
         if not isinstance(reply, answer):
             why = reply.reason if isinstance(reply, Failed) else repr(reply)
             raise WorkerGone(f"the vLLM worker failed ({why})")

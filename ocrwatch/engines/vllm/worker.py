@@ -122,10 +122,14 @@ def _reader(conn: Connection, inbox: queue.Queue[object]) -> None:
             return
 
 
+FIGURES_EVERY = 1.0  # seconds between two sends of vLLM's figures while pages are in flight
+
+
 def _serve(conn: Connection, backend: Backend) -> None:
     inbox: queue.Queue[object] = queue.Queue()
     threading.Thread(target=_reader, args=(conn, inbox), daemon=True,
                      name="ocrwatch-worker-reader").start()
+    figures_sent = 0.0
     while True:
         messages: list[object] = []
         if not backend.busy():
@@ -160,6 +164,14 @@ def _serve(conn: Connection, backend: Backend) -> None:
         if backend.busy():
             for done in backend.step():
                 conn.send(done)
+            # vLLM's own figures (docs/metrics.md): about once a second while pages are in
+            # flight, and once more as the last one ends, so the daemon's are never staler.
+            now = time.monotonic()
+            if now - figures_sent >= FIGURES_EVERY or not backend.busy():
+                figures_sent = now
+                figures = backend.figures()
+                if figures is not None:
+                    conn.send(figures)
 
 
 def _standby(conn: Connection, settings: dict[str, Any]) -> dict[str, Any] | None:
