@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import faulthandler
 import io
 import json
 import os
@@ -778,6 +779,7 @@ def router_report(runs: list[dict[str, Any]], meta: dict[str, Any]) -> list[str]
 
 
 def main() -> None:
+    faulthandler.enable()  # a native crash in a decoder thread names its stack
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", nargs="?", help="LightOnOCR-2-1B-shaped model folder to serve")
     parser.add_argument("--url", action="append", default=[],
