@@ -82,6 +82,9 @@ class Scheduler:
         self._pages: PageQueue[_Item] = PageQueue(max(2, 2 * policy.concurrency), self._cond)
         self._works: dict[int, _Work] = {}
         self._in_engine = 0  # pages in recognize() now: a pause drain waits for them
+        # Files whose outcome is being recorded (sidecars, index row, original retired):
+        # out of _works already, but not finished for whoever waits on busy().
+        self._finishing = 0
         self._preparing = 0  # preparers inside a file: a pause drain waits for them
         self._paused = paused
         self._released = paused  # the engine's memory was given back for this pause
@@ -170,7 +173,8 @@ class Scheduler:
     def busy(self) -> bool:
         """Whether a file is in hand: being opened, buffered, read or finished."""
         with self._cond:
-            return bool(self._works) or self._in_engine > 0 or len(self._pages) > 0
+            return (bool(self._works) or self._in_engine > 0 or self._finishing > 0
+                    or len(self._pages) > 0)
 
     def reading(self) -> tuple[Reading, ...]:
         """The files whose pages are being read now, with pages read and in all."""
@@ -406,6 +410,7 @@ class Scheduler:
                 del self._works[work.job.id]
             jobs = [work.job, *work.followers]
             results, expected = dict(work.results), work.expected
+            self._finishing += 1
             self.ctx.after.hold()  # no "batch done" while this outcome is being recorded
         try:
             verdict = pipeline.judge(results, expected, error=work.error,
@@ -415,5 +420,7 @@ class Scheduler:
                 with self._cond:
                     self.last_result = md
         finally:
+            with self._cond:
+                self._finishing -= 1
             self.ctx.after.release()
             self.wake()
