@@ -192,3 +192,89 @@ def test_a_form_feed_from_the_server_leaves_one_page_in_the_sidecars(tmp_path: P
         assert not any(ch in sidecar for ch in "\x0c\x1b\x00"), repr(sidecar)
         assert "Line oneLine two [2Jend" in sidecar
     assert len(split_pages(txt, md)) == 1
+
+
+class _Redirecting:
+    """A server whose model list is right and which redirects every page elsewhere."""
+
+    def __init__(self, to: str) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def _send(self, status: int, body: bytes, **headers: str) -> None:
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                for key, value in headers.items():
+                    self.send_header(key, value)
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self) -> None:
+                if self.path == "/v1/models":
+                    self._send(200, b'{"object": "list", "data": [{"id": '
+                                    b'"lightonai/LightOnOCR-2-1B", "object": "model"}]}')
+                else:
+                    self._send(404, b"{}")
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers["Content-Length"]))
+                self._send(307, b"", Location=f"{to}/chat/completions")
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = False
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.server.serve_forever, name="redirecting")
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(10)
+
+
+def test_a_redirect_to_another_server_is_not_followed_with_the_key() -> None:
+    with FakeServer() as elsewhere:
+        redirecting = _Redirecting(elsewhere.url)
+        try:
+            result, took = bounded(lambda: read_one_at(redirecting.url, api_key="sekret",
+                                                       timeout_seconds=20.0), 60)
+        finally:
+            redirecting.close()
+        assert isinstance(result, PageText), result
+        assert result.error, "a redirected page must fail, not be read elsewhere"
+        assert "redirects to http://127.0.0.1:" in result.error
+        assert "set remote.url" in result.error
+        assert elsewhere.requests == [] and elsewhere.headers == []  # nothing, no key
+        assert took < 60
+
+
+def read_one_at(url: str, **remote: Any) -> PageText:
+    engine = engine_for(url, **remote)
+    try:
+        (result,) = engine.recognize([a_page()])
+        return result
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize(("url", "warned"), [
+    ("http://192.0.2.7:8000/v1", True),
+    ("https://192.0.2.7:8000/v1", False),
+    ("http://127.0.0.1:8000/v1", False),
+    ("http://localhost:8000/v1", False),
+])
+def test_a_key_sent_in_clear_text_to_another_machine_is_warned_of(
+        url: str, warned: bool, caplog: pytest.LogCaptureFixture) -> None:
+    from ocrwatch.engines.openai_http import make_client
+
+    config = Config()
+    config.remote.api_key = "sekret"
+    with caplog.at_level("WARNING", logger="ocrwatch.engines.openai_http"):
+        make_client(config.remote, [url]).close()
+    assert ("clear text" in caplog.text) is warned
+    assert ("sekret" in caplog.text) is False  # the key itself is never logged

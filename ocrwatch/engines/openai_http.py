@@ -197,7 +197,25 @@ def post_chat(client: httpx.Client, base: str, body: dict[str, Any], *, seconds:
                      after=_retry_after(response))
     if status >= 500:
         raise ServerError(f"the server answered HTTP {status}: {detail}")
+    if response.is_redirect:
+        # Not followed: the request carries the key, and the new address is the server's
+        # word alone (another host, or plain http).
+        where = safe_location(response.headers.get("Location", ""))
+        raise PageFailed(f"the server at {base} redirects to {where} (HTTP {status}); "
+                         "ocrwatch does not follow redirects, so that the key goes nowhere "
+                         "else: set remote.url to the address of the server itself.")
     raise PageFailed(f"the server answered HTTP {status}: {detail}")
+
+
+def safe_location(location: str) -> str:
+    """A redirect's target for a message: printable, short, without any user or password."""
+    parts = urlsplit(location.strip())
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    shown = f"{parts.scheme}://{host}{parts.path}" if parts.scheme else parts.path
+    shown = "".join(c for c in shown if c.isprintable())[:200]
+    return shown or "an unnamed address"
 
 
 def _read_capped(response: httpx.Response, cap: int) -> bytes | None:
