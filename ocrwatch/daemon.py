@@ -36,6 +36,7 @@ from ocrwatch.intake.follow import Follower
 from ocrwatch.intake.settle import Settler
 from ocrwatch.intake.watch import Watcher
 from ocrwatch.metrics.collector import DaemonCollector
+from ocrwatch.metrics.remote import RemoteCollector
 from ocrwatch.metrics.server import MetricsServer
 from ocrwatch.metrics.vllm import VllmCollector
 from ocrwatch.pages.thumbs import Thumbnails
@@ -131,6 +132,9 @@ class Daemon:
         self.ctx.metrics.registry.register(DaemonCollector(self.status))
         if hasattr(self.engine, "vllm_figures"):  # vLLM's own figures, from its worker
             self.ctx.metrics.registry.register(VllmCollector(self._vllm_figures))
+        server_figures = getattr(self.engine, "server_figures", None)
+        if callable(server_figures):  # the remote engine's requests by server
+            self.ctx.metrics.registry.register(RemoteCollector(server_figures))
         self._metrics: MetricsServer | None = None
         self._metrics_lock = threading.Lock()
 

@@ -349,6 +349,11 @@ def served_names() -> set[str]:
     recorder = Recorder()
     status = Status(engine=EngineStatus(name="vllm", state="ready", gpu_memory_mb=1.0))
     recorder.registry.register(DaemonCollector(lambda: status, card=lambda: 1))
+    from ocrwatch.engines.remote import REQUEST_BUCKETS, ServerFigures
+    from ocrwatch.metrics.remote import RemoteCollector
+
+    one = ServerFigures("http://s/v1", 1, 0, 0, 0.1, (1,) * len(REQUEST_BUCKETS))
+    recorder.registry.register(RemoteCollector(lambda: [one]))
     suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum")}
     return {family.name + suffix for family in recorder.registry.collect()
             for suffix in suffixes.get(family.type, ("",))}

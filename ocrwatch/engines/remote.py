@@ -34,7 +34,7 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import httpx
@@ -70,6 +70,23 @@ DOWN_BASE = 2.0  # a server marked down is probed again after this, doubling...
 DOWN_CAP = 120.0  # ...up to this
 
 
+# Upper bounds (seconds) of the request-time buckets: a card reads a page in about 1 s
+# alone and in tens of seconds behind a full batch.
+REQUEST_BUCKETS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+
+
+@dataclass(frozen=True)
+class ServerFigures:
+    """One server's requests since the engine started, for the metrics (docs/metrics.md)."""
+
+    url: str
+    answered: int  # requests that came back with an answer
+    failed: int  # requests that ended without one (refused, busy, lost, HTTP 5xx)
+    retried: int  # failed requests whose page was sent again
+    seconds: float  # the answered requests' time, summed
+    buckets: tuple[int, ...]  # answered requests per REQUEST_BUCKETS bound, cumulative
+
+
 @dataclass(eq=False)
 class _Server:
     """One server and what the engine knows about it. Guarded by the engine's lock."""
@@ -86,6 +103,24 @@ class _Server:
     fatal: str | None = None  # down for a reason waiting will not cure (key, certificate)
     # The servers behind it when it is a router (vllm-router's /workers); None: no router.
     behind: list[router.Backend] | None = None
+    failed: int = 0  # requests that ended without an answer, all told
+    retried: int = 0
+    seconds: float = 0.0
+    under: list[int] = field(default_factory=lambda: [0] * len(REQUEST_BUCKETS))
+    over: int = 0  # answered requests slower than the last bucket
+
+    def took(self, seconds: float) -> None:
+        """An answered request's time, counted into its buckets."""
+        self.seconds += seconds
+        if seconds > REQUEST_BUCKETS[-1]:
+            self.over += 1
+        for i, bound in enumerate(REQUEST_BUCKETS):
+            if seconds <= bound:
+                self.under[i] += 1
+
+    def figures(self) -> ServerFigures:
+        return ServerFigures(self.url, self.under[-1] + self.over, self.failed, self.retried,
+                             self.seconds, tuple(self.under))
 
     def capacity(self) -> int:
         """How many servers it stands for: the healthy ones behind a router, else one."""
@@ -293,6 +328,11 @@ class RemoteEngine(lightonocr.LightOnOCREngine):
         facts["stage_ms"] = self.stages.medians_ms()
         return facts
 
+    def server_figures(self) -> list[ServerFigures]:
+        """Each server's requests, answered and failed, and their times (the metrics)."""
+        with self._cond:
+            return [s.figures() for s in self._servers]
+
     # -- health -------------------------------------------------------------------------
 
     def _in_flight_limit(self) -> int:
@@ -420,9 +460,18 @@ class RemoteEngine(lightonocr.LightOnOCREngine):
         return "; ".join(f"{s.url}: {'busy' if s.up else 'down'}"
                          f"{', ' + s.last_error if s.last_error else ''}" for s in self._servers)
 
-    def _settle(self, server: _Server, failure: Retry | None) -> None:
+    def _settle(self, server: _Server, failure: Retry | None, seconds: float | None,
+                *, again: bool = False) -> None:
+        """A request ended: ``failure`` set when the server is to be rested or marked down;
+        ``seconds`` the time of a request that brought the page's answer, None for one that
+        did not (``again``: its page is sent once more)."""
         with self._cond:
             server.outstanding -= 1
+            if seconds is not None:
+                server.took(seconds)
+            else:
+                server.failed += 1
+                server.retried += again
             if failure is None:
                 server.answered += 1
                 server.failures = 0
@@ -490,7 +539,9 @@ class RemoteEngine(lightonocr.LightOnOCREngine):
         while True:
             server = self._acquire(deadline)
             failure: Retry | None = None
+            answered = again = False
             timing = Timing()
+            sent = time.monotonic()
             try:
                 self.stages.add("queue", time.monotonic() - queued)
                 answer = post_chat(client, server.url, body,
@@ -498,16 +549,19 @@ class RemoteEngine(lightonocr.LightOnOCREngine):
                 for stage in ("send", "wait", "read", "parse"):
                     self.stages.add(stage, getattr(timing, stage))
                 self.stages.add_tokens(timing.prompt_tokens, timing.completion_tokens)
+                answered = True
                 return answer
             except Retry as exc:
-                failure = exc
+                failure, again = exc, True
             except ServerError as exc:
                 # An answer, but a failed one (HTTP 500): tried once more, then the page fails.
                 server_errors += 1
                 if server_errors >= 2:
                     raise PageFailed(str(exc)) from exc
+                again = True
             finally:
-                self._settle(server, failure)
+                self._settle(server, failure, time.monotonic() - sent if answered else None,
+                             again=again and not self._stop.is_set())
             tries += 1
             if failure is not None:
                 log.info("%s; trying again (%d)", failure, tries)
