@@ -791,7 +791,7 @@ def test_progress_with_an_eta_during_a_50_file_drop(xsession: X) -> None:
         shot, area, words = wait_for(submenu_shows_eta, 60, "the submenu to show the ETA",
                                      ignore=(Exception,), interval=1.0)
         save_doc(shot, icon, "progress", menu=area)
-        assert re.search(r"Rate: [\d.]+ pages/(s|min) \(last minute\)", words), words
+        assert re.search(r"Rate: [\d.]+ pages/(s|min) while reading", words), words
         assert re.search(r"\d+ in hand \(\d+ being read\)", words), words
         cli = subprocess.run([*OCRWATCH, "status"], env=d.env, capture_output=True, text=True,
                              timeout=60)
