@@ -7,15 +7,11 @@ bounded set the user chose), never anything a file could name.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Iterator
-
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
-from prometheus_client.registry import Collector
 
 from ocrwatch.engines.remote import REQUEST_BUCKETS, ServerFigures
+from ocrwatch.metrics.scrape import FromSource
 
-log = logging.getLogger(__name__)
 PREFIX = "ocrwatch_remote_"
 
 
@@ -40,19 +36,10 @@ def families(servers: list[ServerFigures]) -> list[Metric]:
     return [requests, retries, seconds]
 
 
-class RemoteCollector(Collector):
+class RemoteCollector(FromSource[list[ServerFigures]]):
     """``source`` gives each server's figures (the remote engine's ``server_figures``)."""
 
-    def __init__(self, source: Callable[[], list[ServerFigures]]) -> None:
-        self._source = source
+    what = "the remote engine's figures"
 
-    def describe(self) -> list[Metric]:
-        return []  # collected at scrape time only
-
-    def collect(self) -> Iterator[Metric]:
-        try:
-            servers = self._source()
-        except Exception:  # a scrape must answer even while the engine cannot
-            log.debug("the remote engine's figures for the metrics failed", exc_info=True)
-            return
-        yield from families(servers)
+    def families(self, figures: list[ServerFigures]) -> list[Metric]:
+        return families(figures)

@@ -8,9 +8,8 @@ on idle) there are no such series: a stopped engine has no KV cache to report.
 
 from __future__ import annotations
 
-import logging
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -18,12 +17,11 @@ from prometheus_client.core import (
     HistogramMetricFamily,
     Metric,
 )
-from prometheus_client.registry import Collector
 
 from ocrwatch.engines.vllm.figures import WANTED
 from ocrwatch.engines.vllm.messages import Figure, VllmFigures
+from ocrwatch.metrics.scrape import FromSource
 
-log = logging.getLogger(__name__)
 PREFIX = "ocrwatch_vllm_"
 
 
@@ -69,23 +67,12 @@ def _bound(le: str) -> float:
         return math.inf
 
 
-class VllmCollector(Collector):
+class VllmCollector(FromSource[VllmFigures]):
     """``source`` gives the engine's latest :class:`VllmFigures`, or None."""
 
-    def __init__(self, source: Callable[[], VllmFigures | None]) -> None:
-        self._source = source
+    what = "vLLM's figures"
 
-    def describe(self) -> list[Metric]:
-        return []  # collected at scrape time only
-
-    def collect(self) -> Iterator[Metric]:
-        try:
-            figures = self._source()
-        except Exception:  # a scrape must answer even while the engine cannot
-            log.debug("vLLM's figures for the metrics failed", exc_info=True)
-            return
-        if figures is None:
-            return
+    def families(self, figures: VllmFigures) -> Iterator[Metric]:
         yield from families(figures)
         yield GaugeMetricFamily(PREFIX + "figures_timestamp_seconds", "When the vLLM "
                                 "worker took the figures above (Unix time).",
