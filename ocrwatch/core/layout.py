@@ -23,6 +23,17 @@ class Word:
 
 
 @dataclass(frozen=True)
+class Block:
+    """One layout block of a page (a model with grounding gives them): its label in the
+    model's own words (``text``, ``header``, ``footer``, ``page_number``, ``table``...),
+    its box in the same pixels as the words' boxes, and its Markdown."""
+
+    label: str
+    box: Box
+    text: str = ""
+
+
+@dataclass(frozen=True)
 class PageLayout:
     """The words of one page, over an image of ``width`` x ``height`` pixels."""
 
@@ -30,6 +41,7 @@ class PageLayout:
     height: int
     words: tuple[Word, ...] = ()
     by_line: bool = False  # each Word is a whole line: word positions were not found
+    blocks: tuple[Block, ...] = ()  # layout blocks in reading order, when the engine has them
     # A page deskewed before reading: it was turned ``angle`` degrees counter-clockwise
     # about its centre (Pillow's ``rotate(angle, expand=True)``) into an image of
     # ``read_size``, in whose pixels the boxes are; ``width`` x ``height`` stay the page's.
