@@ -30,7 +30,14 @@ def load_config(args: argparse.Namespace) -> config_mod.Config:
             overrides[key] = str(value)
     if getattr(args, "inbox", None):
         overrides["inbox"] = [str(p) for p in args.inbox]
-    return config_mod.load(getattr(args, "config", None), overrides=overrides)
+    jobs = getattr(args, "jobs", None)
+    if jobs is not None:  # one knob for what each engine calls its concurrency
+        overrides["workers"] = overrides["remote.concurrency"] = str(jobs)
+    config = config_mod.load(getattr(args, "config", None), overrides=overrides)
+    if jobs is not None:
+        for key in ("workers", "remote.concurrency"):
+            config.origins[key] = "the command-line flag --jobs"
+    return config
 
 
 def database_arg(args: argparse.Namespace) -> tuple[Path, str]:

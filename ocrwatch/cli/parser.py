@@ -65,6 +65,10 @@ def _overrides(p: argparse.ArgumentParser) -> None:
     p.add_argument("--languages", metavar="LANGS",
                    help="Tesseract languages: eng+deu+fra or eng,deu,fra")
     p.add_argument("--log-level", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    p.add_argument("--jobs", type=_in_range(int, 1, 256, "a whole number"), metavar="N",
+                   help="pages read at once, for this run only: the CPU engine's workers "
+                        "and the remote engine's requests in flight (remote.concurrency); "
+                        "the vllm engine sizes its own batches")
 
 
 def _sub(sub: Any, name: str, text: str, *examples: str,
@@ -115,11 +119,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = _sub(sub, "add", "read files or folders once, with a progress bar, then exit",
              "ocrwatch add ~/Downloads/letter.pdf", "ocrwatch add --engine tesseract ~/Scans",
-             "ocrwatch add --on-success archive ~/OCR-Inbox/old", options="reading")
+             "ocrwatch add --on-success archive ~/OCR-Inbox/old",
+             "ocrwatch add --force --jobs 2 ~/Scans/letter.pdf   # read again, 2 pages at once",
+             options="reading")
     p.add_argument("--on-success", choices=("keep", "archive", "delete"), default="keep",
                    help="what becomes of each file once it is completely read: kept where "
                         "it is (the default: the configured on_success is not applied to "
                         "the files named here), archived to archive_dir, or deleted")
+    p.add_argument("--force", action="store_true",
+                   help="read the files again even when they were read before (say their "
+                        "sidecars were deleted); a corrected sidecar is kept, the new "
+                        "reading goes beside it")
     p.add_argument("paths", nargs="+", type=Path, metavar="PATH")
 
     p = _sub(sub, "reread", "read again, with a progress bar, the files read with other "

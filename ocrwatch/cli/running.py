@@ -172,7 +172,7 @@ def cmd_start(args: argparse.Namespace) -> int:
 def _run_options(args: argparse.Namespace) -> list[str]:
     """The options given to ``start``, for the ``run`` it starts."""
     out: list[str] = []
-    for key in ("config", "engine", "output_dir", "database", "languages", "log_level"):
+    for key in ("config", "engine", "output_dir", "database", "languages", "log_level", "jobs"):
         value = getattr(args, key, None)
         if value is not None:
             out += [f"--{key.replace('_', '-')}", str(value)]
@@ -267,7 +267,17 @@ def _add(args: argparse.Namespace, config: config_mod.Config) -> int:
         if daemon.paused:
             echo("ocrwatch: the daemon is paused; reading these files all the same "
                  "(`ocrwatch resume` lets the daemon read again)", err=True)
+        if args.force:
+            # Their jobs queued afresh: read again even if unchanged since their reading.
+            daemon.jobs.retry(files, asked=args.on_success)
+            already: list[Path] = []
+        else:
+            already = _read_before(daemon, files)
         added = daemon.add(files, asked=args.on_success)
+        if already:
+            echo(f"ocrwatch: {plural(len(already), 'file')} already read and unchanged since "
+                 "(its index entry stands); `ocrwatch add --force` reads "
+                 f"{'it' if len(already) == 1 else 'them'} again", err=True)
         left = len(files) - len(added)
         if left:
             echo(f"ocrwatch: {plural(left, 'file')} left alone: sidecars, temporary and "
@@ -288,6 +298,22 @@ def _add(args: argparse.Namespace, config: config_mod.Config) -> int:
         echo(f"ocrwatch: {plural(len(failed), 'file')} could not be read (reasons above); "
              "fix them and run `ocrwatch add` again", err=True)
     return 1 if failed else 0
+
+
+def _read_before(daemon: Any, files: list[Path]) -> list[Path]:
+    """The files whose reading is done and that are unchanged since: ``add`` leaves them."""
+    out = []
+    for path in files:
+        job = daemon.jobs.known(path)
+        if job is None or job.state != "done":
+            continue
+        try:
+            st = path.stat()
+        except OSError:
+            continue
+        if (st.st_size, st.st_mtime_ns) == (job.size, job.mtime_ns):
+            out.append(path)
+    return out
 
 
 def cmd_reread(args: argparse.Namespace) -> int:
