@@ -313,7 +313,7 @@ class Daemon:
                      "--outputs` writes the new ones from the stored text, no page read again")
         if diff.restart:
             log.warning("configuration reloaded (%s): %s changed but take effect only when "
-                        "the daemon starts again (`ocrwatch stop`, then `ocrwatch run`)",
+                        "the daemon starts again (`ocrwatch restart`)",
                         why, ", ".join(diff.restart))
         if not diff:
             log.info("configuration reloaded (%s): nothing changed", why)

@@ -1,7 +1,8 @@
 """The command line: parse, configure logging, call the core, map errors to exit codes.
 
 One module per group of commands: :mod:`~ocrwatch.cli.running`,
-:mod:`~ocrwatch.cli.results`, :mod:`~ocrwatch.cli.steering`, :mod:`~ocrwatch.cli.desktop`;
+:mod:`~ocrwatch.cli.results`, :mod:`~ocrwatch.cli.steering`, :mod:`~ocrwatch.cli.desktop`,
+:mod:`~ocrwatch.cli.lifecycle`;
 the options are in
 :mod:`~ocrwatch.cli.parser`, what they share in :mod:`~ocrwatch.cli.common`.
 """
@@ -15,7 +16,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ocrwatch.cli import desktop, results, running, steering
+from ocrwatch.cli import desktop, lifecycle, results, running, steering
 from ocrwatch.cli.common import EXIT_BROKEN_PIPE, echo, log
 from ocrwatch.cli.parser import build_parser
 from ocrwatch.cli.termsafe import safe
@@ -72,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _command(name: str) -> Any:
     """The function that carries out ``ocrwatch NAME``."""
-    for module in (running, results, steering, desktop):
+    for module in (running, results, steering, desktop, lifecycle):
         handler = getattr(module, f"cmd_{name}", None)
         if handler is not None:
             return handler

@@ -193,6 +193,14 @@ def build_parser() -> argparse.ArgumentParser:
                        ("rescan", "look through the watched folders for missed files now")):
         _sub(sub, name, text, f"ocrwatch {name}")
 
+    p = _sub(sub, "restart", "stop the running daemon and start it again the way it was "
+                             "started (its options, config file and display; by systemd when "
+                             "its unit runs it)",
+             "ocrwatch restart", "ocrwatch restart --wait 120   # after changing languages")
+    p.add_argument("--wait", type=_in_range(float, 1.0, 3600.0, "a number of seconds", " seconds"),
+                   default=60.0, metavar="SECONDS",
+                   help="how long to wait for the new daemon to answer (default 60)")
+
     p = _sub(sub, "reload", "make the running daemon read its config file again (also on "
                             "SIGHUP and when the file is saved); names what waits for a restart",
              "ocrwatch reload", "kill -HUP $(pgrep -f 'ocrwatch run')", options="config")

@@ -438,7 +438,7 @@ def _reread_by_the_daemon(args: argparse.Namespace, config: config_mod.Config) -
         raise DaemonRunning(
             f"the daemon reads with {'+'.join(running.languages)}, not "
             f"{'+'.join(config.languages)}: the languages take effect when it starts again "
-            "(`ocrwatch stop`, `ocrwatch run`); then run `ocrwatch reread`")
+            "(`ocrwatch restart`); then run `ocrwatch reread`")
     count = int(request("reread", all=bool(args.all)))
     if count == 0:
         echo("nothing to read again: every file was read as the daemon reads now")

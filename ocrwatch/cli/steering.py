@@ -58,7 +58,7 @@ def cmd_reload(args: argparse.Namespace) -> int:
     echo("configuration reloaded: " + (", ".join(applied) + " now in effect" if applied
                                        else "nothing to change now"))
     if later:
-        echo(f"changed but waiting for a restart (`ocrwatch stop`, `ocrwatch run`): "
+        echo(f"changed but waiting for a restart (`ocrwatch restart`): "
              f"{', '.join(later)}")
     return 0
 

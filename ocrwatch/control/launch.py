@@ -62,7 +62,7 @@ def already_running() -> int | None:
 
 
 def start(command: Sequence[str], *, wait: float = WAIT,
-          env: Mapping[str, str] | None = None) -> Launched:
+          env: Mapping[str, str] | None = None, cwd: Path | None = None) -> Launched:
     """Run ``command`` (``ocrwatch run ...``) detached, in a session of its own, its
     output to nowhere (it logs to its log file); return once it answers, has ended, or
     ``wait`` seconds have passed."""
@@ -70,7 +70,7 @@ def start(command: Sequence[str], *, wait: float = WAIT,
     proc = subprocess.Popen(list(command), stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True, close_fds=True,
-                            env=dict(env) if env is not None else None)
+                            env=dict(env) if env is not None else None, cwd=cwd)
     return watch(began, wait=wait, pid=proc.pid, ended=proc.poll,
                  what=f"`{' '.join(command)}`")
 

@@ -340,7 +340,7 @@ def format_status(status: Status) -> str:
         lines.append(f"  config:  {status.config_note}")
     if status.restart_needed:
         lines.append(f"  restart: {', '.join(status.restart_needed)} changed in the config; "
-                     "they take effect when the daemon starts again")
+                     "they take effect when the daemon starts again (`ocrwatch restart`)")
     for server in engine.facts.get("servers") or []:  # the remote engine's servers
         line = (f"  server:  {server.get('url')} {server.get('state')}, "
                 f"{server.get('outstanding', 0)} in flight, {server.get('answered', 0)} answered")
