@@ -18,7 +18,7 @@ TRAY_DEBIAN := gcc pkg-config python3-dev libgirepository1.0-dev libcairo2-dev g
 TRAY_FEDORA := gcc pkg-config python3-devel gobject-introspection-devel cairo-gobject-devel gtk3 libayatana-appindicator-gtk3
 TRAY_ARCH := gcc pkgconf gobject-introspection cairo gtk3 libayatana-appindicator
 
-.PHONY: run start test lint clean tray-extra tray-help gpu-extra
+.PHONY: run start test lint clean uninstall tray-extra tray-help gpu-extra
 
 $(BIN)/python:
 	@echo "ocrwatch: setting up $(VENV) (a minute or two the first time; log: $(LOG))"
@@ -94,5 +94,19 @@ lint: $(VENV)/.dev tray-extra
 test: lint
 	$(BIN)/pytest -ra --durations=25 $(PYTEST_ARGS)
 
+# The link `make run` made goes with the venv it points into (never another file); the
+# PATH line it added stays (harmless), and is said: `make uninstall` removes it too.
 clean:
+	@target="$(LINK_DIR)/ocrwatch"; \
+	if [ "$$(readlink "$$target" 2>/dev/null)" = "$(abspath $(BIN))/ocrwatch" ]; then \
+		rm -f "$$target" && echo "ocrwatch: removed the link $$target"; fi
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	@for rc in "$$HOME/.bashrc" "$$HOME/.zshrc"; do \
+		if grep -qF "# ocrwatch: its program is in $(LINK_DIR)" "$$rc" 2>/dev/null; then \
+		echo "ocrwatch: the PATH line for $(LINK_DIR) stays in $$rc (\`make uninstall\` removes it, with the autostart entries)"; fi; done
+
+# Stops the daemon, removes the autostart entries, the link and the PATH lines (names
+# the data it leaves: `ocrwatch uninstall`), then the venv.
+uninstall: $(VENV)/.base
+	@$(BIN)/ocrwatch uninstall --yes
+	@$(MAKE) --no-print-directory clean

@@ -234,6 +234,17 @@ def build_parser() -> argparse.ArgumentParser:
     _sub(sub, "manpage", "print the manual page (roff), made from these options",
          "ocrwatch manpage > ~/.local/share/man/man1/ocrwatch.1", "man <(ocrwatch manpage)")
 
+    p = _sub(sub, "uninstall", "stop the daemon and remove what installing it added: the "
+                               "autostart entries, the link `make run` made and its PATH lines; "
+                               "says what data stays and where (it removes none)",
+             "ocrwatch uninstall              # what it would do (asks at a terminal)",
+             "ocrwatch uninstall --yes        # do it, then: pipx uninstall ocrwatch",
+             options="config")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--yes", "-y", action="store_true", help="do it without asking")
+    mode.add_argument("--dry-run", "-n", action="store_true",
+                      help="only say what it would do, even at a terminal")
+
     p = _sub(sub, "autostart", "start the daemon at login (or stop doing so)",
              "ocrwatch autostart enable --now", "ocrwatch autostart disable")
     p.add_argument("action", choices=("enable", "disable"))
