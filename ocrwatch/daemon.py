@@ -33,6 +33,7 @@ from ocrwatch.engines.vllm.messages import VllmFigures
 from ocrwatch.hooks.runner import AfterDone
 from ocrwatch.indexhealth import IndexGuard, open_index
 from ocrwatch.intake.follow import Follower
+from ocrwatch.intake.inbox_files import Ignore
 from ocrwatch.intake.settle import Settler
 from ocrwatch.intake.watch import Watcher
 from ocrwatch.metrics.collector import DaemonCollector
@@ -177,7 +178,8 @@ class Daemon:
             settler = Settler(self.config.inbox, self.config.settle_seconds, self.consider,
                               lambda path: pipeline.gone(self.ctx, path),
                               rescan_seconds=self.config.rescan_minutes * 60,
-                              follow=self.follower, arriving=self._arriving)
+                              follow=self.follower, arriving=self._arriving,
+                              ignore=Ignore(self.config.ignore))
             self._settler = settler
             self._watcher = Watcher(settler, observer=self.config.observer)
             self._watcher.start()
@@ -336,6 +338,8 @@ class Daemon:
             self._serve_metrics()
         if self._settler is not None:
             self._settler.settle = self.config.settle_seconds
+            if self._settler.ignore is not None:
+                self._settler.ignore.patterns = tuple(self.config.ignore)
             self._settler.rescan_seconds = self.config.rescan_minutes * 60
         if keys and self.ctx.after.needed:
             self.ctx.after.start()  # hooks or the batch notice just turned on

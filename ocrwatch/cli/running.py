@@ -228,7 +228,7 @@ def _add(args: argparse.Namespace, config: config_mod.Config) -> int:
     from ocrwatch.control.crashes import CrashRecord
     from ocrwatch.control.lock import DaemonLocks
     from ocrwatch.daemon import Daemon
-    from ocrwatch.intake.inbox_files import walk
+    from ocrwatch.intake.inbox_files import Ignore, walk
 
     # The files named here are the user's: moved or deleted only when this command
     # line says so, whatever the configured on_success (kept in their job rows, so that
@@ -237,17 +237,24 @@ def _add(args: argparse.Namespace, config: config_mod.Config) -> int:
         raise ArgumentError("--on-success archive needs archive_dir in the config: the "
                             "folder the originals go to")
     files: list[Path] = []
+    ignore = Ignore(config.ignore)
     for path in args.paths:
         path = path.expanduser().absolute()
         if path.is_dir():
-            files.extend(sorted(walk([path])))
+            files.extend(sorted(walk([path], ignore)))
         elif path.is_file():
+            if ignore(path):  # named, but the config says never: said below, not read
+                continue
             files.append(path)
         elif path.exists():
             raise UsageError(f"{safe(path)} is not a regular file (a pipe, a device or a "
                                 "socket); name scans, PDFs or folders")
         else:
             raise UsageError(f"{safe(path)} does not exist")
+    if ignore.counts:
+        kept_out = ", ".join(f"{p!r}: {n}" for p, n in ignore.counts.items())
+        echo(f"ocrwatch: {plural(sum(ignore.counts.values()), 'file')} left out by the "
+             f"ignore patterns of {config.origin('ignore')} ({kept_out})", err=True)
     if not files:
         echo("ocrwatch: nothing to read: no PNG, JPEG, TIFF, BMP, WebP or PDF files given",
              err=True)

@@ -62,6 +62,10 @@ def validate(config: Config) -> None:
     if not config.languages or any("/" in lang for lang in config.languages):
         fail("languages", "must be Tesseract language codes such as ['eng', 'deu'] "
                           "(or \"eng+deu\", \"eng,deu\").")
+    for pattern in config.ignore:
+        if not pattern.strip() or "/" in pattern or os.sep in pattern:
+            fail("ignore", f"holds {pattern!r}: its patterns match file names, not folders "
+                           "or paths: write \"*.tmp\" or \"draft-*.pdf\".")
     for key, (low, high) in RANGES.items():
         owner: Any = config
         for part in key.split("."):

@@ -30,7 +30,7 @@ LIVE = frozenset({
     "archive_layout", "on_done", "on_done_timeout", "notify_batch", "delete_sidecars",
 })
 APPLIED = frozenset({"log_level", "outputs", "settle_seconds", "rescan_minutes",
-                     "metrics_address"})  # the metrics server closed and opened again
+                     "metrics_address", "ignore"})  # the metrics server closed and opened again
 
 POLL_SECONDS = 1.0  # how often the config file's identity is looked at
 

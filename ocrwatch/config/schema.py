@@ -103,6 +103,8 @@ class Config:
     tessdata: Path | None = None  # None: look in the usual places
     workers: int = 0  # pages read at once by the CPU engine; 0: one per core
     settle_seconds: float = 2.0
+    # Globs on file names never read, besides the fixed temporary and hidden names.
+    ignore: list[str] = field(default_factory=list)
     rescan_minutes: float = 5.0
     observer: str = "auto"
     follow_symlinks: bool = False

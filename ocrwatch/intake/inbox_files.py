@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import fnmatch
+import logging
 import mmap
 import os
 import re
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from ocrwatch.pages.decode import SUFFIXES
+
+log = logging.getLogger(__name__)
 
 IGNORED_SUFFIXES = frozenset({".part", ".crdownload", ".tmp", ".partial", ".download", ".swp"})
 
@@ -23,9 +28,48 @@ def is_ignored_name(name: str) -> bool:
     )
 
 
-def wanted(path: Path, roots: list[Path]) -> bool:
+class Ignore:
+    """The user's ``ignore`` patterns: shell globs on file names (``*.tmp``, ``~$*``,
+    ``scan-draft-*.pdf``), case ignored, kept out besides the fixed names above. Each
+    pattern that keeps a file out is logged once, with the first file it matched (a
+    folder of 10,000 drafts is one line); ``counts`` says how many each kept out.
+
+    ``patterns`` may be replaced while it is used (the config reloaded)."""
+
+    def __init__(self, patterns: Sequence[str] = ()) -> None:
+        self.patterns: tuple[str, ...] = tuple(patterns)
+        self.counts: dict[str, int] = {}
+        self._said: set[str] = set()
+        self._lock = threading.Lock()
+
+    def match(self, name: str) -> str | None:
+        """The first pattern ``name`` matches, or None."""
+        low = name.lower()
+        for pattern in self.patterns:
+            if fnmatch.fnmatchcase(low, pattern.lower()):
+                return pattern
+        return None
+
+    def __call__(self, path: Path) -> bool:
+        """Whether ``path`` is kept out by a pattern (said in the log once per pattern)."""
+        pattern = self.match(path.name)
+        if pattern is None:
+            return False
+        with self._lock:
+            self.counts[pattern] = self.counts.get(pattern, 0) + 1
+            first = pattern not in self._said
+            self._said.add(pattern)
+        if first:
+            log.info("not read: %s, and every file matching the ignore pattern %r (`ignore` "
+                     "in the config)", path, pattern)
+        return True
+
+
+def wanted(path: Path, roots: list[Path], ignore: Ignore | None = None) -> bool:
     """Whether ``path`` is a file the daemon should read, judged by its name alone."""
     if path.suffix.lower() not in SUFFIXES or is_ignored_name(path.name):
+        return False
+    if ignore is not None and ignore(path):
         return False
     for root in roots:
         try:
@@ -179,7 +223,7 @@ def _tiff_complete(path: Path, size: int, order: str) -> bool:
     return True
 
 
-def walk(roots: list[Path]) -> Iterator[Path]:
+def walk(roots: list[Path], ignore: Ignore | None = None) -> Iterator[Path]:
     """Every candidate file under the roots, hidden folders skipped, links not followed."""
     for root in roots:
         for folder, dirs, files in os.walk(root, followlinks=False, onerror=None):
@@ -187,5 +231,5 @@ def walk(roots: list[Path]) -> Iterator[Path]:
             base = Path(folder)
             for name in files:
                 path = base / name
-                if wanted(path, roots):
+                if wanted(path, roots, ignore):
                     yield path

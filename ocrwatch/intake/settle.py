@@ -13,7 +13,7 @@ from typing import Protocol
 
 from ocrwatch.core.errors import TransientError
 from ocrwatch.core.threads import Service
-from ocrwatch.intake.inbox_files import looks_complete, walk, wanted
+from ocrwatch.intake.inbox_files import Ignore, looks_complete, walk, wanted
 
 log = logging.getLogger(__name__)
 
@@ -66,9 +66,11 @@ class Settler(Service):
         clock: Callable[[], float] = time.monotonic,
         follow: Follows | None = None,
         arriving: Callable[[Path], None] | None = None,
+        ignore: Ignore | None = None,
     ) -> None:
         super().__init__("ocrwatch-settle")
         self.roots = roots
+        self.ignore = ignore  # the user's ignore patterns
         # Called about once a second with the roots whose deletion was seen since (the
         # Watcher sets it, to watch a folder again that was deleted and is back).
         self.tick: Callable[[set[Path]], None] | None = None
@@ -100,10 +102,11 @@ class Settler(Service):
     def feed(self, kind: str, path: Path, dest: Path | None = None) -> None:
         if kind == "moved" and dest is not None:
             self.pending.pop(path, None)
-            if wanted(path, self.roots) and wanted(dest, self.roots) and self.follow is not None:
+            if (wanted(path, self.roots, self.ignore) and wanted(dest, self.roots, self.ignore)
+                    and self.follow is not None):
                 # Known: its row follows, and the settle check below finds it current.
                 self.follow.moved(path, dest)
-            elif wanted(path, self.roots):
+            elif wanted(path, self.roots, self.ignore):
                 self.feed("gone", path)
             self.feed("changed", dest)
             if dest in self.pending:
@@ -115,7 +118,7 @@ class Settler(Service):
             for known in [p for p in self.pending if p.is_relative_to(path)]:
                 del self.pending[known]
             inside = any(dest.is_relative_to(r) for r in self.roots) and wanted(
-                dest / "x.png", self.roots)
+                dest / "x.png", self.roots)  # a folder's place only: no pattern applies
             if inside and self.follow is not None:
                 self.follow.moved_tree(path, dest)
             else:
@@ -124,7 +127,7 @@ class Settler(Service):
             return
         if kind == "gone":
             self.pending.pop(path, None)
-            if wanted(path, self.roots) and not os.path.lexists(path):
+            if wanted(path, self.roots, self.ignore) and not os.path.lexists(path):
                 self.vanished[path] = (self.clock() + self._grace(), False)
             return
         if kind == "rescan":
@@ -134,8 +137,8 @@ class Settler(Service):
             self._roots_gone.add(path)
             return
         if kind == "scan":
-            for found in walk([path]):
-                if wanted(found, self.roots):
+            for found in walk([path], self.ignore):
+                if wanted(found, self.roots):  # the patterns were applied by walk
                     self.feed("changed", found)
             return
         if kind == "gone-tree":
@@ -143,7 +146,7 @@ class Settler(Service):
                 del self.pending[known]
             self.vanished[path] = (self.clock() + self._grace(), True)
             return
-        if not wanted(path, self.roots):
+        if not wanted(path, self.roots, self.ignore):
             return
         entry = self.pending.get(path)
         if entry is None:
@@ -229,7 +232,7 @@ class Settler(Service):
                 self.pending[path] = _Pending(size, mtime, now + RETRY_SECONDS)
 
     def _scan(self) -> None:
-        for path in walk(self.roots):
+        for path in walk(self.roots, self.ignore):
             self.feed("changed", path)
         # Rows of files gone while nothing watched are pruned once what the scan found has
         # settled: a file moved meanwhile is recognised by its inode first.
