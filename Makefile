@@ -18,7 +18,7 @@ TRAY_DEBIAN := gcc pkg-config python3-dev libgirepository1.0-dev libcairo2-dev g
 TRAY_FEDORA := gcc pkg-config python3-devel gobject-introspection-devel cairo-gobject-devel gtk3 libayatana-appindicator-gtk3
 TRAY_ARCH := gcc pkgconf gobject-introspection cairo gtk3 libayatana-appindicator
 
-.PHONY: run start test lint clean uninstall tray-extra tray-help gpu-extra
+.PHONY: run start test lint clean uninstall man tray-extra tray-help gpu-extra
 
 $(BIN)/python:
 	@echo "ocrwatch: setting up $(VENV) (a minute or two the first time; log: $(LOG))"
@@ -93,6 +93,11 @@ lint: $(VENV)/.dev tray-extra
 
 test: lint
 	$(BIN)/pytest -ra --durations=25 $(PYTEST_ARGS)
+
+# The man page the wheel ships (setup.py: share/man/man1), made from the parser;
+# tests/test_packaging.py fails when it lags behind the options.
+man: $(VENV)/.base
+	@$(BIN)/ocrwatch manpage > packaging/ocrwatch.1 && echo "ocrwatch: wrote packaging/ocrwatch.1"
 
 # The link `make run` made goes with the venv it points into (never another file); the
 # PATH line it added stays (harmless), and is said: `make uninstall` removes it too.

@@ -7,7 +7,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ocrwatch.core.version import __version__
 from ocrwatch.engines import registry
 from ocrwatch.store.index import MAX_HITS, QUERY_SECONDS
 
@@ -42,6 +41,21 @@ def _in_range(parse: Callable[[str], N], low: N, high: N, what: str,
 
 _limit = _in_range(int, 1, MAX_HITS, "a whole number")
 _seconds = _in_range(float, 0.01, 3600, "a number of seconds", " seconds")
+
+
+class _Version(argparse.Action):
+    """``--version``: the version and the build it comes from (git is asked only here)."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS,
+                 default: Any = argparse.SUPPRESS, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=default, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        from ocrwatch.core.version import describe
+
+        print(describe())  # on stdout, as argparse's own version action does
+        parser.exit()
 
 
 def _examples(*lines: str) -> str:
@@ -96,7 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "ocrwatch COMMAND --help          # more on one command"),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"ocrwatch {__version__}")
+    parser.add_argument("--version", action=_Version,
+                        help="show the version and the build (git commit) it comes from")
     # Not required: a bare `ocrwatch` prints this help (cli.main) instead of an error.
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     # Boilerplate: every command below is declared in the same shape (_sub, the shared
@@ -226,10 +241,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true",
                    help="replace an existing config file (it is kept as FILE.bak)")
 
-    p = _sub(sub, "completion", "print a shell completion script for bash, zsh or tcsh",
+    p = _sub(sub, "completion", "print a shell completion script for bash, zsh, fish or tcsh",
              "ocrwatch completion bash > ~/.local/share/bash-completion/completions/ocrwatch",
-             "ocrwatch completion zsh > ~/.zfunc/_ocrwatch")
-    p.add_argument("shell", choices=("bash", "zsh", "tcsh"))
+             "ocrwatch completion zsh > ~/.zfunc/_ocrwatch",
+             "ocrwatch completion fish > ~/.config/fish/completions/ocrwatch.fish")
+    p.add_argument("shell", choices=("bash", "zsh", "fish", "tcsh"))
 
     _sub(sub, "manpage", "print the manual page (roff), made from these options",
          "ocrwatch manpage > ~/.local/share/man/man1/ocrwatch.1", "man <(ocrwatch manpage)")
