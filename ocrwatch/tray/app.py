@@ -233,6 +233,14 @@ def run_tray(target: Controllable, stop: threading.Event, *,
         return False
     if icon.HAS_NOTIFICATION:
         controller.notify = lambda message, title: icon.notify(message, title)
+    else:
+        # The plain X backend cannot notify: D-Bus through jeepney can, without GTK.
+        from ocrwatch.hooks import notify
+
+        def by_dbus(message: str, title: str) -> None:
+            notify.send(title, message)
+
+        controller.notify = by_dbus
     done = threading.Event()
 
     def poll(icon_: Any) -> None:

@@ -150,6 +150,25 @@ class TrayController:
         self.refresh()
         self.wake.set()
 
+    def click(self) -> None:
+        """A click on an icon that has no menu (pystray's plain X backend): pause or
+        resume, and say so with what a click does, since nothing else on screen does."""
+        self.toggle_pause()
+        if self._status.paused:
+            title = "ocrwatch paused"
+            body = ("New files wait in the queue and are not read. Click the icon again "
+                    "to resume.")
+        else:
+            title = "ocrwatch reads again"
+            body = "Queued and new files are read. A click on the icon pauses it."
+        body += (" This tray has no menu: `ocrwatch doctor` names the packages that give "
+                 "it one.")
+        log.info("tray: %s (a click on the icon, which has no menu)", title)
+        if self.notify is not None:
+            # Off the tray's event thread: a notification server may take seconds.
+            threading.Thread(target=self.notify, args=(body, title), daemon=True,
+                             name="ocrwatch-tray-notify").start()
+
     def open_search(self) -> None:
         """The search page in the default browser (its server starts on first use)."""
         # Never the token on the browser's command line: a one-time code in a 0600 file.
@@ -235,7 +254,9 @@ def build_menu(pystray: Any, c: TrayController, *, default_toggles: bool) -> Any
     def items() -> Any:
         failed = c.status.failed
         return [
-            Item("Pause", guard(c.toggle_pause),
+            # Without a menu (the X fallback), the default item is what a click does:
+            # pause or resume, said in a notification.
+            Item("Pause", guard(c.click if default_toggles else c.toggle_pause),
                  checked=lambda _item: c.status.paused,
                  default=default_toggles),
             Menu.SEPARATOR,
