@@ -117,8 +117,8 @@ def _carry_out(plan: Plan) -> bool:
         try:
             uninstall.remove_block(block)
             echo(f"removed from {safe(block.rc)} the lines that put {safe(block.directory)} "
-                 "on PATH (new shells; programs of yours there: add it back, "
-                 f"`export PATH=\"{safe(block.directory)}:$PATH\"`)")
+                 "on PATH (for new shells; if other programs of yours live there, add "
+                 f"`export PATH=\"{safe(block.directory)}:$PATH\"` back)")
         except (OSError, UnicodeDecodeError) as exc:
             failed(f"edit {safe(block.rc)}", exc)
     return ok
