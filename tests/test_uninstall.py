@@ -64,6 +64,17 @@ def test_uninstall_asks_then_removes_what_was_added_and_names_the_data_left(
     elsewhere.mkdir()
     (elsewhere / "ocrwatch").symlink_to(other / "ocrwatch")
 
+    # What the README's commands write: the man page, a completion script; and a file of
+    # the user's own at such a place.
+    page = home / ".local" / "share" / "man" / "man1" / "ocrwatch.1"
+    fish = home / ".config" / "fish" / "completions" / "ocrwatch.fish"
+    for path, args in ((page, ["manpage"]), (fish, ["completion", "fish"])):
+        path.parent.mkdir(parents=True)
+        path.write_text(user.cli(*args).stdout)
+    own = home / ".zfunc" / "_ocrwatch"
+    own.parent.mkdir()
+    own.write_text("#compdef ocrwatch\n# my own\n")
+
     user.config.write_text(FINE)
     entry = home / ".config" / "autostart" / "ocrwatch.desktop"
     enabled = user.cli("autostart", "enable", "--kind", "xdg", "--exec", str(program))
@@ -79,6 +90,8 @@ def test_uninstall_asks_then_removes_what_was_added_and_names_the_data_left(
                  f"  remove the link {bindir / 'ocrwatch'} (to {program})",
                  f"  remove from {home / '.bashrc'} the lines that put {bindir} on PATH",
                  f"  remove from {home / '.zshrc'} the lines that put {bindir} on PATH",
+                 f"  remove {page} (written by `ocrwatch manpage` or `ocrwatch completion`)",
+                 f"  remove {fish} (written by",
                  "Nothing was changed; `ocrwatch uninstall --yes` does it."):
         assert step in asked.stdout, asked.stdout
     assert str(elsewhere) not in asked.stdout
@@ -92,6 +105,8 @@ def test_uninstall_asks_then_removes_what_was_added_and_names_the_data_left(
     assert not entry.exists()
     assert not os.path.lexists(bindir / "ocrwatch")
     assert (elsewhere / "ocrwatch").is_symlink()  # another's link stays
+    assert not page.exists() and not fish.exists()
+    assert own.read_text() == "#compdef ocrwatch\n# my own\n"
     for rc in (".bashrc", ".zshrc"):
         assert (home / rc).read_text() == USERS_OWN  # exactly the user's own lines
     # The data stays, each named with its place.

@@ -63,6 +63,8 @@ def _steps(plan: Plan) -> list[str]:
         steps.append(f"stop the daemon{which}")
     steps += [f"remove the autostart entry {safe(p)}" for p in plan.autostart]
     steps += [f"remove the link {safe(link)} (to {safe(target)})" for link, target in plan.links]
+    steps += [f"remove {safe(p)} (written by `ocrwatch manpage` or `ocrwatch completion`)"
+              for p in plan.made]
     steps += [f"remove from {safe(b.rc)} the lines that put {safe(b.directory)} on PATH"
               for b in plan.blocks]
     return steps
@@ -113,6 +115,12 @@ def _carry_out(plan: Plan) -> bool:
             echo(f"removed the link {safe(link)} (to {safe(target)})")
         except OSError as exc:
             failed(f"remove {safe(link)}", exc)
+    for path in plan.made:
+        try:
+            path.unlink()
+            echo(f"removed {safe(path)}")
+        except OSError as exc:
+            failed(f"remove {safe(path)}", exc)
     for block in plan.blocks:
         try:
             uninstall.remove_block(block)

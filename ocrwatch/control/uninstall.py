@@ -4,7 +4,8 @@ own package, and say what user data stays and where.
 What it removes: the running daemon (stopped), the autostart entries
 (:mod:`~ocrwatch.control.autostart`), the link ``make run`` puts in ``~/.local/bin``
 (or ``LINK_DIR``) and the PATH block ``tools/ensure-path.sh`` adds to ``~/.bashrc`` and
-``~/.zshrc``. A link belongs to ocrwatch's Makefile when it points into a virtual
+``~/.zshrc``, and the man page and completion scripts the README's commands write (when
+they are as written). A link belongs to ocrwatch's Makefile when it points into a virtual
 environment carrying the Makefile's ``.base`` stamp, or points at an ``ocrwatch`` that
 is gone (``make clean`` before this existed); a link pipx or uv made is theirs, removed by
 ``pipx uninstall`` or ``uv tool uninstall``, which it names. A PATH block is removed only
@@ -29,6 +30,14 @@ from ocrwatch.control import autostart
 MARK = "# ocrwatch: its program is in "  # tools/ensure-path.sh's first line, then the folder
 RC_FILES = (".bashrc", ".zshrc", ".profile", ".bash_profile")
 STAMP = ".base"  # the Makefile's stamp in the venv it made (Makefile: $(VENV)/.base)
+# Where the README's examples put `ocrwatch manpage` and `ocrwatch completion SHELL`, and
+# what the first 4 KiB of such a file holds when it was made so.
+MADE = (
+    (".local/share/man/man1/ocrwatch.1", ".TH OCRWATCH "),
+    (".local/share/bash-completion/completions/ocrwatch", "_shtab_ocrwatch"),
+    (".zfunc/_ocrwatch", "_shtab_ocrwatch"),
+    (".config/fish/completions/ocrwatch.fish", "_shtab_ocrwatch"),
+)
 
 
 def _case_line(directory: str) -> str:
@@ -53,13 +62,15 @@ class Plan:
     daemon_pid: int | None = None
     autostart: list[Path] = field(default_factory=list)
     links: list[tuple[Path, str]] = field(default_factory=list)  # (link, its target)
+    made: list[Path] = field(default_factory=list)  # a man page, completion scripts
     blocks: list[PathBlock] = field(default_factory=list)
     package: str = ""  # how the program itself is removed
     kept: list[tuple[str, Path]] = field(default_factory=list)  # user data left: (what, where)
 
     @property
     def empty(self) -> bool:
-        return not (self.daemon_pid or self.autostart or self.links or self.blocks)
+        return not (self.daemon_pid or self.autostart or self.links or self.blocks
+                    or self.made)
 
 
 def _home(environ: Mapping[str, str]) -> Path:
@@ -83,6 +94,21 @@ def path_blocks(home: Path) -> list[PathBlock]:
                 continue  # edited by hand: not ours to judge
             first = i - 1 if i > 0 and lines[i - 1] == "" else i
             out.append(PathBlock(rc, directory, first, i + 2))
+    return out
+
+
+def made_files(home: Path) -> list[Path]:
+    """The man page and completion scripts the README's commands wrote, as written."""
+    out = []
+    for where, mark in MADE:
+        path = home / where
+        try:
+            with path.open("rb") as fh:
+                head = fh.read(4096).decode("utf-8", "replace")
+        except OSError:
+            continue
+        if mark in head and not path.is_symlink():
+            out.append(path)
     return out
 
 
@@ -146,7 +172,8 @@ def plan(config: Config, config_file: Path, *,
     env = os.environ if environ is None else environ
     home = _home(env)
     out = Plan(daemon_pid=running, autostart=autostart.installed(env),
-               blocks=path_blocks(home), package=_package(Path(sys.prefix)),
+               blocks=path_blocks(home), made=made_files(home),
+               package=_package(Path(sys.prefix)),
                kept=_data(config, config_file))
     folders = [home / ".local" / "bin", *(Path(b.directory) for b in out.blocks)]
     for folder in dict.fromkeys(folders):
