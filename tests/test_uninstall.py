@@ -165,3 +165,57 @@ def test_make_clean_leaves_no_dangling_link_and_names_the_path_line(tmp_path: Pa
                            env=env, capture_output=True, text=True, timeout=60)
     assert again.returncode == 0
     assert (links / "ocrwatch").read_text() == "mine\n"
+
+
+def _at_a_terminal(user: User, answer: str) -> str:
+    """`ocrwatch uninstall` at a terminal (a pty): what it printed, ``answer`` typed at
+    its question."""
+    import pty
+    import select
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "ocrwatch", "uninstall"], env=user.env(),
+                            stdin=slave, stdout=slave, stderr=slave, cwd=user.home.root)
+    os.close(slave)
+    out = b""
+    try:
+        def read_some() -> bytes:
+            ready, _, _ = select.select([master], [], [], 0.2)
+            if not ready:
+                return b""
+            try:
+                return os.read(master, 4096)
+            except OSError:  # the other end closed: it has ended
+                return b""
+
+        def asked() -> bool:
+            nonlocal out
+            out += read_some()
+            return b"Go ahead? [y/N] " in out
+        wait_for(asked, 60, "the question")
+        os.write(master, answer.encode() + b"\n")
+        proc.wait(timeout=60)
+        while chunk := read_some():
+            out += chunk
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+    assert proc.returncode == 0, out
+    return out.decode().replace("\r\n", "\n")
+
+
+def test_at_a_terminal_it_asks_and_a_no_changes_nothing(user: User) -> None:
+    home = user.home.root / "home"
+    bindir = home / ".local" / "bin"
+    bindir.mkdir(parents=True)
+    link = bindir / "ocrwatch"
+    link.symlink_to(user.home.root / "gone" / ".venv" / "bin" / "ocrwatch")
+    said = _at_a_terminal(user, "n")
+    assert f"ocrwatch uninstall will:\n  remove the link {link}" in said
+    assert "Nothing was changed.\n" in said and "would:" not in said
+    assert link.is_symlink()
+    said = _at_a_terminal(user, "y")
+    assert f"removed the link {link}" in said
+    assert not os.path.lexists(link)

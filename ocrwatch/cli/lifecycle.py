@@ -40,8 +40,13 @@ def cmd_uninstall(args: argparse.Namespace) -> int:
     if not steps:
         echo("ocrwatch: nothing to remove: no daemon runs, and no autostart entry, link or "
              "PATH line of ocrwatch's is here")
-    elif args.yes or (not args.dry_run and _agreed(steps)):
+    elif args.yes:
         failed = not _carry_out(plan)
+    elif not args.dry_run and sys.stdin.isatty() and sys.stdout.isatty():
+        if _agreed(steps):
+            failed = not _carry_out(plan)
+        else:
+            echo("Nothing was changed.")
     else:
         echo("ocrwatch uninstall would:")
         for step in steps:
@@ -71,9 +76,7 @@ def _steps(plan: Plan) -> list[str]:
 
 
 def _agreed(steps: list[str]) -> bool:
-    """Asked at a terminal only: a script gets the plan and changes nothing."""
-    if not (sys.stdin.isatty() and sys.stdout.isatty()):
-        return False
+    """Whether the person at the terminal says yes to ``steps``."""
     echo("ocrwatch uninstall will:")
     for step in steps:
         echo(f"  {step}")
