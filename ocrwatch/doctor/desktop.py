@@ -37,7 +37,8 @@ def check_tray(environ: Mapping[str, str] | None = None,
     if importlib.util.find_spec("gi") is None:
         return [Check("display and tray", False,
                       "PyGObject is missing: the tray falls back to the X backend, which "
-                      "has no menu (a click toggles pause)", apt)]
+                      "has no menu (a click pauses or resumes, and a notification says "
+                      "which)", apt)]
     have = []
     try:
         gi: Any = importlib.import_module("gi")
