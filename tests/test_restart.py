@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from helpers import wait_for
-from test_start_failure import FINE, User, _pid_alive
+from test_start_failure import FINE, REASON, TYPO, User, _pid_alive
 
 from ocrwatch.control import restart
 
@@ -84,3 +84,46 @@ def test_origin_reads_a_real_process(tmp_path: Path) -> None:
         child.kill()
         child.wait()
     assert restart.origin(child.pid) is None
+
+
+def test_a_restart_into_a_bad_config_says_why_with_its_status(user: User) -> None:
+    user.config.write_text(FINE)
+    assert user.cli("start", "--no-tray").returncode == 0
+    old = user.running_pid()
+    user.config.write_text(TYPO)  # saved with a typo: the running daemon keeps its own
+    done = user.cli("restart", "--wait", "30")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"stopped the daemon (PID {old}) and started it again" in done.stderr
+    assert "but the daemon did not start (status 2): the file" in done.stderr
+    assert REASON in done.stderr
+    assert user.cli("status").returncode == 2
+
+
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="needs /proc")
+def test_a_daemon_whose_program_was_removed_is_left_running_with_what_to_do(
+        user: User, tmp_path: Path) -> None:
+    """As after `pipx uninstall`: the daemon runs on from files that are gone."""
+    program = tmp_path / "installed" / "ocrwatch"
+    program.parent.mkdir()
+    program.write_text(f"#!{sys.executable}\nimport sys\nfrom ocrwatch.cli import main\n"
+                       "sys.exit(main())\n")
+    program.chmod(0o755)
+    user.config.write_text(FINE)
+    env = {**user.env(), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    # As a login entry runs it: the program itself.
+    daemon = subprocess.Popen([str(program), "run", "--no-tray"], env=env, cwd=tmp_path,
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_for(lambda: user.cli("status").returncode == 0, 60, "the daemon to answer")
+        pid = user.running_pid()
+        program.unlink()
+        done = user.cli("restart")
+        assert done.returncode != 0
+        assert (f"the daemon (PID {pid}) runs from {program}, which is no longer there "
+                "(ocrwatch was uninstalled or moved)") in done.stderr
+        assert "`ocrwatch stop`" in done.stderr
+        assert user.running_pid() == pid  # left as it was
+    finally:
+        user.cli("stop")
+        daemon.wait(timeout=60)
