@@ -37,7 +37,7 @@ def cmd_uninstall(args: argparse.Namespace) -> int:
     plan = uninstall.plan(config, config_target(args), running=launch.already_running())
     steps = _steps(plan)
     failed = False
-    if not steps:
+    if plan.empty:
         echo("ocrwatch: nothing to remove: no daemon runs, and no autostart entry, link or "
              "PATH line of ocrwatch's is here")
     elif args.yes:
