@@ -38,6 +38,7 @@ from typing import IO
 import psutil
 
 from ocrwatch.config import Config
+from ocrwatch.core import events as ev
 from ocrwatch.core.hookshell import PLACEHOLDERS, HookRefused, shell_safe
 from ocrwatch.core.threads import Service
 from ocrwatch.hooks.loops import HookLoops
@@ -328,6 +329,29 @@ class AfterDone(Service):
             self._closed = True
         self._drop_queued()  # what came after the thread's last look
         return True
+
+    def listen(self, events: ev.Events) -> Callable[[], None]:
+        """Follow a daemon's event stream: hooks and the batch notice come from its events
+        (the journal's record before a commit, the hook after it, the batch count, and
+        no batch notice while an outcome is being recorded). Returns what stops it."""
+        stops = [
+            events.subscribe(ev.OutcomeStarted, lambda _e: self.hold()),
+            events.subscribe(ev.OutcomeEnded, lambda _e: self.release()),
+            events.subscribe(ev.FileCommitting, lambda e: self.expect(
+                e.source, e.outputs.get("md"), e.outputs.get("txt"), e.outputs.get("pdf"),
+                e.pages)),
+            events.subscribe(ev.FileNotCommitted, lambda e: self.forget(e.source)),
+            events.subscribe(ev.FileDone, lambda e: self.done(Finished(
+                e.job.path, e.original, e.outputs.get("md"), e.outputs.get("txt"),
+                e.outputs.get("pdf"), len(e.pages), e.job.sha256))),
+            events.subscribe(ev.FileFailed, lambda e: self.failed(e.path, e.reason)),
+        ]
+
+        def stop() -> None:
+            for unsubscribe in stops:
+                unsubscribe()
+
+        return stop
 
     def hold(self) -> None:
         """An outcome is being recorded: the batch is not done before ``release``."""
