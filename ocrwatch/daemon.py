@@ -24,6 +24,7 @@ from ocrwatch.config import Config
 from ocrwatch.config import reload as reloading
 from ocrwatch.context import Context
 from ocrwatch.core.errors import DaemonError, OcrwatchError, StateError
+from ocrwatch.core.events import Events
 from ocrwatch.core.progress import PageCounts, Progress, Waiting, estimate
 from ocrwatch.core.status import EngineStatus, Reading, Status
 from ocrwatch.core.version import __version__
@@ -243,6 +244,11 @@ class Daemon:
         self.scheduler.resume()
         self._paused_flag.set("0")
         log.info("resumed")
+
+    @property
+    def events(self) -> Events:
+        """What happens to each file, for listeners in this process (the tray)."""
+        return self.ctx.events
 
     @property
     def paused(self) -> bool:

@@ -98,7 +98,7 @@ def test_the_metrics_count_what_the_stream_tells() -> None:
                for k in ("input", "engine", "timeout", "disk", "crash", "other")) == 1
 
 
-def test_a_daemons_stream_tells_a_files_way_through(tmp_path: Path) -> None:
+def test_a_daemons_stream_tells_a_files_way_through(tmp_path: Path, home: Path) -> None:
     """A real inbox, the fake engine: queued, page read, about to commit, done, in that
     order, with the outputs written; then a file that fails."""
     config = make_config(tmp_path, on_success="archive", archive_dir=tmp_path / "archive")
@@ -131,3 +131,22 @@ def test_a_daemons_stream_tells_a_files_way_through(tmp_path: Path) -> None:
     failed = next(e for e in seen if isinstance(e, ev.FileFailed))
     assert failed.path == inbox / "bad.png" and failed.reason
     assert kinds.count("OutcomeStarted") == kinds.count("OutcomeEnded")
+
+
+def test_the_tray_redraws_at_once_on_a_files_event_and_stops_listening() -> None:
+    from daemon_standin import StandInDaemon
+
+    from ocrwatch.tray.menu import TrayController
+
+    stream = ev.Events()
+    controller = TrayController(StandInDaemon())
+    stop = controller.listen(stream)
+    stream.publish(ev.PageRead("fake", 0.1, []))  # not news for the tray
+    assert not controller.wake.is_set()
+    stream.publish(ev.FileFailed(Path("a.png"), "broken"))
+    assert controller.wake.is_set()
+    controller.wake.clear()
+    stop()
+    stream.publish(ev.FileDone(Job(1, Path("a.png"), None, 1, 1, State.DONE, 1), [], "fake",
+                               Path("a.png")))
+    assert not controller.wake.is_set()
