@@ -50,8 +50,6 @@ class Context:
     events: Events = field(default_factory=Events)
 
     def __post_init__(self) -> None:
-        self.after.listen(self.events)
-        self.metrics.listen(self.events)
         if self.scan is None:
             object.__setattr__(self, "scan", ScanPrep(
                 self.config, enabled=registry.scans(self.engine_name),
