@@ -150,3 +150,20 @@ def test_the_tray_redraws_at_once_on_a_files_event_and_stops_listening() -> None
     stream.publish(ev.FileDone(Job(1, Path("a.png"), None, 1, 1, State.DONE, 1), [], "fake",
                                Path("a.png")))
     assert not controller.wake.is_set()
+
+
+def test_a_reloaded_outputs_setting_keeps_one_subscription_each(tmp_path: Path,
+                                                                home: Path) -> None:
+    """The context is replaced when ``outputs`` changes; the hooks and the metrics still
+    hear each event once."""
+    config = make_config(tmp_path)
+    daemon = Daemon(config, engine=FakeEngine())
+    try:
+        before = len(daemon.ctx.events._subscribers)
+        config.outputs = ["md", "txt", "pdf"]
+        daemon._apply_live(("outputs",))
+        assert daemon.ctx.pdf is not None
+        assert len(daemon.ctx.events._subscribers) == before
+        assert daemon.events is daemon.ctx.events
+    finally:
+        daemon.close()

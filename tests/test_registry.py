@@ -120,16 +120,22 @@ def test_an_unknown_engine_is_refused_by_the_config_and_by_create() -> None:
 
 
 def test_each_engine_module_declares_its_record() -> None:
-    from ocrwatch.engines import remote, tesseract
+    from ocrwatch.engines import remote, tesseract_entry
+    from ocrwatch.engines.tesseract import TesseractEngine
     from ocrwatch.engines.vllm import entry
 
-    records = {m.ENGINE.name: m.ENGINE for m in (tesseract, entry, remote)}
+    records = {m.ENGINE.name: m.ENGINE for m in (tesseract_entry, entry, remote)}
     assert {n: registry.get(n) for n in records} == records
     assert records["vllm"].section == "vllm" and records["remote"].section == "remote"
     assert records["tesseract"].languages and not records["vllm"].languages
     fake = registry.get("fake")
     assert fake is not None and not fake.public and not fake.scans
     assert isinstance(registry.create(Config(), "fake"), FakeEngine)
+    tesseract = registry.create(Config(languages=["eng"]), "tesseract")
+    try:
+        assert isinstance(tesseract, TesseractEngine)
+    finally:
+        tesseract.close()
 
 
 # An engine's name compared as a string: the registry answers such questions instead.
@@ -202,6 +208,7 @@ def test_an_engine_is_imported_the_first_time_it_is_asked_for(tmp_path: Path) ->
     assert out[1] == "('auto', 'tesseract', 'vllm', 'remote')"
     assert out[2] == "remote" and "ocrwatch.engines.remote" in out[3]
     assert "ocrwatch.engines.tesseract" not in out[3]
+    assert "'ocrwatch.engines.tesseract_entry'" not in out[3]
     assert "ocrwatch.engines.vllm.entry" not in out[3]
     assert out[4] == "None"  # without the testing switch the fake engine is unknown
 
@@ -213,3 +220,20 @@ def test_with_the_testing_switch_a_script_reads_with_the_fake_engine(tmp_path: P
         "config = load(overrides={'engine': 'fake'})\n"
         "print(type(registry.create(config)).__name__)\n", tmp_path, testing=True)
     assert out == ["FakeEngine"]
+
+
+def test_asking_about_an_engine_imports_its_entry_not_the_engine(tmp_path: Path) -> None:
+    """``ocrwatch status`` wants the Tesseract engine's note, ``doctor`` its checks: its
+    registry entry answers without the engine (Pillow, the text rules) being imported."""
+    out = plain_python(
+        "import sys\n"
+        "from ocrwatch.config import load\n"
+        "from ocrwatch.engines import registry\n"
+        "from ocrwatch.engines.base import Doctor\n"
+        "config = load(overrides={'engine': 'tesseract'})\n"
+        "print(registry.needs(config, Doctor.TESSERACT), registry.read_with('tesseract', config))\n"
+        "registry.note('tesseract', config)\n"
+        f"print(sorted({ENGINE_MODULES}))\n", tmp_path)
+    assert out[0].startswith("True tesseract ")
+    assert "'ocrwatch.engines.tesseract_entry'" in out[1]
+    assert "'ocrwatch.engines.tesseract'" not in out[1]

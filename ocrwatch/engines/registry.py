@@ -36,7 +36,7 @@ TESSERACT, VLLM = "tesseract", "vllm"  # what ``auto`` chooses from
 # first time the engine is asked for. Found by name: the product does not depend on its
 # test package, and a command imports only the engine it uses.
 _MODULES = {
-    "tesseract": "ocrwatch.engines.tesseract",
+    "tesseract": "ocrwatch.engines.tesseract_entry",
     "vllm": "ocrwatch.engines.vllm.entry",
     "remote": "ocrwatch.engines.remote",
     "fake": "ocrwatch.testing",  # registers itself when imported

@@ -24,7 +24,6 @@ from PIL import Image
 from ocrwatch.config import Config
 from ocrwatch.config.languages import (
     available_languages,
-    locale_note,
     prepare_tessdata,
     tessdata_dirs,
 )
@@ -33,7 +32,7 @@ from ocrwatch.core.errors import EngineUnavailable
 from ocrwatch.core.layout import Box, PageLayout, Word
 from ocrwatch.core.textutil import text_to_markdown
 from ocrwatch.core.wordlike import mostly_nonwords, nonword_chars, wordlike_share
-from ocrwatch.engines.base import Doctor, ReadPolicy, Registration
+from ocrwatch.engines.base import ReadPolicy
 from ocrwatch.engines.tesseract_facts import LOW_CONFIDENCE
 from ocrwatch.pages import memory
 
@@ -460,5 +459,3 @@ def _shrink(box: tuple[int, ...], factor: float) -> tuple[int, int, int, int]:
 
 
 # Status notes the desktop's language when Tesseract has no data for it.
-ENGINE = Registration("tesseract", TesseractEngine, doctor=(Doctor.TESSERACT,),
-                      note=lambda config: locale_note(config.languages), languages=True)
