@@ -1,4 +1,4 @@
-"""Counters and histograms fed where pages and files finish, on a registry of their own
+"""Counters and histograms fed by the daemon's events (``listen``), on a registry of their own
 (never the process-wide one: two daemons in one process, as tests run, must not mix).
 
 Always made, cheap (a counter's increment is about a microsecond): only the server is
