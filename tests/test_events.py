@@ -167,3 +167,28 @@ def test_a_reloaded_outputs_setting_keeps_one_subscription_each(tmp_path: Path,
         assert daemon.events is daemon.ctx.events
     finally:
         daemon.close()
+
+
+def test_the_batch_notice_counts_from_the_stream_and_waits_for_the_outcome() -> None:
+    from ocrwatch.config import Config
+    from ocrwatch.hooks.notify import BatchNotice
+
+    stream, sent, idle = ev.Events(), [], [True]
+    notice = BatchNotice(Config(notify_batch=True), lambda: idle[0],
+                         lambda title, body: sent.append((title, body)))
+    notice.listen(stream)
+    job = Job(1, Path("a.png"), None, 1, 1, State.DONE, 1)
+    stream.publish(ev.OutcomeStarted())
+    stream.publish(ev.FileDone(job, [], "fake", Path("a.png")))
+    stream.publish(ev.FileDone(job, [], "fake", Path("a.png")))
+    stream.publish(ev.FileFailed(Path("b.png"), "not an image"))
+    notice.check()
+    assert sent == []  # an outcome is being recorded: the batch is not over
+    stream.publish(ev.OutcomeEnded())
+    idle[0] = False
+    notice.check()
+    assert sent == []  # files still in hand
+    idle[0] = True
+    notice.check()
+    notice.check()  # once per batch
+    assert sent == [("ocrwatch: 3 files read", "2 done, 1 failed:\nb.png: not an image")]
