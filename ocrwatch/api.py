@@ -30,7 +30,6 @@ BATCH = 8  # pages in memory at once: a 500-page PDF is read a few pages at a ti
 
 def _config(config: Config | None, engine: str | None) -> Config:
     from ocrwatch import config as config_mod
-    from ocrwatch.engines import registry  # noqa: F401  (the engine names the config accepts)
 
     if config is None:
         config = config_mod.load(overrides={"engine": engine} if engine else None)
@@ -94,7 +93,6 @@ def search(query: str, *, limit: int = 20, database: str | os.PathLike[str] | No
     ``pages``, ``snippet`` and ``md_path``. The daemon may be running meanwhile."""
     from ocrwatch import config as config_mod
     from ocrwatch.core.errors import IndexUnavailable
-    from ocrwatch.engines import registry  # noqa: F401  (the engine names the config accepts)
     from ocrwatch.store.db import Database
     from ocrwatch.store.index import search as index_search
 

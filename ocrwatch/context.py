@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ocrwatch.config import Config
 from ocrwatch.core.domain import PageText
+from ocrwatch.core.events import Events
 from ocrwatch.engines import registry
 from ocrwatch.hooks.runner import AfterDone
 from ocrwatch.intake.follow import Follower
@@ -24,7 +25,8 @@ from ocrwatch.store.jobs import JobQueue
 @dataclass(frozen=True)
 class Context:
     """What every stage needs: the settings, the queue, the engine's name, and what
-    happens around the sidecars (the searchable PDF, the original's fate, hooks)."""
+    happens around the sidecars (the searchable PDF, the original's fate), and the event
+    stream that tells the rest (hooks, notices, metrics) what happened."""
 
     config: Config
     jobs: JobQueue
@@ -43,6 +45,9 @@ class Context:
     scan: ScanPrep | None = None
     # Pages and files counted for the Prometheus metrics (metrics_address).
     metrics: Recorder = field(default_factory=Recorder)
+    # What happens to each file (ocrwatch/core/events.py): the stages publish, the hooks,
+    # the batch notice, the metrics and the tray listen.
+    events: Events = field(default_factory=Events)
 
     def __post_init__(self) -> None:
         if self.scan is None:

@@ -24,6 +24,7 @@ from ocrwatch.config import Config
 from ocrwatch.config import reload as reloading
 from ocrwatch.context import Context
 from ocrwatch.core.errors import DaemonError, OcrwatchError, StateError
+from ocrwatch.core.events import Events
 from ocrwatch.core.progress import PageCounts, Progress, Waiting, estimate
 from ocrwatch.core.status import EngineStatus, Reading, Status
 from ocrwatch.core.version import __version__
@@ -42,7 +43,7 @@ from ocrwatch.metrics.server import MetricsServer
 from ocrwatch.metrics.vllm import VllmCollector
 from ocrwatch.pages.thumbs import Thumbnails
 from ocrwatch.results.lifecycle import Lifecycle
-from ocrwatch.results.outputs import PdfMaker
+from ocrwatch.results.outputs import PdfMaker, WordBoxes
 from ocrwatch.scheduler import Scheduler
 from ocrwatch.store.db import display_path
 from ocrwatch.store.jobfiles import Seen
@@ -50,6 +51,14 @@ from ocrwatch.store.jobs import CRASH_LIMIT, CRASHED_REASON, JobQueue, Recovered
 from ocrwatch.store.status_facts import IndexFacts, SettingWriter, StatusReader, read_facts
 
 log = logging.getLogger(__name__)
+
+
+def word_boxes(config: Config) -> WordBoxes:
+    """What finds the words' boxes for the searchable PDF on pages read without them: the
+    Tesseract engine, handed to the results from here (they do not import the engines)."""
+    from ocrwatch.engines.tesseract import TesseractEngine
+
+    return TesseractEngine(config)
 
 
 class SearchPage(Protocol):
@@ -114,11 +123,14 @@ class Daemon:
         self.ctx = Context(
             config, self.jobs, self.choice.name, self.read_with,
             # What happens around the sidecars: the PDF, the original's fate, hooks.
-            pdf=PdfMaker(config) if "pdf" in config.outputs else None,
+            pdf=PdfMaker(config, word_boxes) if "pdf" in config.outputs else None,
             lifecycle=Lifecycle(config, self.db),
             after=AfterDone(config, self.is_idle),
             follower=self.follower, thumbs=self.thumbs,
         )
+        # Once for the daemon: a context replaced later (``outputs`` reloaded) keeps them.
+        self.ctx.after.listen(self.ctx.events)
+        self.ctx.metrics.listen(self.ctx.events)
         self.scheduler = Scheduler(self.ctx, self.engine,
                                    paused=self.db.get_setting("paused") == "1")
         self._stopping = threading.Event()
@@ -247,6 +259,11 @@ class Daemon:
         log.info("resumed")
 
     @property
+    def events(self) -> Events:
+        """What happens to each file, for listeners in this process (the tray)."""
+        return self.ctx.events
+
+    @property
     def paused(self) -> bool:
         return self.scheduler.paused
 
@@ -329,7 +346,8 @@ class Daemon:
             if wants_pdf != (self.ctx.pdf is not None):
                 old = self.ctx.pdf
                 # The context is frozen: files already in hand finish with the one they got.
-                self.ctx = replace(self.ctx, pdf=PdfMaker(self.config) if wants_pdf else None)
+                self.ctx = replace(self.ctx, pdf=PdfMaker(self.config, word_boxes)
+                                                   if wants_pdf else None)
                 self.scheduler.ctx = self.ctx
                 if old is not None:
                     old.close()
@@ -376,7 +394,8 @@ class Daemon:
         from ocrwatch.rewrite import missing_outputs
 
         pdf = self.ctx.pdf
-        made = PdfMaker(self.config) if pdf is None and "pdf" in self.config.outputs else None
+        made = (PdfMaker(self.config, word_boxes)
+                if pdf is None and "pdf" in self.config.outputs else None)
         try:
             written = missing_outputs(self.ctx, pdf or made)
         finally:

@@ -3,8 +3,10 @@
 :func:`finish` carries a :class:`~ocrwatch.context.Verdict` out for a job and its
 identical copies: :func:`publish` writes the outputs (PDF, .md, .txt, all or none) and
 then the index rows and ``done`` in one transaction; :func:`after_success` archives or
-deletes the original and runs the hooks; :func:`fail` records the reason (and moves
-the file to ``failed/`` when asked); :func:`defer` queues it again with backoff.
+deletes the original; :func:`fail` records the reason (and moves the file to ``failed/``
+when asked); :func:`defer` queues it again with backoff. Each says what happened on the
+context's event stream (``ctx.events``), which the hooks, the notices and the metrics
+follow.
 """
 
 from __future__ import annotations
@@ -15,10 +17,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ocrwatch.core import events as ev
 from ocrwatch.core.domain import DOUBT_NOTE, Job, PageText, doubt_of
 from ocrwatch.core.errors import InputError, OcrwatchError, TransientError
 from ocrwatch.fs.safeopen import original_mode, root_of, source_root
-from ocrwatch.hooks.runner import Finished
 from ocrwatch.results.lifecycle import move_failure, output_folder
 from ocrwatch.results.retire import disposal, why_keep
 from ocrwatch.results.sidecar import UserEdits, pdf_path, sidecar_mark, write_sidecars
@@ -97,11 +99,12 @@ def publish(ctx: Context, job: Job, pages: list[PageText], engine: str) -> Path 
             # Only a complete, verified read may part with the original.
             keep = why_keep(ctx.config, job.path, pages, {"md": md, "txt": txt, "pdf": pdf})
             retire = "kept" if keep else "pending"
-        ctx.after.expect(job.path, md, txt, pdf, len(pages))  # on_done survives a kill now
+        # Before the commit: a listener's record of it (on_done's) survives a kill now.
+        ctx.events.publish(ev.FileCommitting(job.path, _outputs(md, txt, pdf), len(pages)))
         if not ctx.jobs.complete(job.id, pages, engine=engine, md_path=md, txt_path=txt,
                                  sha256=job.sha256, read_with=ctx.read_with,
                                  retire=retire, retire_reason=keep):
-            ctx.after.forget(job.path)
+            ctx.events.publish(ev.FileNotCommitted(job.path))
             # The content changed (it is queued again) or the file is gone: then
             # these outputs belong to nothing.
             if not ctx.jobs.files.exists(job.id):
@@ -111,30 +114,31 @@ def publish(ctx: Context, job: Job, pages: list[PageText], engine: str) -> Path 
             log.info("%s changed or went away while it was read: result dropped", job.display)
             return None
     except (TransientError, InputError) as exc:
-        ctx.after.forget(job.path)
+        ctx.events.publish(ev.FileNotCommitted(job.path))
         refuse(ctx, job, exc)
         return None
     except OSError as exc:
-        ctx.after.forget(job.path)
+        ctx.events.publish(ev.FileNotCommitted(job.path))
         if not is_disk_full(exc):
             raise
         ctx.jobs.defer(job.id, "the disk is full", ctx.config.max_attempts, job.sha256)
         return None
-    ctx.metrics.file_done(job, pages, engine)
     result = md or txt or pdf
     log.info("done: %s (%d page%s) -> %s", job.display, len(pages),
              "" if len(pages) == 1 else "s", result.name if result else "")
     if keep:
         log.warning("%s: the original is kept, not %s: %s", job.display,
                     "archived" if mode == "archive" else "deleted", keep)
-    return after_success(ctx, job, md, txt, pdf, len(pages),
+    return after_success(ctx, job, md, txt, pdf, pages, engine,
                          mode=mode if retire == "pending" else "keep") or result
 
 
 def after_success(ctx: Context, job: Job, md: Path | None, txt: Path | None,
-                  pdf: Path | None, pages: int, *, mode: str = "keep") -> Path | None:
+                  pdf: Path | None, pages: Sequence[PageText], engine: str, *,
+                  mode: str = "keep") -> Path | None:
     """``mode`` ("keep", "archive", "delete": :func:`disposal`'s answer for a read whose
-    original may go), then on_done and the batch count.
+    original may go), then :class:`~ocrwatch.core.events.FileDone` (on_done, the batch
+    count, the metrics).
 
     Returns the Markdown sidecar's new place when it moved with the original.
     """
@@ -160,7 +164,9 @@ def after_success(ctx: Context, job: Job, md: Path | None, txt: Path | None,
             original = outcome.original
             md, txt, pdf = (outcome.sidecars.get(p, p) if p else None for p in (md, txt, pdf))
             moved = md
-    ctx.after.done(Finished(job.path, original, md, txt, pdf, pages, job.sha256))
+            if original != job.path:
+                ctx.events.publish(ev.OriginalRetired(job.path, original))
+    ctx.events.publish(ev.FileDone(job, pages, engine, original, _outputs(md, txt, pdf)))
     return moved
 
 
@@ -169,8 +175,7 @@ def fail(ctx: Context, job: Job, reason: str) -> None:
     log.warning("failed: %s: %s", job.display, reason)
     if not ctx.jobs.fail(job.id, reason, job.sha256):
         return  # the file changed or went away meanwhile: this failure is moot
-    ctx.metrics.file_failed(reason)
-    ctx.after.failed(job.path, reason)
+    ctx.events.publish(ev.FileFailed(job.path, reason))
     if ctx.config.failed_dir is not None and root_of(job.path, ctx.config.inbox) is not None:
         # Only a watched folder's files: one named to `ocrwatch add` stays where it is.
         from ocrwatch.results.failed import move_failed
@@ -181,7 +186,7 @@ def fail(ctx: Context, job: Job, reason: str) -> None:
 def defer(ctx: Context, job: Job, reason: str) -> None:
     """A passing trouble: queued again with backoff, failed after ``max_attempts``."""
     again = ctx.jobs.defer(job.id, reason, ctx.config.max_attempts, job.sha256)
-    (ctx.metrics.file_retried if again else ctx.metrics.file_failed)(reason)
+    ctx.events.publish(ev.FileDeferred(job.path, reason, again))
     log.warning("%s: %s (%s)", job.display, reason, "will retry" if again else "giving up")
 
 
@@ -191,6 +196,12 @@ def refuse(ctx: Context, job: Job, exc: TransientError | InputError) -> None:
         defer(ctx, job, str(exc))
     else:
         fail(ctx, job, str(exc))
+
+
+def _outputs(md: Path | None, txt: Path | None, pdf: Path | None) -> dict[str, Path]:
+    """The outputs written, by name."""
+    return {name: path for name, path in (("md", md), ("txt", txt), ("pdf", pdf))
+            if path is not None}
 
 
 def _noted(page: PageText) -> PageText:

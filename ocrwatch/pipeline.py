@@ -39,6 +39,7 @@ from ocrwatch.core.errors import (
     TransientError,
     os_reason,
 )
+from ocrwatch.core.events import FileQueued
 from ocrwatch.core.textutil import text_to_markdown
 from ocrwatch.engines import Engine
 from ocrwatch.engines.tesseract_facts import LOW_CONFIDENCE
@@ -118,6 +119,7 @@ def consider(ctx: Context, path: Path, asked: str | None = None) -> Seen | None:
         raise
     if seen is not Seen.UNCHANGED:
         log.info("queued %s (%s)", path, seen.value)
+        ctx.events.publish(FileQueued(path, changed=seen is Seen.CHANGED))
     return seen
 
 

@@ -30,6 +30,7 @@ from ocrwatch.context import Context
 from ocrwatch.core import cpus
 from ocrwatch.core.domain import Job, Page, PageText
 from ocrwatch.core.errors import OcrwatchError, TransientError
+from ocrwatch.core.events import OutcomeEnded, OutcomeStarted, PageRead
 from ocrwatch.core.status import PageRate, Reading
 from ocrwatch.core.threads import Loop, Service
 from ocrwatch.engines import Engine
@@ -363,8 +364,8 @@ class Scheduler:
                                 if live else ([], None))
         self.rate.add(sum(1 for r in results if not r.error))
         asked = live and unavailable is None and item.page.text is None and not item.page.blank
-        self.ctx.metrics.page_read(self.ctx.engine_name,
-                                   time.monotonic() - began if asked else None, results)
+        self.ctx.events.publish(PageRead(self.ctx.engine_name,
+                                         time.monotonic() - began if asked else None, results))
         complete = False
         with self._cond:
             self._in_engine -= 1
@@ -411,7 +412,9 @@ class Scheduler:
             jobs = [work.job, *work.followers]
             results, expected = dict(work.results), work.expected
             self._finishing += 1
-            self.ctx.after.hold()  # no "batch done" while this outcome is being recorded
+            # Under the lock, so that no "batch done" comes between this file leaving the
+            # works and its outcome being recorded (listeners must be quick).
+            self.ctx.events.publish(OutcomeStarted())
         try:
             verdict = pipeline.judge(results, expected, error=work.error,
                                      transient=work.transient)
@@ -422,5 +425,5 @@ class Scheduler:
         finally:
             with self._cond:
                 self._finishing -= 1
-            self.ctx.after.release()
+            self.ctx.events.publish(OutcomeEnded())
             self.wake()

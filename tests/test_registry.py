@@ -1,10 +1,13 @@
 """The engine registry: one record per engine drives the config, the command line, doctor,
-status and the daemon; test-only engines are registered by ocrwatch.testing alone."""
+status and the daemon; test-only engines are registered by ocrwatch.testing alone. The
+registry fills itself on first use: the config and the command line import no engine."""
 
 from __future__ import annotations
 
 import argparse
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,7 +32,7 @@ USER_ENGINES = ("auto", "tesseract", "vllm", "remote")
 def probe(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Config]]:
     """A new engine, "probe", registered for one test: what a new engine module does."""
     monkeypatch.setattr(registry, "_ENGINES", dict(registry._ENGINES))
-    monkeypatch.setattr(schema, "_ENGINES", list(schema.engine_names()))
+    monkeypatch.setattr(schema, "_ENGINES", list(schema._ENGINES))
     built: list[Config] = []
 
     def build(config: Config) -> Engine:
@@ -117,16 +120,22 @@ def test_an_unknown_engine_is_refused_by_the_config_and_by_create() -> None:
 
 
 def test_each_engine_module_declares_its_record() -> None:
-    from ocrwatch.engines import remote, tesseract
+    from ocrwatch.engines import remote, tesseract_entry
+    from ocrwatch.engines.tesseract import TesseractEngine
     from ocrwatch.engines.vllm import entry
 
-    records = {m.ENGINE.name: m.ENGINE for m in (tesseract, entry, remote)}
+    records = {m.ENGINE.name: m.ENGINE for m in (tesseract_entry, entry, remote)}
     assert {n: registry.get(n) for n in records} == records
     assert records["vllm"].section == "vllm" and records["remote"].section == "remote"
     assert records["tesseract"].languages and not records["vllm"].languages
     fake = registry.get("fake")
     assert fake is not None and not fake.public and not fake.scans
     assert isinstance(registry.create(Config(), "fake"), FakeEngine)
+    tesseract = registry.create(Config(languages=["eng"]), "tesseract")
+    try:
+        assert isinstance(tesseract, TesseractEngine)
+    finally:
+        tesseract.close()
 
 
 # An engine's name compared as a string: the registry answers such questions instead.
@@ -148,3 +157,83 @@ def test_no_engine_names_are_compared_outside_the_engines() -> None:
                 continue  # "auto" is also a value of pdfa, observer, pdf_text...
             found.append(f"{rel}:{number}: {line.strip()}")
     assert found == []
+
+
+def test_the_registrys_modules_are_the_configs_engines() -> None:
+    """A name the config accepts has a module that declares it, and the other way round."""
+    assert set(registry._MODULES) == {*schema.ENGINES, *schema.TESTING_ENGINES}
+
+
+def plain_python(code: str, tmp_path: Path, testing: bool = False) -> list[str]:
+    """Run ``code`` in a fresh interpreter, as a user's script would (no test package, no
+    registry imported first); its printed lines."""
+    env = child_env(tmp_path / "home")
+    if not testing:
+        env.pop("OCRWATCH_TESTING")
+    env["PYTHONPATH"] = str(PACKAGE.parent)
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=60, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+ENGINE_MODULES = ("[m for m in sys.modules if m.startswith('ocrwatch.engines') "
+                  "or m == 'ocrwatch.testing']")
+
+
+def test_a_scripts_load_works_on_the_default_config_and_imports_no_engine(
+        tmp_path: Path) -> None:
+    out = plain_python(
+        "import sys\n"
+        "from ocrwatch.config import load\n"
+        "config = load()\n"
+        "print(config.engine)\n"
+        f"print(sorted({ENGINE_MODULES}))\n"
+        "config = load(overrides={'engine': 'remote'})\n"
+        "print(config.engine)\n", tmp_path)
+    assert out == ["auto", "[]", "remote"]
+
+
+def test_an_engine_is_imported_the_first_time_it_is_asked_for(tmp_path: Path) -> None:
+    out = plain_python(
+        "import sys\n"
+        "from ocrwatch.engines import registry\n"
+        f"print(sorted({ENGINE_MODULES}))\n"
+        "print(registry.names(public_only=True))\n"
+        "print(registry.get('remote').section)\n"
+        f"print(sorted({ENGINE_MODULES}))\n"
+        "print(registry.get('fake'))\n", tmp_path)
+    assert out[0] == "['ocrwatch.engines', 'ocrwatch.engines.base', 'ocrwatch.engines.gpu', " \
+                     "'ocrwatch.engines.registry']"
+    assert out[1] == "('auto', 'tesseract', 'vllm', 'remote')"
+    assert out[2] == "remote" and "ocrwatch.engines.remote" in out[3]
+    assert "ocrwatch.engines.tesseract" not in out[3]
+    assert "'ocrwatch.engines.tesseract_entry'" not in out[3]
+    assert "ocrwatch.engines.vllm.entry" not in out[3]
+    assert out[4] == "None"  # without the testing switch the fake engine is unknown
+
+
+def test_with_the_testing_switch_a_script_reads_with_the_fake_engine(tmp_path: Path) -> None:
+    out = plain_python(
+        "from ocrwatch.config import load\n"
+        "from ocrwatch.engines import registry\n"
+        "config = load(overrides={'engine': 'fake'})\n"
+        "print(type(registry.create(config)).__name__)\n", tmp_path, testing=True)
+    assert out == ["FakeEngine"]
+
+
+def test_asking_about_an_engine_imports_its_entry_not_the_engine(tmp_path: Path) -> None:
+    """``ocrwatch status`` wants the Tesseract engine's note, ``doctor`` its checks: its
+    registry entry answers without the engine (Pillow, the text rules) being imported."""
+    out = plain_python(
+        "import sys\n"
+        "from ocrwatch.config import load\n"
+        "from ocrwatch.engines import registry\n"
+        "from ocrwatch.engines.base import Doctor\n"
+        "config = load(overrides={'engine': 'tesseract'})\n"
+        "print(registry.needs(config, Doctor.TESSERACT), registry.read_with('tesseract', config))\n"
+        "registry.note('tesseract', config)\n"
+        f"print(sorted({ENGINE_MODULES}))\n", tmp_path)
+    assert out[0].startswith("True tesseract ")
+    assert "'ocrwatch.engines.tesseract_entry'" in out[1]
+    assert "'ocrwatch.engines.tesseract'" not in out[1]

@@ -10,7 +10,6 @@ from typing import Any
 
 from ocrwatch import config as config_mod
 from ocrwatch.cli.termsafe import safe_lines
-from ocrwatch.engines import registry  # noqa: F401  (registers the engines the config accepts)
 
 log = logging.getLogger("ocrwatch")
 

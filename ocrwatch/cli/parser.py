@@ -7,15 +7,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ocrwatch.engines import registry
+from ocrwatch.config import schema
 from ocrwatch.store.index import MAX_HITS, QUERY_SECONDS
 
 
 def _engine(value: str) -> str:
-    # Test-only engines are accepted once registered, never offered.
-    if value not in registry.names():
-        raise argparse.ArgumentTypeError(
-            f"{value!r} is not an engine; choose {', '.join(registry.names(public_only=True))}")
+    # Test-only engines are accepted where the testing switch is set, never offered;
+    # the names are the config's, so parsing imports no engine.
+    if value not in schema.engine_names():
+        offered = ", ".join(schema.engine_names(public_only=True))
+        raise argparse.ArgumentTypeError(f"{value!r} is not an engine; choose {offered}")
     return value
 
 
@@ -70,7 +71,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 def _overrides(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engine", type=_engine, metavar="ENGINE",
-                   help=f"OCR engine: {', '.join(registry.names(public_only=True))}")
+                   help=f"OCR engine: {', '.join(schema.engine_names(public_only=True))}")
     p.add_argument("--inbox", action="append", type=Path, metavar="DIR",
                    help="folder to watch (repeat for several; replaces the configured ones)")
     p.add_argument("--output-dir", type=Path, metavar="DIR",

@@ -14,6 +14,9 @@ from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 
+from ocrwatch.core.errors import EngineUnavailable
+from ocrwatch.fs import paths
+
 
 @functools.cache
 def tesseract_names() -> dict[str, str]:
@@ -98,3 +101,38 @@ def locale_note(languages: list[str], environ: Mapping[str, str] | None = None,
     return (f"the desktop's language ({desktop_locale(environ)}) is not read: Tesseract "
             f"has no data for {lang}; install it (Debian/Ubuntu: sudo apt install {package}; "
             "macOS: brew install tesseract-lang) to read it too")
+
+
+def prepare_tessdata(languages: list[str], explicit: Path | None = None) -> Path:
+    """One folder with every wanted language, linked from wherever each is installed.
+
+    English may come from a pip wheel and French from the system's packages; Tesseract
+    takes a single folder, so ocrwatch links them side by side in its cache. Here, below
+    the engines, because the page checks' Tesseract (orientation) needs it too.
+    """
+    have = available_languages(explicit)
+    missing = [lang for lang in languages if lang not in have]
+    if missing:
+        hint = " ".join(f"tesseract-ocr-{m.replace('_', '-').lower()}" for m in missing)
+        raise EngineUnavailable(
+            f"Tesseract has no data for {', '.join(missing)}. Install it (Debian/Ubuntu: "
+            f"`sudo apt install {hint}`; macOS: `brew install tesseract-lang`), point "
+            "`tessdata` in the config at a folder holding "
+            f"{', '.join(m + '.traineddata' for m in missing)}, or change `languages`. "
+            f"Installed: {', '.join(sorted(have)) or 'none'}."
+        )
+    folders = {have[lang].parent for lang in languages}
+    if len(folders) == 1:
+        return folders.pop()
+    merged = paths.data_dir() / "tessdata"
+    merged.mkdir(parents=True, exist_ok=True)
+    for lang in [*languages, "osd"]:
+        if lang not in have:
+            continue
+        link = merged / f"{lang}.traineddata"
+        if link.is_symlink() or link.exists():
+            if link.resolve() == have[lang].resolve():
+                continue
+            link.unlink()
+        link.symlink_to(have[lang])
+    return merged

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -9,20 +10,32 @@ from typing import Any
 from ocrwatch.config.languages import default_languages
 from ocrwatch.fs import paths
 
-# The values ``engine`` takes: "auto" and each registered engine's name. The engines import
-# the config, so the config cannot list them: ocrwatch/engines/registry.py adds each here.
-_ENGINES: list[str] = []
+# The values ``engine`` takes, as data: the engines import the config, so the config names
+# them without importing any. "auto" leaves the choice to the engine registry
+# (ocrwatch/engines/registry.py), which imports an engine's module the first time it is
+# asked for that engine; a name added here needs its module listed there
+# (tests/test_registry.py checks that they agree).
+AUTO_ENGINE = "auto"
+ENGINES = ("tesseract", "vllm", "remote")  # offered to users, in this order
+# Engines of the test suite (ocrwatch/testing/), accepted only where TESTING_VARIABLE is "1".
+TESTING_ENGINES = ("fake",)
+# Engines registered at run time beyond these (a plugin's; a test's probe): name, offered.
+_ENGINES: list[tuple[str, bool]] = []
 
 
-def allow_engine(name: str) -> None:
-    """Accept ``engine = name`` (called by the engine registry)."""
-    if name not in _ENGINES:
-        _ENGINES.append(name)
+def allow_engine(name: str, public: bool = True) -> None:
+    """Accept ``engine = name`` too (called by the engine registry for an engine registered
+    at run time); ``public``: offered to users on the command line."""
+    if name not in engine_names():
+        _ENGINES.append((name, public))
 
 
-def engine_names() -> tuple[str, ...]:
-    """The values ``engine`` may take, in the order they were registered."""
-    return tuple(_ENGINES)
+def engine_names(public_only: bool = False) -> tuple[str, ...]:
+    """The values ``engine`` may take: ``auto``, the engines shipped, the test suite's where
+    TESTING_VARIABLE is set (unless ``public_only``), then those registered at run time."""
+    testing = () if public_only or os.environ.get(TESTING_VARIABLE) != "1" else TESTING_ENGINES
+    return (AUTO_ENGINE, *ENGINES, *testing,
+            *(name for name, public in _ENGINES if public or not public_only))
 
 
 OBSERVERS = ("auto", "native", "polling")
@@ -97,7 +110,7 @@ class Config:
     inbox: list[Path] = field(default_factory=lambda: [paths.default_inbox()])
     output_dir: Path | None = None  # None: sidecars beside the originals
     database: Path = field(default_factory=paths.default_database)
-    engine: str = "auto"
+    engine: str = AUTO_ENGINE
     # English and the desktop's language when Tesseract has data for it.
     languages: list[str] = field(default_factory=default_languages)
     tessdata: Path | None = None  # None: look in the usual places

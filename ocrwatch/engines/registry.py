@@ -1,20 +1,26 @@
 """The engine registry: every engine's name, config section, doctor checks and status note.
 
-Each engine module declares one :class:`Registration` (``ENGINE``) and is listed here once;
+Each engine module declares one :class:`Registration` (``ENGINE``) and is listed in
+``_MODULES`` below, its name in the config's ``ENGINES`` (``ocrwatch/config/schema.py``);
 the config's allowed ``engine`` values, the command line's choices, ``ocrwatch doctor``,
 ``ocrwatch status`` and the daemon ask this module instead of comparing names. A new
-engine is one module and one line below.
+engine is one module, one line below and its name in the config.
 
-Engines for tests only (the fake engine) live in :mod:`ocrwatch.testing`, which registers
-them when imported; ``OCRWATCH_TESTING=1`` in the environment imports it here, so that the
-test suite's daemon processes can run them. Users are never offered them.
+The registry fills itself on first use: an engine's module is imported the first time its
+engine is asked for (``get``), so that importing this module, or the config, costs no
+engine's imports (httpx for the remote engine, the vLLM worker's plumbing); a command that
+never builds or asks about an engine never imports one.
+
+Engines for tests only (the fake engine) live in :mod:`ocrwatch.testing`; where
+``OCRWATCH_TESTING=1`` is set in the environment the config accepts them and this module
+imports that package when one is asked for, so that the test suite's daemon processes can
+run them. Users are never offered them.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
-import os
 from dataclasses import dataclass
 
 from ocrwatch.config import Config, schema
@@ -22,8 +28,19 @@ from ocrwatch.core.errors import EngineUnavailable
 from ocrwatch.engines import gpu as gpus
 from ocrwatch.engines.base import Engine, Registration
 
-AUTO = "auto"  # the engine value that leaves the choice to :func:`choose`
-TESTING_VARIABLE = schema.TESTING_VARIABLE  # "1": register the test-only engines too
+AUTO = schema.AUTO_ENGINE  # the engine value that leaves the choice to :func:`choose`
+TESTING_VARIABLE = schema.TESTING_VARIABLE  # "1": the test-only engines are accepted too
+TESSERACT, VLLM = "tesseract", "vllm"  # what ``auto`` chooses from
+
+# Where each engine the config names is declared (its module's ``ENGINE``), imported the
+# first time the engine is asked for. Found by name: the product does not depend on its
+# test package, and a command imports only the engine it uses.
+_MODULES = {
+    "tesseract": "ocrwatch.engines.tesseract_entry",
+    "vllm": "ocrwatch.engines.vllm.entry",
+    "remote": "ocrwatch.engines.remote",
+    "fake": "ocrwatch.testing",  # registers itself when imported
+}
 
 
 @dataclass(frozen=True)
@@ -32,26 +49,31 @@ class Choice:
     why: str
 
 
-_ENGINES: dict[str, Registration] = {}
-
-
-schema.allow_engine(AUTO)
+_ENGINES: dict[str, Registration] = {}  # the engines loaded or registered so far
 
 
 def register(entry: Registration) -> None:
     """Add an engine; the config accepts its name from now on."""
     _ENGINES[entry.name] = entry
-    schema.allow_engine(entry.name)
+    schema.allow_engine(entry.name, public=entry.public)
 
 
 def get(name: str) -> Registration | None:
-    """The engine called ``name``; None for ``auto`` and for names never registered."""
-    return _ENGINES.get(name)
+    """The engine called ``name``, its module imported on first use; None for ``auto`` and
+    for names the config does not accept."""
+    entry = _ENGINES.get(name)
+    if entry is None and name in _MODULES and name in schema.engine_names():
+        module = importlib.import_module(_MODULES[name])
+        declared = getattr(module, "ENGINE", None)
+        if isinstance(declared, Registration) and declared.name not in _ENGINES:
+            register(declared)
+        entry = _ENGINES.get(name)
+    return entry
 
 
 def names(*, public_only: bool = False) -> tuple[str, ...]:
-    """``auto`` and every engine's name, in registration order."""
-    return (AUTO, *(e.name for e in _ENGINES.values() if e.public or not public_only))
+    """``auto`` and every engine's name, in the order offered; imports no engine."""
+    return schema.engine_names(public_only=public_only)
 
 
 def needs(config: Config, check: str) -> bool | None:
@@ -96,11 +118,11 @@ def choose(config: Config) -> Choice:
     gpu = gpus.gpu_name()
     has_vllm = importlib.util.find_spec("vllm") is not None
     if gpu and has_vllm:
-        return Choice(vllm.ENGINE.name, f"CUDA GPU found ({gpu}) and vLLM is installed")
+        return Choice(VLLM, f"CUDA GPU found ({gpu}) and vLLM is installed")
     if gpu:
-        return Choice(tesseract.ENGINE.name, f"CUDA GPU found ({gpu}) but vLLM is not "
-                                             "installed: install the 'gpu' extra to use it")
-    return Choice(tesseract.ENGINE.name, "no CUDA GPU found, using the CPU engine")
+        return Choice(TESSERACT, f"CUDA GPU found ({gpu}) but vLLM is not "
+                                 "installed: install the 'gpu' extra to use it")
+    return Choice(TESSERACT, "no CUDA GPU found, using the CPU engine")
 
 
 def create(config: Config, name: str | None = None) -> Engine:
@@ -110,16 +132,3 @@ def create(config: Config, name: str | None = None) -> Engine:
     if entry is None:
         raise EngineUnavailable(f"unknown engine {name!r}")
     return entry.build(config)
-
-
-# The engines, in the order they are offered. Imported last: each module imports the
-# Registration above.
-from ocrwatch.engines import remote, tesseract  # noqa: E402
-from ocrwatch.engines.vllm import entry as vllm  # noqa: E402
-
-for _module in (tesseract, vllm, remote):
-    register(_module.ENGINE)
-
-if os.environ.get(TESTING_VARIABLE) == "1":
-    # Found by name: the product does not depend on its test package.
-    importlib.import_module("ocrwatch.testing")

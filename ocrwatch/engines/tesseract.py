@@ -17,21 +17,23 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from PIL import Image
 
 from ocrwatch.config import Config
-from ocrwatch.config.languages import available_languages, locale_note, tessdata_dirs
+from ocrwatch.config.languages import (
+    available_languages,
+    prepare_tessdata,
+    tessdata_dirs,
+)
 from ocrwatch.core.domain import Page, PageText
 from ocrwatch.core.errors import EngineUnavailable
 from ocrwatch.core.layout import Box, PageLayout, Word
 from ocrwatch.core.textutil import text_to_markdown
 from ocrwatch.core.wordlike import mostly_nonwords, nonword_chars, wordlike_share
-from ocrwatch.engines.base import Doctor, ReadPolicy, Registration
+from ocrwatch.engines.base import ReadPolicy
 from ocrwatch.engines.tesseract_facts import LOW_CONFIDENCE
-from ocrwatch.fs import paths
 from ocrwatch.pages import memory
 
 __all__ = ["TesseractEngine", "available_languages", "tessdata_dirs", "text_to_markdown"]
@@ -79,40 +81,6 @@ TORN_NUMERIC = 0.25
 TORN_BESIDE = 0.6
 ROWS_KEEP = 0.9
 SECOND_SLACK = 0.02  # better(): how much less clean a second reading may be and still win
-
-
-def prepare_tessdata(languages: list[str], explicit: Path | None = None) -> Path:
-    """One folder with every wanted language, linked from wherever each is installed.
-
-    English may come from a pip wheel and French from the system's packages; Tesseract
-    takes a single folder, so ocrwatch links them side by side in its cache.
-    """
-    have = available_languages(explicit)
-    missing = [lang for lang in languages if lang not in have]
-    if missing:
-        hint = " ".join(f"tesseract-ocr-{m.replace('_', '-').lower()}" for m in missing)
-        raise EngineUnavailable(
-            f"Tesseract has no data for {', '.join(missing)}. Install it (Debian/Ubuntu: "
-            f"`sudo apt install {hint}`; macOS: `brew install tesseract-lang`), point "
-            "`tessdata` in the config at a folder holding "
-            f"{', '.join(m + '.traineddata' for m in missing)}, or change `languages`. "
-            f"Installed: {', '.join(sorted(have)) or 'none'}."
-        )
-    folders = {have[lang].parent for lang in languages}
-    if len(folders) == 1:
-        return folders.pop()
-    merged = paths.data_dir() / "tessdata"
-    merged.mkdir(parents=True, exist_ok=True)
-    for lang in [*languages, "osd"]:
-        if lang not in have:
-            continue
-        link = merged / f"{lang}.traineddata"
-        if link.is_symlink() or link.exists():
-            if link.resolve() == have[lang].resolve():
-                continue
-            link.unlink()
-        link.symlink_to(have[lang])
-    return merged
 
 
 def source_resolution(page: Page) -> int:
@@ -491,5 +459,3 @@ def _shrink(box: tuple[int, ...], factor: float) -> tuple[int, int, int, int]:
 
 
 # Status notes the desktop's language when Tesseract has no data for it.
-ENGINE = Registration("tesseract", TesseractEngine, doctor=(Doctor.TESSERACT,),
-                      note=lambda config: locale_note(config.languages), languages=True)

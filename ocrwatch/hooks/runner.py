@@ -31,16 +31,18 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
 import psutil
 
 from ocrwatch.config import Config
+from ocrwatch.core import events as ev
 from ocrwatch.core.hookshell import PLACEHOLDERS, HookRefused, shell_safe
 from ocrwatch.core.threads import Service
 from ocrwatch.hooks.loops import HookLoops
+from ocrwatch.hooks.notify import BatchNotice
 from ocrwatch.hooks.queue import Entry, HookJournal, folder_for, trace_for
 
 log = logging.getLogger(__name__)
@@ -61,12 +63,6 @@ class Finished:
     pdf: Path | None = None
     pages: int = 0
     sha256: str | None = None  # its content: a copy on_done made of it is told apart
-
-
-@dataclass
-class _Batch:
-    done: int = 0
-    failed: list[tuple[str, str]] = field(default_factory=list)
 
 
 def hook_argv(argv: list[str], item: Finished) -> list[str]:
@@ -239,18 +235,14 @@ _KILL_SECONDS = 10.0  # what ending a hook's process group may take (TERM, then 
 
 
 class AfterDone(Service):
-    """The thread that runs hooks and sends the batch notification."""
+    """The thread that runs hooks and, when a batch is over, the batch notification's
+    check (:class:`~ocrwatch.hooks.notify.BatchNotice`)."""
 
     def __init__(self, config: Config, is_idle: Callable[[], bool],
                  notify: Callable[[str, str], object] | None = None) -> None:
         super().__init__("ocrwatch-after")
         self.config = config
-        self.is_idle = is_idle
-        if notify is None:
-            from ocrwatch.hooks import notify as _notify
-
-            notify = _notify.send
-        self.notify = notify
+        self.notice = BatchNotice(config, is_idle, notify)
         self._queue: queue.Queue[tuple[str, object]] = queue.Queue()
         # Hooks queued on disk as well, so a kill loses none (hookqueue).
         self.journal = (HookJournal(folder_for(config.database))
@@ -258,9 +250,7 @@ class AfterDone(Service):
         self._pending: dict[Path, Path] = {}  # source -> its .pending record
         # Whether the index says a pending record's file is done (set by the daemon).
         self.was_done: Callable[[Path, Path | None], bool] | None = None
-        self._batch = _Batch()
         self._lock = threading.Lock()
-        self._held = 0  # outcomes being recorded: their files are not in the batch yet
         self._started = False
         self._closed = False  # the thread ended: a hook queued now would never run
         self._last_start = 0.0  # when hooks stop being started, once a stop is asked for
@@ -329,14 +319,30 @@ class AfterDone(Service):
         self._drop_queued()  # what came after the thread's last look
         return True
 
-    def hold(self) -> None:
-        """An outcome is being recorded: the batch is not done before ``release``."""
-        with self._lock:
-            self._held += 1
+    def listen(self, events: ev.Events) -> Callable[[], None]:
+        """Follow a daemon's event stream: the batch notice counts its files, and hooks
+        come from its events (the journal's record before a commit, the hook after it);
+        the end of an outcome's recording has the notice checked. Returns what stops it."""
+        stops = [
+            self.notice.listen(events),  # first: it counts before the check is asked for
+            events.subscribe(ev.OutcomeEnded, lambda _e: self._check()),
+            events.subscribe(ev.FileCommitting, lambda e: self.expect(
+                e.source, e.outputs.get("md"), e.outputs.get("txt"), e.outputs.get("pdf"),
+                e.pages)),
+            events.subscribe(ev.FileNotCommitted, lambda e: self.forget(e.source)),
+            events.subscribe(ev.FileDone, lambda e: self.done(Finished(
+                e.job.path, e.original, e.outputs.get("md"), e.outputs.get("txt"),
+                e.outputs.get("pdf"), len(e.pages), e.job.sha256))),
+        ]
 
-    def release(self) -> None:
-        with self._lock:
-            self._held -= 1
+        def stop() -> None:
+            for unsubscribe in stops:
+                unsubscribe()
+
+        return stop
+
+    def _check(self) -> None:
+        """An outcome was recorded: the batch may be over."""
         if self._started:
             self._queue.put(("check", None))
 
@@ -373,10 +379,6 @@ class AfterDone(Service):
         if self.config.on_done:
             _log_not_run(item.source.name, record)  # a page that outlived the stop
 
-    def failed(self, path: Path, reason: str) -> None:
-        if self._started:
-            self._queue.put(("failed", (path.name, reason)))
-
     def run(self) -> None:
         while True:
             try:
@@ -384,22 +386,20 @@ class AfterDone(Service):
             except queue.Empty:
                 if self.stopping:
                     return
-                self._maybe_notify()
+                self.notice.check()
                 continue
             try:
                 self._handle(kind, value)
                 if self._queue.empty():
                     if self.stopping:
                         return
-                    self._maybe_notify()
+                    self.notice.check()
             except Exception:
                 log.exception("after-read step failed")
 
     def _handle(self, kind: str, value: object) -> None:
         if kind in ("done", "recovered"):
             item, record = _queued(kind, value)
-            if kind == "done":
-                self._batch.done += 1
             if not self.config.on_done:
                 return
             if self.stopping and time.monotonic() > self._last_start:
@@ -427,9 +427,6 @@ class AfterDone(Service):
                     self.loops.ended(item.sha256)
                 if record is not None and self.journal is not None:
                     self.journal.finished(record)
-        elif kind == "failed":
-            assert isinstance(value, tuple)
-            self._batch.failed.append(value)
 
     def _drop_queued(self) -> None:
         while True:
@@ -440,28 +437,6 @@ class AfterDone(Service):
             if kind in ("done", "recovered") and self.config.on_done:
                 item, record = _queued(kind, value)
                 _log_not_run(item.source.name, record)
-
-    def _maybe_notify(self) -> None:
-        batch = self._batch
-        if not self.config.notify_batch or not (batch.done or batch.failed):
-            return
-        with self._lock:
-            if self._held:
-                return
-        if not self.is_idle():
-            return
-        self._batch = _Batch()
-        total = batch.done + len(batch.failed)
-        title = f"ocrwatch: {total} file{'s' if total != 1 else ''} read"
-        if batch.failed:
-            lines = [f"{batch.done} done, {len(batch.failed)} failed:"]
-            lines += [f"{name}: {reason}" for name, reason in batch.failed[:5]]
-            if len(batch.failed) > 5:
-                lines.append(f"and {len(batch.failed) - 5} more (ocrwatch status)")
-            body = "\n".join(lines)
-        else:
-            body = f"{batch.done} done, none failed"
-        self.notify(title, body)
 
 
 def _log_not_run(name: str, record: Path | None) -> None:

@@ -1,4 +1,4 @@
-"""Counters and histograms fed where pages and files finish, on a registry of their own
+"""Counters and histograms fed by the daemon's events (``listen``), on a registry of their own
 (never the process-wide one: two daemons in one process, as tests run, must not mix).
 
 Always made, cheap (a counter's increment is about a microsecond): only the server is
@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from ocrwatch.core import events as ev
 from ocrwatch.core.domain import Job, PageText, doubt_of
 from ocrwatch.metrics.kinds import failure_kind
 
@@ -51,6 +52,15 @@ class Recorder:
             # Present at 0 from the start: rate() and alerts see the first failure.
             self.files_failed.labels(kind)
             self.files_retried.labels(kind)
+
+    def listen(self, events: ev.Events) -> None:
+        """Count what a daemon's event stream tells: pages read, files done, failed and
+        put back."""
+        events.subscribe(ev.PageRead, lambda e: self.page_read(e.engine, e.seconds, e.results))
+        events.subscribe(ev.FileDone, lambda e: self.file_done(e.job, e.pages, e.engine))
+        events.subscribe(ev.FileFailed, lambda e: self.file_failed(e.reason))
+        events.subscribe(ev.FileDeferred, lambda e: (
+            self.file_retried if e.again else self.file_failed)(e.reason))
 
     def page_read(self, engine: str, seconds: float | None, results: Sequence[PageText]) -> None:
         """A reader's page came back (``seconds``: None when no engine was asked)."""

@@ -13,13 +13,13 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Protocol
 
 from ocrwatch.config import Config
-from ocrwatch.core.domain import PageText
+from ocrwatch.core.domain import Page, PageText
 from ocrwatch.core.errors import EngineUnavailable, TransientError
 from ocrwatch.core.layout import PageLayout
 from ocrwatch.fs.safeopen import open_file_beneath, source_root
@@ -32,23 +32,38 @@ from ocrwatch.scan import prepare as scanprep
 log = logging.getLogger(__name__)
 
 
-class PdfMaker:
-    """Makes ``NAME.ocr.pdf``; owns the Tesseract reader used for word boxes only."""
+class WordBoxes(Protocol):
+    """What finds the words' boxes on a page read without them (the Tesseract engine)."""
 
-    def __init__(self, config: Config) -> None:
+    def layout(self, page: Page) -> PageLayout: ...
+
+    def close(self) -> None: ...
+
+
+class PdfMaker:
+    """Makes ``NAME.ocr.pdf``; owns the reader used for word boxes only.
+
+    ``boxes`` makes that reader when a page first needs it: the daemon hands in the
+    Tesseract engine's (the results do not import the engines). Without it, a page read
+    without word positions gets its text line by line, with a warning.
+    """
+
+    def __init__(self, config: Config,
+                 boxes: Callable[[Config], WordBoxes] | None = None) -> None:
         self.config = config
-        self._boxes: Any = None  # a TesseractEngine, made when first needed
+        self._make_boxes = boxes
+        self._boxes: WordBoxes | None = None  # made when first needed
         self._lock = threading.Lock()
         self._closed = False
 
-    def _box_reader(self) -> Any:
+    def _box_reader(self) -> WordBoxes:
         with self._lock:
             if self._closed:
                 raise TransientError("ocrwatch is stopping: the PDF is made at the next start")
             if self._boxes is None:
-                from ocrwatch.engines.tesseract import TesseractEngine
-
-                self._boxes = TesseractEngine(self.config)
+                if self._make_boxes is None:
+                    raise EngineUnavailable("no word-box reader was given")
+                self._boxes = self._make_boxes(self.config)
             return self._boxes
 
     @contextlib.contextmanager

@@ -48,7 +48,7 @@ from typing import Any
 
 from PIL import Image
 
-from ocrwatch.config.languages import available_languages
+from ocrwatch.config.languages import available_languages, prepare_tessdata
 from ocrwatch.core.wordlike import wordlike_share
 from ocrwatch.scan.osd import OsdApi
 
@@ -135,7 +135,6 @@ class Detector:
         self.check_data: set[Path] = set()
         if self.check_lang:
             from ocrwatch.core.errors import EngineUnavailable
-            from ocrwatch.engines.tesseract import prepare_tessdata
 
             # Without it, no check: a low-confidence turn is then not taken.
             with contextlib.suppress(EngineUnavailable, OSError):

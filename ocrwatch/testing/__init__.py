@@ -2,8 +2,9 @@
 
 Importing this package registers the fake engine (:mod:`.fake`, ``engine = "fake"``): it
 reads nothing and is for testing what surrounds an engine. The tests import it; their
-daemon and command-line processes get it through ``OCRWATCH_TESTING=1``, which makes the
-engine registry import this package. Without either, ``engine = "fake"`` is refused like
+daemon and command-line processes get it through ``OCRWATCH_TESTING=1``, with which the
+config accepts ``engine = "fake"`` and the engine registry imports this package the first
+time the fake engine is asked for. Without either, ``engine = "fake"`` is refused like
 any unknown engine, and no command line or config offers it.
 """
 

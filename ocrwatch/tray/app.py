@@ -15,6 +15,7 @@ from typing import Any
 
 from ocrwatch.control.protocol import Controllable
 from ocrwatch.core.errors import StateError
+from ocrwatch.core.events import Events
 from ocrwatch.tray.backends import choose_backend, has_display
 from ocrwatch.tray.icon import draw_icon, icon_key
 from ocrwatch.tray.menu import TrayController, build_menu, status_lines, tooltip
@@ -242,6 +243,10 @@ def run_tray(target: Controllable, stop: threading.Event, *,
 
         controller.notify = by_dbus
     done = threading.Event()
+    # In the daemon's own process the tray follows its events; a tray of another process
+    # (or a target without them) polls alone.
+    events = getattr(target, "events", None)
+    stop_listening = controller.listen(events) if isinstance(events, Events) else None
 
     def poll(icon_: Any) -> None:
         icon_.visible = True
@@ -282,6 +287,8 @@ def run_tray(target: Controllable, stop: threading.Event, *,
     try:
         icon.run(setup=poll)
     finally:
+        if stop_listening is not None:
+            stop_listening()
         done.set()
         controller.wake.set()
         setup_thread = getattr(icon, "_setup_thread", None)

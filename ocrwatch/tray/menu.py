@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ocrwatch.control.protocol import Controllable
+from ocrwatch.core import events as ev
 from ocrwatch.core.errors import MachineError, OcrwatchError
 from ocrwatch.core.progress import eta_text, rate_text, short
 from ocrwatch.core.status import Status, in_hand
@@ -123,6 +124,19 @@ class TrayController:
             log.warning("tray: %s", exc)
             if self.notify is not None:
                 self.notify(str(exc), "ocrwatch cannot open it")
+
+    def listen(self, events: ev.Events) -> Callable[[], None]:
+        """Follow a daemon's event stream (a tray in the daemon's own process): a file
+        queued, done, failed or retired redraws the icon, the menu and the failure notice
+        at once instead of at the next poll. Returns what stops it."""
+        stops = [events.subscribe(kind, lambda _e: self.wake.set())
+                 for kind in (ev.FileQueued, ev.FileDone, ev.FileFailed, ev.OriginalRetired)]
+
+        def stop() -> None:
+            for unsubscribe in stops:
+                unsubscribe()
+
+        return stop
 
     def refresh(self) -> Status:
         """Poll the daemon; notify about failures that are new since the last poll."""

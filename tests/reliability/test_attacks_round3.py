@@ -20,7 +20,7 @@ from helpers import use_home, wait_for
 from search_site import Site, indexed, serve
 
 from ocrwatch.config import Config
-from ocrwatch.daemon import Daemon
+from ocrwatch.daemon import Daemon, word_boxes
 from ocrwatch.hooks.runner import Finished, hook_argv, run_hook
 from ocrwatch.testing.fake import FakeEngine
 from ocrwatch.web.handler import IDLE_TIMEOUT
@@ -243,7 +243,7 @@ def test_pdf_output_never_reads_through_a_link_swapped_in_after_the_read(
                     outputs=["md", "txt", "pdf"], pdfa="never")
     (inbox / "sub").rename(inbox / "was-sub")
     (inbox / "sub").symlink_to(outside)
-    maker = PdfMaker(config)
+    maker = PdfMaker(config, word_boxes)
     try:
         with pytest.raises(LinkRefused):
             maker.make(inbox / "sub" / name, [PageText("inbox page", "inbox page")],
@@ -254,7 +254,7 @@ def test_pdf_output_never_reads_through_a_link_swapped_in_after_the_read(
     # Not a special case: the same file reached without a link is made as before.
     (inbox / "sub").unlink()
     (inbox / "was-sub").rename(inbox / "sub")
-    maker = PdfMaker(config)
+    maker = PdfMaker(config, word_boxes)
     try:
         _, tmp = maker.make(inbox / "sub" / name, [PageText("inbox page", "inbox page")],
                             inbox / "sub" / "scan.ocr.pdf")
