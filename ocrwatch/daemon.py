@@ -30,6 +30,7 @@ from ocrwatch.core.version import __version__
 from ocrwatch.engines import Engine, registry
 from ocrwatch.engines.registry import Choice, choose, create
 from ocrwatch.engines.vllm.messages import VllmFigures
+from ocrwatch.fs.safeopen import remember_roots
 from ocrwatch.hooks.runner import AfterDone
 from ocrwatch.indexhealth import IndexGuard, open_index
 from ocrwatch.intake.follow import Follower
@@ -156,6 +157,9 @@ class Daemon:
             for folder in self.config.inbox:
                 folder.mkdir(parents=True, exist_ok=True)
             pipeline.tidy(self.config)
+            remember_roots([p for p in (*self.config.inbox, self.config.output_dir,
+                                        self.config.archive_dir, self.config.failed_dir)
+                            if p is not None])
         if recover:
             self.ctx.lifecycle.recover()
             if self._watch:  # the daemon itself (`add` names its own on_success)

@@ -43,6 +43,7 @@ from ocrwatch.fs.fsmove import (
     move_no_replace,
     move_unique,
 )
+from ocrwatch.fs.safeopen import LinkRefused, open_dir_beneath
 from ocrwatch.results.retire import disposal
 from ocrwatch.results.sidecar import pdf_path
 from ocrwatch.store.db import Database
@@ -205,7 +206,15 @@ class Lifecycle:
                         self.config.archive_layout)
         beside = [s for s in sidecars if s.parent == original.parent and s.exists()]
         try:
+            # The archive folder, made and opened with no link followed below it, and
+            # itself not followed if it was a real folder at start: one swapped for a
+            # link mid-run never takes the user's files elsewhere.
+            os.close(open_dir_beneath(self.config.archive_dir, folder, create=True))
             moves = self._plan(original, beside, folder)
+        except LinkRefused as exc:
+            self._put_back(private, original)
+            self._settle(job_id, [], None, retire=("failed", f"could not be archived: {exc}"))
+            raise
         except OSError as exc:
             self._put_back(private, original)
             self._settle(job_id, [], None,

@@ -252,6 +252,42 @@ def test_an_output_folder_swapped_for_a_link_mid_run_is_not_written_through(
     assert daemon.stop() == 0
 
 
+# -- attack class: the archive or failed folder swapped for a link mid-run --------------------
+@pytest.mark.parametrize("key", ["archive_dir", "failed_dir"])
+def test_an_archive_or_failed_folder_swapped_for_a_link_is_not_moved_through(
+        home: Home, daemon_process: Start, tmp_path: Path, key: str) -> None:
+    """``archive_dir`` (``on_success = "archive"``) or ``failed_dir``, a real folder when
+    the daemon starts, renamed away and a link to another folder put in its place before
+    the first file: the original is kept in the inbox, and nothing is moved through the
+    link (before: the scan moved into the linked folder, out of the user's reach)."""
+    folder, elsewhere = tmp_path / "kept", tmp_path / "elsewhere"
+    folder.mkdir()
+    elsewhere.mkdir()
+    config = home.root / "config.toml"
+    mode = "archive" if key == "archive_dir" else "keep"
+    config.write_text(f'on_success = "{mode}"\n{key} = "{folder}"\n', encoding="utf-8")
+    daemon = daemon_process("--config", str(config))
+    daemon.start().wait_ready()
+    folder.rename(tmp_path / "renamed-away")
+    folder.symlink_to(elsewhere)
+    good = image_bytes("a private letter")
+    name = home.inbox / "letter.png"
+    drop(name, good if key == "archive_dir" else b"not an image at all")
+    wait_for(lambda: not name.exists() or "could not" in daemon.output(), 60,
+             "the file to be moved, or the move refused")
+    assert name.exists(), f"moved through the link: {sorted(elsewhere.rglob('*'))}"
+    if key == "archive_dir":
+        row = wait_for(lambda: job(home.database, name), 10, "the job")
+        assert (row["state"], row["retire"]) == ("done", "failed"), dict(row)
+        assert "symbolic link" in row["retire_reason"], row["retire_reason"]
+    else:
+        assert ended(home.database, name, "failed") is not None
+    assert name.read_bytes() == (good if key == "archive_dir" else b"not an image at all")
+    assert list(elsewhere.iterdir()) == [], list(elsewhere.rglob("*"))
+    assert "Traceback" not in daemon.output()
+    assert daemon.stop() == 0
+
+
 # -- attack class: a hard link to another group's file ------------------------------------------
 def test_a_hard_link_to_another_groups_file_gives_no_group_its_text(
         home: Home, daemon_process: Start, tmp_path: Path) -> None:
