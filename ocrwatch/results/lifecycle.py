@@ -44,6 +44,7 @@ from ocrwatch.fs.fsmove import (
     move_unique,
 )
 from ocrwatch.fs.safeopen import LinkRefused, open_dir_beneath
+from ocrwatch.fs.writers import open_for_writing
 from ocrwatch.results.retire import disposal
 from ocrwatch.results.sidecar import pdf_path
 from ocrwatch.store.db import Database
@@ -96,6 +97,9 @@ def is_retiring(path: Path) -> bool:
 
 
 _NEW_VERSION = "a new version was saved after the read; it is read in its turn"
+_STILL_WRITTEN = ("another program still had it open for writing (an editor or a scanner "
+                  "app): kept, so that nothing it adds is lost; it is tried again at the "
+                  "next start, and read again if it changes")
 
 
 def _renamed(name: str, stem: str, n: int) -> str:
@@ -174,6 +178,12 @@ class Lifecycle:
             raise
         # From here the file under the private name is the one acted on, whatever is
         # saved at the original's name meanwhile.
+        if open_for_writing(private):
+            log.warning("%s is still open for writing in another program: kept, not %s "
+                        "(what it adds would be lost)", original, verb)
+            back = self._put_back(private, original)
+            self._settle(job_id, [], None, retire=("failed", _STILL_WRITTEN))
+            return Outcome(back, {})
         if sha256 is not None and not self._still_read(private, sha256):
             log.warning("%s changed after it was read: left in place for its next reading "
                         "(on_success = \"%s\" waits for that)", original, mode)

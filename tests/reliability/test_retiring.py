@@ -360,6 +360,46 @@ def test_a_file_changed_in_place_while_it_is_read_keeps_text_and_content_togethe
     assert proc.stop() == 0
 
 
+@pytest.mark.parametrize("mode", ["delete", "archive"])
+def test_a_file_still_open_for_writing_is_retired_only_after_what_it_adds_is_read(
+        home: Home, daemon_process: Any, tmp_path: Path, mode: str) -> None:
+    """An app keeps a 2-page PDF open for writing (as an editor saving in place does):
+    the file is whole, so it is read, but neither deleted nor archived while it is open
+    (the job says why); the app then adds a page in place and closes it: the 3-page
+    content is read, and only then deleted or archived (before: retired while still
+    open, and the page added afterwards was lost with the deleted file, or archived
+    unread)."""
+    archive = tmp_path / "archive"
+    config = home.root / "config.toml"
+    config.write_text(f'on_success = "{mode}"\narchive_dir = "{archive}"\n')
+    proc = daemon_process("--config", str(config)).start()
+    proc.wait_ready()
+    doc = home.inbox / "doc.pdf"
+    final = pdf_bytes(["one", "two", "three"])
+    with open(doc, "wb") as app:
+        app.write(pdf_bytes(["one", "two"]))
+        app.flush()
+        wait_for(lambda: re.search(r"open for writing|deleted .*doc|archived .*doc",
+                                   proc.output()), 60, "the file read, then kept or retired")
+        assert doc.exists(), f"retired while open for writing:\n{proc.output()[-3000:]}"
+        assert "open for writing" in job(home.database, doc)["retire_reason"], proc.output()
+        app.seek(0)
+        app.write(final)
+        app.truncate()
+    gone = (lambda: not doc.exists()) if mode == "delete" else \
+        (lambda: [p.read_bytes() for p in archive.rglob("doc.pdf")] == [final])
+    with contextlib.suppress(AssertionError):
+        wait_for(gone, 60, f"the file {mode}d once its last content was read")
+    assert gone(), proc.output()[-3000:]
+    with contextlib.closing(connect_ro(home.database)) as conn:
+        pages = conn.execute(
+            "SELECT count(*) FROM pages p JOIN jobs j ON p.job_id = j.id "
+            "WHERE j.state = 'done' AND j.sha256 = ?",
+            (hashlib.sha256(final).hexdigest(),)).fetchone()[0]
+    assert pages == 3, f"{pages} pages read of the content that was {mode}d"
+    assert proc.stop() == 0
+
+
 def test_a_file_rewritten_in_place_with_its_size_and_time_kept_is_read_as_what_it_holds(
         home: Home, daemon_process: Any) -> None:
     """While the file waits in the queue (hashed; reading paused), it is rewritten in
