@@ -179,10 +179,10 @@ class Lifecycle:
         # From here the file under the private name is the one acted on, whatever is
         # saved at the original's name meanwhile.
         if open_for_writing(private):
-            log.warning("%s is still open for writing in another program: kept, not %s "
-                        "(what it adds would be lost)", original, verb)
             back = self._put_back(private, original)
             self._settle(job_id, [], None, retire=("failed", _STILL_WRITTEN))
+            log.warning("%s is still open for writing in another program: kept, not %s "
+                        "(what it adds would be lost)", back, verb)
             return Outcome(back, {})
         if sha256 is not None and not self._still_read(private, sha256):
             log.warning("%s changed after it was read: left in place for its next reading "
