@@ -428,7 +428,9 @@ class Daemon:
             seen = self.consider(path, asked)
             job = self.jobs.known(path.absolute())
             if job is not None:
-                if asked is not None and job.state in ("queued", "failed"):
+                # A file being read now (by a daemon beside this `add`) is asked too:
+                # that reading reads its job row's ask before it retires the original.
+                if asked is not None and job.state in ("queued", "failed", "running"):
                     self.jobs.ask(job.id, asked)
                 # A file that crashed the daemon twice is read again only when asked by
                 # `ocrwatch retry`: added again, it would crash this run too.
