@@ -102,6 +102,16 @@ _STILL_WRITTEN = ("another program still had it open for writing (an editor or a
                   "next start, and read again if it changes")
 
 
+def _holds(dirfd: int, path: Path) -> bool:
+    """Whether ``path``, as named, is the entry of its name in the folder ``dirfd``."""
+    try:
+        inside = os.stat(path.name, dir_fd=dirfd, follow_symlinks=False)
+        named = os.lstat(path)
+    except OSError:
+        return False
+    return (inside.st_dev, inside.st_ino) == (named.st_dev, named.st_ino)
+
+
 def _renamed(name: str, stem: str, n: int) -> str:
     """``scan.jpg`` -> ``scan.2.jpg``; a sidecar ``scan.md`` -> ``scan.2.md`` alike."""
     return f"{stem}.{n}{name[len(stem):]}" if name.startswith(stem) else f"{n}.{name}"
@@ -219,12 +229,26 @@ class Lifecycle:
             # The archive folder, made and opened with no link followed below it, and
             # itself not followed if it was a real folder at start: one swapped for a
             # link mid-run never takes the user's files elsewhere.
-            os.close(open_dir_beneath(self.config.archive_dir, folder, create=True))
-            moves = self._plan(original, beside, folder)
+            held = open_dir_beneath(self.config.archive_dir, folder, create=True)
         except LinkRefused as exc:
             self._put_back(private, original)
             self._settle(job_id, [], None, retire=("failed", f"could not be archived: {exc}"))
             raise
+        except OSError as exc:
+            self._put_back(private, original)
+            self._settle(job_id, [], None,
+                         retire=("failed", f"could not be archived: {move_failure(exc)}"))
+            raise
+        try:
+            return self._archive_into(job_id, original, private, beside, folder, held)
+        finally:
+            os.close(held)
+
+    def _archive_into(self, job_id: int, original: Path, private: Path,
+                      beside: list[Path], folder: Path, held: int) -> Outcome:
+        """The moves into ``folder``, which ``held`` is a handle on."""
+        try:
+            moves = self._plan(original, beside, folder)
         except OSError as exc:
             self._put_back(private, original)
             self._settle(job_id, [], None,
@@ -242,6 +266,16 @@ class Lifecycle:
             self._settle(job_id, kept, original,
                          retire=("failed", f"could not be archived: {move_failure(failed.error)}"))
             raise failed.error from None
+        if any(not _holds(held, dest) for _, dest in done):
+            # The moves go by name: a folder swapped for a link between the check and
+            # them took the files elsewhere. They come back.
+            kept = self._undo(done, {original: private})
+            self._put_back(private, original)
+            reason = (f"could not be archived: the folder {folder} was replaced by a "
+                      "symbolic link while the files were moved into it; they were moved "
+                      "back. Put the real folder back in its place")
+            self._settle(job_id, kept, original, retire=("failed", reason))
+            raise LinkRefused(reason)
         if os.path.lexists(private):  # its place in the archive was taken meanwhile
             self._put_back(private, original)
         self._settle(job_id, done, original)

@@ -97,6 +97,40 @@ def test_a_new_version_saved_between_the_check_and_the_act_is_never_retired_unre
         assert kept == sorted([first, second]), "a version was not archived whole"
 
 
+def test_an_archive_folder_swapped_for_a_link_between_the_check_and_the_moves_is_undone(
+        home: Home, run_daemon: StartDaemon, monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path) -> None:
+    """The archive's folder passes its check (no link), then is swapped for a link to
+    another folder just before the moves, which go by name: the files that went through
+    the link are moved back, the original is in the inbox with its sidecars, and the job
+    says why (before: the scan and its text in the other folder)."""
+    archive, elsewhere = home.root / "archive", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    real_plan = Lifecycle._plan
+    swapped: list[Path] = []
+
+    def swap_after_check(self: Lifecycle, original: Path, sidecars: list[Path],
+                         folder: Path) -> list[tuple[Path, Path]]:
+        moves = real_plan(self, original, sidecars, folder)
+        if not swapped:
+            folder.rename(folder.with_name("kept-aside"))
+            folder.symlink_to(elsewhere)
+            swapped.append(folder)
+        return moves
+
+    monkeypatch.setattr(Lifecycle, "_plan", swap_after_check)
+    daemon, _engine = run_daemon(on_success="archive", archive_dir=archive)
+    scan = drop(home.inbox / "scan.png", image_bytes("a private letter"))
+    wait_for(lambda: daemon.db.query("SELECT 1 FROM jobs WHERE state = 'done' AND "
+                                     "(retire IS NULL OR retire = 'failed')"), 30,
+             "the archiving to be settled")
+    assert swapped and list(elsewhere.iterdir()) == [], sorted(elsewhere.rglob("*"))
+    assert scan.exists() and (home.inbox / "scan.md").exists()
+    row = daemon.db.query("SELECT retire_reason FROM jobs")[0]
+    assert "replaced by a symbolic link" in row["retire_reason"], row["retire_reason"]
+    assert daemon.db.query("SELECT 1 FROM moves") == []
+
+
 # -- 2. a crash while the original is under its private name ------------------------------
 CHILD = textwrap.dedent("""
     import sys, time
