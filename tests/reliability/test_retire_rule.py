@@ -206,14 +206,15 @@ def test_add_with_delete_beside_a_running_daemon_says_what_it_did(
 def test_add_on_a_file_the_daemon_is_reading_reads_it_once_and_does_what_it_asked(
         home: Home, daemons: list[DaemonProcess], ask: str) -> None:
     """The daemon (``on_success = "keep"``, a slow engine: 0.5 s a page) is reading an
-    8-page PDF of the inbox when ``ocrwatch add [--on-success delete]`` names it: the
+    12-page PDF of the inbox when ``ocrwatch add [--on-success delete]`` names it: the
     command waits for that reading instead of reading the file a second time (one
-    reading of 8 pages in the index, one "done" in the daemon's log), then its ask is
+    reading of 12 pages in the index, one "done" in the daemon's log), then its ask is
     carried out and said: deleted with ``--on-success delete``, kept without (before:
     the ask was dropped for a file being read: "1 deleted" printed, the file still
     there)."""
     proc = start(home, daemons, OCRWATCH_FAKE_DELAY="0.5")
-    doc = drop(home.inbox / "doc.pdf", pdf_bytes([f"page {n}" for n in range(8)]))
+    # 12 pages at 0.5 s: time for the command to start and ask while it is read.
+    doc = drop(home.inbox / "doc.pdf", pdf_bytes([f"page {n}" for n in range(12)]))
     wait_for(lambda: (r := job(home.database, doc)) is not None and r["state"] == "running",
              30, "the daemon to start reading it")
     flag = ["--on-success", ask] if ask != "keep" else []
@@ -229,6 +230,6 @@ def test_add_on_a_file_the_daemon_is_reading_reads_it_once_and_does_what_it_aske
     with contextlib.closing(connect_ro(home.database)) as conn:
         readings = conn.execute("SELECT j.id, count(p.job_id) FROM jobs j JOIN pages p "
                                 "ON p.job_id = j.id GROUP BY j.id").fetchall()
-    assert [n for _, n in readings] == [8], readings
+    assert [n for _, n in readings] == [12], readings
     assert proc.output().count("done: ") == 1, proc.output()
     assert proc.stop() == 0
