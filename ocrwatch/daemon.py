@@ -31,6 +31,7 @@ from ocrwatch.core.version import __version__
 from ocrwatch.engines import Engine, registry
 from ocrwatch.engines.registry import Choice, choose, create
 from ocrwatch.engines.vllm.messages import VllmFigures
+from ocrwatch.fs.safeopen import remember_roots
 from ocrwatch.hooks.runner import AfterDone
 from ocrwatch.indexhealth import IndexGuard, open_index
 from ocrwatch.intake.follow import Follower
@@ -169,6 +170,9 @@ class Daemon:
             for folder in self.config.inbox:
                 folder.mkdir(parents=True, exist_ok=True)
             pipeline.tidy(self.config)
+            remember_roots([p for p in (*self.config.inbox, self.config.output_dir,
+                                        self.config.archive_dir, self.config.failed_dir)
+                            if p is not None])
         if recover:
             self.ctx.lifecycle.recover()
             if self._watch:  # the daemon itself (`add` names its own on_success)
@@ -447,7 +451,9 @@ class Daemon:
             seen = self.consider(path, asked)
             job = self.jobs.known(path.absolute())
             if job is not None:
-                if asked is not None and job.state in ("queued", "failed"):
+                # A file being read now (by a daemon beside this `add`) is asked too:
+                # that reading reads its job row's ask before it retires the original.
+                if asked is not None and job.state in ("queued", "failed", "running"):
                     self.jobs.ask(job.id, asked)
                 # A file that crashed the daemon twice is read again only when asked by
                 # `ocrwatch retry`: added again, it would crash this run too.

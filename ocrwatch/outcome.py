@@ -94,7 +94,10 @@ def publish(ctx: Context, job: Job, pages: list[PageText], engine: str) -> Path 
                                                   ctx.read_with)
                                  if job.sha256 else None)
         retire, keep = None, None
-        mode = disposal(ctx.config, job)  # what a whole reading may do with the original
+        # What a whole reading may do with the original, as the job row asks now: an
+        # `ocrwatch add` may have named the file while it was being read.
+        now = ctx.jobs.get(job.id)
+        mode = disposal(ctx.config, job if now is None else replace(job, asked=now.asked))
         if mode != "keep":
             # Only a complete, verified read may part with the original.
             keep = why_keep(ctx.config, job.path, pages, {"md": md, "txt": txt, "pdf": pdf})

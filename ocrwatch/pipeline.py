@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import pwd
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -102,7 +103,7 @@ def consider(ctx: Context, path: Path, asked: str | None = None) -> Seen | None:
     except (FileNotFoundError, NotRegular):
         return None  # gone again before we looked, or not a file: nothing to do
     except OSError as exc:
-        reason = os_reason(exc, Doing.OPEN, name=path.name)
+        reason = open_reason(exc, path)
         if isinstance(reason, TransientError):  # not the file's fault: offered again
             log.warning("cannot open %s now (%s); will try again", path.name, exc.strerror)
             raise reason from None
@@ -121,6 +122,34 @@ def consider(ctx: Context, path: Path, asked: str | None = None) -> Seen | None:
         log.info("queued %s (%s)", path, seen.value)
         ctx.events.publish(FileQueued(path, changed=seen is Seen.CHANGED))
     return seen
+
+
+def open_reason(exc: OSError, path: Path) -> OcrwatchError:
+    """:func:`os_reason` for opening ``path``; a file denied because it is another
+    user's (reached through a link, or a hard link to it) says so: ``chmod`` is its
+    owner's to do, not the user's."""
+    reason = os_reason(exc, Doing.OPEN, name=path.name)
+    if not isinstance(exc, PermissionError):
+        return reason
+    try:
+        st = os.stat(path)  # needs no read permission, only the folders' search
+    except OSError:
+        return reason
+    if st.st_uid == os.geteuid():
+        return reason
+    try:
+        owner = pwd.getpwuid(st.st_uid).pw_name
+    except KeyError:
+        owner = f"uid {st.st_uid}"
+    if path.is_symlink():
+        what = f"the file this link leads to ({os.path.realpath(path)})"
+    elif st.st_nlink > 1:
+        what = f"this file (a hard link: {st.st_nlink} names)"
+    else:
+        what = "this file"
+    return InputError(f"permission denied: {what} belongs to another user ({owner}) who "
+                      "did not let you read it, so ocrwatch does not either; ask its owner "
+                      "for a copy of your own, or remove it from the inbox")
 
 
 def open_source(ctx: Context, path: Path) -> contextlib.AbstractContextManager[BinaryIO]:
@@ -177,7 +206,7 @@ def identify(ctx: Context, job: Job) -> Job | None:
         refuse(ctx, job, exc)
         return None
     except OSError as exc:
-        reason = os_reason(exc, Doing.OPEN)
+        reason = open_reason(exc, job.path)
         if isinstance(reason, TransientError):  # descriptors ran out: not the file's fault
             defer(ctx, job, str(reason))
         else:
@@ -240,7 +269,7 @@ def open_error(job: Job, exc: Exception) -> tuple[str | None, str | None]:
     if isinstance(exc, MemoryError):
         return "not enough memory to decode this file; lower max_pixels", None
     if isinstance(exc, OSError):  # opening it: gone, unreadable, descriptors run out
-        reason = os_reason(exc, Doing.OPEN)
+        reason = open_reason(exc, job.path)
         return (None, str(reason)) if isinstance(reason, TransientError) else (str(reason), None)
     log.error("cannot read %s", job.display, exc_info=exc)
     return f"unexpected error while decoding: {exc.__class__.__name__}: {exc}", None

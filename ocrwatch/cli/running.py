@@ -11,6 +11,7 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -455,6 +456,10 @@ def _reread_by_the_daemon(args: argparse.Namespace, config: config_mod.Config) -
     return 0
 
 
+LATE_ASK = ("the daemon running beside was saving its reading when this command named it, "
+            "and kept it by its own rule; it is not {}d: do it yourself, its text is saved")
+
+
 def _summarise(states: dict[Path, Any], verb: str, on_success: str = "keep") -> list[Path]:
     """Print how many files were read (``verb``), what became of each original that
     was to be archived or deleted, and why each failure failed; returns the failed."""
@@ -464,6 +469,12 @@ def _summarise(states: dict[Path, Any], verb: str, on_success: str = "keep") -> 
     line = f"{len(done)} {verb}, {len(failed)} failed"
     kept = {p: j for p, j in done.items() if j.retire in ("kept", "failed", "pending")}
     if on_success != "keep":
+        # Named while a daemon beside was saving its reading (its rule had been asked
+        # already): the file is where it was, and is said to be so.
+        late = {p: replace(j, retire_reason=LATE_ASK.format(on_success))
+                for p, j in done.items()
+                if j.retire is None and j.path == p and os.path.lexists(p)}
+        kept |= late
         gone = len(done) - len(kept)
         line += f", {gone} {'archived' if on_success == 'archive' else 'deleted'}"
         line += f", {len(kept)} kept" if kept else ""

@@ -6,6 +6,7 @@ import errno
 import json
 import logging
 import socket
+import struct
 import time
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,7 @@ def request(
             ) from exc
         try:
             sock.sendall(json.dumps({"cmd": cmd, **args}).encode() + b"\n")
-            line = read_line(sock)
+            line = _answer(sock, cmd, timeout)
         except TimeoutError:
             raise DaemonError(
                 f"the daemon did not answer `{cmd}` within {timeout:.0f} s; it may be busy. "
@@ -82,6 +83,58 @@ def read_line(sock: socket.socket) -> bytes:
             break
         buf += chunk
     return buf.split(b"\n", 1)[0]
+
+
+_SLICE = 0.5  # how often a wait for an answer looks whether the daemon is stopped
+
+
+def _answer(sock: socket.socket, cmd: str, timeout: float) -> bytes:
+    """:func:`read_line` within ``timeout`` (raises TimeoutError), except that a daemon
+    stopped (SIGSTOP, Ctrl+Z, a debugger), which would never answer in time, is said at
+    once with what to do."""
+    pid = _peer_pid(sock)
+    deadline = time.monotonic() + timeout
+    buf = b""
+    while b"\n" not in buf:
+        sock.settimeout(max(0.01, min(_SLICE, deadline - time.monotonic())))
+        try:
+            chunk = sock.recv(65536)
+        except TimeoutError:
+            if pid is not None and _stopped(pid):
+                raise DaemonError(
+                    f"the daemon (PID {pid}) is stopped (SIGSTOP, Ctrl+Z or a debugger) and "
+                    f"cannot answer `{cmd}`; `kill -CONT {pid}` lets it carry on where it "
+                    "was, with nothing lost") from None
+            if time.monotonic() >= deadline:
+                raise
+            continue
+        if not chunk:
+            break
+        buf += chunk
+    return buf.split(b"\n", 1)[0]
+
+
+def _peer_pid(sock: socket.socket) -> int | None:
+    """The PID of the process that listens at the other end (Linux), else None."""
+    option = getattr(socket, "SO_PEERCRED", None)
+    if option is None:
+        return None
+    try:
+        pid, _uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, option,
+                                                              struct.calcsize("3i")))
+    except OSError:
+        return None
+    return pid if pid > 0 else None
+
+
+def _stopped(pid: int) -> bool:
+    """Whether the process ``pid`` is stopped by a signal or a tracer (Linux's /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            state = fh.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state in (b"T", b"t")
 
 
 def _connect(sock: socket.socket, path: Path, timeout: float) -> None:

@@ -30,7 +30,7 @@ from typing import BinaryIO
 from ocrwatch.core.errors import InputError
 
 __all__ = ["LinkRefused", "NotRegular", "open_beneath", "open_dir_beneath",
-           "open_file_beneath", "original_mode", "root_of", "source_root"]
+           "open_file_beneath", "original_mode", "remember_roots", "root_of", "source_root"]
 
 _SYS_OPENAT2 = {"x86_64": 437, "aarch64": 437, "riscv64": 437, "ppc64le": 437, "s390x": 437}
 _RESOLVE_NO_SYMLINKS = 0x04
@@ -110,6 +110,15 @@ def _refused(root: Path, path: Path) -> LinkRefused:
 # is the user's choice; a real folder swapped for a link later (an output folder pointed
 # at another user's or a shared folder mid-run) is not followed.
 _ROOT_WAS_LINK: dict[str, bool] = {}
+
+
+def remember_roots(roots: list[Path]) -> None:
+    """Note now, at the daemon's start, whether each existing root is a link: a folder
+    swapped for a link before ocrwatch first writes there (an archive folder, which is
+    first opened at the first archiving) is then refused as well."""
+    for root in roots:
+        if os.path.lexists(root):
+            _ROOT_WAS_LINK.setdefault(os.fspath(root), os.path.islink(root))
 
 
 def _open_root(root: Path) -> int:

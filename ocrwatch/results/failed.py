@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ocrwatch.config import Config
 from ocrwatch.fs.fsmove import create_unique, move_unique
+from ocrwatch.fs.safeopen import open_dir_beneath
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +30,9 @@ def move_failed(path: Path, reason: str, config: Config) -> Path | None:
     if not os.path.lexists(path):
         return None  # deleted meanwhile: nothing to keep
     try:
+        # No link followed below failed_dir, nor failed_dir itself once swapped for one.
+        os.close(open_dir_beneath(config.failed_dir, (config.failed_dir / rel).parent,
+                                  create=True))
         dest = move_unique(path, config.failed_dir / rel)
     except Exception as exc:
         log.warning("could not move %s to %s: %s", path, config.failed_dir, exc)

@@ -43,6 +43,8 @@ from ocrwatch.fs.fsmove import (
     move_no_replace,
     move_unique,
 )
+from ocrwatch.fs.safeopen import LinkRefused, open_dir_beneath
+from ocrwatch.fs.writers import open_for_writing
 from ocrwatch.results.retire import disposal
 from ocrwatch.results.sidecar import pdf_path
 from ocrwatch.store.db import Database
@@ -95,6 +97,19 @@ def is_retiring(path: Path) -> bool:
 
 
 _NEW_VERSION = "a new version was saved after the read; it is read in its turn"
+_STILL_WRITTEN = ("another program still had it open for writing (an editor or a scanner "
+                  "app): kept, so that nothing it adds is lost; it is tried again at the "
+                  "next start, and read again if it changes")
+
+
+def _holds(dirfd: int, path: Path) -> bool:
+    """Whether ``path``, as named, is the entry of its name in the folder ``dirfd``."""
+    try:
+        inside = os.stat(path.name, dir_fd=dirfd, follow_symlinks=False)
+        named = os.lstat(path)
+    except OSError:
+        return False
+    return (inside.st_dev, inside.st_ino) == (named.st_dev, named.st_ino)
 
 
 def _renamed(name: str, stem: str, n: int) -> str:
@@ -173,6 +188,12 @@ class Lifecycle:
             raise
         # From here the file under the private name is the one acted on, whatever is
         # saved at the original's name meanwhile.
+        if open_for_writing(private):
+            back = self._put_back(private, original)
+            self._settle(job_id, [], None, retire=("failed", _STILL_WRITTEN))
+            log.warning("%s is still open for writing in another program: kept, not %s "
+                        "(what it adds would be lost)", back, verb)
+            return Outcome(back, {})
         if sha256 is not None and not self._still_read(private, sha256):
             log.warning("%s changed after it was read: left in place for its next reading "
                         "(on_success = \"%s\" waits for that)", original, mode)
@@ -205,6 +226,28 @@ class Lifecycle:
                         self.config.archive_layout)
         beside = [s for s in sidecars if s.parent == original.parent and s.exists()]
         try:
+            # The archive folder, made and opened with no link followed below it, and
+            # itself not followed if it was a real folder at start: one swapped for a
+            # link mid-run never takes the user's files elsewhere.
+            held = open_dir_beneath(self.config.archive_dir, folder, create=True)
+        except LinkRefused as exc:
+            self._put_back(private, original)
+            self._settle(job_id, [], None, retire=("failed", f"could not be archived: {exc}"))
+            raise
+        except OSError as exc:
+            self._put_back(private, original)
+            self._settle(job_id, [], None,
+                         retire=("failed", f"could not be archived: {move_failure(exc)}"))
+            raise
+        try:
+            return self._archive_into(job_id, original, private, beside, folder, held)
+        finally:
+            os.close(held)
+
+    def _archive_into(self, job_id: int, original: Path, private: Path,
+                      beside: list[Path], folder: Path, held: int) -> Outcome:
+        """The moves into ``folder``, which ``held`` is a handle on."""
+        try:
             moves = self._plan(original, beside, folder)
         except OSError as exc:
             self._put_back(private, original)
@@ -223,6 +266,16 @@ class Lifecycle:
             self._settle(job_id, kept, original,
                          retire=("failed", f"could not be archived: {move_failure(failed.error)}"))
             raise failed.error from None
+        if any(not _holds(held, dest) for _, dest in done):
+            # The moves go by name: a folder swapped for a link between the check and
+            # them took the files elsewhere. They come back.
+            kept = self._undo(done, {original: private})
+            self._put_back(private, original)
+            reason = (f"could not be archived: the folder {folder} was replaced by a "
+                      "symbolic link while the files were moved into it; they were moved "
+                      "back. Put the real folder back in its place")
+            self._settle(job_id, kept, original, retire=("failed", reason))
+            raise LinkRefused(reason)
         if os.path.lexists(private):  # its place in the archive was taken meanwhile
             self._put_back(private, original)
         self._settle(job_id, done, original)

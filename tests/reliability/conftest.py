@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -90,3 +94,32 @@ def run_daemon(home: Home) -> Iterator[StartDaemon]:
     leaked = [t.name for t in threading.enumerate()
               if t.ident not in before and t.is_alive() and t.name.startswith("ocrwatch")]
     assert not leaked, f"threads left running: {leaked}"
+
+
+# chmod 000 does not stop root: root reads any file through CAP_DAC_OVERRIDE and
+# CAP_DAC_READ_SEARCH. The daemon runs without those two capabilities instead, so it meets
+# the permission check an ordinary user meets (it stays uid 0 and can still reach the
+# Python install, which user nobody often cannot).
+NO_DAC = ["setpriv", "--inh-caps=-dac_override,-dac_read_search",
+          "--bounding-set=-dac_override,-dac_read_search", "--"]
+
+
+@pytest.fixture
+def without_dac(tmp_path: Path) -> list[str]:
+    if os.geteuid() != 0:
+        return []  # an ordinary user: chmod 000 stops it as it is
+    probe_file = tmp_path / "probe"
+    probe_file.write_text("secret")
+    probe_file.chmod(0)
+    if shutil.which("setpriv") is None:
+        reason = "running as root without setpriv: chmod 000 cannot be tested"
+        print(reason)
+        pytest.skip(reason)
+    probe = subprocess.run([*NO_DAC, sys.executable, "-c",
+                            f"open({str(probe_file)!r}).read()"],
+                           capture_output=True, text=True, timeout=60)
+    if "PermissionError" not in probe.stderr:
+        reason = f"could not drop root's file capabilities: {probe.stderr[-300:]}"
+        print(reason)
+        pytest.skip(reason)
+    return NO_DAC

@@ -28,6 +28,7 @@ from .helpers import (
     DaemonProcess,
     Home,
     check_fake_sidecars,
+    drop,
     image_bytes,
     jobs,
     leftovers,
@@ -226,6 +227,43 @@ def test_kill_while_engine_is_mid_batch(home: Home,
     check_fake_sidecars(pdf, 4)
     check_fake_sidecars(png, 1)
     assert not leftovers([home.inbox])
+
+
+def test_sigstop_for_seconds_then_sigcont_loses_and_doubles_nothing(
+        home: Home, daemon_process: Callable[..., DaemonProcess]) -> None:
+    """The daemon stopped with SIGSTOP (``kill -STOP``, a debugger, a frozen session) for
+    3 s while a 4-page PDF is in the engine and three files arrive, then continued:
+    ``ocrwatch status`` asked during the stop says at once that the daemon is stopped
+    and how to continue it (before: it waited 10 s, then "may be busy"); after SIGCONT
+    every file is read once (one "done" each, one index row per page), ``status``
+    answers, and SIGTERM stops it cleanly."""
+    daemon = daemon_process(OCRWATCH_FAKE_DELAY="0.3").start()
+    daemon.wait_ready()
+    report = drop(home.inbox / "report.pdf", pdf_bytes([f"report page {i}" for i in range(4)]))
+    wait_for(lambda: _running_jobs(home.database), 30, "the PDF to be in the engine")
+    assert daemon.proc is not None
+    os.kill(daemon.proc.pid, signal.SIGSTOP)
+    stopped = time.monotonic()
+    try:
+        late = [drop(home.inbox / f"late{n}.png", image_bytes(f"late {n}")) for n in range(3)]
+        asked = ocrwatch_cli(home, "status", timeout=60)
+        said = asked.stdout + asked.stderr
+        # The stop itself is what is tried: it lasts its 3 s whatever the test does.
+        time.sleep(max(0.0, 3 - (time.monotonic() - stopped)))
+    finally:
+        os.kill(daemon.proc.pid, signal.SIGCONT)
+    assert asked.returncode != 0 and f"kill -CONT {daemon.proc.pid}" in said, said
+    wait_for(lambda: states(home.database).get("done", 0) == 4, 60, "every file to be read")
+    check_fake_sidecars(report, 4)
+    for path in late:
+        check_fake_sidecars(path, 1)
+    log = daemon.output()
+    for path in (report, *late):
+        assert log.count(f"done: {path} ") == 1, log[-3000:]
+    with sqlite3.connect(f"file:{home.database}?mode=ro", uri=True) as conn:
+        assert conn.execute("SELECT count(*) FROM pages").fetchone()[0] == 7
+    assert ocrwatch_cli(home, "status").returncode == 0
+    assert daemon.stop() == 0
 
 
 def test_kill_while_tesseract_reads(home: Home,

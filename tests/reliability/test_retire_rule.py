@@ -16,6 +16,7 @@ in-process daemon).
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,11 +31,13 @@ from .conftest import StartDaemon
 from .helpers import (
     DaemonProcess,
     Home,
+    connect_ro,
     drop,
     ended,
     image_bytes,
     job,
     ocrwatch_cli,
+    pdf_bytes,
     wait_for,
     write,
 )
@@ -197,3 +200,36 @@ def test_add_with_delete_beside_a_running_daemon_says_what_it_did(
     assert added.returncode == 0, out
     # Said once done: the file is gone when the command returns.
     assert "1 deleted" in out and not scan.exists(), out
+
+
+@pytest.mark.parametrize("ask", ["delete", "keep"])
+def test_add_on_a_file_the_daemon_is_reading_reads_it_once_and_does_what_it_asked(
+        home: Home, daemons: list[DaemonProcess], ask: str) -> None:
+    """The daemon (``on_success = "keep"``, a slow engine: 0.5 s a page) is reading an
+    12-page PDF of the inbox when ``ocrwatch add [--on-success delete]`` names it: the
+    command waits for that reading instead of reading the file a second time (one
+    reading of 12 pages in the index, one "done" in the daemon's log), then its ask is
+    carried out and said: deleted with ``--on-success delete``, kept without (before:
+    the ask was dropped for a file being read: "1 deleted" printed, the file still
+    there)."""
+    proc = start(home, daemons, OCRWATCH_FAKE_DELAY="0.5")
+    # 12 pages at 0.5 s: time for the command to start and ask while it is read.
+    doc = drop(home.inbox / "doc.pdf", pdf_bytes([f"page {n}" for n in range(12)]))
+    wait_for(lambda: (r := job(home.database, doc)) is not None and r["state"] == "running",
+             30, "the daemon to start reading it")
+    flag = ["--on-success", ask] if ask != "keep" else []
+    added = ocrwatch_cli(home, "add", *flag, "--engine", "fake", "--inbox", str(home.inbox),
+                         "--database", str(home.database), str(doc))
+    out = added.stdout + added.stderr
+    assert added.returncode == 0, out
+    assert "1 read, 0 failed" in out, out
+    if ask == "delete":
+        assert "1 deleted" in out and not doc.exists(), out
+    else:
+        assert doc.exists() and "deleted" not in out, out
+    with contextlib.closing(connect_ro(home.database)) as conn:
+        readings = conn.execute("SELECT j.id, count(p.job_id) FROM jobs j JOIN pages p "
+                                "ON p.job_id = j.id GROUP BY j.id").fetchall()
+    assert [n for _, n in readings] == [12], readings
+    assert proc.output().count("done: ") == 1, proc.output()
+    assert proc.stop() == 0

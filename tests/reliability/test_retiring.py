@@ -97,6 +97,40 @@ def test_a_new_version_saved_between_the_check_and_the_act_is_never_retired_unre
         assert kept == sorted([first, second]), "a version was not archived whole"
 
 
+def test_an_archive_folder_swapped_for_a_link_between_the_check_and_the_moves_is_undone(
+        home: Home, run_daemon: StartDaemon, monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path) -> None:
+    """The archive's folder passes its check (no link), then is swapped for a link to
+    another folder just before the moves, which go by name: the files that went through
+    the link are moved back, the original is in the inbox with its sidecars, and the job
+    says why (before: the scan and its text in the other folder)."""
+    archive, elsewhere = home.root / "archive", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    real_plan = Lifecycle._plan
+    swapped: list[Path] = []
+
+    def swap_after_check(self: Lifecycle, original: Path, sidecars: list[Path],
+                         folder: Path) -> list[tuple[Path, Path]]:
+        moves = real_plan(self, original, sidecars, folder)
+        if not swapped:
+            folder.rename(folder.with_name("kept-aside"))
+            folder.symlink_to(elsewhere)
+            swapped.append(folder)
+        return moves
+
+    monkeypatch.setattr(Lifecycle, "_plan", swap_after_check)
+    daemon, _engine = run_daemon(on_success="archive", archive_dir=archive)
+    scan = drop(home.inbox / "scan.png", image_bytes("a private letter"))
+    wait_for(lambda: daemon.db.query("SELECT 1 FROM jobs WHERE state = 'done' AND "
+                                     "(retire IS NULL OR retire = 'failed')"), 30,
+             "the archiving to be settled")
+    assert swapped and list(elsewhere.iterdir()) == [], sorted(elsewhere.rglob("*"))
+    assert scan.exists() and (home.inbox / "scan.md").exists()
+    row = daemon.db.query("SELECT retire_reason FROM jobs")[0]
+    assert "replaced by a symbolic link" in row["retire_reason"], row["retire_reason"]
+    assert daemon.db.query("SELECT 1 FROM moves") == []
+
+
 # -- 2. a crash while the original is under its private name ------------------------------
 CHILD = textwrap.dedent("""
     import sys, time
@@ -357,6 +391,46 @@ def test_a_file_changed_in_place_while_it_is_read_keeps_text_and_content_togethe
     for sha, pages in done.items():
         assert sha in pages_of and pages == pages_of[sha], \
             f"{pages} pages recorded against content of {pages_of.get(sha)} pages"
+    assert proc.stop() == 0
+
+
+@pytest.mark.parametrize("mode", ["delete", "archive"])
+def test_a_file_still_open_for_writing_is_retired_only_after_what_it_adds_is_read(
+        home: Home, daemon_process: Any, tmp_path: Path, mode: str) -> None:
+    """An app keeps a 2-page PDF open for writing (as an editor saving in place does):
+    the file is whole, so it is read, but neither deleted nor archived while it is open
+    (the job says why); the app then adds a page in place and closes it: the 3-page
+    content is read, and only then deleted or archived (before: retired while still
+    open, and the page added afterwards was lost with the deleted file, or archived
+    unread)."""
+    archive = tmp_path / "archive"
+    config = home.root / "config.toml"
+    config.write_text(f'on_success = "{mode}"\narchive_dir = "{archive}"\n')
+    proc = daemon_process("--config", str(config)).start()
+    proc.wait_ready()
+    doc = home.inbox / "doc.pdf"
+    final = pdf_bytes(["one", "two", "three"])
+    with open(doc, "wb") as app:
+        app.write(pdf_bytes(["one", "two"]))
+        app.flush()
+        wait_for(lambda: re.search(r"open for writing|deleted .*doc|archived .*doc",
+                                   proc.output()), 60, "the file read, then kept or retired")
+        assert doc.exists(), f"retired while open for writing:\n{proc.output()[-3000:]}"
+        assert "open for writing" in job(home.database, doc)["retire_reason"], proc.output()
+        app.seek(0)
+        app.write(final)
+        app.truncate()
+    gone = (lambda: not doc.exists()) if mode == "delete" else \
+        (lambda: [p.read_bytes() for p in archive.rglob("doc.pdf")] == [final])
+    with contextlib.suppress(AssertionError):
+        wait_for(gone, 60, f"the file {mode}d once its last content was read")
+    assert gone(), proc.output()[-3000:]
+    with contextlib.closing(connect_ro(home.database)) as conn:
+        pages = conn.execute(
+            "SELECT count(*) FROM pages p JOIN jobs j ON p.job_id = j.id "
+            "WHERE j.state = 'done' AND j.sha256 = ?",
+            (hashlib.sha256(final).hexdigest(),)).fetchone()[0]
+    assert pages == 3, f"{pages} pages read of the content that was {mode}d"
     assert proc.stop() == 0
 
 

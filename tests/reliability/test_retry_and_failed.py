@@ -3,15 +3,9 @@ unreadable file that becomes readable."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-
-import pytest
 
 from .conftest import StartDaemon
 from .helpers import (
@@ -109,35 +103,6 @@ def test_failed_folder_gets_the_file_and_a_note(home: Home, run_daemon: StartDae
 
 
 # -- an unreadable file ------------------------------------------------------------------
-# chmod 000 does not stop root: root reads any file through CAP_DAC_OVERRIDE and
-# CAP_DAC_READ_SEARCH. The daemon runs without those two capabilities instead, so it meets
-# the permission check an ordinary user meets (it stays uid 0 and can still reach the
-# Python install, which user nobody often cannot).
-NO_DAC = ["setpriv", "--inh-caps=-dac_override,-dac_read_search",
-          "--bounding-set=-dac_override,-dac_read_search", "--"]
-
-
-@pytest.fixture
-def without_dac(tmp_path: Path) -> list[str]:
-    if os.geteuid() != 0:
-        return []  # an ordinary user: chmod 000 stops it as it is
-    probe_file = tmp_path / "probe"
-    probe_file.write_text("secret")
-    probe_file.chmod(0)
-    if shutil.which("setpriv") is None:
-        reason = "running as root without setpriv: chmod 000 cannot be tested"
-        print(reason)
-        pytest.skip(reason)
-    probe = subprocess.run([*NO_DAC, sys.executable, "-c",
-                            f"open({str(probe_file)!r}).read()"],
-                           capture_output=True, text=True, timeout=60)
-    if "PermissionError" not in probe.stderr:
-        reason = f"could not drop root's file capabilities: {probe.stderr[-300:]}"
-        print(reason)
-        pytest.skip(reason)
-    return NO_DAC
-
-
 def test_unreadable_file_fails_then_reads_after_chmod_and_retry(
         home: Home, without_dac: list[str]) -> None:
     locked = drop(home.inbox / "locked.png", image_bytes("private"))

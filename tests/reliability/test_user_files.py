@@ -252,12 +252,58 @@ def test_an_output_folder_swapped_for_a_link_mid_run_is_not_written_through(
     assert daemon.stop() == 0
 
 
-# -- attack class: a hard link to another group's file ------------------------------------------
+# -- attack class: the archive or failed folder swapped for a link mid-run --------------------
+@pytest.mark.parametrize("key", ["archive_dir", "failed_dir"])
+def test_an_archive_or_failed_folder_swapped_for_a_link_is_not_moved_through(
+        home: Home, daemon_process: Start, tmp_path: Path, key: str) -> None:
+    """``archive_dir`` (``on_success = "archive"``) or ``failed_dir``, a real folder when
+    the daemon starts, renamed away and a link to another folder put in its place before
+    the first file: the original is kept in the inbox, and nothing is moved through the
+    link (before: the scan moved into the linked folder, out of the user's reach)."""
+    folder, elsewhere = tmp_path / "kept", tmp_path / "elsewhere"
+    folder.mkdir()
+    elsewhere.mkdir()
+    config = home.root / "config.toml"
+    mode = "archive" if key == "archive_dir" else "keep"
+    config.write_text(f'on_success = "{mode}"\n{key} = "{folder}"\n', encoding="utf-8")
+    daemon = daemon_process("--config", str(config))
+    daemon.start().wait_ready()
+    folder.rename(tmp_path / "renamed-away")
+    folder.symlink_to(elsewhere)
+    good = image_bytes("a private letter")
+    name = home.inbox / "letter.png"
+    drop(name, good if key == "archive_dir" else b"not an image at all")
+    wait_for(lambda: not name.exists() or "could not" in daemon.output(), 60,
+             "the file to be moved, or the move refused")
+    assert name.exists(), f"moved through the link: {sorted(elsewhere.rglob('*'))}"
+    if key == "archive_dir":
+        row = wait_for(lambda: job(home.database, name), 10, "the job")
+        assert (row["state"], row["retire"]) == ("done", "failed"), dict(row)
+        assert "symbolic link" in row["retire_reason"], row["retire_reason"]
+    else:
+        assert ended(home.database, name, "failed") is not None
+    assert name.read_bytes() == (good if key == "archive_dir" else b"not an image at all")
+    assert list(elsewhere.iterdir()) == [], list(elsewhere.rglob("*"))
+    assert "Traceback" not in daemon.output()
+    assert daemon.stop() == 0
+
+
+# -- attack class: links to another user's or another group's file ----------------------------
+def _results_keep_their_text_from_others(inbox: Path, stem: str, gid: int | None) -> None:
+    """``stem``'s .md, .txt and searchable PDF: no bits for others, and group bits only
+    for the original's own group."""
+    for side in (inbox / f"{stem}.md", inbox / f"{stem}.txt", inbox / f"{stem}.ocr.pdf"):
+        st = side.stat()
+        assert st.st_mode & 0o070 == 0 or st.st_gid == gid, f"{side.name}: {oct(st.st_mode)}"
+        assert st.st_mode & 0o007 == 0, f"{side.name}: {oct(st.st_mode)}"
+
+
 def test_a_hard_link_to_another_groups_file_gives_no_group_its_text(
         home: Home, daemon_process: Start, tmp_path: Path) -> None:
     """A hard link in the inbox to a file readable by another group (0640, that group):
-    its sidecars are ours, with our group, so they keep no group bits (before: 0640 for
-    our group, whose members could not read the original)."""
+    its sidecars and searchable PDF are ours, with our group, so they keep no group bits
+    (before: 0640 for our group, whose members could not read the original; the PDF
+    kept 0640 after the sidecars were fixed)."""
     if os.geteuid() != 0:
         pytest.skip("making a second group and its file needs root")
     group = f"owg{os.getpid() % 100000}"
@@ -272,15 +318,86 @@ def test_a_hard_link_to_another_groups_file_gives_no_group_its_text(
         theirs.write_bytes(image_bytes("their payslip"))
         os.chown(theirs, 65534, gid)
         theirs.chmod(0o640)
-        daemon = daemon_process().start()
+        config = home.root / "config.toml"
+        config.write_text('outputs = ["md", "txt", "pdf"]\n', encoding="utf-8")
+        daemon = daemon_process("--config", str(config)).start()
         daemon.wait_ready()
         link = home.inbox / "linked.png"
         os.link(theirs, link)
         wait_for(lambda: ended(home.database, link, "done"), 60, "the hard link read")
-        for side in (home.inbox / "linked.md", home.inbox / "linked.txt"):
-            st = side.stat()
-            assert st.st_mode & 0o070 == 0 or st.st_gid == gid, oct(st.st_mode)
-            assert st.st_mode & 0o007 == 0, oct(st.st_mode)
+        _results_keep_their_text_from_others(home.inbox, "linked", gid)
         assert daemon.stop() == 0
     finally:
         subprocess.run(["groupdel", group], capture_output=True, timeout=30)
+
+
+def test_a_followed_link_to_another_users_private_file_keeps_its_text_private(
+        home: Home, daemon_process: Start, tmp_path: Path) -> None:
+    """``follow_symlinks = true``; links in the inbox to a 0600 file of the user's own and,
+    as root, to a 0600 file of another user (``nobody``): the results take the mode of
+    the file read, never the link's own 0777, so others cannot read them."""
+    mine = tmp_path / "mine.png"
+    mine.write_bytes(image_bytes("my own private letter"))
+    mine.chmod(0o600)
+    targets = {"to-mine": mine}
+    if os.geteuid() == 0:
+        theirs = tmp_path / "theirs.png"
+        theirs.write_bytes(image_bytes("their private letter"))
+        os.chown(theirs, 65534, 65534)
+        theirs.chmod(0o600)
+        targets["to-theirs"] = theirs
+    config = home.root / "config.toml"
+    config.write_text('follow_symlinks = true\noutputs = ["md", "txt", "pdf"]\n',
+                      encoding="utf-8")
+    daemon = daemon_process("--config", str(config)).start()
+    daemon.wait_ready()
+    for stem, target in targets.items():
+        (home.inbox / f"{stem}.png").symlink_to(target)
+    for stem in targets:
+        wait_for(lambda s=stem: ended(home.database, home.inbox / f"{s}.png", "done"), 60,
+                 f"{stem}.png read")
+        _results_keep_their_text_from_others(home.inbox, stem, None)
+    assert daemon.stop() == 0
+    if os.geteuid() != 0:
+        pytest.skip("the other user's half needs root (to make a file of another uid); "
+                    "the user's own 0600 file was checked")
+
+
+def test_links_to_another_users_unreadable_files_fail_saying_whose_they_are(
+        home: Home, daemon_process: Start, without_dac: list[str], tmp_path: Path) -> None:
+    """``follow_symlinks = true``; a symbolic link and a hard link in the inbox to 0600
+    files of another user (``nobody``), read by a daemon without root's file
+    capabilities (as an ordinary user is): each fails with whose file it is and what to
+    do (before: "make it readable (chmod u+r)", which only their owner can); their files
+    are untouched, no sidecar is made, and the next file is read."""
+    if os.geteuid() != 0:
+        pytest.skip("making another user's file needs root")
+    theirs = {name: tmp_path / f"{name}-of-nobody.png" for name in ("payslip", "contract")}
+    for name, path in theirs.items():
+        path.write_bytes(image_bytes(f"their {name}"))
+        os.chown(path, 65534, 65534)
+        path.chmod(0o600)
+    before = {path: (path.read_bytes(), path.stat()) for path in theirs.values()}
+    config = home.root / "config.toml"
+    config.write_text("follow_symlinks = true\n", encoding="utf-8")
+    daemon = daemon_process("--config", str(config))
+    daemon.prefix = without_dac
+    daemon.start().wait_ready()
+    link, hard = home.inbox / "link.png", home.inbox / "hard.png"
+    link.symlink_to(theirs["payslip"])
+    os.link(theirs["contract"], hard)
+    good = drop(home.inbox / "mine.png", image_bytes("my letter"))
+    for path, what in ((link, str(theirs["payslip"])), (hard, "a hard link")):
+        row = wait_for(lambda p=path: ended(home.database, p), 30, f"{path.name} to end")
+        assert row["state"] == "failed", dict(row)
+        assert "belongs to another user (nobody)" in row["reason"] and what in row["reason"] \
+            and "chmod" not in row["reason"], row["reason"]
+        assert not any(p.exists() for p in sidecars(path))
+    wait_for(lambda: ended(home.database, good, "done"), 30, "the next file read")
+    for path, (data, st) in before.items():
+        now = path.stat()
+        assert path.read_bytes() == data
+        assert (now.st_uid, now.st_mode, now.st_mtime_ns) == (st.st_uid, st.st_mode,
+                                                               st.st_mtime_ns)
+    assert "Traceback" not in daemon.output()
+    assert daemon.stop() == 0
