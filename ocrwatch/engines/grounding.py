@@ -124,12 +124,29 @@ def layout_blocks(blocks: tuple[GridBlock, ...], width: int, height: int
 
 
 # Escaped math delimiters: LightOnOCR-3 sometimes writes \$x\$ for $x$. Only a pair whose
-# body reads as math is repaired: no word of two letters or more (a \command aside), some
-# mark of math (a letter alone, an operator, a brace), and not a price (\$5 and \$7).
+# body reads as math is repaired (LightOn's conservative rule): some mark of math (a letter,
+# an operator, a brace), no two words side by side of which one is longer than a letter
+# (prose: "\$total price\$"), not one bare word, and not a price (\$5 and \$7).
 _PAIR = re.compile(r"(?<![\\$])(\\?\$)(?!\$)((?:\\(?!\$)[^\r\n]|[^$\\\r\n])+?)(\\?\$)(?!\$)")
 _PROTECTED = re.compile(r"```.*?```|`[^`\n]*`|(?<!\\)\$\$.*?(?<!\\)\$\$|\\\[.*?\\\]|\\\(.*?\\\)",
                         re.S)
 _EVIDENCE = re.compile(r"[A-Za-z_^=+*/()\[\]{}<>]|\\[A-Za-z]+")
+_ATOM = re.compile(r"\\[A-Za-z]+|[^\W\d_]\w*|\d+(?:\.\d*)?|\S")
+
+
+def _reads_as_math(body: str) -> bool:
+    stripped = body.strip()
+    if not _EVIDENCE.search(stripped) or re.fullmatch(r"[^\W\d_]{2,}", stripped):
+        return False
+    if re.match(r"\d", stripped) and not re.search(r"[A-Za-z=^_\\]", stripped):
+        return False  # a number alone: a price
+    previous: str | None = None
+    for atom in _ATOM.findall(stripped):
+        word = bool(re.fullmatch(r"[^\W\d_]\w*", atom))
+        if word and previous and (len(atom) > 1 or len(previous) > 1):
+            return False
+        previous = atom if word else None
+    return True
 
 
 def _repair(part: str) -> str:
@@ -137,11 +154,8 @@ def _repair(part: str) -> str:
         left, body, right = match.group(1), match.group(2), match.group(3)
         if "\\" not in left + right:
             return match.group(0)
-        words = re.findall(r"[A-Za-z]+", re.sub(r"\\[A-Za-z]+", "", body))
         after = part[match.end():match.end() + 1]
-        if (not _EVIDENCE.search(body) or any(len(w) > 1 for w in words)
-                or (re.match(r"\s*\d", body) and not re.search(r"[A-Za-z=^_\\]", body))
-                or after.isdigit()):
+        if after.isdigit() or not _reads_as_math(body):
             return match.group(0)
         return f"${body}$"
     return _PAIR.sub(one, part)
