@@ -30,7 +30,8 @@ def page_image(colour: tuple[int, int, int]) -> Image.Image:
 def config_for(tmp_path: Path, url: str, **top: object) -> Config:
     config = Config(inbox=[tmp_path / "inbox"], database=tmp_path / "index.sqlite3",
                     cache_dir=tmp_path / "cache", settle_seconds=0.3, engine="remote",
-                    model_profile="lightonocr-3-1b", outputs=["md", "txt", "pdf"], rotate_pages=False, deskew=False)
+                    model_profile="lightonocr-3-1b", outputs=["md", "txt", "pdf"],
+                    rotate_pages=False, deskew=False)
     config.remote.urls = [url]
     for key, value in top.items():
         setattr(config, key, value)
