@@ -114,3 +114,34 @@ def test_doctor_says_fp8_accuracy_is_not_measured_and_refuses_it_on_ampere(
     install(monkeypatch, FakeNvml(capability=(8, 6)))
     named = {c.name: c for c in doctor.check_gpu(config, doctor._smi())}
     assert not named["fp8"].ok and "bf16" in named["fp8"].fix
+
+
+def test_a_lightonocr_3_shaped_folder_holds_its_16k_sequence_and_grounding_prompt(
+        tmp_path: Path) -> None:
+    pytest.importorskip("tokenizers")
+    import json
+
+    from ocrwatch.testing import model_folder
+
+    folder = model_folder.write(tmp_path / "m3", profiles.get("lightonocr-3-1b"))
+    config = json.loads((folder / "config.json").read_text())
+    assert config["text_config"]["max_position_embeddings"] == 16384
+    assert config["architectures"] == ["LightOnOCRForConditionalGeneration"]
+    assert config["vision_config"]["image_size"] == 1540
+    assert json.loads((folder / "tokenizer_config.json").read_text())["model_max_length"] \
+        == 16384
+
+
+def test_the_folders_chat_template_puts_grounding_after_the_image(tmp_path: Path) -> None:
+    pytest.importorskip("tokenizers")
+    jinja2 = pytest.importorskip("jinja2")
+    from ocrwatch.testing import model_folder
+
+    folder = model_folder.write(tmp_path / "m3", profiles.get("lightonocr-3-1b"))
+    prompt = jinja2.Template((folder / "chat_template.jinja").read_text()).render(
+        messages=[{"role": "user", "content": [{"type": "image"},
+                                               {"type": "text", "text": "grounding"}]}],
+        add_generation_prompt=True)
+    assert "<|image_pad|>grounding<|im_end|>" in prompt
+    assert prompt == profiles.get("lightonocr-3-1b").raw_prompt().replace(
+        "<|im_start|>system<|im_end|>\n", "")
