@@ -164,13 +164,14 @@ def of(config: Config) -> Profile:
 
 
 def _given(config: Config, section: Section, name: str) -> bool:
-    """Whether ``section.name`` was set (a file, a variable, a flag, or code that changed
-    it), rather than left at the built-in default."""
+    """Whether ``section.name`` holds a value of the user's own rather than the built-in
+    default. The default (what config.example.toml writes too) stands for the profile's
+    value: a copied example file then follows ``model_profile``."""
     from dataclasses import fields
 
     cfg = getattr(config, section)
     default = next(f.default for f in fields(cfg) if f.name == name)
-    return f"{section}.{name}" in config.origins or getattr(cfg, name) != default
+    return bool(getattr(cfg, name) != default)
 
 
 def model_id(config: Config, section: Section) -> str:
