@@ -145,3 +145,16 @@ def test_the_folders_chat_template_puts_grounding_after_the_image(tmp_path: Path
     assert "<|image_pad|>grounding<|im_end|>" in prompt
     assert prompt == profiles.get("lightonocr-3-1b").raw_prompt().replace(
         "<|im_start|>system<|im_end|>\n", "")
+
+
+def test_the_vllm_engine_plans_and_samples_by_the_profile() -> None:
+    config = Config(engine="vllm", model_profile="lightonocr-3-1b")
+    engine = VllmEngine(config, backend="fake", card_mib=16 * 1024)
+    try:
+        assert engine.plan.max_model_len == 16384  # one page of the whole sequence planned
+        assert engine.profile.grounding and engine.max_side == 1540
+        settings = engine._feeder._cfg  # the section as the profile completes it
+        assert (settings.model, settings.top_p, settings.max_tokens) == (
+            "lightonai/LightOnOCR-3-1B", 1.0, 16384 - engine.profile.max_prompt_tokens)
+    finally:
+        engine.close()
