@@ -135,3 +135,42 @@ def test_malformed_and_cut_answers_fall_back_to_their_text_with_a_warning(
     assert "no layout blocks" in warnings["plain.png"]
     assert (config.inbox[0] / "cut.txt").read_text().strip() == "The first block came whole."
     assert "cut-off block marker" in warnings["cut.png"]
+
+
+def test_blocks_whose_words_tesseract_reads_too_take_tesseracts_word_boxes(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from helpers import text_page
+
+    caplog.set_level(logging.INFO, logger="ocrwatch")
+    lines = ["Harbour master report for the spring tides",
+             "Vessels moored along the eastern quay wall"]
+    image = text_page(lines, width=1600)
+    image.paste((14, 20, 30), (0, 0, 24, 24))  # names the page to the fake server
+    height = image.height
+    top = [round((80 + k * 44 * 1.6) / height * 1000) for k in range(3)]
+    answer = (f"![header](20,5,980,30) Running Head\n"
+              f"![text](50,{top[0]},950,{top[1]}) {lines[0]}\n"
+              f"![text](50,{top[1]},950,{top[2]}) {lines[1]}")
+    with FakeServer(models=[V3]) as server:
+        server.scripted = {"0e141e": (answer, "stop")}
+        config = config_for(tmp_path, server.url)
+        daemon = Daemon(config)
+        try:
+            daemon.start()
+            config.inbox[0].mkdir(parents=True, exist_ok=True)
+            image.save(config.inbox[0] / "harbour.png")
+
+            def done() -> bool:
+                job = daemon.jobs.known(config.inbox[0] / "harbour.png")
+                return job is not None and job.state.value in ("done", "failed")
+
+            wait_for(done, 60, "the page read")
+        finally:
+            daemon.close()
+    assert "on Tesseract's word boxes" in caplog.text
+    doc = pypdfium2.PdfDocument(str(config.inbox[0] / "harbour.ocr.pdf"))
+    try:
+        text = doc[0].get_textpage().get_text_range()
+    finally:
+        doc.close()
+    assert "Harbour master report" in " ".join(text.split())
