@@ -83,16 +83,16 @@ def plan_of(engine: Any) -> dict[str, Any]:
             "planned_gib": round(plan.total_gib, 2)}
 
 
-def stage_daemon(work: Path, folder: Path, sampler: Sampler) -> dict[str, Any]:
+def stage_daemon(work: Path, folder: Path, sampler: Sampler, tokens: int) -> dict[str, Any]:
     from ocrwatch.daemon import Daemon
 
-    config = base_config(work, folder, TOKENS)
+    config = base_config(work, folder, tokens)
     drop = work / "drop"
     files = make_drop(drop, a4=12, cards=12, pdfs=0)
     text_page(1540, 1540, 7).save(drop / "worst_square.png")  # the largest prompt
     files["worst_square.png"] = 1
     daemon = Daemon(config)
-    out: dict[str, Any] = {"pages": sum(files.values()), "tokens_per_page": TOKENS}
+    out: dict[str, Any] = {"pages": sum(files.values()), "tokens_per_page": tokens}
     try:
         t0 = time.monotonic()
         daemon.start()
@@ -154,7 +154,7 @@ def stage_engine(work: Path, folder: Path, sampler: Sampler, *, tokens: int | No
     config.vllm.kv_cache_dtype = kv_cache_dtype
     engine = VllmEngine(config)
     result: dict[str, Any] = {"quantization": quantization, "kv_cache_dtype": kv_cache_dtype,
-                              "plan": plan_of(engine)}
+                              "tokens": tokens, "plan": plan_of(engine)}
     try:
         t0 = time.monotonic()
         engine.start()
@@ -191,7 +191,10 @@ def report(results: dict[str, Any]) -> str:
                   f"writing {lg['plan']['max_model_len']}-token sequences' answers: "
                   f"{lg['run']['s']} s, peak {gib(lg['peak_mib'])}; plan {lg['plan']}", ""]
     if "fp8" in results:
-        lines += ["| weights | KV cache | pages/s | peak (reading) | pages in flight | "
+        first = results["fp8"][0]
+        lines += [f"fp8 against bf16: {first['run']['pages']} pages (A4 and cards), "
+                  f"{first.get('tokens')} tokens a page, each setting a fresh worker", "",
+                  "| weights | KV cache | pages/s | peak (reading) | pages in flight | "
                   "KV tokens |", "|---|---|---|---|---|---|"]
         for r in results["fp8"]:
             lines.append(f"| {'fp8' if r['quantization'] == 'fp8' else 'bf16'} | "
@@ -206,6 +209,8 @@ def main() -> None:
     parser.add_argument("--stages", default="daemon,longest")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
     parser.add_argument("--pages", type=int, default=32, help="pages a run in the fp8 stage")
+    parser.add_argument("--tokens", type=int, default=TOKENS,
+                        help="tokens a page in the daemon and fp8 stages")
     args = parser.parse_args()
     stages = args.stages.split(",")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -222,7 +227,7 @@ def main() -> None:
     sampler = Sampler()
     try:
         if "daemon" in stages:
-            results["daemon"] = stage_daemon(work, folder, sampler)
+            results["daemon"] = stage_daemon(work, folder, sampler, args.tokens)
             keep()
         if "longest" in stages:
             results["longest"] = stage_engine(work, folder, sampler, tokens=None, kind="worst",
@@ -231,7 +236,7 @@ def main() -> None:
         if "fp8" in stages:
             results["fp8"] = []
             for quantization, kv in (("none", "auto"), ("fp8", "auto"), ("none", "fp8")):
-                results["fp8"].append(stage_engine(work, folder, sampler, tokens=TOKENS,
+                results["fp8"].append(stage_engine(work, folder, sampler, tokens=args.tokens,
                                                    kind="mixed", n=args.pages,
                                                    quantization=quantization,
                                                    kv_cache_dtype=kv))
