@@ -107,3 +107,28 @@ def test_escaped_dollars_repaired_only_around_math() -> None:
     assert fix(r"it cost \$5 and \$7 today") == r"it cost \$5 and \$7 today"  # prices
     assert fix(r"\$total price\$") == r"\$total price\$"  # words, not math
     assert fix(r"`\$x\$` in code") == r"`\$x\$` in code"
+
+
+def test_blocks_of_a_straightened_page_lie_on_the_upright_page() -> None:
+    from pathlib import Path
+
+    from PIL import Image
+
+    from ocrwatch.core.domain import Page
+    from ocrwatch.scan import prepare as scanprep
+
+    upright = Page(Path("p.png"), 0, Image.new("RGB", (1000, 1400), "white"))
+    read = scanprep.again(upright, 90, 3.0)  # turned upright, then straightened 3 degrees
+    raw = "![text](100,100,900,200) Some words\n![footer](100,950,900,990) Foot"
+    result = scanprep.finish(page_text(raw, profile=V3, size=read.size), read)
+    layout = result.layout
+    assert layout is not None and layout.angle == 3.0 and result.turned == 90
+    assert layout.read_size == read.size and (layout.width, layout.height) == read.upright
+    # The read image's centre is the upright page's centre; a block's corner moves by the
+    # straightening's turn, not off the page.
+    cx, cy = read.size[0] / 2, read.size[1] / 2
+    assert layout.to_page(cx, cy) == (layout.width / 2, layout.height / 2)
+    left, top = layout.blocks[0].box[:2]
+    x, y = layout.to_page(left, top)
+    assert 0 <= x <= layout.width and 0 <= y <= layout.height
+    assert [b.label for b in layout.blocks] == ["text", "footer"]
