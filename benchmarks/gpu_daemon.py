@@ -94,7 +94,9 @@ def kind_of(name: str) -> str:
 def prepare_rates(folder: Path, files: dict[str, int]) -> dict[str, Any]:
     """The daemon's page loader alone, one thread: pages/s for each kind of file."""
     from ocrwatch.config import Config
-    from ocrwatch.engines.lightonocr import MAX_SIDE
+    from ocrwatch.engines import profiles
+
+    MAX_SIDE = profiles.get(profiles.DEFAULT).max_side
     from ocrwatch.pages.decode import iter_pages
     from ocrwatch.scan.prepare import ScanPrep
 
@@ -203,7 +205,9 @@ def run_engine_alone(model: str, folder: Path, files: dict[str, int], tokens: in
 def drop_pages(folder: Path, files: dict[str, int]) -> list[Any]:
     """The drop's pages as the daemon's loader gives them, in the daemon's order."""
     from ocrwatch.config import Config
-    from ocrwatch.engines.lightonocr import MAX_SIDE
+    from ocrwatch.engines import profiles
+
+    MAX_SIDE = profiles.get(profiles.DEFAULT).max_side
     from ocrwatch.pages.decode import iter_pages
 
     config = Config()
@@ -225,7 +229,10 @@ def plain_main(model: str, folder: Path, tokens: int, seqs: int, step: int,
 
     from vllm import LLM, SamplingParams
 
-    from ocrwatch.engines.lightonocr import PROMPT
+    from ocrwatch.engines import profiles
+
+
+    PROMPT = profiles.get(profiles.DEFAULT).raw_prompt()
     from ocrwatch.engines.vllm.backends import _register_model_class, compilation_config
     from ocrwatch.engines.vllm.memory import plan_memory
 

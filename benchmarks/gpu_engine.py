@@ -159,7 +159,10 @@ LIKE_WAIT = 0.5  # the like-sizes-first admission the mix is also measured with
 def raw_main(model: str, tokens: int, n: int, strongest: bool, repeats: int) -> None:
     from vllm import LLM, SamplingParams
 
-    from ocrwatch.engines.lightonocr import PROMPT
+    from ocrwatch.engines import profiles
+
+
+    PROMPT = profiles.get(profiles.DEFAULT).raw_prompt()
     from ocrwatch.engines.vllm.memory import plan_memory
 
     total = total_mib() or 16 * GIB

@@ -67,8 +67,10 @@ sys.path.insert(0, str(ROOT))
 from benchmarks._common import header, save  # noqa: E402
 from benchmarks._drop import drop_counts, make_drop, run_daemon_on_drop, toml_list  # noqa: E402
 from benchmarks.gpu_engine import Sampler, total_mib, used_mib  # noqa: E402
-from ocrwatch.engines.lightonocr import MAX_SIDE  # noqa: E402
+from ocrwatch.engines import profiles  # noqa: E402
 from ocrwatch.engines.remote import Stages  # noqa: E402
+
+MAX_SIDE = profiles.get(profiles.DEFAULT).max_side  # the model engines' longest side
 
 MODEL = "lightonai/LightOnOCR-2-1B"
 PDF_DPI = 200  # the daemon's pdf_dpi default; the plain client renders PDFs the same

@@ -34,9 +34,11 @@ sys.path.insert(0, str(ROOT))
 from benchmarks import _common  # noqa: E402
 from benchmarks.gpu_scan import make_drop  # noqa: E402
 from ocrwatch.config import Config  # noqa: E402
-from ocrwatch.engines.lightonocr import MAX_SIDE  # noqa: E402
+from ocrwatch.engines import profiles  # noqa: E402
 from ocrwatch.pages.decode import iter_pages  # noqa: E402
 from ocrwatch.scan.prepare import ScanPrep  # noqa: E402
+
+MAX_SIDE = profiles.get(profiles.DEFAULT).max_side  # the model engines' longest side
 
 TICK = 0.001
 

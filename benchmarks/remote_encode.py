@@ -31,8 +31,10 @@ from PIL import Image  # noqa: E402
 
 from benchmarks._common import header, save  # noqa: E402
 from ocrwatch.config import Config  # noqa: E402
-from ocrwatch.engines.lightonocr import MAX_SIDE  # noqa: E402
+from ocrwatch.engines import profiles  # noqa: E402
 from ocrwatch.pages.decode import iter_pages  # noqa: E402
+
+MAX_SIDE = profiles.get(profiles.DEFAULT).max_side  # the model engines' longest side
 
 CANDIDATES: dict[str, tuple[str, dict[str, Any]]] = {
     "PNG, compress_level 0": ("PNG", {"compress_level": 0}),

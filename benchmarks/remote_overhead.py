@@ -40,9 +40,12 @@ from benchmarks._common import header, save  # noqa: E402
 from benchmarks._drop import drop_counts, make_drop  # noqa: E402
 from benchmarks.gpu_remote import run_daemon, run_plain  # noqa: E402
 from ocrwatch.config import Config  # noqa: E402
-from ocrwatch.engines.lightonocr import MAX_SIDE, page_text  # noqa: E402
+from ocrwatch.engines import profiles  # noqa: E402
+from ocrwatch.engines.lightonocr import page_text  # noqa: E402
 from ocrwatch.pages.decode import iter_pages  # noqa: E402
 from ocrwatch.results.sidecar import write_sidecars  # noqa: E402
+
+MAX_SIDE = profiles.get(profiles.DEFAULT).max_side  # the model engines' longest side
 
 
 class Server:

@@ -30,6 +30,7 @@ class FakeNvml:
     used_mib: int = 0
     compute: dict[int, int | None] = field(default_factory=dict)  # pid -> MiB (None: unknown)
     graphics: dict[int, int | None] = field(default_factory=dict)
+    capability: tuple[int, int] = (8, 9)  # an RTX 4080's CUDA compute capability
     NVMLError: type[Exception] = NVMLError
 
     def nvmlInit(self) -> None:
@@ -55,6 +56,9 @@ class FakeNvml:
     def _procs(table: dict[int, int | None]) -> list[Any]:
         return [SimpleNamespace(pid=pid, usedGpuMemory=None if mib is None else mib * MIB)
                 for pid, mib in table.items()]
+
+    def nvmlDeviceGetCudaComputeCapability(self, handle: int) -> tuple[int, int]:
+        return self.capability
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: int) -> list[Any]:
         return self._procs(self.compute)

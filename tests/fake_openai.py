@@ -59,6 +59,30 @@ def page_text(width: int, height: int, colour: tuple[int, ...], temperature: flo
     return f"# Page {width}x{height} colour {hexa}\n\n*t={temperature}*"
 
 
+# A LightOnOCR-3 grounding answer, shaped on the example in LightOn's README (a running
+# header, a title, a paragraph continued in a second block, an HTML table, escaped math
+# delimiters, a footnote, a page number), its words telling which page it belongs to.
+HEADER_WORD = "Zebrafinch"  # only in the running header: the index must not find it
+FOOTER_WORD = "Quetzalcoatl"  # only in the running footer
+
+
+def grounding_text(width: int, height: int, colour: tuple[int, ...], temperature: float) -> str:
+    hexa = "".join(f"{c:02x}" for c in colour[:3])
+    return (
+        f"![header](80,20,920,45) Journal of {HEADER_WORD} Studies · Vol. 3\n"
+        "![title](113,108,600,140) ## 2.2 LightOnOCR-1\n"
+        f"![text](112,160,882,260) The first version of LightOnOCR established the core "
+        f"architecture of page {width}x{height} colour {hexa}\n"
+        f"![text+](112,270,882,330) and its training recipe at t={temperature}\n"
+        "![table](112,350,882,520) <table><tr><th>Model</th><th>Score</th></tr>"
+        "<tr><td>Pipeline</td><td>84.0</td></tr></table>\n"
+        "![formula](300,560,700,600) \\$E = mc^2\\$\n"
+        "![footnote](112,860,882,890) 1 Measured without headers.\n"
+        f"![footer](112,900,700,925) {FOOTER_WORD} Press\n"
+        "![page_number](491,935,505,950) 3"
+    )
+
+
 class FakeServer:
     """One fake server, in a thread of this process. Use as a context manager."""
 
@@ -366,10 +390,14 @@ def _handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
                 return
             loops = mark == LOOPS_ALWAYS or (mark == LOOPS_WHEN_COLD and
                                              body["temperature"] <= 0.2)
+            # LightOnOCR-3 asked for its layout: the text "grounding" after the image.
+            grounding = any(part.get("type") == "text" and part.get("text") == "grounding"
+                            for part in body["messages"][0]["content"])
             if loops:
                 text, finish = "row\n" * 200, "length"
             else:
-                text = page_text(image.width, image.height, mark, body["temperature"])
+                read = grounding_text if grounding else page_text
+                text = read(image.width, image.height, mark, body["temperature"])
                 # As vLLM: with ignore_eos a page always runs out of tokens.
                 finish = "length" if body.get("ignore_eos") else "stop"
             with server.lock:

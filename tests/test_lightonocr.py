@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from ocrwatch.engines.lightonocr import MAX_IMAGE_TOKENS, image_tokens
+from ocrwatch.engines import profiles
+
+PROFILE = profiles.get(profiles.DEFAULT)
+image_tokens = PROFILE.image_tokens
+MAX_IMAGE_TOKENS = PROFILE.max_image_tokens
 
 A4 = image_tokens(2480, 3508)  # 300 dpi A4 scan
 CARD = image_tokens(1600, 260)  # a label strip: few tokens even once fitted to 1540 px

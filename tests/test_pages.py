@@ -63,7 +63,10 @@ def test_pdf_pages_rendered_at_configured_dpi(tmp_path: Path, config: Config) ->
 
 def test_max_side_fits_the_longest_side_up_and_down(tmp_path: Path, config: Config) -> None:
     """LightOnOCR's 1540 px: larger pages are shrunk, smaller ones enlarged to it."""
-    from ocrwatch.engines.lightonocr import MAX_SIDE, PATCH, image_tokens
+    from ocrwatch.engines import profiles
+
+    profile = profiles.get(profiles.DEFAULT)
+    MAX_SIDE, PATCH, image_tokens = profile.max_side, profile.patch, profile.image_tokens
 
     path = tmp_path / "big.png"
     text_page(["x"], width=3000).save(path, dpi=(300, 300))

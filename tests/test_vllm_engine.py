@@ -30,9 +30,9 @@ from ocrwatch.core.cpus import lower_thread_priority
 from ocrwatch.core.domain import Page, PageText
 from ocrwatch.core.errors import EngineError, EngineUnavailable
 from ocrwatch.core.textutil import markdown_to_text, repeats_itself
+from ocrwatch.engines import profiles
 from ocrwatch.engines.base import PREPARE_NICE, gpu_preparers
 from ocrwatch.engines.faults import Fault
-from ocrwatch.engines.lightonocr import MAX_PROMPT_TOKENS, image_tokens
 from ocrwatch.engines.vllm import VllmEngine, plan_memory
 from ocrwatch.engines.vllm.admission import pick_next
 from ocrwatch.engines.vllm.backends import compilation_config, warm_up_sizes
@@ -64,6 +64,10 @@ from ocrwatch.engines.vllm.messages import (
 )
 from ocrwatch.engines.vllm.supervisor import worker_settings
 from ocrwatch.engines.vllm.worker import main as worker_main
+
+PROFILE = profiles.get(profiles.DEFAULT)
+image_tokens = PROFILE.image_tokens
+MAX_PROMPT_TOKENS = PROFILE.max_prompt_tokens
 
 OK = (255, 255, 255)
 CRASH_IN_BATCH = Fault.CRASH_IN_BATCH

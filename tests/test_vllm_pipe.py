@@ -24,7 +24,7 @@ from ocrwatch.config import Config
 from ocrwatch.core import errors
 from ocrwatch.core.domain import Page
 from ocrwatch.core.errors import EngineError, EngineUnavailable, OcrwatchError, WorkerGone
-from ocrwatch.engines import lightonocr
+from ocrwatch.engines import lightonocr, profiles
 from ocrwatch.engines.faults import Fault
 from ocrwatch.engines.vllm import VllmEngine, supervisor, worker
 from ocrwatch.engines.vllm import messages as m
@@ -220,7 +220,8 @@ def test_a_page_that_loops_cold_is_not_retried_when_pages_run_to_the_end() -> No
     warm = fake_engine()
     try:
         (result,) = warm.recognize([page(Fault.LOOPS_WHEN_COLD)])
-        assert f"t={lightonocr.RETRY_TEMPERATURE}" in result.markdown and not result.warnings
+        retry = profiles.get(profiles.DEFAULT).retry_temperature
+        assert f"t={retry}" in result.markdown and not result.warnings
     finally:
         warm.close()
 

@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 from ocrwatch.config.schema import (
     LAYOUTS,
+    MODEL_PROFILES,
     OBSERVERS,
     ON_DONE_TIMEOUT_MAX,
     ON_SUCCESS,
@@ -77,6 +78,13 @@ def validate(config: Config) -> None:
         fail("vllm.load_format", "must be 'auto', 'safetensors' or 'dummy'.")
     if config.vllm.kv_cache_dtype not in ("auto", "fp8"):
         fail("vllm.kv_cache_dtype", "must be 'auto' (the model's bf16) or 'fp8'.")
+    if config.vllm.quantization not in ("none", "fp8"):
+        fail("vllm.quantization", "must be 'none' (the model's bf16 weights) or 'fp8' "
+                                  "(vLLM's dynamic fp8, compute capability 8.9 or newer).")
+    if config.model_profile not in MODEL_PROFILES:
+        fail("model_profile", f"= {config.model_profile!r} is not one of "
+                              f"{', '.join(repr(n) for n in MODEL_PROFILES)} "
+                              "(docs/models.md says which to choose).")
     _validate_model_sections(config, fail)
     _validate_outputs(config, fail)
     if config.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):

@@ -44,6 +44,8 @@ OUTPUTS = ("md", "txt", "pdf")
 PDFA = ("auto", "always", "never")
 ON_SUCCESS = ("keep", "archive", "delete")
 LAYOUTS = ("mirror", "date")
+# The values model_profile takes: ocrwatch/engines/profiles.py holds each one's rules.
+MODEL_PROFILES = ("lightonocr-2-1b", "lightonocr-3-1b")
 
 
 @dataclass
@@ -57,6 +59,8 @@ class VllmConfig:
     # emulate a 16 GB card on a larger one; other programs' memory counts against it).
     card_gb: float = 0.0
     kv_cache_dtype: str = "auto"  # "fp8" halves the KV cache per page; accuracy unmeasured
+    # "fp8": vLLM's dynamic fp8 weights (compute capability 8.9 or newer); accuracy unmeasured
+    quantization: str = "none"
     # After the idle stop, keep a process with vLLM imported (no GPU memory, about 1 GiB
     # of RAM) so that the next page pays only the engine's creation (docs/gpu.md).
     standby: bool = True
@@ -111,6 +115,12 @@ class Config:
     output_dir: Path | None = None  # None: sidecars beside the originals
     database: Path = field(default_factory=paths.default_database)
     engine: str = AUTO_ENGINE
+    # The model and its rules (ocrwatch/engines/profiles.py, docs/models.md) for the vllm
+    # and remote engines: "lightonocr-2-1b" or "lightonocr-3-1b" (layout blocks).
+    model_profile: str = "lightonocr-2-1b"
+    # LightOnOCR-3's running headers, footers and page numbers in the .md/.txt and the
+    # index; by default they are left out, as LightOn's omit-margins does.
+    keep_margins: bool = False
     # English and the desktop's language when Tesseract has data for it.
     languages: list[str] = field(default_factory=default_languages)
     tessdata: Path | None = None  # None: look in the usual places

@@ -23,7 +23,7 @@ from ocrwatch.core.errors import EngineUnavailable, OcrwatchError
 from ocrwatch.doctor.check import Check
 from ocrwatch.doctor.desktop import check_desktop, check_tray
 from ocrwatch.doctor.gpu import _reachable, _smi, _wants_gpu, check_gpu, check_model, check_vllm
-from ocrwatch.engines import registry
+from ocrwatch.engines import profiles, registry
 from ocrwatch.engines.base import Doctor
 from ocrwatch.fs import paths
 
@@ -119,18 +119,19 @@ def check_remote(config: Config) -> list[Check]:
     finally:
         engine.close()
     checks = []
+    model = profiles.model_id(config, "remote")
     for server in servers:
         url = server["url"]
         if server["state"] == "up":
             checks.append(Check("OCR server", True,
-                                f"{url} answers and serves {config.remote.model}"))
+                                f"{url} answers and serves {model}"))
         elif server.get("fatal"):
             checks.append(Check("OCR server", False, f"{url}: {server.get('last_error')}",
                                 str(server["fatal"])))
         else:
             checks.append(Check(
                 "OCR server", False, f"{url}: {server.get('last_error')}",
-                f"start it (vllm serve {config.remote.model}, see docs/scale-out.md) or "
+                f"start it (vllm serve {model}, see docs/scale-out.md) or "
                 "correct remote.url / remote.urls"))
     return checks
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from ocrwatch.config import Config
 from ocrwatch.core.errors import EngineUnavailable
 from ocrwatch.doctor.check import NET_TIMEOUT, Check, _version
-from ocrwatch.engines import gpu, registry
+from ocrwatch.engines import gpu, profiles, registry
 from ocrwatch.engines.base import Doctor
 from ocrwatch.engines.gpu import Gpu
 from ocrwatch.engines.vllm.memory import GpuBusy, default_budget, plan_memory
@@ -64,10 +64,11 @@ def check_gpu(config: Config, smi: list[Gpu] | str) -> list[Check]:
     others = (gpu.others_mib([]) or 0) / 1024
     try:
         plan = plan_memory(default_budget(card_gib, config.vllm.gpu_memory_gb), card_gib,
-                           config.vllm.max_tokens, others_gib=others,
+                           profiles.max_tokens(config, "vllm"), others_gib=others,
                            device_gib=card.total_mb / 1024,
                            kv_cache_dtype=config.vllm.kv_cache_dtype,
-                           eager=config.vllm.enforce_eager)
+                           eager=config.vllm.enforce_eager, profile=profiles.of(config),
+                           quantization=config.vllm.quantization)
     except GpuBusy as exc:
         checks.append(Check("GPU memory", False, str(exc).split(". Pages")[0],
                             "close programs holding GPU memory (`nvidia-smi` lists them); "
@@ -80,7 +81,27 @@ def check_gpu(config: Config, smi: list[Gpu] | str) -> list[Check]:
         return checks
     checks.append(Check("GPU memory", True,
                         f"{plan.describe()}; {others:.1f} GiB held by other programs"))
+    checks.extend(check_fp8(config, gpu.compute_capability()))
     return checks
+
+
+def check_fp8(config: Config, capability: tuple[int, int] | None) -> list[Check]:
+    """fp8 weights or KV cache, when asked for: whether the card can, and that their
+    accuracy is not known (ocrwatch's benchmarks run on random weights)."""
+    v = config.vllm
+    if v.quantization != "fp8" and v.kv_cache_dtype != "fp8":
+        return []
+    asked = " and ".join(name for name, on in (("fp8 weights", v.quantization == "fp8"),
+                                               ("fp8 KV cache", v.kv_cache_dtype == "fp8"))
+                         if on)
+    problem = gpu.fp8_problem(v.quantization, v.kv_cache_dtype, capability)
+    if problem is not None:
+        return [Check("fp8", False, problem.split(". An Ampere")[0],
+                      "set vllm.quantization = \"none\" and vllm.kv_cache_dtype = \"auto\": "
+                      "an Ampere card reads in bf16")]
+    return [Check("fp8", True, f"{asked}: the card can; their effect on accuracy is not "
+                               "measured here (ocrwatch's GPU benchmarks run on random "
+                               "weights): compare a few of your pages with bf16 first")]
 
 
 def check_vllm(config: Config, smi: list[Gpu] | str) -> list[Check]:
@@ -95,6 +116,12 @@ def check_vllm(config: Config, smi: list[Gpu] | str) -> list[Check]:
                       f"`make run GPU=1` in the ocrwatch checkout (vLLM {VLLM_PIN}, Linux only)")]
     version = _version("vllm") or "unknown"
     tf = _version("transformers") or "missing"
+    profile = profiles.of(config)
+    bad = profile.version_problems({"vllm": version, "transformers": tf})
+    if bad:
+        return [Check("vLLM", False, f"vllm {version}, transformers {tf}: " + "; ".join(bad),
+                      f"pip install 'vllm=={VLLM_PIN}' 'transformers=={TRANSFORMERS_PIN}' "
+                      f"({profile.name} is known to work with {profile.known_good})")]
     ok = version == VLLM_PIN and tf == TRANSFORMERS_PIN
     return [Check(
         "vLLM", ok, f"vllm {version}, transformers {tf}",
@@ -148,7 +175,7 @@ def check_model(config: Config, smi: list[Gpu] | str,
     wants = _wants_gpu(config)
     if wants is False or (wants is None and isinstance(smi, str)):
         return []
-    model = config.vllm.model
+    model = profiles.model_id(config, "vllm")
     if config.vllm.load_format == "dummy":
         return [Check("model", True, f"{model}: random weights (load_format = dummy)")]
     where = model_cached(model, env)

@@ -165,3 +165,39 @@ def others_mib(own: Iterable[int]) -> int | None:
         return None
     mine = set(own)
     return max(0, used - sum(mib for pid, mib in held.items() if pid in mine))
+
+
+def compute_capability() -> tuple[int, int] | None:
+    """The first visible card's CUDA compute capability (8, 9 for an RTX 40-series), or
+    None when the driver cannot be asked."""
+    first = _first()
+    if first is None:
+        return None
+    nvml, handle = first
+    try:
+        major, minor = nvml.nvmlDeviceGetCudaComputeCapability(handle)
+    except nvml.NVMLError:
+        return None
+    return int(major), int(minor)
+
+
+# fp8 arithmetic (vLLM's dynamic fp8 weights, the fp8 KV cache's attention) needs Ada
+# Lovelace or newer: compute capability 8.9 (RTX 40-series, L4, L40), 9.0 (H100, H200).
+FP8_CAPABILITY = (8, 9)
+
+
+def fp8_problem(quantization: str, kv_cache_dtype: str,
+                capability: tuple[int, int] | None) -> str | None:
+    """Why ``vllm.quantization`` / ``vllm.kv_cache_dtype`` cannot be fp8 on this card, or
+    None. An unknown card (the driver not asked) is not refused here: vLLM says so."""
+    asked = [key for key, on in (("vllm.quantization = \"fp8\"", quantization == "fp8"),
+                                 ("vllm.kv_cache_dtype = \"fp8\"", kv_cache_dtype == "fp8"))
+             if on]
+    if not asked or capability is None or capability >= FP8_CAPABILITY:
+        return None
+    major, minor = capability
+    return (f"{' and '.join(asked)} need{'s' if len(asked) == 1 else ''} fp8 arithmetic, which "
+            f"needs a card of compute capability 8.9 or newer (RTX 40-series, L4, H100); this "
+            f"card has {major}.{minor}. An Ampere card (RTX 30-series, A100: 8.0 or 8.6) reads "
+            "in bf16: set vllm.quantization = \"none\" and vllm.kv_cache_dtype = \"auto\" "
+            "(bf16 is the model's own precision, the one whose accuracy LightOn measured).")

@@ -1,58 +1,26 @@
-"""LightOnOCR-2-1B's rules, defined once for every engine that runs the model.
+"""How the engines that run a LightOnOCR model read its answers, for every profile.
 
 The embedded vLLM engine and the remote engine send the same requests and read the
-answers the same way: pages scaled to 1540 px on the longest side, the image alone as
-the prompt (a text prompt makes the model echo it), one warmer retry for a page that
-looped, and Markdown turned into :class:`PageText`.
+answers the same way: what the request holds and how it is sampled come from the model's
+profile (:mod:`ocrwatch.engines.profiles`); here a page that looped is recognised for one
+warmer retry, and the answer (Markdown, or LightOnOCR-3's layout blocks) is turned into
+:class:`PageText`.
 """
 
 from __future__ import annotations
 
-import math
+import logging
 import re
 
 from ocrwatch.core.domain import PageText
 from ocrwatch.core.invisible import strip_invisible
+from ocrwatch.core.layout import Block, PageLayout
 from ocrwatch.core.textutil import markdown_to_text, repeats_itself, strip_controls
+from ocrwatch.engines import grounding
 from ocrwatch.engines.base import ReadPolicy
+from ocrwatch.engines.profiles import Profile
 
-# The model was made for pages whose longest side is 1540 px: every page is fitted to it,
-# a smaller one enlarged and a larger one shrunk (pages.scale_to, with the engine's
-# max_side); its text would otherwise be a few pixels high for the encoder.
-MAX_SIDE = 1540
-PATCH = 28  # pixels per image token side (Pixtral encoder with a 2x2 merge)
-MAX_IMAGE_TOKENS = math.ceil(MAX_SIDE / PATCH) ** 2  # 3025
-TEMPLATE_TOKENS = 32  # the chat template around the image, with room to spare
-# One user turn holding only the image, for tokenizers without a usable chat template.
-PROMPT = ("<|im_start|>system<|im_end|>\n<|im_start|>user\n<|image_pad|><|im_end|>\n"
-          "<|im_start|>assistant\n")
-RETRY_TEMPERATURE = 0.6  # a page that looped is tried once more, less greedily
-
-
-def _grid(width: int, height: int, max_side: int) -> tuple[int, int]:
-    """Image tokens across and down of a page once fitted to ``max_side``."""
-    scale = max_side / max(width, height, 1)
-    w = max(1, round(width * scale))
-    h = max(1, round(height * scale))
-    return math.ceil(w / PATCH), math.ceil(h / PATCH)
-
-
-def image_tokens(width: int, height: int, max_side: int = MAX_SIDE) -> int:
-    """Image tokens of a page once fitted to ``max_side`` on its longest side."""
-    across, down = _grid(width, height, max_side)
-    return min(MAX_IMAGE_TOKENS, across * down)
-
-
-def prompt_tokens(width: int, height: int, max_side: int = MAX_SIDE) -> int:
-    """A page's whole prompt, counted as the memory plan counts it: its image tokens, a
-    break token per row of them, and the template."""
-    across, down = _grid(width, height, max_side)
-    return min(MAX_IMAGE_TOKENS, across * down) + down + TEMPLATE_TOKENS
-
-
-# Prompt of the largest page: 55 rows of 55 image tokens, a break token per row, template.
-MAX_PROMPT_TOKENS = prompt_tokens(MAX_SIDE, MAX_SIDE)  # 3112
-
+log = logging.getLogger(__name__)
 
 def looped(text: str, finish: str, *, ignore_eos: bool = False) -> bool:
     """The model ran out of tokens or kept writing the same thing: worth a warmer retry.
@@ -117,12 +85,36 @@ def _quoted(text: str, most: int = 60) -> str:
 
 
 def page_text(markdown: str, warnings: list[str] | None = None, *, finish: str = "stop",
-              looped: bool = False) -> PageText:
-    """The model's Markdown as the sidecars and the index want it: no control characters
+              looped: bool = False, profile: Profile | None = None,
+              size: tuple[int, int] | None = None, keep_margins: bool = False) -> PageText:
+    """The model's answer as the sidecars and the index want it: no control characters
     (an ESC or NUL from a model or server is never written), no invisible format
     characters, and a page whose answer is not a whole reading (:func:`doubt`) marked so
-    that its file's original is kept."""
+    that its file's original is kept.
+
+    With a grounding ``profile`` the answer's layout blocks become the page's layout (boxes
+    in the pixels of the ``size`` image that was read) and its Markdown leaves out the
+    running headers, footers and page numbers unless ``keep_margins``; an answer that is
+    not in the block format is kept as plain text, with a warning."""
     warnings = list(warnings or [])
+    blocks: tuple[Block, ...] = ()
+    judged = markdown
+    if profile is not None and profile.fix_dollars:
+        markdown = grounding.fix_escaped_dollars(markdown)
+    if profile is not None and profile.grounding:
+        reading = grounding.parse(markdown)
+        warnings.extend(reading.warnings)
+        if reading.blocks:
+            judged = grounding.markdown(reading.blocks, keep_margins=True)
+            markdown = grounding.markdown(reading.blocks, keep_margins=keep_margins)
+            if size is not None:
+                blocks = grounding.layout_blocks(reading.blocks, *size)
+        elif markdown.strip():
+            note = ("the model's grounding answer held no layout blocks: its text is kept as "
+                    "plain text, without a layout")
+            log.warning("%s", note)
+            warnings.append(note)
+            judged = markdown
     visible, hidden = strip_invisible(markdown)
     cleaned = strip_controls(visible).strip()
     removed = len(visible.strip()) - len(cleaned)
@@ -134,12 +126,17 @@ def page_text(markdown: str, warnings: list[str] | None = None, *, finish: str =
                         "(zero-width, direction overrides) removed from the model's answer")
     text = strip_controls(markdown_to_text(cleaned))
     # Judged on the text without the markup that stands for no words: an image
-    # placeholder's alt text ("image"), an HTML comment, an <img> tag.
-    why = doubt(markdown_to_text(_PLACEHOLDERS.sub(" ", cleaned)), finish, looped)
-    if why == EMPTY_ANSWER and cleaned:
-        why = f"the model's answer holds no words, only markup ({_quoted(cleaned)})"
+    # placeholder's alt text ("image"), an HTML comment, an <img> tag. A page whose only
+    # words are its running header is judged on them: it was read whole.
+    judged_clean = strip_controls(strip_invisible(judged)[0]).strip()
+    why = doubt(markdown_to_text(_PLACEHOLDERS.sub(" ", judged_clean)), finish, looped)
+    if why == EMPTY_ANSWER and judged_clean:
+        why = f"the model's answer holds no words, only markup ({_quoted(judged_clean)})"
+    layout = None
+    if blocks and size is not None:
+        layout = PageLayout(size[0], size[1], blocks=blocks)
     return PageText(markdown=cleaned + "\n" if cleaned else "", text=text,
-                    warnings=warnings, keep_original=why)
+                    warnings=warnings, keep_original=why, layout=layout)
 
 
 def failed_page(reason: str) -> PageText:
@@ -150,14 +147,20 @@ def failed_page(reason: str) -> PageText:
 
 
 class LightOnOCREngine:
-    """What the engines that run this model (vllm, remote) say about pages: the model's
-    largest side, and the read policy each engine sets in ``_policy``."""
+    """What the engines that run a LightOnOCR model (vllm, remote) say about pages: the
+    model's largest side, from the profile each engine sets in ``_profile``, and the read
+    policy each sets in ``_policy``."""
 
     _policy: ReadPolicy
+    _profile: Profile
+
+    @property
+    def profile(self) -> Profile:
+        return self._profile
 
     @property
     def max_side(self) -> int | None:
-        return MAX_SIDE
+        return self._profile.max_side
 
     @property
     def policy(self) -> ReadPolicy:

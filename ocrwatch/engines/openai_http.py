@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from PIL import Image
 
     from ocrwatch.config import RemoteConfig
+    from ocrwatch.engines.profiles import Profile
 
 log = logging.getLogger(__name__)
 
@@ -123,14 +124,19 @@ def make_client(cfg: RemoteConfig, urls: list[str]) -> httpx.Client:
     )
 
 
-def chat_body(cfg: RemoteConfig, image_url: str, temperature: float) -> dict[str, Any]:
+def chat_body(cfg: RemoteConfig, image_url: str, temperature: float, *,
+              profile: Profile | None = None, model: str | None = None,
+              top_p: float | None = None, max_tokens: int | None = None) -> dict[str, Any]:
+    """One page's request: the image (and the profile's text after it, "grounding" for
+    LightOnOCR-3), sampled as the profile or the section says."""
+    image: dict[str, object] = {"type": "image_url", "image_url": {"url": image_url}}
+    content = profile.chat_content(image) if profile is not None else [image]
     body: dict[str, Any] = {
-        "model": cfg.model,
-        "messages": [{"role": "user", "content": [
-            {"type": "image_url", "image_url": {"url": image_url}}]}],
-        "max_tokens": cfg.max_tokens,
+        "model": model or cfg.model,
+        "messages": [{"role": "user", "content": content}],
+        "max_tokens": max_tokens or cfg.max_tokens,
         "temperature": temperature,
-        "top_p": cfg.top_p,
+        "top_p": cfg.top_p if top_p is None else top_p,
     }
     if cfg.ignore_eos:
         body["ignore_eos"] = True  # vLLM's extension: benchmarks write max_tokens a page

@@ -42,7 +42,7 @@ import httpx
 from ocrwatch.core.domain import Page, PageText
 from ocrwatch.core.errors import EngineError, EngineUnavailable
 from ocrwatch.core.threads import Loop
-from ocrwatch.engines import lightonocr, router
+from ocrwatch.engines import lightonocr, profiles, router
 from ocrwatch.engines.base import Doctor, Registration, gpu_read_policy
 from ocrwatch.engines.openai_http import (
     CONNECT_TIMEOUT,
@@ -223,6 +223,11 @@ class RemoteEngine(lightonocr.LightOnOCREngine):
 
     def __init__(self, config: Config) -> None:
         self._cfg = config.remote
+        self._profile = profiles.of(config)
+        self._keep_margins = config.keep_margins
+        self._model = profiles.model_id(config, "remote")
+        self._temperature, self._top_p = profiles.sampling(config, "remote")
+        self._max_tokens = profiles.max_tokens(config, "remote")
         urls = self._cfg.urls or [self._cfg.url]
         self._servers = [_Server(u.rstrip("/")) for u in urls]
         self._policy = gpu_read_policy(self._cfg.concurrency, config.rotate_pages)
@@ -319,7 +324,7 @@ class RemoteEngine(lightonocr.LightOnOCREngine):
         with self._cond:
             servers = [s.facts() for s in self._servers]
             facts: dict[str, object] = {
-                "engine": self.name, "state": "remote", "model": self._cfg.model,
+                "engine": self.name, "state": "remote", "model": self._model,
                 "url": self._servers[0].url, "servers": servers, "pages": self._pages,
                 "in_flight": sum(s.outstanding for s in self._servers),
                 "in_flight_limit": self._slots.limit}
@@ -374,7 +379,7 @@ class RemoteEngine(lightonocr.LightOnOCREngine):
     def _probe(self, client: httpx.Client, server: _Server) -> None:
         """``GET /models``: the server answers and serves our model, or it is down; a
         router also says which servers behind it are healthy."""
-        problem, fatal = probe(client, server.url, self._cfg.model)
+        problem, fatal = probe(client, server.url, self._model)
         behind = router.backends(client, server.url) if problem is None else None
         with self._cond:
             if problem is None:
@@ -424,10 +429,10 @@ class RemoteEngine(lightonocr.LightOnOCREngine):
             if server.fatal:
                 return server.fatal
             return (f"the OCR server at {server.url} is not usable: {server.last_error}. "
-                    f"Start it (vllm serve {self._cfg.model}) or fix remote.url.")
+                    f"Start it (vllm serve {self._model}) or fix remote.url.")
         lines = "; ".join(f"{s.url}: {s.last_error}" for s in servers)
         return (f"none of the {len(servers)} OCR servers is usable ({lines}). Start them "
-                f"(vllm serve {self._cfg.model}) or fix remote.urls.")
+                f"(vllm serve {self._model}) or fix remote.urls.")
 
     # -- choosing a server --------------------------------------------------------------
 
@@ -509,14 +514,15 @@ class RemoteEngine(lightonocr.LightOnOCREngine):
             assert url is not None
         with self._slots:
             try:
-                text, finish = self._ask(client, url, self._cfg.temperature)
+                text, finish = self._ask(client, url, self._temperature)
                 still_looped = False
                 if lightonocr.looped(text, finish, ignore_eos=self._cfg.ignore_eos):
                     log.info("Page %d of %s did not finish cleanly; trying again at "
                              "temperature %.1f.", page.index + 1, page.source.name,
-                             lightonocr.RETRY_TEMPERATURE)
+                             self._profile.retry_temperature)
                     with contextlib.suppress(PageFailed):  # else the first reading stands
-                        text, finish = self._ask(client, url, lightonocr.RETRY_TEMPERATURE)
+                        text, finish = self._ask(client, url,
+                                                 self._profile.retry_temperature)
                     if lightonocr.looped(text, finish, ignore_eos=self._cfg.ignore_eos):
                         still_looped = True
             except PageFailed as exc:
@@ -527,11 +533,13 @@ class RemoteEngine(lightonocr.LightOnOCREngine):
             self._pages += 1
         # Benchmarks ask for every page to run to max_tokens (ignore_eos): no doubt there.
         return lightonocr.page_text(text, finish="stop" if self._cfg.ignore_eos else finish,
-                                    looped=still_looped)
+                                    looped=still_looped, profile=self._profile,
+                                    size=page.size, keep_margins=self._keep_margins)
 
     def _ask(self, client: httpx.Client, image_url: str, temperature: float) -> tuple[str, str]:
         """One reading of a page: retried across servers until one answers or time is up."""
-        body = chat_body(self._cfg, image_url, temperature)
+        body = chat_body(self._cfg, image_url, temperature, profile=self._profile,
+                         model=self._model, top_p=self._top_p, max_tokens=self._max_tokens)
         deadline = time.monotonic() + self._cfg.retry_seconds
         server_errors = 0
         tries = 0

@@ -13,18 +13,21 @@ box of the Tesseract word it lines up with:
 - when too few words agree for the placement to mean anything (another language,
   another reading order, a page Tesseract could not read), the page gets a line-level
   layer: each line of the model's text over one of Tesseract's lines, or spread down the
-  page, with a warning.
+  page, with a warning;
+- a model that gives layout blocks (LightOnOCR-3) has each block's text set in its own box
+  instead (:func:`block_layer`) wherever Tesseract's words cannot place it.
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rapidfuzz.distance import Levenshtein
 
 from ocrwatch.core.layout import Box, PageLayout, Word
+from ocrwatch.core.textutil import markdown_to_text
 
 # Below this share of the model's words found verbatim by Tesseract, positions are guesses.
 MIN_AGREEMENT = 0.4
@@ -212,3 +215,35 @@ def line_layer(text: str, boxes: PageLayout) -> PageLayout:
             words.append(Word(token, (round(x), top, end, bottom), n))
             x += char * (len(token) + 1)
     return PageLayout(boxes.width, boxes.height, tuple(words), by_line=True)
+
+
+def block_layer(layout: PageLayout) -> PageLayout:
+    """Each layout block's text set in its own box: its lines spread down the box, each
+    line's words across it by character count, a character's width apart.
+
+    For pages whose model gave layout blocks but where Tesseract's word boxes cannot be
+    had (no Tesseract data, no words found, too little agreement): each block's text
+    still lies where the block is on the page, in reading order. The blocks' own text is
+    used, running headers and footers included: they are on the page.
+    """
+    words: list[Word] = []
+    line_no = 0
+    for block in layout.blocks:
+        lines = [line.strip() for line in markdown_to_text(block.text).splitlines()
+                 if line.strip()]
+        if not lines:
+            continue
+        left, top, right, bottom = block.box
+        pitch = max(1.0, (bottom - top) / len(lines))
+        for k, line in enumerate(lines):
+            tokens = line.split()
+            y0 = round(top + k * pitch)
+            y1 = max(y0 + 1, round(top + (k + 1) * pitch))
+            char = (right - left) / max(1, sum(len(t) for t in tokens) + len(tokens) - 1)
+            x = float(left)
+            for token in tokens:
+                end = max(round(x) + 1, round(x + char * len(token)))
+                words.append(Word(token, (round(x), y0, end, y1), line_no))
+                x += char * (len(token) + 1)
+            line_no += 1
+    return replace(layout, words=tuple(words), by_line=True)

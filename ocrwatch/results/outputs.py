@@ -3,6 +3,8 @@
 Word positions come from the engine when it has them (Tesseract). Otherwise (the model
 engines, or a result taken from an identical file read before) the pages are drawn again
 and Tesseract finds the words' boxes, on which :mod:`ocrwatch.results.align` places the text.
+A page the model gave layout blocks (LightOnOCR-3) keeps Tesseract's word positions where
+the readings agree, else has each block's text set in its block; the log says which.
 A PDF that cannot be made costs the file its PDF only: the ``.md`` and ``.txt`` are
 still written, and the reason is kept as a warning in the file's index row.
 """
@@ -22,14 +24,46 @@ from ocrwatch.config import Config
 from ocrwatch.core.domain import Page, PageText
 from ocrwatch.core.errors import EngineUnavailable, TransientError
 from ocrwatch.core.layout import PageLayout
+from ocrwatch.core.textutil import markdown_to_text
 from ocrwatch.fs.safeopen import open_file_beneath, source_root
 from ocrwatch.pages.decode import iter_pages, sniff
 from ocrwatch.results import pdfout
-from ocrwatch.results.align import place_text
+from ocrwatch.results.align import block_layer, place_text
 from ocrwatch.results.sidecar import new_temp
 from ocrwatch.scan import prepare as scanprep
 
 log = logging.getLogger(__name__)
+
+
+def _blocks_only(layout: PageLayout) -> bool:
+    """A model's layout blocks without word positions: the words are still to be placed."""
+    return bool(layout.blocks) and not layout.words
+
+
+def _read_width(layout: PageLayout) -> int:
+    """The width of the image a layout's boxes are in."""
+    return layout.read_size[0] if layout.read_size is not None else layout.width
+
+
+def _place_blocks(read: PageText, blocks: PageLayout, boxes: PageLayout, page: Page,
+                  warnings: list[str]) -> tuple[PageText, str]:
+    """A page the model gave layout blocks: its words on Tesseract's boxes where the two
+    readings agree word by word, else each block's text in its block. Says which."""
+    whole = "\n".join(block.text for block in blocks.blocks)  # margins too: on the page
+    if boxes.words:
+        layout, placed = place_text(markdown_to_text(whole), boxes)
+        if not layout.by_line:
+            on_page = scanprep.on_page(layout, page)
+            assert on_page is not None
+            scale = _read_width(on_page) / max(1, _read_width(blocks))
+            kept = tuple(replace(b, box=(round(b.box[0] * scale), round(b.box[1] * scale),
+                                         round(b.box[2] * scale), round(b.box[3] * scale)))
+                         for b in blocks.blocks)
+            return (replace(read, layout=replace(on_page, blocks=kept),
+                            warnings=[*read.warnings, *warnings, *placed]),
+                    "on Tesseract's word boxes")
+    return (replace(read, layout=block_layer(blocks), warnings=[*read.warnings, *warnings]),
+            "in the model's layout blocks")
 
 
 class WordBoxes(Protocol):
@@ -85,7 +119,7 @@ class PdfMaker:
         Without Tesseract (its language data missing...) the text is still put on the
         page, line by line, with a warning.
         """
-        missing = {i for i, p in enumerate(pages) if p.layout is None}
+        missing = {i for i, p in enumerate(pages) if p.layout is None or _blocks_only(p.layout)}
         if not missing:
             return pages
         try:
@@ -103,6 +137,7 @@ class PdfMaker:
     def _place_pages(self, source: Path, fh: BinaryIO, pages: list[PageText],
                      missing: set[int], reader: Any, why: str) -> dict[int, PageText]:
         out: dict[int, PageText] = {}
+        placements: dict[str, int] = {}  # how the pages with layout blocks were placed
         for page in iter_pages(source, self.config, None, fh):
             if page.index not in missing:
                 continue
@@ -115,11 +150,19 @@ class PdfMaker:
             else:
                 boxes = PageLayout(page.image.width, page.image.height)
                 warnings.append(why)
+            if read.layout is not None and _blocks_only(read.layout):
+                out[page.index], how = _place_blocks(read, read.layout, boxes, page,
+                                                     warnings)
+                placements[how] = placements.get(how, 0) + 1
+                continue
             layout, placed = place_text(read.text, boxes)
             out[page.index] = replace(pages[page.index],
                                       layout=scanprep.on_page(layout, page),
                                       warnings=[*pages[page.index].warnings, *warnings,
                                                 *placed])
+        if placements:
+            log.info("%s: PDF text layer of the pages with layout blocks: %s", source.name,
+                     ", ".join(f"{n} {how}" for how, n in sorted(placements.items())))
         return out
 
     def make(self, source: Path, pages: list[PageText], dest: Path

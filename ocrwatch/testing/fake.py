@@ -16,14 +16,15 @@ import threading
 from collections.abc import Sequence
 
 from ocrwatch.core.domain import Page, PageText
+from ocrwatch.engines import profiles
 from ocrwatch.engines.base import ReadPolicy
-from ocrwatch.engines.lightonocr import MAX_SIDE
 
 
 class FakeEngine:
     name = "fake"
 
-    def __init__(self, *, max_side: int | None = MAX_SIDE, policy: ReadPolicy | None = None,
+    def __init__(self, *, max_side: int | None = profiles.get(profiles.DEFAULT).max_side,
+                 policy: ReadPolicy | None = None,
                  delay: float | None = None) -> None:
         self._max_side = max_side
         self._policy = policy or ReadPolicy()

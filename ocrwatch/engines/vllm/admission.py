@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 
 from ocrwatch.core.domain import Page
 from ocrwatch.core.errors import EngineUnavailable
-from ocrwatch.engines import lightonocr
 from ocrwatch.engines.vllm.messages import Done
 
 if TYPE_CHECKING:
@@ -76,8 +75,10 @@ def smaller(image: Image.Image) -> Image.Image:
 class Admission:
     """The pages waiting and the pages in flight, and the rules that move them."""
 
-    def __init__(self, max_in_flight: int, admit_wait: float) -> None:
+    def __init__(self, max_in_flight: int, admit_wait: float,
+                 retry_temperature: float = 0.6) -> None:
         self.max_in_flight = max_in_flight
+        self.retry_temperature = retry_temperature  # the profile's, for a page that looped
         self.admit_wait = admit_wait
         self.pending: list[Request] = []
         self.in_flight: dict[str, Request] = {}
@@ -128,7 +129,7 @@ class Admission:
             return None
         if looped and not request.retried_loop:
             request.retried_loop = True
-            request.temperature = lightonocr.RETRY_TEMPERATURE
+            request.temperature = self.retry_temperature
             request.sent = False
             self.pending.insert(0, request)
             return None

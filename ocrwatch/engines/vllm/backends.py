@@ -57,8 +57,6 @@ class VllmBackend:
         started = time.monotonic()
         from vllm import LLM
 
-        from ocrwatch.engines.lightonocr import PROMPT
-
         model_class = _register_model_class(settings["model"],
                                             settings.get("pagewise_encoder", True))
         self._llm = LLM(
@@ -72,6 +70,8 @@ class VllmBackend:
             # The plan's KV cache, not a share of the card: what the planned pages need.
             kv_cache_memory_bytes=settings.get("kv_cache_memory_bytes") or None,
             kv_cache_dtype=settings.get("kv_cache_dtype", "auto"),
+            # vLLM's dynamic fp8: the bf16 weights quantized as they load.
+            quantization="fp8" if settings.get("quantization") == "fp8" else None,
             limit_mm_per_prompt={"image": 1},
             mm_processor_cache_gb=0,
             enable_prefix_caching=False,
@@ -84,7 +84,7 @@ class VllmBackend:
             compilation_config=compilation_config(settings),
         )
         self._engine = self._llm.llm_engine
-        self._prompt = self._build_prompt(PROMPT)
+        self._prompt = self._build_prompt(settings.get("prompt_text"))
         warmed = self._warm_up(settings)
         self._open: dict[str, int] = {}  # request id -> most pages in flight alongside it
         import vllm
@@ -115,16 +115,25 @@ class VllmBackend:
             print(f"ocrwatch: sampling warm-up failed: {exc}", file=sys.stderr)
         return warmed
 
-    def _build_prompt(self, fallback: str) -> str:
-        """The chat template applied to one user turn holding only the image."""
+    def _build_prompt(self, text: str | None) -> str:
+        """The chat template applied to one user turn holding the image and, when the
+        profile has one, its text (LightOnOCR-3's "grounding"), in LightOn's order."""
+        content: list[dict[str, str]] = [{"type": "image"}]
+        if text:
+            content.append({"type": "text", "text": text})
+        from ocrwatch.engines.profiles import raw_prompt
+
+        fallback = raw_prompt(text)
         try:
             tokenizer = self._llm.get_tokenizer()
             prompt = tokenizer.apply_chat_template(
-                [{"role": "user", "content": [{"type": "image"}]}],
+                [{"role": "user", "content": content}],
                 tokenize=False, add_generation_prompt=True)
         except Exception:  # no template, or one that wants other content: use the known shape
             return fallback
         if not isinstance(prompt, str) or "<|image_pad|>" not in prompt:
+            return fallback
+        if text and text not in prompt:
             return fallback
         return prompt
 

@@ -12,6 +12,7 @@ the daemon sees (policy, page text) and otherwise asks the feeder.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import importlib.util
 import logging
 import os
@@ -21,8 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 from ocrwatch.core.domain import Page, PageText
 from ocrwatch.core.errors import EngineUnavailable
-from ocrwatch.engines import gpu, lightonocr
+from ocrwatch.engines import gpu, lightonocr, profiles
 from ocrwatch.engines.base import gpu_read_policy
+from ocrwatch.engines.profiles import Profile
 from ocrwatch.engines.vllm.admission import Request
 from ocrwatch.engines.vllm.feeder import Feeder
 from ocrwatch.engines.vllm.memory import MemoryPlan, default_budget, plan_memory
@@ -50,7 +52,14 @@ class VllmEngine(lightonocr.LightOnOCREngine):
         held_mib: Callable[[list[int]], int | None] | None = None,
         others_mib: Callable[[list[int]], int | None] | None = None,
     ) -> None:
-        cfg = config.vllm
+        self._profile = profiles.of(config)
+        self._keep_margins = config.keep_margins
+        temperature, top_p = profiles.sampling(config, "vllm")
+        # The section as the profile completes it: the model, sampling and answer length
+        # that the user did not set are the profile's.
+        cfg = dataclasses.replace(config.vllm, model=profiles.model_id(config, "vllm"),
+                                  temperature=temperature, top_p=top_p,
+                                  max_tokens=profiles.max_tokens(config, "vllm"))
         self._ignore_eos = cfg.ignore_eos
         if backend == "vllm" and importlib.util.find_spec("vllm") is None:
             raise EngineUnavailable(
@@ -64,6 +73,12 @@ class VllmEngine(lightonocr.LightOnOCREngine):
                 "no NVIDIA GPU was found (the NVIDIA driver did not answer). Install the NVIDIA "
                 "driver, or use engine = \"tesseract\" to read pages on the CPU."
             )
+        # The fake backend (tests) is told a card's compute capability in its options.
+        capability = (gpu.compute_capability() if backend == "vllm"
+                      else (backend_options or {}).get("capability"))
+        problem = gpu.fp8_problem(cfg.quantization, cfg.kv_cache_dtype, capability)
+        if problem is not None:
+            raise EngineUnavailable(problem)
         device_gib = card_mib / 1024
         card_gib = min(cfg.card_gb or device_gib, device_gib)  # vllm.card_gb: a smaller card
         budget = default_budget(card_gib, cfg.gpu_memory_gb)
@@ -72,7 +87,8 @@ class VllmEngine(lightonocr.LightOnOCREngine):
         def replan(others_gib: float, model_dir: str | None) -> MemoryPlan:
             return plan_memory(budget, card_gib, cfg.max_tokens, others_gib=others_gib,
                                device_gib=device_gib, model_dir=model_dir or local,
-                               kv_cache_dtype=cfg.kv_cache_dtype, eager=cfg.enforce_eager)
+                               kv_cache_dtype=cfg.kv_cache_dtype, eager=cfg.enforce_eager,
+                               profile=self._profile, quantization=cfg.quantization)
 
         # The plan of an empty card bounds the callers; each start plans again within what
         # other programs leave then (the feeder).
@@ -82,7 +98,7 @@ class VllmEngine(lightonocr.LightOnOCREngine):
         if others_mib is None and backend == "vllm":
             others_mib = gpu.others_mib
         self._feeder = Feeder(cfg, plan, backend, dict(backend_options or {}), clock,
-                              held_mib, replan, others_mib)
+                              held_mib, replan, others_mib, profile=self._profile)
         # One page per call: each page's result goes on to its file the moment it ends.
         # Twice max_num_seqs callers keep a choice of pages waiting for admission.
         self._policy = gpu_read_policy(2 * plan.max_num_seqs, config.rotate_pages)
@@ -205,12 +221,18 @@ class VllmEngine(lightonocr.LightOnOCREngine):
             log.warning("Page %d of %s could not be read: %s", page.index + 1, page.source.name,
                         request.error)
             return lightonocr.failed_page(request.error or "no answer from the vLLM worker")
-        return page_of(request.output, looped=request.looped, ignore_eos=self._ignore_eos)
+        return page_of(request.output, looped=request.looped, ignore_eos=self._ignore_eos,
+                       profile=self._profile, size=request.page.size,
+                       keep_margins=self._keep_margins)
 
 
-def page_of(out: Done, *, looped: bool, ignore_eos: bool = False) -> PageText:
+def page_of(out: Done, *, looped: bool, ignore_eos: bool = False,
+            profile: Profile | None = None, size: tuple[int, int] | None = None,
+            keep_margins: bool = False) -> PageText:
     """The page the model's output makes: a doubt when it is not a whole reading (cut off
     at max_tokens, looping after the retry, aborted, empty, markup alone, a refusal).
-    Benchmarks ask for every page to run to max_tokens (``ignore_eos``): no doubt there."""
+    Benchmarks ask for every page to run to max_tokens (``ignore_eos``): no doubt there.
+    ``profile``, ``size``, ``keep_margins``: as :func:`lightonocr.page_text` takes them."""
     return lightonocr.page_text(out.text, finish="stop" if ignore_eos else out.finish,
-                                looped=looped)
+                                looped=looped, profile=profile, size=size,
+                                keep_margins=keep_margins)

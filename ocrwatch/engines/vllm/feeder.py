@@ -35,7 +35,8 @@ from typing import TYPE_CHECKING, Any
 
 from ocrwatch.core.domain import Page
 from ocrwatch.core.errors import EngineError, EngineUnavailable, WorkerGone
-from ocrwatch.engines import gpu, lightonocr
+from ocrwatch.engines import gpu, lightonocr, profiles
+from ocrwatch.engines.profiles import Profile
 from ocrwatch.engines.vllm.admission import Admission, Request
 from ocrwatch.engines.vllm.memory import GpuBusy, MemoryPlan
 from ocrwatch.engines.vllm.messages import (
@@ -89,8 +90,10 @@ class Feeder:
                  backend_options: dict[str, Any], clock: Callable[[], float],
                  held_mib: Callable[[list[int]], int | None] | None,
                  replan: Callable[[float, str | None], MemoryPlan],
-                 others_mib: Callable[[list[int]], int | None] | None) -> None:
+                 others_mib: Callable[[list[int]], int | None] | None, *,
+                 profile: Profile | None = None) -> None:
         self._cfg = cfg
+        self._profile = profile or profiles.get(profiles.DEFAULT)
         self._held_mib = held_mib  # GPU memory of some processes (None: not checked)
         self._others_mib = others_mib  # what other programs hold on the card (None: not asked)
         self._replan = replan  # (others GiB, model folder) -> plan; raises GpuBusy
@@ -100,7 +103,8 @@ class Feeder:
         self._clock = clock
         self._cond = threading.Condition()  # guards every field below
         self._state = "stopped"
-        self._queue = Admission(self._bound(self.plan), self._cfg.admit_wait_seconds)
+        self._queue = Admission(self._bound(self.plan), self._cfg.admit_wait_seconds,
+                                self._profile.retry_temperature)
         self._commands: collections.deque[_Command] = collections.deque()
         self._last_used = clock()
         self._closing = False
@@ -125,7 +129,7 @@ class Feeder:
     def read(self, pages: Sequence[Page]) -> list[Request]:
         """Queue ``pages`` and wait until each has its result (or its error)."""
         now = self._clock()
-        requests = [Request(p, p.image, lightonocr.image_tokens(*p.size), now,
+        requests = [Request(p, p.image, self._profile.image_tokens(*p.size), now,
                             self._cfg.temperature) for p in pages]
         with self._cond:
             if self._closing:
@@ -452,7 +456,7 @@ class Feeder:
             if request is not None and looped and not request.retried_loop:
                 log.info("Page %d of %s did not finish cleanly; trying again at temperature "
                          "%.1f.", request.page.index + 1, request.page.source.name,
-                         lightonocr.RETRY_TEMPERATURE)
+                         self._profile.retry_temperature)
             if self._queue.finished(rid, done, looped) is not None:
                 self._finished_at.append(self._clock())
             self._last_used = self._clock()
@@ -550,7 +554,8 @@ class Feeder:
                      ", from the standby process" if standby else "", plan.describe())
             started = time.monotonic()
             worker = Worker(worker_settings(self._cfg, self.plan, self._backend,
-                                            self._backend_options, self._model_path),
+                                            self._backend_options, self._model_path,
+                                            profile=self._profile),
                             self._cfg.start_timeout_seconds, standby)
         except BaseException as exc:
             with self._cond:
@@ -578,7 +583,8 @@ class Feeder:
                     or self._closing):
                 return
         standby = Standby(worker_settings(self._cfg, self.plan, self._backend,
-                                          self._backend_options, None))
+                                          self._backend_options, None,
+                                          profile=self._profile))
         with self._cond:
             self._standby = standby
         log.info("vLLM standby process started (PID %d): vLLM imported, no GPU memory.",

@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from ocrwatch.core.errors import EngineUnavailable
-from ocrwatch.engines.lightonocr import MAX_PROMPT_TOKENS, prompt_tokens
+from ocrwatch.engines import profiles
+from ocrwatch.engines.profiles import Profile
 
 GIB = 1024**3
 BUDGET_CAP_GIB = 16.0
@@ -135,6 +136,7 @@ class MemoryPlan:
     others_gib: float = 0.0  # what other programs held when this was planned
     fixed_gib: float = 0.0  # context + weights + one step's working memory
     kv_bytes_per_token: int = 0
+    quantization: str = ""  # "fp8": vLLM's dynamic fp8 weights; "": the model's bf16
 
     @property
     def total_gib(self) -> float:
@@ -166,9 +168,9 @@ class MemoryPlan:
                 f"{self.total_gib:.2f} GiB planned of {self.budget_gib:.2f} GiB usable")
 
 
-def typical_prompt_tokens() -> int:
+def typical_prompt_tokens(profile: Profile | None = None) -> int:
     """The prompt of the typical page (:data:`TYPICAL_PAGE_PX`): 2452 tokens."""
-    return prompt_tokens(*TYPICAL_PAGE_PX)
+    return (profile or profiles.get(profiles.DEFAULT)).prompt_tokens(*TYPICAL_PAGE_PX)
 
 
 def default_budget(card_gib: float, configured_gb: float) -> float:
@@ -183,23 +185,32 @@ def _gib(value: float) -> str:
 def plan_memory(budget_gib: float, card_gib: float, max_tokens: int, *,
                 others_gib: float = 0.0, device_gib: float | None = None,
                 model_dir: str | None = None, kv_cache_dtype: str = "auto",
-                eager: bool = False) -> MemoryPlan:
+                eager: bool = False, profile: Profile | None = None,
+                quantization: str = "") -> MemoryPlan:
     """Turn a memory budget into vLLM's settings.
 
     ``card_gib`` is the card's size as planned; ``device_gib`` the real card's, when a
     smaller card is emulated on a larger one (vLLM's utilization is a share of the real
     one). ``others_gib`` is what other programs hold now; ``eager``: no CUDA graphs
-    (``vllm.enforce_eager``), which needs more working memory. Raises :class:`GpuBusy` when
-    they leave too little, EngineUnavailable when the budget itself is too small.
+    (``vllm.enforce_eager``), which needs more working memory. ``profile``: the model's
+    (its prompts and longest sequence; the default profile's when None). With
+    ``quantization`` "fp8" the weights are still counted at bf16's size: an upper bound,
+    as vLLM keeps the embeddings and the vision encoder's norms in bf16. Raises
+    :class:`GpuBusy` when they leave too little, EngineUnavailable when the budget itself
+    is too small.
     """
     device_gib = device_gib or card_gib
     usable = min(budget_gib, card_gib - others_gib - MARGIN_GIB, card_gib)
     text = text_config(model_dir)
     per_token = kv_bytes_per_token(text, kv_cache_dtype)
-    max_model_len = math.ceil((MAX_PROMPT_TOKENS + max_tokens) / 256) * 256
+    profile = profile or profiles.get(profiles.DEFAULT)
+    largest = profile.max_prompt_tokens
+    # One page at its largest writing max_tokens: for LightOnOCR-3-1B by default the
+    # model's whole 16384-token sequence (profiles.max_tokens), planned as one page.
+    max_model_len = math.ceil((largest + max_tokens) / 256) * 256
     worst = max_model_len * per_token / GIB  # one page at its largest, writing max_tokens
     weights = weights_gib(model_dir)
-    smallest_step = math.ceil(MAX_PROMPT_TOKENS / 256) * 256  # the largest page in one step
+    smallest_step = math.ceil(largest / 256) * 256  # the largest page in one step
     # The measured step when the budget holds it with room for pages, else the largest page.
     step = STEP_TOKENS
     if CONTEXT_GIB + weights + working_gib(step, eager) + 2 * worst > usable:
@@ -218,7 +229,8 @@ def plan_memory(budget_gib: float, card_gib: float, max_tokens: int, *,
             f"the GPU is busy: {_gib(others_gib)} held by other programs, "
             f"{_gib(free)} free; the vLLM engine needs {_gib(need + MARGIN_GIB)}. Pages wait "
             "and are read once memory is free.", others_gib)
-    page = (typical_prompt_tokens() + min(max_tokens, TYPICAL_OUTPUT_TOKENS)) * per_token / GIB
+    typical = typical_prompt_tokens(profile) + min(max_tokens, TYPICAL_OUTPUT_TOKENS)
+    page = typical * per_token / GIB
     seqs = max(1, min(SEQS_CAP, 1 + math.floor((usable - need) / page)))
     kv_bytes = int((worst + (seqs - 1) * page) * GIB)
     total = fixed + kv_bytes / GIB
@@ -230,4 +242,4 @@ def plan_memory(budget_gib: float, card_gib: float, max_tokens: int, *,
         gpu_memory_utilization=util, max_model_len=max_model_len, max_num_seqs=seqs,
         max_num_batched_tokens=step, kv_cache_bytes=kv_bytes, kv_cache_dtype=kv_cache_dtype,
         others_gib=round(others_gib, 2), fixed_gib=round(fixed, 3),
-        kv_bytes_per_token=per_token)
+        kv_bytes_per_token=per_token, quantization=quantization)

@@ -19,6 +19,7 @@ from multiprocessing.connection import wait
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ocrwatch.core.errors import EngineUnavailable, WorkerGone
+from ocrwatch.engines.profiles import Profile
 from ocrwatch.engines.vllm import worker
 from ocrwatch.engines.vllm.memory import ASLEEP_MAX_MIB, MemoryPlan
 from ocrwatch.engines.vllm.messages import (
@@ -296,8 +297,10 @@ def _end_process(proc: BaseProcess, conn: Connection, session: int) -> None:
 
 
 def worker_settings(cfg: VllmConfig, plan: MemoryPlan, backend: str,
-                    backend_options: dict[str, Any], model_path: str | None) -> dict[str, Any]:
-    """What the worker process is started with: the plan, the model and the engine's flags."""
+                    backend_options: dict[str, Any], model_path: str | None, *,
+                    profile: Profile | None = None) -> dict[str, Any]:
+    """What the worker process is started with: the plan, the model, the engine's flags
+    and what the profile puts beside the image (``prompt_text``: None, or "grounding")."""
     return {
         "backend": backend,
         "fake": backend_options,
@@ -314,6 +317,8 @@ def worker_settings(cfg: VllmConfig, plan: MemoryPlan, backend: str,
         "max_num_batched_tokens": plan.max_num_batched_tokens,
         "kv_cache_memory_bytes": plan.kv_cache_bytes,
         "kv_cache_dtype": plan.kv_cache_dtype,
+        "quantization": cfg.quantization,
+        "prompt_text": profile.prompt_text if profile is not None else None,
         "cudagraph_sizes": plan.cudagraph_sizes,
         "parent_pid": os.getpid(),
     }
