@@ -19,6 +19,7 @@ from ocrwatch.core.domain import DOUBT_NOTE, Job, PageText, doubt_of
 from ocrwatch.core.errors import InputError, OcrwatchError, TransientError
 from ocrwatch.fs.safeopen import original_mode, root_of, source_root
 from ocrwatch.hooks.runner import Finished
+from ocrwatch.results.formats import needs_boxes, paths
 from ocrwatch.results.lifecycle import move_failure, output_folder
 from ocrwatch.results.retire import disposal, why_keep
 from ocrwatch.results.sidecar import UserEdits, pdf_path, sidecar_mark, write_sidecars
@@ -76,26 +77,32 @@ def publish(ctx: Context, job: Job, pages: list[PageText], engine: str) -> Path 
         stem = ctx.jobs.files.name_sidecars(job, folder, edits)
         edits.tell(job.display, stem, tuple(ctx.config.outputs))
         prepared = []
-        if ctx.pdf is not None:
+        outputs = tuple(ctx.config.outputs)
+        if ctx.pdf is not None and "pdf" in outputs:
             pdf = pdf_path(stem)
             pages, tmp = ctx.pdf.make(job.path, pages, pdf)
             if tmp is None:
                 pdf = None  # could not be made: said in the page's warnings
             else:
                 prepared.append((tmp, pdf))
+        elif ctx.pdf is not None and needs_boxes(outputs):
+            pages = ctx.pdf.place(job.path, pages)  # hOCR, ALTO: each word on its box
         source = source_root(job.path, ctx.config.inbox, ctx.config.follow_symlinks)
         pages = [_noted(p) for p in pages]
-        md, txt = write_sidecars(stem, pages, tuple(ctx.config.outputs), prepared,
+        md, txt = write_sidecars(stem, pages, outputs, prepared, name=job.path.name,
                                  root=ctx.config.output_dir or source,
                                  original_mode=original_mode(job.path, source),
                                  mark=sidecar_mark(job.path, job.sha256, engine,
                                                   ctx.read_with)
                                  if job.sha256 else None)
+        # Every output written, by name (formats.OUTPUTS): the PDF only when it was made.
+        written = {**paths(stem, outputs), "pdf": pdf}
+        others = [p for o, p in written.items() if o not in ("md", "txt", "pdf") and p]
         retire, keep = None, None
         mode = disposal(ctx.config, job)  # what a whole reading may do with the original
         if mode != "keep":
             # Only a complete, verified read may part with the original.
-            keep = why_keep(ctx.config, job.path, pages, {"md": md, "txt": txt, "pdf": pdf})
+            keep = why_keep(ctx.config, job.path, pages, written)
             retire = "kept" if keep else "pending"
         ctx.after.expect(job.path, md, txt, pdf, len(pages))  # on_done survives a kill now
         if not ctx.jobs.complete(job.id, pages, engine=engine, md_path=md, txt_path=txt,
@@ -105,7 +112,7 @@ def publish(ctx: Context, job: Job, pages: list[PageText], engine: str) -> Path 
             # The content changed (it is queued again) or the file is gone: then
             # these outputs belong to nothing.
             if not ctx.jobs.files.exists(job.id):
-                for path in (md, txt, pdf):
+                for path in (md, txt, pdf, *others):
                     if path is not None:
                         path.unlink(missing_ok=True)
             log.info("%s changed or went away while it was read: result dropped", job.display)
@@ -128,14 +135,16 @@ def publish(ctx: Context, job: Job, pages: list[PageText], engine: str) -> Path 
         log.warning("%s: the original is kept, not %s: %s", job.display,
                     "archived" if mode == "archive" else "deleted", keep)
     return after_success(ctx, job, md, txt, pdf, len(pages),
-                         mode=mode if retire == "pending" else "keep") or result
+                         mode=mode if retire == "pending" else "keep", others=others) or result
 
 
 def after_success(ctx: Context, job: Job, md: Path | None, txt: Path | None,
-                  pdf: Path | None, pages: int, *, mode: str = "keep") -> Path | None:
+                  pdf: Path | None, pages: int, *, mode: str = "keep",
+                  others: Sequence[Path] = ()) -> Path | None:
     """``mode`` ("keep", "archive", "delete": :func:`disposal`'s answer for a read whose
     original may go), then on_done and the batch count.
 
+    ``others``: the file's further outputs (hOCR, ALTO), which move with it too.
     Returns the Markdown sidecar's new place when it moved with the original.
     """
     original: Path | None = job.path
@@ -145,7 +154,8 @@ def after_success(ctx: Context, job: Job, md: Path | None, txt: Path | None,
         try:
             # The order tells "delete" which result stands for the file: PDF, .md, .txt.
             outcome = ctx.lifecycle.finish(job.id, job.path,
-                                           [p for p in (txt, md, pdf) if p is not None],
+                                           [p for p in (txt, md, pdf) if p is not None]
+                                           + list(others),
                                            job.sha256, mode)
         except (OSError, OcrwatchError) as exc:
             # The result is safe; the original stays where it is and is not read again;

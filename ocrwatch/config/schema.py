@@ -27,7 +27,8 @@ def engine_names() -> tuple[str, ...]:
 
 OBSERVERS = ("auto", "native", "polling")
 PDF_TEXT = ("auto", "ocr", "text")
-OUTPUTS = ("md", "txt", "pdf")
+# The outputs a file may get (ocrwatch/results/formats.py registers how each is made).
+OUTPUTS = ("md", "txt", "pdf", "hocr", "alto")
 PDFA = ("auto", "always", "never")
 ON_SUCCESS = ("keep", "archive", "delete")
 LAYOUTS = ("mirror", "date")
