@@ -10,7 +10,7 @@ the file to ``failed/`` when asked); :func:`defer` queues it again with backoff.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -97,14 +97,15 @@ def publish(ctx: Context, job: Job, pages: list[PageText], engine: str) -> Path 
                                  if job.sha256 else None)
         # Every output written, by name (formats.OUTPUTS): the PDF only when it was made.
         written = {**paths(stem, outputs), "pdf": pdf}
-        others = [p for o, p in written.items() if o not in ("md", "txt", "pdf") and p]
+        more = {o: p for o, p in written.items() if o not in ("md", "txt", "pdf") and p}
         retire, keep = None, None
         mode = disposal(ctx.config, job)  # what a whole reading may do with the original
         if mode != "keep":
             # Only a complete, verified read may part with the original.
             keep = why_keep(ctx.config, job.path, pages, written)
             retire = "kept" if keep else "pending"
-        ctx.after.expect(job.path, md, txt, pdf, len(pages))  # on_done survives a kill now
+        ctx.after.expect(job.path, md, txt, pdf, len(pages),  # on_done survives a kill now
+                         more=more)
         if not ctx.jobs.complete(job.id, pages, engine=engine, md_path=md, txt_path=txt,
                                  sha256=job.sha256, read_with=ctx.read_with,
                                  retire=retire, retire_reason=keep):
@@ -112,7 +113,7 @@ def publish(ctx: Context, job: Job, pages: list[PageText], engine: str) -> Path 
             # The content changed (it is queued again) or the file is gone: then
             # these outputs belong to nothing.
             if not ctx.jobs.files.exists(job.id):
-                for path in (md, txt, pdf, *others):
+                for path in (md, txt, pdf, *more.values()):
                     if path is not None:
                         path.unlink(missing_ok=True)
             log.info("%s changed or went away while it was read: result dropped", job.display)
@@ -135,27 +136,29 @@ def publish(ctx: Context, job: Job, pages: list[PageText], engine: str) -> Path 
         log.warning("%s: the original is kept, not %s: %s", job.display,
                     "archived" if mode == "archive" else "deleted", keep)
     return after_success(ctx, job, md, txt, pdf, len(pages),
-                         mode=mode if retire == "pending" else "keep", others=others) or result
+                         mode=mode if retire == "pending" else "keep",
+                         more=more) or result
 
 
 def after_success(ctx: Context, job: Job, md: Path | None, txt: Path | None,
                   pdf: Path | None, pages: int, *, mode: str = "keep",
-                  others: Sequence[Path] = ()) -> Path | None:
+                  more: Mapping[str, Path] | None = None) -> Path | None:
     """``mode`` ("keep", "archive", "delete": :func:`disposal`'s answer for a read whose
     original may go), then on_done and the batch count.
 
-    ``others``: the file's further outputs (hOCR, ALTO), which move with it too.
+    ``more``: the file's further outputs by name (hOCR, ALTO), which move with it too.
     Returns the Markdown sidecar's new place when it moved with the original.
     """
     original: Path | None = job.path
     moved: Path | None = None
+    more = dict(more or {})
     if mode != "keep":
         ctx.retired.add(job.path)
         try:
             # The order tells "delete" which result stands for the file: PDF, .md, .txt.
             outcome = ctx.lifecycle.finish(job.id, job.path,
                                            [p for p in (txt, md, pdf) if p is not None]
-                                           + list(others),
+                                           + list(more.values()),
                                            job.sha256, mode)
         except (OSError, OcrwatchError) as exc:
             # The result is safe; the original stays where it is and is not read again;
@@ -169,8 +172,9 @@ def after_success(ctx: Context, job: Job, md: Path | None, txt: Path | None,
         if outcome is not None:
             original = outcome.original
             md, txt, pdf = (outcome.sidecars.get(p, p) if p else None for p in (md, txt, pdf))
+            more = {o: outcome.sidecars.get(p, p) for o, p in more.items()}
             moved = md
-    ctx.after.done(Finished(job.path, original, md, txt, pdf, pages, job.sha256))
+    ctx.after.done(Finished(job.path, original, md, txt, pdf, pages, job.sha256, more=more))
     return moved
 
 

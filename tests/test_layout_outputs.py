@@ -277,11 +277,54 @@ def test_reread_outputs_writes_hocr_and_alto_from_the_index_without_reading(
     monkeypatch.setattr(TesseractEngine, "layout", no_reading)
     monkeypatch.setattr(TesseractEngine, "recognize", no_reading)
     config.outputs = ["md", "txt", "pdf", "hocr", "alto"]
-    with Daemon(config, watch=False) as daemon:
+    daemon = Daemon(config, watch=False)  # not started, as `reread --outputs` does
+    try:
         written = daemon.write_outputs()
+    finally:
+        daemon.close()
     assert written == {"files": 1, "outputs": 3, "skipped": 0, "placed": 0}
     words = alto_words(config.inbox[0] / "later.alto.xml")
     assert hocr_words(config.inbox[0] / "later.hocr") == words
     assert max(word_offsets(in_points(words), truth)) <= TOLERANCE_PT
     pdf = bbox_words(config.inbox[0] / "later.ocr.pdf")[0]
     assert [w.text for w in pdf] == [w for w, _ in words]
+
+
+RECORD = """
+import json, os, sys
+from pathlib import Path
+env = {k: v for k, v in os.environ.items() if k.startswith("OCRWATCH_")}
+out = Path(os.environ["HOOK_RECORD"])
+tmp = out.with_name(".part")
+tmp.write_text(json.dumps({"argv": sys.argv[1:], "env": env}))
+tmp.rename(out)
+"""
+
+
+@needs_tools
+def test_hocr_and_alto_move_with_an_archived_original_and_reach_the_hook(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    script = tmp_path / "hook.py"
+    script.write_text(RECORD)
+    record = tmp_path / "record.json"
+    monkeypatch.setenv("HOOK_RECORD", str(record))
+    archive = tmp_path / "archive"
+    config = config_for(tmp_path, outputs=["md", "hocr", "alto"], on_success="archive",
+                        archive_dir=archive,
+                        on_done=[sys.executable, str(script), "{alto}", "{hocr}", "{md}"])
+    image, _ = synthetic_page(page_lines(11, 3))
+    src = config.inbox[0] / "filed.png"
+    image.save(src, dpi=(DPI, DPI))
+    with Daemon(config):  # the original leaves the inbox: waited for by its hook
+        helpers.wait_for(record.exists, 120, "the hook to run")
+    data = json.loads(record.read_text())
+    moved = archive / "inbox"
+    assert data["argv"] == [str(moved / "filed.alto.xml"), str(moved / "filed.hocr"),
+                            str(moved / "filed.md")]
+    assert data["env"]["OCRWATCH_ALTO"] == str(moved / "filed.alto.xml")
+    assert data["env"]["OCRWATCH_HOCR"] == str(moved / "filed.hocr")
+    assert data["env"]["OCRWATCH_PDF"] == "" and data["env"]["OCRWATCH_TXT"] == ""
+    assert not src.exists() and not (config.inbox[0] / "filed.hocr").exists()
+    assert alto_words(moved / "filed.alto.xml") == hocr_words(moved / "filed.hocr")

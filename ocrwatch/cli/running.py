@@ -368,7 +368,7 @@ def _said_outputs(written: dict[str, int]) -> int:
              "them)")
     elif files:
         echo(f"{plural(outputs, 'output')} written for {plural(files, 'file')} from the "
-             "stored text and word boxes (no page read again)")
+             "stored pages (no page read again)")
     else:
         echo("nothing to write: every file read has the outputs asked for")
     if skipped:

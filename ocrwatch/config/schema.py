@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ocrwatch.config.languages import default_languages
+from ocrwatch.core.naming import OUTPUT_NAMES
 from ocrwatch.fs import paths
 
 # The values ``engine`` takes: "auto" and each registered engine's name. The engines import
@@ -27,8 +28,7 @@ def engine_names() -> tuple[str, ...]:
 
 OBSERVERS = ("auto", "native", "polling")
 PDF_TEXT = ("auto", "ocr", "text")
-# The outputs a file may get (ocrwatch/results/formats.py registers how each is made).
-OUTPUTS = ("md", "txt", "pdf", "hocr", "alto")
+OUTPUTS = OUTPUT_NAMES  # ocrwatch/results/formats.py registers how each is made
 PDFA = ("auto", "always", "never")
 ON_SUCCESS = ("keep", "archive", "delete")
 LAYOUTS = ("mirror", "date")

@@ -16,6 +16,9 @@ HOCR_SUFFIX = ".hocr"
 ALTO_SUFFIX = ".alto.xml"
 # Outputs named like the PDF: shortened on their own when the stem is long.
 _LONG_SUFFIXES = (PDF_SUFFIX, HOCR_SUFFIX, ALTO_SUFFIX)
+# Every output a file may get, as ``outputs`` spells them (ocrwatch/results/formats.py
+# registers how each is made); the hook placeholders ({md}, {alto}...) follow this list.
+OUTPUT_NAMES = ("md", "txt", "pdf", "hocr", "alto")
 NAME_MAX = 255  # bytes in a file name on Linux's file systems (ext4, btrfs, xfs, tmpfs)
 _HASH = 12  # hex digits of the whole name's SHA-256 kept in a shortened name
 

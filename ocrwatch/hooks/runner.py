@@ -30,7 +30,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -39,6 +39,7 @@ import psutil
 
 from ocrwatch.config import Config
 from ocrwatch.core.hookshell import PLACEHOLDERS, HookRefused, shell_safe
+from ocrwatch.core.naming import OUTPUT_NAMES
 from ocrwatch.core.threads import Service
 from ocrwatch.hooks.loops import HookLoops
 from ocrwatch.hooks.queue import Entry, HookJournal, folder_for, trace_for
@@ -61,6 +62,13 @@ class Finished:
     pdf: Path | None = None
     pages: int = 0
     sha256: str | None = None  # its content: a copy on_done made of it is told apart
+    # Its other outputs by name ("hocr", "alto"), where written.
+    more: Mapping[str, Path | None] = field(default_factory=dict)
+
+    def outputs(self) -> dict[str, Path | None]:
+        """Each output a file may get (core/naming.OUTPUT_NAMES) and where it is."""
+        have = {"md": self.md, "txt": self.txt, "pdf": self.pdf, **self.more}
+        return {o: have.get(o) for o in OUTPUT_NAMES}
 
 
 @dataclass
@@ -70,8 +78,8 @@ class _Batch:
 
 
 def hook_argv(argv: list[str], item: Finished) -> list[str]:
-    values = {"{file}": item.original, "{source}": item.source, "{md}": item.md,
-              "{txt}": item.txt, "{pdf}": item.pdf}
+    values = {"{file}": item.original, "{source}": item.source,
+              **{f"{{{o}}}": p for o, p in item.outputs().items()}}
     if not any(p in arg for arg in argv for p in PLACEHOLDERS):
         # The path goes last: checked as a placeholder there is (sh -c, perl -e).
         argv = [*argv, "{file}" if item.original else "{source}"]
@@ -89,9 +97,8 @@ def hook_env(item: Finished) -> dict[str, str]:
     env.update({
         "OCRWATCH_FILE": str(item.original) if item.original else "",
         "OCRWATCH_SOURCE": str(item.source),
-        "OCRWATCH_MD": str(item.md) if item.md else "",
-        "OCRWATCH_TXT": str(item.txt) if item.txt else "",
-        "OCRWATCH_PDF": str(item.pdf) if item.pdf else "",
+        # OCRWATCH_MD, _TXT, _PDF, _HOCR, _ALTO: "" for one not written.
+        **{f"OCRWATCH_{o.upper()}": str(p) if p else "" for o, p in item.outputs().items()},
         "OCRWATCH_PAGES": str(item.pages),
         "OCRWATCH_DELETED": "1" if item.original is None else "0",
         _MARKER: uuid.uuid4().hex,  # finds what the hook left running, at its timeout
@@ -341,12 +348,13 @@ class AfterDone(Service):
             self._queue.put(("check", None))
 
     def expect(self, source: Path, md: Path | None, txt: Path | None, pdf: Path | None,
-               pages: int) -> None:
+               pages: int, more: Mapping[str, Path | None] | None = None) -> None:
         """``source`` is about to be marked done: its hook is recorded first, so that a
-        kill between the index's commit and :meth:`done` loses none."""
+        kill between the index's commit and :meth:`done` loses none. ``more``: its
+        other outputs by name (Finished.more)."""
         if self._started and self.config.on_done and self.journal is not None:
-            record = self.journal.add({"source": source, "original": source, "md": md,
-                                       "txt": txt, "pdf": pdf}, pages, pending=True)
+            item = Finished(source, source, md, txt, pdf, pages, more=more or {})
+            record = self.journal.add(_values(item), pages, pending=True)
             if record is not None:
                 with self._lock:
                     self._pending[source] = record
@@ -475,8 +483,7 @@ def _log_not_run(name: str, record: Path | None) -> None:
 
 
 def _values(item: Finished) -> dict[str, Path | None]:
-    return {"source": item.source, "original": item.original, "md": item.md,
-            "txt": item.txt, "pdf": item.pdf}
+    return {"source": item.source, "original": item.original, **item.outputs()}
 
 
 def _queued(kind: str, value: object) -> tuple[Finished, Path | None]:
@@ -485,8 +492,9 @@ def _queued(kind: str, value: object) -> tuple[Finished, Path | None]:
         assert isinstance(value, Entry)
         v = value.values
         source = v["source"] or Path()
+        more = {o: v.get(o) for o in OUTPUT_NAMES if o not in ("md", "txt", "pdf")}
         return Finished(source, v["original"], v["md"], v["txt"], v["pdf"],
-                        value.pages), value.path
+                        value.pages, more=more), value.path
     assert isinstance(value, tuple)
     item, record = value
     assert isinstance(item, Finished) and (record is None or isinstance(record, Path))

@@ -43,8 +43,8 @@ from ocrwatch.fs.fsmove import (
     move_no_replace,
     move_unique,
 )
+from ocrwatch.results.formats import OUTPUTS
 from ocrwatch.results.retire import disposal
-from ocrwatch.results.sidecar import pdf_path
 from ocrwatch.store.db import Database
 from ocrwatch.store.jobs import JobQueue
 
@@ -480,8 +480,9 @@ class Lifecycle:
                 continue
             md, txt = self.jobs.sidecar_names(job.id)
             outputs = [v for v in (txt, md) if v]
-            if md:
-                outputs.append(pdf_path(md.with_suffix("")))
+            if md:  # the outputs named after the .md's stem (PDF, hOCR, ALTO)
+                outputs += [o.path(md.with_suffix("")) for o in OUTPUTS.values()
+                            if o.name not in ("md", "txt")]
             outputs = [p for p in outputs if os.path.lexists(p)]
             if not os.path.lexists(job.path):
                 if mode == "delete" and outputs:

@@ -1,0 +1,170 @@
+"""What ``ocrwatch reread --outputs`` costs against reading the files, now that the index
+keeps each page's layout (word boxes, migration 013).
+
+Four files, seven pages (from ``../shared/corpus``: a 4-page PDF and three typewritten
+scans; generated letters when the corpus is absent), read by the Tesseract engine.
+Process CPU seconds (every thread of the process: Tesseract runs in it) of:
+
+- a full read writing md, txt, pdf, hocr and alto;
+- after a read writing md and txt, ``reread --outputs`` adding pdf, hocr and alto
+  (``Daemon.write_outputs``) with the layouts stored: no page read again;
+- the same with the stored layouts removed, as every index made before migration 013 is
+  (and as the code before it always did): Tesseract finds the word boxes again;
+- ``reread --outputs`` adding only hocr and alto, layouts stored.
+
+Each run ``--repeats`` times (default 3) in fresh folders; medians printed.
+
+    python benchmarks/reread_outputs.py
+    python benchmarks/reread_outputs.py --repeats 1 --out /tmp/r.txt
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks._common import header, median, save
+
+HERE = Path(__file__).resolve().parent.parent
+CORPUS = HERE.parent / "shared" / "corpus"
+FILES = ["ehri_eng_multipage_4p.pdf", "ehri_eng_03.jpg", "ehri_eng_04.jpg",
+         "ehri_dan_00.jpg"]
+ALL = ["md", "txt", "pdf", "hocr", "alto"]
+
+
+def sources(folder: Path) -> tuple[list[Path], str]:
+    """The files to read, copied to ``folder``; and where they came from."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if all((CORPUS / f).exists() for f in FILES):
+        for name in FILES:
+            shutil.copy(CORPUS / name, folder / name)
+        return [folder / f for f in FILES], "../shared/corpus: " + ", ".join(FILES)
+    from benchmarks.pdf_output import DPI, page_lines, synthetic_page
+
+    out = []
+    for n in range(4):
+        image, _ = synthetic_page(page_lines(n, 12))
+        path = folder / f"letter{n}.png"
+        image.save(path, dpi=(DPI, DPI))
+        out.append(path)
+    return out, "generated letters (benchmarks/pdf_output.synthetic_page), 4 pages"
+
+
+def config_for(root: Path, outputs: list[str]) -> object:
+    from ocrwatch import config as config_mod
+    from ocrwatch.engines import registry  # noqa: F401  (the engines' names, for load)
+
+    config = config_mod.load(None, environ={}, overrides={
+        "inbox": [str(root / "inbox")], "database": str(root / "index.sqlite3"),
+        "engine": "tesseract", "workers": "2", "pdfa": "never"})
+    config.outputs = outputs
+    return config
+
+
+def cpu(fn: Callable[[], object]) -> float:
+    start = time.process_time()
+    fn()
+    return time.process_time() - start
+
+
+def read(config: object, files: list[Path]) -> None:
+    from ocrwatch.daemon import Daemon
+
+    with Daemon(config, watch=False) as daemon:  # type: ignore[arg-type]
+        daemon.add(files)
+        deadline = time.monotonic() + 1800
+        while time.monotonic() < deadline:
+            jobs = [daemon.jobs.known(p) for p in files]
+            if all(j is not None and j.state.value in ("done", "failed") for j in jobs):
+                break
+            time.sleep(0.2)
+        for p in files:
+            job = daemon.jobs.known(p)
+            assert job is not None and job.state.value == "done", (p, job)
+
+
+def write_outputs(config: object) -> dict[str, int]:
+    from ocrwatch.daemon import Daemon
+
+    # As `ocrwatch reread --outputs` does with no daemon running: not started.
+    daemon = Daemon(config, watch=False)  # type: ignore[arg-type]
+    try:
+        return daemon.write_outputs()
+    finally:
+        daemon.close()
+
+
+def remove(folder: Path, suffixes: tuple[str, ...]) -> None:
+    for path in folder.iterdir():
+        if path.name.endswith(suffixes):
+            path.unlink()
+
+
+def one_round(tmp: Path) -> dict[str, float]:
+    from ocrwatch.store.db import Database
+
+    got: dict[str, float] = {}
+    full = tmp / "full"
+    files, _ = sources(full / "inbox")
+    got["full read, md txt pdf hocr alto"] = cpu(lambda: read(config_for(full, ALL), files))
+
+    later = tmp / "later"
+    files, _ = sources(later / "inbox")
+    read(config_for(later, ["md", "txt"]), files)
+    inbox = later / "inbox"
+    added = (".ocr.pdf", ".hocr", ".alto.xml")
+    said: dict[str, int] = {}
+
+    def run(outputs: list[str]) -> None:
+        said.update(write_outputs(config_for(later, outputs)))
+
+    got["reread --outputs hocr alto, layout stored"] = cpu(
+        lambda: run(["md", "txt", "hocr", "alto"]))
+    assert said["placed"] == 0, said
+    remove(inbox, added)
+    got["reread --outputs pdf hocr alto, layout stored"] = cpu(lambda: run(ALL))
+    assert said["placed"] == 0 and said["outputs"] == 3 * len(files), said
+    remove(inbox, added)
+    db = Database(later / "index.sqlite3")
+    try:
+        with db.transaction() as conn:  # an index from before migration 013
+            conn.execute("UPDATE pages SET layout = NULL")
+    finally:
+        db.close()
+    got["reread --outputs pdf hocr alto, no layout stored (before)"] = cpu(lambda: run(ALL))
+    assert said["placed"] > 0, said
+    return got
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    rounds = []
+    with tempfile.TemporaryDirectory(prefix="reread-outputs-") as name:
+        _, where = sources(Path(name) / "probe")
+        for n in range(args.repeats):
+            rounds.append(one_round(Path(name) / f"round{n}"))
+    lines = header("reread --outputs against a full read (process CPU seconds)",
+                   [f"files: {where}", "engine: tesseract (default languages), workers 2, "
+                    "pdfa never", f"repeats: {args.repeats}, medians"])
+    full = median([r["full read, md txt pdf hocr alto"] for r in rounds])
+    lines.append(f"{'':60} {'CPU s':>7} {'of full':>8}")
+    for key in rounds[0]:
+        value = median([r[key] for r in rounds])
+        lines.append(f"{key:60} {value:7.2f} {value / full:7.2f}x")
+    print("\n".join(lines))
+    print(f"saved to {save('reread_outputs.txt', lines, args.out)}")
+
+
+if __name__ == "__main__":
+    main()
