@@ -3,7 +3,8 @@ keeps each page's layout (word boxes, migration 013).
 
 Four files, seven pages (from ``../shared/corpus``: a 4-page PDF and three typewritten
 scans; generated letters when the corpus is absent), read by the Tesseract engine.
-Process CPU seconds (every thread of the process: Tesseract runs in it) of:
+Process CPU seconds (every thread of the process: Tesseract runs in it; no child
+process is started with pdfa = "never") of:
 
 - a full read writing md, txt, pdf, hocr and alto;
 - after a read writing md and txt, ``reread --outputs`` adding pdf, hocr and alto
@@ -12,7 +13,11 @@ Process CPU seconds (every thread of the process: Tesseract runs in it) of:
   (and as the code before it always did): Tesseract finds the word boxes again;
 - ``reread --outputs`` adding only hocr and alto, layouts stored.
 
-Each run ``--repeats`` times (default 3) in fresh folders; medians printed.
+Each run ``--repeats`` times (default 3) in fresh folders; medians printed. Then the
+hOCR and ALTO of the first full read against its searchable PDF, read back with
+``pdftotext -bbox``: the words in the same order (difflib's matching blocks), and the
+distance between each matched word's centres in points (hOCR pixels scaled by the PDF
+page's width over the hOCR page's).
 
     python benchmarks/reread_outputs.py
     python benchmarks/reread_outputs.py --repeats 1 --out /tmp/r.txt
@@ -144,6 +149,72 @@ def one_round(tmp: Path) -> dict[str, float]:
     return got
 
 
+def _centre(box: tuple[float, ...]) -> tuple[float, float]:
+    return (box[0] + box[2]) / 2, (box[1] + box[3]) / 2
+
+
+def compare_with_pdf(folder: Path) -> list[str]:
+    """hOCR and ALTO words of each file in ``folder`` against its PDF's text layer."""
+    import difflib
+    import re
+    import subprocess
+    import xml.etree.ElementTree as ET
+    from html import unescape
+
+    same_alto = True
+    words = matched = 0
+    offsets: list[float] = []
+    for hocr in sorted(folder.glob("*.hocr")):
+        stem = hocr.name[:-len(".hocr")]
+        root = ET.parse(hocr).getroot()
+        alto = ET.parse(folder / f"{stem}.alto.xml").getroot()
+        strings = [(s.get("CONTENT"), tuple(int(s.get(k) or 0) for k in
+                                            ("HPOS", "VPOS", "WIDTH", "HEIGHT")))
+                   for s in alto.iter() if s.tag.endswith("}String")]
+        out = subprocess.run(["pdftotext", "-bbox", str(folder / f"{stem}.ocr.pdf"), "-"],
+                             capture_output=True, text=True, check=True, timeout=120).stdout
+        pdf_pages = re.findall(r'<page width="([\d.]+)" height="[\d.]+">(.*?)</page>', out,
+                               re.S)
+        hocr_pages = [e for e in root.iter() if e.get("class") == "ocr_page"]
+        at = 0
+        for page, (width, body) in zip(hocr_pages, pdf_pages, strict=True):
+            page_width = int((page.get("title") or "").split("bbox ")[1].split()[2])
+            scale = float(width) / page_width
+            mine = []
+            for e in page.iter():
+                if e.get("class") == "ocrx_word":
+                    box = (e.get("title") or "").split("bbox ")[1].split(";")[0].split()
+                    mine.append((e.text or "", tuple(int(v) * scale for v in box)))
+            for text, (x, y, w, h) in strings[at:at + len(mine)]:
+                same_alto &= (text, (x * scale, y * scale, (x + w) * scale,
+                                     (y + h) * scale)) in mine
+            at += len(mine)
+            theirs = [(unescape(t), (float(a), float(b), float(c), float(d))) for a, b, c, d, t
+                      in re.findall(r'<word xMin="([\d.]+)" yMin="([\d.]+)" '
+                                    r'xMax="([\d.]+)" yMax="([\d.]+)">(.*?)</word>', body)]
+            words += len(mine)
+            match = difflib.SequenceMatcher(None, [t for t, _ in mine], [t for t, _ in theirs],
+                                            autojunk=False)
+            for block in match.get_matching_blocks():
+                for k in range(block.size):
+                    (ax, ay), (bx, by) = (_centre(mine[block.a + k][1]),
+                                          _centre(theirs[block.b + k][1]))
+                    offsets.append(((ax - bx) ** 2 + (ay - by) ** 2) ** 0.5)
+                    matched += 1
+    offsets.sort()
+    return [
+        "",
+        "hOCR and ALTO against the searchable PDF's text layer (pdftotext -bbox), first "
+        "full read:",
+        f"  ALTO's words and boxes the same as hOCR's: {'yes' if same_alto else 'NO'}",
+        f"  hOCR words {words}, found in the PDF's layer in the same order {matched} "
+        f"({matched / max(words, 1):.1%})",
+        f"  centre distance of those words, points: median {median(offsets):.2f}, "
+        f"95th percentile {offsets[int(0.95 * (len(offsets) - 1))]:.2f}, "
+        f"max {offsets[-1]:.2f}" if offsets else "  no words matched",
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
@@ -154,6 +225,7 @@ def main() -> None:
         _, where = sources(Path(name) / "probe")
         for n in range(args.repeats):
             rounds.append(one_round(Path(name) / f"round{n}"))
+        against_pdf = compare_with_pdf(Path(name) / "round0" / "full" / "inbox")
     lines = header("reread --outputs against a full read (process CPU seconds)",
                    [f"files: {where}", "engine: tesseract (default languages), workers 2, "
                     "pdfa never", f"repeats: {args.repeats}, medians"])
@@ -161,7 +233,8 @@ def main() -> None:
     lines.append(f"{'':60} {'CPU s':>7} {'of full':>8}")
     for key in rounds[0]:
         value = median([r[key] for r in rounds])
-        lines.append(f"{key:60} {value:7.2f} {value / full:7.2f}x")
+        lines.append(f"{key:60} {value:7.2f} {value / full:8.3f}x")
+    lines += against_pdf
     print("\n".join(lines))
     print(f"saved to {save('reread_outputs.txt', lines, args.out)}")
 

@@ -210,6 +210,15 @@ def test_every_output_the_config_accepts_is_registered() -> None:
         "alto": "scan.alto.xml"}
 
 
+def test_a_users_own_alto_file_is_never_taken_for_ours(tmp_path: Path) -> None:
+    from ocrwatch.core.naming import choose_stem
+
+    (tmp_path / "scan.alto.xml").write_text("mine")
+    stem = choose_stem(tmp_path / "scan.png", tmp_path, set(), set())
+    assert stem == tmp_path / "scan.png"  # scan.png.md, scan.png.alto.xml...
+    assert (tmp_path / "scan.alto.xml").read_text() == "mine"
+
+
 # -- end to end with Tesseract ---------------------------------------------------------
 @needs_tools
 def test_tesseract_read_gives_hocr_and_alto_words_where_the_pdf_has_them(

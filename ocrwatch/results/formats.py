@@ -10,7 +10,6 @@ the text (:class:`ocrwatch.results.outputs.PdfMaker`), so it has no ``render`` h
 
 from __future__ import annotations
 
-import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,6 +73,8 @@ def _pdf_pages(path: Path, pages: list[PageText]) -> str | None:
 def _xml_pages(tag: str) -> Verify:
     """A file that parses as XML and has one ``tag`` element for each page."""
     def verify(path: Path, pages: list[PageText]) -> str | None:
+        import xml.etree.ElementTree as ET  # only when an original is about to go
+
         if path.is_symlink():
             return f"{path.name} is a link, not the file written"
         root = ET.parse(path).getroot()

@@ -25,7 +25,7 @@ from ocrwatch.core.naming import sidecar_paths as sidecar_paths
 from ocrwatch.fs.fsmove import RETIRING_PREFIX, TEMP_PREFIX, move_no_replace, temp_in
 from ocrwatch.fs.private import sidecar_mode
 from ocrwatch.fs.safeopen import open_dir_beneath
-from ocrwatch.results.formats import rendered
+from ocrwatch.results.formats import paths, rendered
 from ocrwatch.results.textout import render_markdown as render_markdown
 from ocrwatch.results.textout import render_text as render_text
 
@@ -247,9 +247,7 @@ class UserEdits:
     def tell(self, display: str, stem: Path, outputs: tuple[str, ...]) -> None:
         if not self.found:
             return
-        md, txt = sidecar_paths(stem)
-        new = [p for o, p in (("md", md), ("txt", txt), ("pdf", pdf_path(stem)))
-               if o in outputs]
+        new = list(paths(stem, outputs).values())
         for path in self.found:
             log.warning("%s was changed since ocrwatch wrote it: it is kept as it is; the "
                         "new reading of %s goes to %s", path, display,
