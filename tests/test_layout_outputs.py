@@ -255,6 +255,11 @@ def test_a_page_turned_upright_has_its_boxes_on_the_page_as_scanned(tmp_path: Pa
     words = alto_words(config.inbox[0] / "sideways.alto.xml")
     assert hocr_words(config.inbox[0] / "sideways.hocr") == words
     doc = etree.parse(str(config.inbox[0] / "sideways.alto.xml"))
+    # The lines run down the page as scanned (270 degrees counter-clockwise): said in both.
+    assert {b.get("ROTATION") for b in doc.getroot().iter(ALTO_NS + "TextBlock")} == {"270"}
+    hocr_doc = etree.parse(str(config.inbox[0] / "sideways.hocr"))
+    assert all(e.get("title").endswith("; textangle 270") for e in hocr_doc.iter()
+               if e.get("class") == "ocr_line")
     (page,) = doc.getroot().iter(ALTO_NS + "Page")
     assert (int(page.get("WIDTH")), int(page.get("HEIGHT"))) == (upright.height,
                                                                   upright.width)

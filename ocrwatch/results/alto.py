@@ -2,8 +2,9 @@
 Congress's layout format that digitisation workflows and library viewers take).
 
 Each page is a ``Page`` the size of the page as the file holds it, with one
-``PrintSpace`` over all of it; its ``TextBlock``s, ``TextLine``s and ``String``s (one a
-word, ``SP`` between) carry HPOS/VPOS/WIDTH/HEIGHT in those pixels
+``PrintSpace`` over all of it; its ``TextBlock``s (with ``ROTATION`` where the page was
+turned upright to be read), ``TextLine``s and ``String``s (one a word, ``SP`` between,
+along the line) carry HPOS/VPOS/WIDTH/HEIGHT in those pixels
 (``MeasurementUnit`` pixel). Valid against the published ALTO 4.4 schema (the test
 validates every file it writes).
 """
@@ -53,16 +54,15 @@ def render(pages: list[PageText], name: str) -> str:
         out.append(f'   <PrintSpace ID="space_{p}" HPOS="0" VPOS="0" {size}>')
         n_line = n_word = 0
         for b, region in enumerate(boxes.regions, 1):
-            out.append(f'    <TextBlock ID="block_{p}_{b}" {_place(region.box)}>')
+            turned = f' ROTATION="{boxes.angle}"' if boxes.angle else ""
+            out.append(f'    <TextBlock ID="block_{p}_{b}" {_place(region.box)}{turned}>')
             for line in region.lines:
                 n_line += 1
                 out.append(f'     <TextLine ID="line_{p}_{n_line}" {_place(line.box)}>')
                 for i, (word, box) in enumerate(line.words):
                     if i:
-                        before = line.words[i - 1][1]
-                        gap = max(0, box[0] - before[2])
-                        out.append(f'      <SP WIDTH="{gap}" HPOS="{before[2]}" '
-                                   f'VPOS="{before[1]}"/>')
+                        x, y, gap = boxes.space(line.words[i - 1][1], box)
+                        out.append(f'      <SP WIDTH="{gap}" HPOS="{x}" VPOS="{y}"/>')
                     n_word += 1
                     out.append(f'      <String ID="word_{p}_{n_word}" '
                                f'CONTENT={xmltext.attr(word)} {_place(box)}/>')

@@ -1,7 +1,8 @@
 """``NAME.hocr``: the pages' words and their boxes as hOCR 1.2 (XHTML).
 
 Each page is an ``ocr_page`` whose ``bbox`` is the page as the file holds it; its lines
-(``ocr_line``) and words (``ocrx_word``) carry their boxes in those pixels, grouped in
+(``ocr_line``, with ``textangle`` where the page was turned upright to be read) and
+words (``ocrx_word``) carry their boxes in those pixels, grouped in
 ``ocr_carea``/``ocr_par`` as :mod:`ocrwatch.results.wordboxes` groups them, as
 Tesseract's own hOCR does. Tools that take hOCR (hocr-tools, OCRmyPDF's hocrtransform,
 archive viewers) read it.
@@ -49,8 +50,10 @@ def render(pages: list[PageText], name: str) -> str:
             out.append(f'    <p class="ocr_par" id="par_{p}_{b}" title="{_bbox(region.box)}">')
             for line in region.lines:
                 n_line += 1
+                # A page turned upright to be read: its lines run at that angle as scanned.
+                angle = f"; textangle {boxes.angle}" if boxes.angle else ""
                 out.append(f'     <span class="ocr_line" id="line_{p}_{n_line}" '
-                           f'title="{_bbox(line.box)}">')
+                           f'title="{_bbox(line.box)}{angle}">')
                 for word, box in line.words:
                     n_word += 1
                     out.append(f'      <span class="ocrx_word" id="word_{p}_{n_word}" '

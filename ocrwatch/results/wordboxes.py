@@ -36,6 +36,20 @@ class PageBoxes:
     width: int  # the page as the file holds it, in the layout's pixels
     height: int
     regions: tuple[Region, ...]
+    # Degrees the text runs counter-clockwise on the page as scanned: the page's turn
+    # upright (hOCR's textangle, ALTO's ROTATION).
+    angle: int = 0
+
+    def space(self, before: Box, after: Box) -> tuple[int, int, int]:
+        """The gap between two words of a line along the line, as ALTO's ``SP`` gives
+        it: where it starts (HPOS, VPOS) and its length (WIDTH)."""
+        if self.angle == 90:  # the line runs up the page
+            return before[0], after[3], max(0, before[1] - after[3])
+        if self.angle == 180:
+            return after[2], before[1], max(0, before[0] - after[2])
+        if self.angle == 270:  # the line runs down the page
+            return before[0], before[3], max(0, after[1] - before[3])
+        return before[2], before[1], max(0, after[0] - before[2])
 
     def words(self) -> list[tuple[str, Box]]:
         return [w for r in self.regions for line in r.lines for w in line.words]
@@ -109,7 +123,7 @@ def page_boxes(page: PageText) -> PageBoxes:
     for group in _regions(lines):
         made = [line_of(box, pieces) for box, pieces in group]
         regions.append(Region(union([ln.box for ln in made]), tuple(made)))
-    return PageBoxes(width, height, tuple(regions))
+    return PageBoxes(width, height, tuple(regions), page.turned % 360)
 
 
 def _regions(lines: list[tuple[Box, list[tuple[str, Box]]]]
