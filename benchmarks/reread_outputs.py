@@ -164,6 +164,7 @@ def compare_with_pdf(folder: Path) -> list[str]:
     same_alto = True
     words = matched = 0
     offsets: list[float] = []
+    lefts: list[float] = []  # the left edges: where each word starts on the page
     for hocr in sorted(folder.glob("*.hocr")):
         stem = hocr.name[:-len(".hocr")]
         root = ET.parse(hocr).getroot()
@@ -200,8 +201,10 @@ def compare_with_pdf(folder: Path) -> list[str]:
                     (ax, ay), (bx, by) = (_centre(mine[block.a + k][1]),
                                           _centre(theirs[block.b + k][1]))
                     offsets.append(((ax - bx) ** 2 + (ay - by) ** 2) ** 0.5)
+                    lefts.append(abs(mine[block.a + k][1][0] - theirs[block.b + k][1][0]))
                     matched += 1
     offsets.sort()
+    lefts.sort()
     return [
         "",
         "hOCR and ALTO against the searchable PDF's text layer (pdftotext -bbox), first "
@@ -212,6 +215,10 @@ def compare_with_pdf(folder: Path) -> list[str]:
         f"  centre distance of those words, points: median {median(offsets):.2f}, "
         f"95th percentile {offsets[int(0.95 * (len(offsets) - 1))]:.2f}, "
         f"max {offsets[-1]:.2f}" if offsets else "  no words matched",
+        f"  left edges of those words, points: median {median(lefts):.2f}, 95th percentile "
+        f"{lefts[int(0.95 * (len(lefts) - 1))]:.2f}, max {lefts[-1]:.2f}" if lefts else "",
+        "  (the PDF's layer stretches a word to reach towards the next one and sets each "
+        "line on one baseline at one size, so its boxes are wider and taller than the ink's)",
     ]
 
 

@@ -5,10 +5,11 @@ from the text the index holds, without reading a page again.
 ``.txt``, ``.hocr`` and ``.alto.xml`` come from the stored pages (text, and each word's
 box where the index keeps the page's layout); ``NAME.ocr.pdf`` puts that text on those
 boxes over the original's pages. A page stored without its layout (read before the
-index kept it, or by a model engine) gets Tesseract's word boxes of the original's page,
-as for a file read by a model engine: that page is read again, and the count says so. Only what is
-missing is written, next to the sidecars the file already has, all or none per file; an
-original that is gone, changed since it was read, or has no stored text is left alone.
+index kept it, or without an output that needed boxes) gets Tesseract's word boxes of
+the original's page, as for a file read by a model engine: that page is looked at again
+(the count says so), and the layout found is stored. Only what is missing is written,
+next to the sidecars the file already has, all or none per file; an original that is
+gone, changed since it was read, or has no stored text is left alone.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from ocrwatch.fs.safeopen import original_mode, source_root
 from ocrwatch.results.formats import OUTPUTS, needs_boxes, paths
 from ocrwatch.results.lifecycle import output_folder
 from ocrwatch.results.sidecar import write_sidecars
-from ocrwatch.store.index import pages_of
+from ocrwatch.store.index import keep_layouts, pages_of
 
 if TYPE_CHECKING:
     from ocrwatch.context import Context
@@ -71,8 +72,9 @@ def missing_outputs(ctx: Context, pdf: PdfMaker | None) -> Written:
                 prepared.append((tmp, where["pdf"]))
         elif needs_boxes(missing) and pdf is not None:
             pages = pdf.place(job.path, pages)
-        if needs_boxes(missing):
+        if needs_boxes(missing) and unplaced:
             placed += unplaced
+            keep_layouts(ctx.jobs.db, job.id, pages)  # found once: not again next time
         rendered = tuple(o for o in missing if OUTPUTS[o].render is not None)
         if not rendered and not prepared:
             skipped += 1

@@ -342,3 +342,39 @@ def test_hocr_and_alto_move_with_an_archived_original_and_reach_the_hook(
     assert data["env"]["OCRWATCH_PDF"] == "" and data["env"]["OCRWATCH_TXT"] == ""
     assert not src.exists() and not (config.inbox[0] / "filed.hocr").exists()
     assert alto_words(moved / "filed.alto.xml") == hocr_words(moved / "filed.hocr")
+
+
+@needs_tools
+def test_boxes_found_again_for_a_page_stored_without_them_are_kept_for_next_time(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = config_for(tmp_path, outputs=["md"])
+    image, _ = synthetic_page(page_lines(13, 3))
+    src = config.inbox[0] / "old.png"
+    image.save(src, dpi=(DPI, DPI))
+    read(config, src)
+    db = Database(config.database)
+    try:  # as an index from before migration 013 holds it
+        with db.transaction() as conn:
+            conn.execute("UPDATE pages SET layout = NULL")
+    finally:
+        db.close()
+    config.outputs = ["md", "hocr"]
+
+    def reread() -> dict[str, int]:
+        daemon = Daemon(config, watch=False)
+        try:
+            return daemon.write_outputs()
+        finally:
+            daemon.close()
+
+    assert reread() == {"files": 1, "outputs": 1, "skipped": 0, "placed": 1}
+    first = hocr_words(config.inbox[0] / "old.hocr")
+    (config.inbox[0] / "old.hocr").unlink()
+    from ocrwatch.engines.tesseract import TesseractEngine
+
+    def no_reading(*_a: object, **_k: object) -> object:
+        raise AssertionError("a page was read again")
+
+    monkeypatch.setattr(TesseractEngine, "layout", no_reading)
+    assert reread() == {"files": 1, "outputs": 1, "skipped": 0, "placed": 0}
+    assert hocr_words(config.inbox[0] / "old.hocr") == first

@@ -141,6 +141,19 @@ def pages_of(db: Database, job_id: int) -> list[PageText]:
             for r in rows]
 
 
+def keep_layouts(db: Database, job_id: int, pages: list[PageText]) -> int:
+    """Store the layouts found since for a job's pages stored without one (``reread
+    --outputs`` on an index from before migration 013): found once, not again. Returns
+    how many pages got one."""
+    rows = [(layouts.dumps(p.layout), job_id, n) for n, p in enumerate(pages, 1)
+            if p.layout is not None]
+    with db.transaction() as conn:
+        before = conn.total_changes
+        conn.executemany("UPDATE pages SET layout = ? WHERE job_id = ? AND page = ? "
+                         "AND layout IS NULL", rows)
+        return conn.total_changes - before
+
+
 def count_pages(db: Database) -> int:
     return int(db.query("SELECT COUNT(*) AS n FROM pages")[0]["n"])
 
