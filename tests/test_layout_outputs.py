@@ -378,3 +378,46 @@ def test_boxes_found_again_for_a_page_stored_without_them_are_kept_for_next_time
     monkeypatch.setattr(TesseractEngine, "layout", no_reading)
     assert reread() == {"files": 1, "outputs": 1, "skipped": 0, "placed": 0}
     assert hocr_words(config.inbox[0] / "old.hocr") == first
+
+
+@needs_tools
+def test_a_page_straightened_to_be_read_has_its_boxes_on_the_page_as_scanned(
+        tmp_path: Path) -> None:
+    import math
+
+    config = config_for(tmp_path, outputs=["md", "alto", "hocr"])
+    lines = page_lines(17, 6)
+    upright, truth = synthetic_page(lines)
+    skew = 3.0
+    # Scanned crooked: turned 3 degrees counter-clockwise (Pillow's rotate) on white.
+    scanned = upright.rotate(skew, expand=True, fillcolor="white",
+                             resample=Image.Resampling.BICUBIC)
+    src = config.inbox[0] / "crooked.png"
+    scanned.save(src, dpi=(DPI, DPI))
+    read(config, src)
+    db = Database(config.database)
+    try:  # read straightened: the boxes were found on the straightened image
+        ((found,),) = [tuple(r) for r in db.query("SELECT skew FROM pages")]
+        kept = pages_of(db, 1)[0].layout
+    finally:
+        db.close()
+    # Turned back 3 degrees clockwise (a negative angle, counter-clockwise) to read it.
+    assert abs(found + skew) < 0.5 and kept is not None and kept.angle == found
+    words = alto_words(config.inbox[0] / "crooked.alto.xml")
+    assert hocr_words(config.inbox[0] / "crooked.hocr") == words
+    doc = etree.parse(str(config.inbox[0] / "crooked.alto.xml"))
+    (page,) = doc.getroot().iter(ALTO_NS + "Page")
+    assert (int(page.get("WIDTH")), int(page.get("HEIGHT"))) == scanned.size
+    # Each true word's centre, where the crooked scan has it.
+    scale = 72 / DPI
+    a = math.radians(skew)
+    cx, cy = upright.width / 2, upright.height / 2
+    sx, sy = scanned.width / 2, scanned.height / 2
+    moved = []
+    for t in truth:
+        x, y = (t.box[0] + t.box[2]) / 2 / scale - cx, (t.box[1] + t.box[3]) / 2 / scale - cy
+        px = sx + x * math.cos(a) + y * math.sin(a)
+        py = sy - x * math.sin(a) + y * math.cos(a)
+        moved.append(type(t)(t.text, (px * scale, py * scale, px * scale, py * scale)))
+    offsets = word_offsets(in_points(words), moved)
+    assert max(offsets) <= TOLERANCE_PT, offsets
