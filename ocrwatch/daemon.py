@@ -43,6 +43,7 @@ from ocrwatch.metrics.remote import RemoteCollector
 from ocrwatch.metrics.server import MetricsServer
 from ocrwatch.metrics.vllm import VllmCollector
 from ocrwatch.pages.thumbs import Thumbnails
+from ocrwatch.results.formats import needs_boxes
 from ocrwatch.results.lifecycle import Lifecycle
 from ocrwatch.results.outputs import PdfMaker, WordBoxes
 from ocrwatch.scheduler import Scheduler
@@ -124,7 +125,7 @@ class Daemon:
         self.ctx = Context(
             config, self.jobs, self.choice.name, self.read_with,
             # What happens around the sidecars: the PDF, the original's fate, hooks.
-            pdf=PdfMaker(config, word_boxes) if "pdf" in config.outputs else None,
+            pdf=PdfMaker(config, word_boxes) if needs_boxes(config.outputs) else None,
             lifecycle=Lifecycle(config, self.db),
             after=AfterDone(config, self.is_idle),
             follower=self.follower, thumbs=self.thumbs,
@@ -333,7 +334,8 @@ class Daemon:
             log.info("configuration reloaded (%s): %s now in effect", why, ", ".join(diff.now))
         if "outputs" in diff.now:
             log.info("files read before have the outputs asked for then; `ocrwatch reread "
-                     "--outputs` writes the new ones from the stored text, no page read again")
+                     "--outputs` writes the new ones from the stored pages (no page read "
+                     "again where the index holds their word boxes)")
         if diff.restart:
             log.warning("configuration reloaded (%s): %s changed but take effect only when "
                         "the daemon starts again (`ocrwatch restart`)",
@@ -346,7 +348,7 @@ class Daemon:
         if "log_level" in keys:
             logging.getLogger().setLevel(self.config.log_level.upper())
         if "outputs" in keys:
-            wants_pdf = "pdf" in self.config.outputs
+            wants_pdf = needs_boxes(self.config.outputs)
             if wants_pdf != (self.ctx.pdf is not None):
                 old = self.ctx.pdf
                 # The context is frozen: files already in hand finish with the one they got.
@@ -399,14 +401,14 @@ class Daemon:
 
         pdf = self.ctx.pdf
         made = (PdfMaker(self.config, word_boxes)
-                if pdf is None and "pdf" in self.config.outputs else None)
+                if pdf is None and needs_boxes(self.config.outputs) else None)
         try:
             written = missing_outputs(self.ctx, pdf or made)
         finally:
             if made is not None:
                 made.close()
         return {"files": written.files, "outputs": written.outputs,
-                "skipped": written.skipped}
+                "skipped": written.skipped, "placed": written.placed}
 
     def reread(self, all_files: bool = False) -> int:
         """Queue again the files read otherwise than now (``all_files``: every file read)."""

@@ -12,7 +12,7 @@ follow.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,6 +21,7 @@ from ocrwatch.core import events as ev
 from ocrwatch.core.domain import DOUBT_NOTE, Job, PageText, doubt_of
 from ocrwatch.core.errors import InputError, OcrwatchError, TransientError
 from ocrwatch.fs.safeopen import original_mode, root_of, source_root
+from ocrwatch.results.formats import needs_boxes, paths
 from ocrwatch.results.lifecycle import move_failure, output_folder
 from ocrwatch.results.retire import disposal, why_keep
 from ocrwatch.results.sidecar import UserEdits, pdf_path, sidecar_mark, write_sidecars
@@ -78,21 +79,27 @@ def publish(ctx: Context, job: Job, pages: list[PageText], engine: str) -> Path 
         stem = ctx.jobs.files.name_sidecars(job, folder, edits)
         edits.tell(job.display, stem, tuple(ctx.config.outputs))
         prepared = []
-        if ctx.pdf is not None:
+        outputs = tuple(ctx.config.outputs)
+        if ctx.pdf is not None and "pdf" in outputs:
             pdf = pdf_path(stem)
             pages, tmp = ctx.pdf.make(job.path, pages, pdf)
             if tmp is None:
                 pdf = None  # could not be made: said in the page's warnings
             else:
                 prepared.append((tmp, pdf))
+        elif ctx.pdf is not None and needs_boxes(outputs):
+            pages = ctx.pdf.place(job.path, pages)  # hOCR, ALTO: each word on its box
         source = source_root(job.path, ctx.config.inbox, ctx.config.follow_symlinks)
         pages = [_noted(p) for p in pages]
-        md, txt = write_sidecars(stem, pages, tuple(ctx.config.outputs), prepared,
+        md, txt = write_sidecars(stem, pages, outputs, prepared, name=job.path.name,
                                  root=ctx.config.output_dir or source,
                                  original_mode=original_mode(job.path, source),
                                  mark=sidecar_mark(job.path, job.sha256, engine,
                                                   ctx.read_with)
                                  if job.sha256 else None)
+        # Every output written, by name (formats.OUTPUTS): the PDF only when it was made.
+        written = {**paths(stem, outputs), "pdf": pdf}
+        more = {o: p for o, p in written.items() if o not in ("md", "txt", "pdf") and p}
         retire, keep = None, None
         # What a whole reading may do with the original, as the job row asks now: an
         # `ocrwatch add` may have named the file while it was being read.
@@ -100,10 +107,11 @@ def publish(ctx: Context, job: Job, pages: list[PageText], engine: str) -> Path 
         mode = disposal(ctx.config, job if now is None else replace(job, asked=now.asked))
         if mode != "keep":
             # Only a complete, verified read may part with the original.
-            keep = why_keep(ctx.config, job.path, pages, {"md": md, "txt": txt, "pdf": pdf})
+            keep = why_keep(ctx.config, job.path, pages, written)
             retire = "kept" if keep else "pending"
         # Before the commit: a listener's record of it (on_done's) survives a kill now.
-        ctx.events.publish(ev.FileCommitting(job.path, _outputs(md, txt, pdf), len(pages)))
+        ctx.events.publish(ev.FileCommitting(job.path, _outputs(md, txt, pdf, more),
+                                             len(pages)))
         if not ctx.jobs.complete(job.id, pages, engine=engine, md_path=md, txt_path=txt,
                                  sha256=job.sha256, read_with=ctx.read_with,
                                  retire=retire, retire_reason=keep):
@@ -111,7 +119,7 @@ def publish(ctx: Context, job: Job, pages: list[PageText], engine: str) -> Path 
             # The content changed (it is queued again) or the file is gone: then
             # these outputs belong to nothing.
             if not ctx.jobs.files.exists(job.id):
-                for path in (md, txt, pdf):
+                for path in (md, txt, pdf, *more.values()):
                     if path is not None:
                         path.unlink(missing_ok=True)
             log.info("%s changed or went away while it was read: result dropped", job.display)
@@ -133,26 +141,29 @@ def publish(ctx: Context, job: Job, pages: list[PageText], engine: str) -> Path 
         log.warning("%s: the original is kept, not %s: %s", job.display,
                     "archived" if mode == "archive" else "deleted", keep)
     return after_success(ctx, job, md, txt, pdf, pages, engine,
-                         mode=mode if retire == "pending" else "keep") or result
+                         mode=mode if retire == "pending" else "keep", more=more) or result
 
 
 def after_success(ctx: Context, job: Job, md: Path | None, txt: Path | None,
                   pdf: Path | None, pages: Sequence[PageText], engine: str, *,
-                  mode: str = "keep") -> Path | None:
+                  mode: str = "keep", more: Mapping[str, Path] | None = None) -> Path | None:
     """``mode`` ("keep", "archive", "delete": :func:`disposal`'s answer for a read whose
     original may go), then :class:`~ocrwatch.core.events.FileDone` (on_done, the batch
     count, the metrics).
 
+    ``more``: the file's further outputs by name (hOCR, ALTO), which move with it too.
     Returns the Markdown sidecar's new place when it moved with the original.
     """
     original: Path | None = job.path
     moved: Path | None = None
+    more = dict(more or {})
     if mode != "keep":
         ctx.retired.add(job.path)
         try:
             # The order tells "delete" which result stands for the file: PDF, .md, .txt.
             outcome = ctx.lifecycle.finish(job.id, job.path,
-                                           [p for p in (txt, md, pdf) if p is not None],
+                                           [p for p in (txt, md, pdf) if p is not None]
+                                           + list(more.values()),
                                            job.sha256, mode)
         except (OSError, OcrwatchError) as exc:
             # The result is safe; the original stays where it is and is not read again;
@@ -166,10 +177,12 @@ def after_success(ctx: Context, job: Job, md: Path | None, txt: Path | None,
         if outcome is not None:
             original = outcome.original
             md, txt, pdf = (outcome.sidecars.get(p, p) if p else None for p in (md, txt, pdf))
+            more = {o: outcome.sidecars.get(p, p) for o, p in more.items()}
             moved = md
             if original != job.path:
                 ctx.events.publish(ev.OriginalRetired(job.path, original))
-    ctx.events.publish(ev.FileDone(job, pages, engine, original, _outputs(md, txt, pdf)))
+    ctx.events.publish(ev.FileDone(job, pages, engine, original,
+                                   _outputs(md, txt, pdf, more)))
     return moved
 
 
@@ -201,10 +214,11 @@ def refuse(ctx: Context, job: Job, exc: TransientError | InputError) -> None:
         fail(ctx, job, str(exc))
 
 
-def _outputs(md: Path | None, txt: Path | None, pdf: Path | None) -> dict[str, Path]:
-    """The outputs written, by name."""
-    return {name: path for name, path in (("md", md), ("txt", txt), ("pdf", pdf))
-            if path is not None}
+def _outputs(md: Path | None, txt: Path | None, pdf: Path | None,
+             more: Mapping[str, Path] | None = None) -> dict[str, Path]:
+    """The outputs written, by name (``more``: hOCR, ALTO...)."""
+    named = {"md": md, "txt": txt, "pdf": pdf, **(more or {})}
+    return {name: path for name, path in named.items() if path is not None}
 
 
 def _noted(page: PageText) -> PageText:

@@ -154,17 +154,20 @@ def test_reread_with_new_languages_says_the_daemon_must_restart(
 def test_new_outputs_for_files_already_read_from_the_stored_text(
         home: Home, daemon: DaemonProcess) -> None:
     """`outputs` gains "txt" and "pdf": `reread --outputs` (asking the running daemon)
-    writes them for the file read before, from its stored text; no page is read again."""
+    writes them for the file read before, from its stored text; the file is not read
+    again, and the page, read by an engine without word boxes, is said to have had
+    Tesseract's boxes found for the PDF."""
     first = read(home, "a.png")
     before = ended(home.database, first, "done")
     assert before is not None and not first.with_suffix(".txt").exists()
     rewrite_unseen(config_file(home), 'outputs = ["md", "txt", "pdf"]\n')
     reloaded = ocrwatch_cli(home, "reload")
     assert reloaded.returncode == 0, reloaded.stderr
-    logged(daemon, "`ocrwatch reread --outputs` writes the new ones from the stored text")
+    logged(daemon, "`ocrwatch reread --outputs` writes the new ones from the stored pages")
     result = ocrwatch_cli(home, "reread", "--outputs")
     assert result.returncode == 0, result.stderr
-    assert "2 outputs written for 1 file from the stored text" in result.stdout
+    assert ("2 outputs written for 1 file from the stored text; Tesseract found the word "
+            "boxes of 1 page again") in result.stdout
     txt, pdf = first.with_suffix(".txt"), first.with_name("a.ocr.pdf")
     assert "fake text of a.png page 1" in txt.read_text()
     assert pdf.read_bytes().startswith(b"%PDF")

@@ -392,10 +392,17 @@ def _ids(daemon: Any, paths: list[Path]) -> dict[Path, int]:
 
 
 def _said_outputs(written: dict[str, int]) -> int:
-    files, outputs, skipped = (int(written.get(k, 0)) for k in ("files", "outputs", "skipped"))
-    if files:
+    files, outputs, skipped, placed = (int(written.get(k, 0))
+                                       for k in ("files", "outputs", "skipped", "placed"))
+    if files and placed:
+        # Said as it is: pages stored without their word boxes were looked at again.
         echo(f"{plural(outputs, 'output')} written for {plural(files, 'file')} from the "
-             "stored text (no page read again)")
+             f"stored text; Tesseract found the word boxes of {plural(placed, 'page')} "
+             "again (stored before the index kept them, or read by an engine without "
+             "them)")
+    elif files:
+        echo(f"{plural(outputs, 'output')} written for {plural(files, 'file')} from the "
+             "stored pages (no page read again)")
     else:
         echo("nothing to write: every file read has the outputs asked for")
     if skipped:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ocrwatch.config.languages import default_languages
+from ocrwatch.core.naming import OUTPUT_NAMES
 from ocrwatch.fs import paths
 
 # The values ``engine`` takes, as data: the engines import the config, so the config names
@@ -40,7 +41,7 @@ def engine_names(public_only: bool = False) -> tuple[str, ...]:
 
 OBSERVERS = ("auto", "native", "polling")
 PDF_TEXT = ("auto", "ocr", "text")
-OUTPUTS = ("md", "txt", "pdf")
+OUTPUTS = OUTPUT_NAMES  # ocrwatch/results/formats.py registers how each is made
 PDFA = ("auto", "always", "never")
 ON_SUCCESS = ("keep", "archive", "delete")
 LAYOUTS = ("mirror", "date")

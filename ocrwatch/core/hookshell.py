@@ -23,14 +23,16 @@ import shlex
 from collections.abc import Callable
 
 from ocrwatch.core.errors import ConfigError
+from ocrwatch.core.naming import OUTPUT_NAMES
 
-PLACEHOLDERS = ("{file}", "{source}", "{md}", "{txt}", "{pdf}")
+# {file}, {source}, then one for each output: {md}, {txt}, {pdf}, {hocr}, {alto}.
+PLACEHOLDERS = ("{file}", "{source}", *(f"{{{o}}}" for o in OUTPUT_NAMES))
 # One pass over each argument: a value put in (a file named "{md}.png") is never searched
 # for placeholders again.
 PLACEHOLDER = re.compile("|".join(re.escape(p) for p in PLACEHOLDERS))
 # The environment variable that holds each placeholder's value (hooks/runner.hook_env).
-ENV_OF = {"{file}": "OCRWATCH_FILE", "{source}": "OCRWATCH_SOURCE", "{md}": "OCRWATCH_MD",
-          "{txt}": "OCRWATCH_TXT", "{pdf}": "OCRWATCH_PDF"}
+ENV_OF = {"{file}": "OCRWATCH_FILE", "{source}": "OCRWATCH_SOURCE",
+          **{f"{{{o}}}": f"OCRWATCH_{o.upper()}" for o in OUTPUT_NAMES}}
 
 POSIX_SHELLS = frozenset({"sh", "bash", "rbash", "dash", "ash", "zsh", "ksh", "ksh93",
                           "mksh", "lksh", "pdksh", "oksh", "yash", "posh", "hush"})

@@ -7,6 +7,7 @@ engine gives its own word boxes; text from the model is placed on Tesseract's bo
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 
@@ -73,3 +74,35 @@ class PageLayout:
 def union(boxes: list[Box]) -> Box:
     return (min(b[0] for b in boxes), min(b[1] for b in boxes),
             max(b[2] for b in boxes), max(b[3] for b in boxes))
+
+
+def dumps(layout: PageLayout) -> str:
+    """``layout`` as compact JSON, as the index keeps it (``pages.layout``, migration 013):
+    each word ``[text, left, top, right, bottom, line]``, each block ``[label, left, top,
+    right, bottom, text]``; fields at their defaults are left out."""
+    data: dict[str, object] = {"w": layout.width, "h": layout.height,
+                               "words": [[w.text, *w.box, w.line] for w in layout.words]}
+    if layout.by_line:
+        data["by_line"] = 1
+    if layout.blocks:
+        data["blocks"] = [[b.label, *b.box, b.text] for b in layout.blocks]
+    if layout.angle:
+        data["angle"] = layout.angle
+    if layout.read_size is not None:
+        data["read"] = list(layout.read_size)
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+
+
+def loads(text: str) -> PageLayout:
+    """The layout :func:`dumps` wrote."""
+    data = json.loads(text)
+    read = data.get("read")
+    return PageLayout(
+        int(data["w"]), int(data["h"]),
+        tuple(Word(str(t), (int(a), int(b), int(c), int(d)), int(n))
+              for t, a, b, c, d, n in data.get("words", ())),
+        by_line=bool(data.get("by_line")),
+        blocks=tuple(Block(str(lb), (int(a), int(b), int(c), int(d)), str(t))
+                     for lb, a, b, c, d, t in data.get("blocks", ())),
+        angle=float(data.get("angle", 0.0)),
+        read_size=(int(read[0]), int(read[1])) if read else None)

@@ -1,4 +1,5 @@
-"""The sidecars' names: ``STEM.md``, ``STEM.txt`` and ``STEM.ocr.pdf`` beside (or for)
+"""The sidecars' names: ``STEM.md``, ``STEM.txt``, ``STEM.ocr.pdf``, ``STEM.hocr`` and
+``STEM.alto.xml`` beside (or for)
 each original, a stem nobody else holds, shortened where a file system's name limit needs
 it. Used by the queue (which reserves the names) and by the writers of the sidecars."""
 
@@ -11,6 +12,13 @@ from pathlib import Path
 MD_SUFFIX = ".md"
 TXT_SUFFIX = ".txt"
 PDF_SUFFIX = ".ocr.pdf"
+HOCR_SUFFIX = ".hocr"
+ALTO_SUFFIX = ".alto.xml"
+# Outputs named like the PDF: shortened on their own when the stem is long.
+_LONG_SUFFIXES = (PDF_SUFFIX, HOCR_SUFFIX, ALTO_SUFFIX)
+# Every output a file may get, as ``outputs`` spells them (ocrwatch/results/formats.py
+# registers how each is made); the hook placeholders ({md}, {alto}...) follow this list.
+OUTPUT_NAMES = ("md", "txt", "pdf", "hocr", "alto")
 NAME_MAX = 255  # bytes in a file name on Linux's file systems (ext4, btrfs, xfs, tmpfs)
 _HASH = 12  # hex digits of the whole name's SHA-256 kept in a shortened name
 
@@ -46,10 +54,11 @@ def choose_stem(source: Path, folder: Path, others: set[Path], own: set[Path]) -
     """
 
     def free(stem: str) -> bool:
-        mine = folder / (stem + MD_SUFFIX) in own  # then its PDF is ours too
-        for suffix in (MD_SUFFIX, TXT_SUFFIX, PDF_SUFFIX):
-            path = pdf_path(folder / stem) if suffix == PDF_SUFFIX else folder / (stem + suffix)
-            ours = path in own or (suffix == PDF_SUFFIX and mine)
+        mine = folder / (stem + MD_SUFFIX) in own  # then its PDF, hOCR, ALTO are ours too
+        for suffix in (MD_SUFFIX, TXT_SUFFIX, *_LONG_SUFFIXES):
+            path = (suffixed(folder / stem, suffix) if suffix in _LONG_SUFFIXES
+                    else folder / (stem + suffix))
+            ours = path in own or (suffix in _LONG_SUFFIXES and mine)
             if path in others or (not ours and os.path.lexists(path)):
                 return False
         return True
@@ -71,4 +80,9 @@ def sidecar_paths(stem: Path) -> tuple[Path, Path]:
 def pdf_path(stem: Path) -> Path:
     """``STEM.ocr.pdf``; for a stem so long that this would pass 255 bytes (a 250-byte
     ``invoice.scan.png``: the whole file failed), the stem shortened (:func:`_shorten`)."""
-    return stem.with_name(_shorten(stem.name, NAME_MAX - len(PDF_SUFFIX)) + PDF_SUFFIX)
+    return suffixed(stem, PDF_SUFFIX)
+
+
+def suffixed(stem: Path, suffix: str) -> Path:
+    """``STEM`` + ``suffix``, the stem shortened as :func:`pdf_path` does when needed."""
+    return stem.with_name(_shorten(stem.name, NAME_MAX - len(suffix)) + suffix)

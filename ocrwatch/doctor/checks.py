@@ -26,13 +26,15 @@ from ocrwatch.doctor.gpu import _reachable, _smi, _wants_gpu, check_gpu, check_m
 from ocrwatch.engines import profiles, registry
 from ocrwatch.engines.base import Doctor
 from ocrwatch.fs import paths
+from ocrwatch.results.formats import needs_boxes
 
 log = logging.getLogger(__name__)
 
 MIN_FREE_DISK_MB = 1024
 def check_tesseract(config: Config) -> list[Check]:
-    # The searchable PDF takes its word positions from Tesseract, whatever the engine.
-    if registry.needs(config, Doctor.TESSERACT) is False and "pdf" not in config.outputs:
+    # The searchable PDF, hOCR and ALTO take their word positions from Tesseract,
+    # whatever the engine.
+    if registry.needs(config, Doctor.TESSERACT) is False and not needs_boxes(config.outputs):
         return [Check("Tesseract", True, f"not needed: the engine is {config.engine}")]
     if importlib.util.find_spec("tesserocr") is None:
         return [Check("Tesseract", False, "tesserocr is not installed",

@@ -31,11 +31,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ocrwatch.core.naming import OUTPUT_NAMES
 from ocrwatch.fs.private import private_dir
 
 log = logging.getLogger(__name__)
 
-_FIELDS = ("source", "original", "md", "txt", "pdf")
+_FIELDS = ("source", "original", *OUTPUT_NAMES)  # a record of before has no hocr, alto
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,8 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
@@ -40,6 +40,7 @@ import psutil
 from ocrwatch.config import Config
 from ocrwatch.core import events as ev
 from ocrwatch.core.hookshell import PLACEHOLDERS, HookRefused, shell_safe
+from ocrwatch.core.naming import OUTPUT_NAMES
 from ocrwatch.core.threads import Service
 from ocrwatch.hooks.loops import HookLoops
 from ocrwatch.hooks.notify import BatchNotice
@@ -63,11 +64,23 @@ class Finished:
     pdf: Path | None = None
     pages: int = 0
     sha256: str | None = None  # its content: a copy on_done made of it is told apart
+    # Its other outputs by name ("hocr", "alto"), where written.
+    more: Mapping[str, Path | None] = field(default_factory=dict)
+
+    def outputs(self) -> dict[str, Path | None]:
+        """Each output a file may get (core/naming.OUTPUT_NAMES) and where it is."""
+        have = {"md": self.md, "txt": self.txt, "pdf": self.pdf, **self.more}
+        return {o: have.get(o) for o in OUTPUT_NAMES}
+
+
+def _more(outputs: Mapping[str, Path]) -> dict[str, Path | None]:
+    """An event's outputs beyond the first three (Finished.more)."""
+    return {o: p for o, p in outputs.items() if o not in ("md", "txt", "pdf")}
 
 
 def hook_argv(argv: list[str], item: Finished) -> list[str]:
-    values = {"{file}": item.original, "{source}": item.source, "{md}": item.md,
-              "{txt}": item.txt, "{pdf}": item.pdf}
+    values = {"{file}": item.original, "{source}": item.source,
+              **{f"{{{o}}}": p for o, p in item.outputs().items()}}
     if not any(p in arg for arg in argv for p in PLACEHOLDERS):
         # The path goes last: checked as a placeholder there is (sh -c, perl -e).
         argv = [*argv, "{file}" if item.original else "{source}"]
@@ -85,9 +98,8 @@ def hook_env(item: Finished) -> dict[str, str]:
     env.update({
         "OCRWATCH_FILE": str(item.original) if item.original else "",
         "OCRWATCH_SOURCE": str(item.source),
-        "OCRWATCH_MD": str(item.md) if item.md else "",
-        "OCRWATCH_TXT": str(item.txt) if item.txt else "",
-        "OCRWATCH_PDF": str(item.pdf) if item.pdf else "",
+        # OCRWATCH_MD, _TXT, _PDF, _HOCR, _ALTO: "" for one not written.
+        **{f"OCRWATCH_{o.upper()}": str(p) if p else "" for o, p in item.outputs().items()},
         "OCRWATCH_PAGES": str(item.pages),
         "OCRWATCH_DELETED": "1" if item.original is None else "0",
         _MARKER: uuid.uuid4().hex,  # finds what the hook left running, at its timeout
@@ -328,11 +340,11 @@ class AfterDone(Service):
             events.subscribe(ev.OutcomeEnded, lambda _e: self._check()),
             events.subscribe(ev.FileCommitting, lambda e: self.expect(
                 e.source, e.outputs.get("md"), e.outputs.get("txt"), e.outputs.get("pdf"),
-                e.pages)),
+                e.pages, more=_more(e.outputs))),
             events.subscribe(ev.FileNotCommitted, lambda e: self.forget(e.source)),
             events.subscribe(ev.FileDone, lambda e: self.done(Finished(
                 e.job.path, e.original, e.outputs.get("md"), e.outputs.get("txt"),
-                e.outputs.get("pdf"), len(e.pages), e.job.sha256))),
+                e.outputs.get("pdf"), len(e.pages), e.job.sha256, more=_more(e.outputs)))),
         ]
 
         def stop() -> None:
@@ -347,12 +359,13 @@ class AfterDone(Service):
             self._queue.put(("check", None))
 
     def expect(self, source: Path, md: Path | None, txt: Path | None, pdf: Path | None,
-               pages: int) -> None:
+               pages: int, more: Mapping[str, Path | None] | None = None) -> None:
         """``source`` is about to be marked done: its hook is recorded first, so that a
-        kill between the index's commit and :meth:`done` loses none."""
+        kill between the index's commit and :meth:`done` loses none. ``more``: its
+        other outputs by name (Finished.more)."""
         if self._started and self.config.on_done and self.journal is not None:
-            record = self.journal.add({"source": source, "original": source, "md": md,
-                                       "txt": txt, "pdf": pdf}, pages, pending=True)
+            item = Finished(source, source, md, txt, pdf, pages, more=more or {})
+            record = self.journal.add(_values(item), pages, pending=True)
             if record is not None:
                 with self._lock:
                     self._pending[source] = record
@@ -450,8 +463,7 @@ def _log_not_run(name: str, record: Path | None) -> None:
 
 
 def _values(item: Finished) -> dict[str, Path | None]:
-    return {"source": item.source, "original": item.original, "md": item.md,
-            "txt": item.txt, "pdf": item.pdf}
+    return {"source": item.source, "original": item.original, **item.outputs()}
 
 
 def _queued(kind: str, value: object) -> tuple[Finished, Path | None]:
@@ -460,8 +472,9 @@ def _queued(kind: str, value: object) -> tuple[Finished, Path | None]:
         assert isinstance(value, Entry)
         v = value.values
         source = v["source"] or Path()
+        more = {o: v.get(o) for o in OUTPUT_NAMES if o not in ("md", "txt", "pdf")}
         return Finished(source, v["original"], v["md"], v["txt"], v["pdf"],
-                        value.pages), value.path
+                        value.pages, more=more), value.path
     assert isinstance(value, tuple)
     item, record = value
     assert isinstance(item, Finished) and (record is None or isinstance(record, Path))

@@ -18,11 +18,13 @@ from pathlib import Path
 from ocrwatch.config import Config
 from ocrwatch.core.domain import Job, PageText
 from ocrwatch.pages.thumbs import Thumbnails
+from ocrwatch.results.formats import OUTPUTS
 from ocrwatch.results.lifecycle import output_folder
 from ocrwatch.results.sidecar import (
+    MD_SUFFIX,
+    TXT_SUFFIX,
     choose_stem,
     move_without_overwriting,
-    pdf_path,
     remove_if_ours,
     sidecar_paths,
 )
@@ -30,6 +32,12 @@ from ocrwatch.store.jobfiles import Forgotten, Moved
 from ocrwatch.store.jobs import JobQueue
 
 log = logging.getLogger(__name__)
+
+
+def _made(md: Path) -> list[Path]:
+    """Where the outputs named after ``md``'s stem (all but .md and .txt) would be."""
+    return [o.path(md.with_suffix("")) for o in OUTPUTS.values()
+            if o.suffix not in (MD_SUFFIX, TXT_SUFFIX)]
 
 
 def _on_another_device(path: Path, dev: int | None) -> bool:
@@ -198,8 +206,8 @@ class Follower:
         """Whether a job's recorded sidecars (or its searchable PDF) are still on disk, or
         it has none recorded (queued, failed): only then is there something to follow."""
         own = self.jobs.files.own_sidecars(job_id)
-        pdfs = {pdf_path(p.with_suffix("")) for p in own}
-        return not own or any(os.path.lexists(p) for p in own | pdfs)
+        made = {p for md in own for p in _made(md)}
+        return not own or any(os.path.lexists(p) for p in own | made)
 
     def _place_sidecars(self, moved: Moved) -> None:
         """Move a moved file's sidecars to where a fresh read would have put them."""
@@ -230,9 +238,11 @@ class Follower:
             return
         placed: list[tuple[Path, Path]] = []
         pairs = [(md0, md), (txt0, txt)]
-        pdf0 = pdf_path(md0.with_suffix(""))
-        if os.path.lexists(pdf0):
-            pairs.append((pdf0, pdf_path(stem)))
+        # The outputs named after the .md's stem (PDF, hOCR, ALTO) follow it too.
+        for output in OUTPUTS.values():
+            old = output.path(md0.with_suffix(""))
+            if output.suffix not in (MD_SUFFIX, TXT_SUFFIX) and os.path.lexists(old):
+                pairs.append((old, output.path(stem)))
         for old, new in pairs:
             if not os.path.lexists(old):
                 continue  # the user removed it: nothing to carry
@@ -248,25 +258,28 @@ class Follower:
         self.jobs.files.reserve_sidecars(moved.id, md, txt)
 
     @staticmethod
-    def _remove_pdf(item: Forgotten) -> list[Path]:
-        """The searchable PDF ocrwatch wrote, unless it was changed after it was written."""
+    def _remove_made(item: Forgotten) -> list[Path]:
+        """The outputs named after the .md (searchable PDF, hOCR, ALTO) that ocrwatch
+        wrote, unless changed after they were written."""
         if item.md_path is None or item.finished is None:
             return []
-        pdf = pdf_path(item.md_path.with_suffix(""))
-        try:
-            if pdf.is_symlink() or pdf.stat().st_mtime > item.finished + 1.0:
-                return []
-            pdf.unlink()
-        except OSError:
-            return []
-        return [pdf]
+        removed = []
+        for path in _made(item.md_path):
+            try:
+                if path.is_symlink() or path.stat().st_mtime > item.finished + 1.0:
+                    continue
+                path.unlink()
+            except OSError:
+                continue
+            removed.append(path)
+        return removed
 
     def _clean(self, forgotten: list[Forgotten]) -> None:
         for item in forgotten:
             if self.config.delete_sidecars:
                 pages = [PageText(markdown=m, text=t) for m, t in item.pages]
                 removed = remove_if_ours(item.md_path, item.txt_path, pages)
-                removed += self._remove_pdf(item)
+                removed += self._remove_made(item)
                 if removed:
                     log.info("removed %s", ", ".join(p.name for p in removed))
             if item.sha256 and not self.jobs.files.has_content(item.sha256):

@@ -45,8 +45,8 @@ from ocrwatch.fs.fsmove import (
 )
 from ocrwatch.fs.safeopen import LinkRefused, open_dir_beneath
 from ocrwatch.fs.writers import open_for_writing
+from ocrwatch.results.formats import OUTPUTS
 from ocrwatch.results.retire import disposal
-from ocrwatch.results.sidecar import pdf_path
 from ocrwatch.store.db import Database
 from ocrwatch.store.jobs import JobQueue
 
@@ -533,8 +533,9 @@ class Lifecycle:
                 continue
             md, txt = self.jobs.sidecar_names(job.id)
             outputs = [v for v in (txt, md) if v]
-            if md:
-                outputs.append(pdf_path(md.with_suffix("")))
+            if md:  # the outputs named after the .md's stem (PDF, hOCR, ALTO)
+                outputs += [o.path(md.with_suffix("")) for o in OUTPUTS.values()
+                            if o.name not in ("md", "txt")]
             outputs = [p for p in outputs if os.path.lexists(p)]
             if not os.path.lexists(job.path):
                 if mode == "delete" and outputs:

@@ -113,6 +113,10 @@ class PdfMaker:
         """PDF/A asked for: "auto" and "always" (made by pikepdf, pages kept as they are)."""
         return self.config.pdfa != "never"
 
+    def place(self, source: Path, pages: list[PageText]) -> list[PageText]:
+        """Pages with each word on its box (for hOCR and ALTO without a PDF)."""
+        return self._place(source, pages)
+
     def _place(self, source: Path, pages: list[PageText]) -> list[PageText]:
         """Pages without word positions get them: Tesseract's boxes under their text.
 

@@ -30,7 +30,7 @@ from ocrwatch.config import Config
 from ocrwatch.core.domain import Job, PageText, doubt_of
 from ocrwatch.core.errors import InputError
 from ocrwatch.fs.safeopen import open_file_beneath, source_root
-from ocrwatch.results.sidecar import render_markdown, render_text
+from ocrwatch.results.formats import OUTPUTS
 
 
 def disposal(config: Config, job: Job) -> str:
@@ -69,7 +69,7 @@ def why_keep(config: Config, source: Path, pages: list[PageText],
              written: Mapping[str, Path | None]) -> str | None:
     """Why the original must be kept after this read, or None when it may go.
 
-    ``written``: each output ("md", "txt", "pdf") and where it was written (None: not
+    ``written``: each output ("md", "txt", "pdf", ...) and where it was written (None: not
     written). Never raises: a check that cannot be made keeps the original.
     """
     for n, page in enumerate(pages, 1):
@@ -95,21 +95,9 @@ def _unverified(output: str, path: Path | None, pages: list[PageText]) -> str | 
             return why
         return f"no .{output} was written"
     try:
-        if output == "pdf":
-            import pikepdf
-
-            with pikepdf.open(path) as pdf:
-                got = len(pdf.pages)
-            if got != len(pages):
-                return (f"the searchable PDF {path.name} has {got} pages, not "
-                        f"{len(pages)}")
-            return None
-        expected = render_markdown(pages) if output == "md" else render_text(pages)
-        if path.is_symlink() or path.read_text(encoding="utf-8") != expected:
-            return f"{path.name} does not hold what was written to it"
+        return OUTPUTS[output].verify(path, pages)
     except Exception as exc:  # unreadable, damaged, gone: not verified
         return f"{path.name} cannot be read back ({exc.__class__.__name__}: {exc})"
-    return None
 
 
 def _missing_pages(config: Config, source: Path, read: int) -> str | None:

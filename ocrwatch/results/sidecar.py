@@ -25,6 +25,9 @@ from ocrwatch.core.naming import sidecar_paths as sidecar_paths
 from ocrwatch.fs.fsmove import RETIRING_PREFIX, TEMP_PREFIX, move_no_replace, temp_in
 from ocrwatch.fs.private import sidecar_mode
 from ocrwatch.fs.safeopen import open_dir_beneath
+from ocrwatch.results.formats import paths, rendered
+from ocrwatch.results.textout import render_markdown as render_markdown
+from ocrwatch.results.textout import render_text as render_text
 
 # An extended attribute on each sidecar saying that ocrwatch wrote it, for which content
 # and how it was read: an index lost while nothing watched is rebuilt from these, and
@@ -61,19 +64,6 @@ def read_mark(path: Path) -> dict[str, str | None] | None:
     if not isinstance(data, dict) or not isinstance(data.get("sha256"), str):
         return None
     return {k: v if isinstance(v, str) else None for k, v in data.items()}
-
-
-def render_markdown(pages: list[PageText]) -> str:
-    """The Markdown of all pages; multi-page files get a marked break before each page."""
-    if len(pages) == 1:
-        return pages[0].markdown.strip() + "\n"
-    parts = [f"<!-- page {i} -->\n\n{p.markdown.strip()}" for i, p in enumerate(pages, 1)]
-    return "\n\n---\n\n".join(parts) + "\n"
-
-
-def render_text(pages: list[PageText]) -> str:
-    """Plain text; pages separated by a form feed, as pdftotext does."""
-    return "\f".join(p.text.strip() + "\n" for p in pages)
 
 
 def _open_folder(folder: Path, root: Path | None) -> int:
@@ -257,9 +247,7 @@ class UserEdits:
     def tell(self, display: str, stem: Path, outputs: tuple[str, ...]) -> None:
         if not self.found:
             return
-        md, txt = sidecar_paths(stem)
-        new = [p for o, p in (("md", md), ("txt", txt), ("pdf", pdf_path(stem)))
-               if o in outputs]
+        new = list(paths(stem, outputs).values())
         for path in self.found:
             log.warning("%s was changed since ocrwatch wrote it: it is kept as it is; the "
                         "new reading of %s goes to %s", path, display,
@@ -269,20 +257,17 @@ class UserEdits:
 def write_sidecars(stem: Path, pages: list[PageText], outputs: tuple[str, ...] = ("md", "txt"),
                    prepared: list[tuple[Path, Path]] | None = None, *,
                    root: Path | None = None, original_mode: int | None = None,
-                   mark: bytes | None = None) -> tuple[Path | None, Path | None]:
-    """Write ``STEM.md`` and ``STEM.txt`` (those in ``outputs``) with the ``prepared``
-    files, all or none; returns the paths of the ``.md`` and ``.txt`` written.
+                   mark: bytes | None = None, name: str = "") -> tuple[Path | None, Path | None]:
+    """Write the outputs rendered from the pages (``STEM.md``, ``STEM.txt``, ``STEM.hocr``,
+    ``STEM.alto.xml``: those in ``outputs``, :mod:`ocrwatch.results.formats`) with the
+    ``prepared`` files, all or none; returns the paths of the ``.md`` and ``.txt`` written.
 
     Their mode is at most the original's (``original_mode``), masked by 0666 and the
     umask: the text of a private scan stays private. ``root``, ``mark``: see
-    write_all_atomic.
+    write_all_atomic. ``name``: the original's file name, named in hOCR and ALTO.
     """
     md, txt = sidecar_paths(stem)
-    files = []
-    if "md" in outputs:
-        files.append((md, render_markdown(pages)))
-    if "txt" in outputs:
-        files.append((txt, render_text(pages)))
+    files = rendered(stem, pages, outputs, name)
     write_all_atomic(files, prepared, root=root, mode=sidecar_mode(original_mode), mark=mark)
     return (md if "md" in outputs else None), (txt if "txt" in outputs else None)
 

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ocrwatch.core import layout as layouts
 from ocrwatch.core.domain import DOUBT_NOTE, PageText
 from ocrwatch.core.errors import SearchError
 from ocrwatch.store.db import Database, SqliteProblem, encode_path, sqlite_problem
@@ -109,10 +110,10 @@ def replace_pages(conn: sqlite3.Connection, job_id: int, pages: list[PageText]) 
     conn.execute("DELETE FROM pages WHERE job_id = ?", (job_id,))
     conn.executemany(
         "INSERT INTO pages(job_id, page, text, markdown, warnings, cjk, turned, skew, "
-        "blank, nonwords, folded) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "blank, nonwords, folded, layout) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [(job_id, i, p.text, p.markdown, warnings_json(p.warnings),
           1 if _CJK.search(p.text) else 0, p.turned, p.skew, int(p.blank), int(p.nonwords),
-          folded(p.text))
+          folded(p.text), layouts.dumps(p.layout) if p.layout is not None else None)
          for i, p in enumerate(pages, 1)],
     )
 
@@ -129,14 +130,28 @@ def drop_pages(conn: sqlite3.Connection, job_id: int) -> list[tuple[str, str]]:
 def pages_of(db: Database, job_id: int) -> list[PageText]:
     """The pages stored for a job, in order."""
     rows = db.query(
-        "SELECT text, markdown, warnings, turned, skew, blank, nonwords FROM pages "
+        "SELECT text, markdown, warnings, turned, skew, blank, nonwords, layout FROM pages "
         "WHERE job_id = ? ORDER BY page", (job_id,)
     )
     return [PageText(markdown=r["markdown"], text=r["text"],
                      warnings=json.loads(r["warnings"]) if r["warnings"] else [],
                      turned=int(r["turned"]), skew=float(r["skew"]), blank=bool(r["blank"]),
-                     nonwords=bool(r["nonwords"]))
+                     nonwords=bool(r["nonwords"]),
+                     layout=layouts.loads(r["layout"]) if r["layout"] else None)
             for r in rows]
+
+
+def keep_layouts(db: Database, job_id: int, pages: list[PageText]) -> int:
+    """Store the layouts found since for a job's pages stored without one (``reread
+    --outputs`` on an index from before migration 013): found once, not again. Returns
+    how many pages got one."""
+    rows = [(layouts.dumps(p.layout), job_id, n) for n, p in enumerate(pages, 1)
+            if p.layout is not None]
+    with db.transaction() as conn:
+        before = conn.total_changes
+        conn.executemany("UPDATE pages SET layout = ? WHERE job_id = ? AND page = ? "
+                         "AND layout IS NULL", rows)
+        return conn.total_changes - before
 
 
 def count_pages(db: Database) -> int:

@@ -222,6 +222,13 @@ def _m012_fold(db: sqlite_utils.Database) -> None:
         db.execute("UPDATE pages SET folded = ? WHERE id = ?", [fold(text), page_id])
 
 
+def _m013_page_layout(db: sqlite_utils.Database) -> None:
+    # Where each word of a page is (core/layout.dumps: JSON), kept so that an output
+    # needing word boxes (searchable PDF, hOCR, ALTO) is written later without reading the
+    # page again. NULL for pages stored before, and for engines that give no boxes.
+    db.execute("ALTER TABLE pages ADD COLUMN layout TEXT")
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite_utils.Database], None]]] = [
     ("001_jobs", _m001_jobs),
     ("002_pages", _m002_pages),
@@ -235,6 +242,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite_utils.Database], None]]] = [
     ("010_crashes", _m010_crashes),
     ("011_asked", _m011_asked),
     ("012_fold", _m012_fold),
+    ("013_page_layout", _m013_page_layout),
 ]
 
 
