@@ -33,6 +33,18 @@ of low confidence, a page on its side as almost none; that one reading is then e
 And a page that reads as no level word at all, as it is and turned 90 degrees, holds no
 text on either axis (a picture, paper texture, noise): it is left as it is after those
 two readings instead of four (orientation of a noise page: 2.8 s instead of 4.8).
+
+Reading the whole page four ways cost about 4 CPU seconds a page, most of orientation's
+cost where OSD is unsure. So the check reads a band first (``BAND_CHECK``): where the
+page's ink profiles show the axis of its lines (:func:`ocrwatch.scan.deskew.line_ratio`,
+the rows ``AXIS_RATIO`` times sharper than the columns or the reverse), the inkiest half
+of the page across its lines is read as it is and turned the one or two ways left on that
+axis (180 for level lines; 90 and 270 for lines running down the page), under the same
+rules (``BAND_UPRIGHT_WORDS`` level words for the early "upright"). The band decides when
+a turn passes, when it reads as upright text, or when its level lines read clearly better
+as they are than upside down; anything else (no clear axis: pictures, noise, tables whose
+rules blur the profiles; a band that cannot tell) goes to the whole page read four ways
+as before. benchmarks/results/orientation-band.txt compares the two on the same pages.
 """
 
 from __future__ import annotations
