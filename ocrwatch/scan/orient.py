@@ -40,11 +40,12 @@ page's ink profiles show the axis of its lines (:func:`ocrwatch.scan.deskew.line
 the rows ``AXIS_RATIO`` times sharper than the columns or the reverse), the inkiest half
 of the page across its lines is read as it is and turned the one or two ways left on that
 axis (180 for level lines; 90 and 270 for lines running down the page), under the same
-rules (``BAND_UPRIGHT_WORDS`` level words for the early "upright"). The band decides when
-a turn passes, when it reads as upright text, or when its level lines read clearly better
-as they are than upside down; anything else (no clear axis: pictures, noise, tables whose
-rules blur the profiles; a band that cannot tell) goes to the whole page read four ways
-as before. benchmarks/results/orientation-band.txt compares the two on the same pages.
+rules. The band decides when a turn passes, when it reads as upright text, or when its
+level lines read clearly better as they are than upside down (both with
+``BAND_UPRIGHT_WORDS`` level words or more); anything else (no clear axis: pictures,
+noise, tables whose rules blur the profiles, small pages enlarged; a band that cannot
+tell) goes to the whole page read four ways as before.
+benchmarks/results/orientation-band.txt compares the two on the same pages.
 """
 
 from __future__ import annotations
