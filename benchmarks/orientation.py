@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 from PIL import Image, ImageOps
@@ -75,6 +76,12 @@ class Outcome:
     proposed: int | None  # OSD's own turn; None when it could not decide
     blank: bool
     seconds: float
+    # --compare: the turn the whole-page check (orient.BAND_CHECK off) decided, and the CPU
+    # seconds of ScanPrep.prepare with the band check, without it, and without orientation
+    before: int | None = None
+    cpu: float = 0.0
+    cpu_before: float = 0.0
+    cpu_off: float = 0.0
 
     @property
     def right(self) -> bool:
@@ -114,14 +121,51 @@ def pages(items: list[_common.Item], work: Path) -> list[tuple[str, Path, str | 
     return out
 
 
+def compared(preps: tuple[Any, Any], name: str, variant: str, fed: int,
+             image: Image.Image) -> Outcome:
+    """The page prepared as the daemon does (ScanPrep.prepare: ink, faint marks, skew,
+    orientation) with the band check and with the whole-page check only, then without
+    orientation, each timed in CPU seconds (one thread)."""
+    from ocrwatch.core.domain import Page
+    from ocrwatch.scan import orient
+
+    prep, off = preps
+    page = Page(Path(name), 0, image, dpi=None)
+    seen: list[Any] = []
+    upright = prep.upright
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        made = upright(*args, **kwargs)
+        seen.append(made.orientation)
+        return made
+
+    cpu: dict[bool, float] = {}
+    turns: dict[bool, int] = {}
+    with mock.patch.object(prep, "upright", recording):
+        for band in (False, True):
+            with mock.patch.object(orient, "BAND_CHECK", band):
+                started = time.process_time()
+                ready = prep.prepare(page)
+                cpu[band] = time.process_time() - started
+                turns[band] = ready.turned
+    started = time.process_time()
+    ready = off.prepare(page)
+    cpu_off = time.process_time() - started
+    found = seen[-1] if seen else orient.Orientation(0, -1.0)
+    return Outcome(name, variant, fed, turns[True], found.confidence, found.checked,
+                   found.proposed, ready.blank, cpu[True], before=turns[False],
+                   cpu=cpu[True], cpu_before=cpu[False], cpu_off=cpu_off)
+
+
 def run(corpus: Path, languages: str | None, only: list[str] | None,
-        variants: list[str]) -> list[Outcome]:
+        variants: list[str], compare: bool = False) -> list[Outcome]:
     from ocrwatch.config import Config
     from ocrwatch.scan import inkcover, orient
     from ocrwatch.scan.prepare import ScanPrep
 
     outcomes: list[Outcome] = []
     preps: dict[str, ScanPrep] = {}
+    offs: dict[str, ScanPrep] = {}
     with tempfile.TemporaryDirectory(prefix="ocrwatch-orient-") as tmp, mock.patch.dict(
             os.environ, {"XDG_DATA_HOME": str(Path(tmp) / "data")}):
         # The folder of linked language files that a reading check of several languages
@@ -134,6 +178,8 @@ def run(corpus: Path, languages: str | None, only: list[str] | None,
                 preps[langs] = ScanPrep(Config(languages=langs.split("+")))
                 if preps[langs].missing:
                     raise SystemExit(preps[langs].missing)
+                offs[langs] = ScanPrep(Config(languages=langs.split("+"),
+                                              rotate_pages=False))
             prep = preps[langs]
             for variant in (v for v in VARIANTS if v.name in variants):
                 made = variant.make(path, variant_stem(work, name, variant))
@@ -141,6 +187,15 @@ def run(corpus: Path, languages: str | None, only: list[str] | None,
                     upright = ImageOps.exif_transpose(opened).convert("RGB")
                 for fed in TURNS:
                     image = orient.turn(upright, fed)
+                    if compare:
+                        outcome = compared((prep, offs[langs]), name, variant.name, fed,
+                                           image)
+                        outcomes.append(outcome)
+                        print(f"{name:32} {variant.name:7} fed {fed:3} turned "
+                              f"{outcome.decided:3} (before {outcome.before:3}) CPU s "
+                              f"{outcome.cpu:.2f} (before {outcome.cpu_before:.2f}, "
+                              f"no orientation {outcome.cpu_off:.2f})", flush=True)
+                        continue
                     started = time.perf_counter()
                     # As the daemon's preparation: the blank check, then straightening
                     # and orientation.
@@ -156,7 +211,7 @@ def run(corpus: Path, languages: str | None, only: list[str] | None,
                           f"{verdict}{' BLANK' if blank else ''} (OSD {found.confidence:.2f}"
                           f"{', checked' if found.checked else ''}) {seconds:.2f} s",
                           flush=True)
-        for prep in preps.values():
+        for prep in (*preps.values(), *offs.values()):
             prep.close()
     return outcomes
 
@@ -197,6 +252,8 @@ def report(outcomes: list[Outcome], args: argparse.Namespace) -> list[str]:
                 if o.proposed is not None and low <= o.confidence < high]
         good = sum((o.fed + o.proposed) % 360 == 0 for o in band if o.proposed is not None)
         lines.append(f"| {low:g} to {high:g} | {len(band)} | {good} | {len(band) - good} |")
+    if args.compare:
+        lines += comparison(outcomes)
     wrong = [o for o in outcomes if not o.right]
     total = len(outcomes)
     lines += ["", f"right: {total - len(wrong)} of {total}; wrong turns: "
@@ -210,6 +267,45 @@ def report(outcomes: list[Outcome], args: argparse.Namespace) -> list[str]:
     return lines
 
 
+def comparison(outcomes: list[Outcome]) -> list[str]:
+    """Before (the whole-page check) against after (the band check first): the pages'
+    verdicts, each page's change, and the CPU seconds of preparing a page."""
+    def verdict(fed: int, turned: int) -> str:
+        return ("right" if (fed + turned) % 360 == 0 else
+                "left" if fed and not turned else "wrong")
+
+    lines = ["", "Before: orient.BAND_CHECK off (the whole page read four ways where OSD "
+             "is unsure); after: on. CPU seconds of ScanPrep.prepare per page, one thread, "
+             "both and without orientation (rotate_pages = false) on the same page in turn",
+             "", "| | right | wrong | left as fed |", "|---|--:|--:|--:|"]
+    for label, decided in (("before", [o.before or 0 for o in outcomes]),
+                           ("after", [o.decided for o in outcomes])):
+        verdicts = [verdict(o.fed, turned) for o, turned in zip(outcomes, decided, strict=True)]
+        lines.append(f"| {label} | {verdicts.count('right')} | {verdicts.count('wrong')} | "
+                     f"{verdicts.count('left')} |")
+    changed = [o for o in outcomes if o.before != o.decided]
+    lines += ["", f"pages decided otherwise than before: {len(changed)}"]
+    lines += [f"- {o.page} {o.variant}, fed {o.fed}: before {o.before} "
+              f"({verdict(o.fed, o.before or 0)}), after {o.decided} "
+              f"({verdict(o.fed, o.decided)})" for o in changed]
+    checked = [o for o in outcomes if o.checked]
+    lines += ["", "| CPU s per page | median | mean | max | pages |", "|---|--:|--:|--:|--:|"]
+    for label, values in (
+            ("before", [o.cpu_before for o in outcomes]), ("after", [o.cpu for o in outcomes]),
+            ("no orientation", [o.cpu_off for o in outcomes]),
+            ("before, pages OSD was unsure of", [o.cpu_before for o in checked]),
+            ("after, pages OSD was unsure of", [o.cpu for o in checked])):
+        if values:
+            lines.append(f"| {label} | {_common.median(values):.3f} | "
+                         f"{sum(values) / len(values):.3f} | {max(values):.2f} | {len(values)} |")
+    before = sum(o.cpu_before - o.cpu_off for o in outcomes)
+    after = sum(o.cpu - o.cpu_off for o in outcomes)
+    if before > 0:
+        lines += ["", f"orientation's own CPU (preparation less preparation without it), "
+                  f"summed: before {before:.1f} s, after {after:.1f} s ({after / before:.2f}x)"]
+    return lines
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpus", type=Path, required=True, metavar="DIR")
@@ -219,8 +315,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--variants", nargs="+", default=[v.name for v in VARIANTS],
                         choices=[v.name for v in VARIANTS])
     parser.add_argument("--out", type=Path, default=None, metavar="FILE")
+    parser.add_argument("--compare", action="store_true",
+                        help="each page prepared with the band check, with the whole-page "
+                        "check and without orientation: decisions and CPU s compared")
     args = parser.parse_args(argv)
-    outcomes = run(args.corpus, args.languages, args.files, args.variants)
+    outcomes = run(args.corpus, args.languages, args.files, args.variants, args.compare)
     lines = report(outcomes, args)
     print("\n".join(lines))
     path = _common.save("orientation.txt", lines, args.out)

@@ -225,6 +225,31 @@ def test_orientation_and_blank_benchmarks_on_one_page(tmp_path: Path,
     capsys.readouterr()
 
 
+@pytest.mark.skipif(shutil.which("tesseract") is None, reason="needs Tesseract's OSD data")
+def test_orientation_benchmark_compares_the_band_check_with_the_whole_page(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--compare prepares each page with the band check, with the whole-page check and
+    without orientation: both checks' verdicts and the CPU seconds of the three."""
+    from benchmarks import orientation
+
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    lines = ["Invoice number 4711 for the month of March, paid in full",
+             "Please keep this letter with your other papers for next year"] * 4
+    text_page(lines, size=36).save(folder / "page.png", dpi=(300, 300))
+    (folder / "page.gt.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / "orientation.txt"
+    orientation.main(["--corpus", str(folder), "--languages", "eng", "--compare",
+                      "--variants", "scan", "--out", str(out)])
+    report = out.read_text(encoding="utf-8")
+    assert "| before | 4 | 0 | 0 |" in report and "| after | 4 | 0 | 0 |" in report
+    assert "pages decided otherwise than before: 0" in report
+    for label in ("before", "after", "no orientation"):
+        assert re.search(rf"^\| {label} \| \d+\.\d+ \| \d+\.\d+ \| [\d.]+ \| 4 \|$",
+                         report, re.M), label
+    capsys.readouterr()
+
+
 @pytest.mark.skipif(shutil.which("tesseract") is None, reason="needs the tesseract command")
 def test_skew_sweep_on_one_page(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The sweep reads a skewed page as ocrwatch straightens it, at the exact turn and

@@ -321,7 +321,8 @@ def test_an_unsure_upright_page_that_reads_upright_is_read_once_not_four_times(
     """OSD is unsure of ehri_dan_00 upright (confidence 0.75): the check read it four
     ways (about 4 s). Read as it is, it has 108 level words at a mean confidence of 0.9,
     as upright text does: that reading is enough. Fed upside down (its reading as it is:
-    83 words at 0.41), all four are still read, and it is turned."""
+    83 words at 0.41), it is turned; its lines lie level, so only the band of it as it is
+    and turned 180 degrees are read, not all four turns of the whole page."""
     with Image.open(CORPUS / "ehri_dan_00.jpg") as opened:
         upright = opened.convert("RGB")
     detector = orient.Detector(None, ["dan"])
@@ -338,7 +339,7 @@ def test_an_unsure_upright_page_that_reads_upright_is_read_once_not_four_times(
         assert (found.turn, found.checked, len(readings)) == (0, True, 1), found
         readings.clear()
         found = detector.detect(orient.turn(upright, 180))
-        assert (found.turn, len(readings)) == (180, 4), found
+        assert (found.turn, len(readings)) == (180, 2), found
     finally:
         detector.close()
 
@@ -370,6 +371,45 @@ def test_a_page_without_text_on_either_axis_is_read_two_ways_not_four(
             assert (found.turn, readings) == (0, [0, 0]), found
     finally:
         detector.close()
+
+
+def test_the_ink_profiles_tell_the_axis_of_a_pages_lines() -> None:
+    """Rows much sharper than columns where lines lie level, the reverse on the page
+    turned a quarter, and no axis on a blank page."""
+    page = letter(count=30)[0]  # lines of text of differing lengths and letters
+    assert deskew.line_ratio(page) >= 1.5 * orient.AXIS_RATIO
+    assert deskew.line_ratio(orient.turn(page, 90)) <= 1 / (1.5 * orient.AXIS_RATIO)
+    assert deskew.line_ratio(Image.new("L", (800, 1000), 255)) == 1.0
+
+
+@pytest.mark.parametrize(("fed", "turns"), [(0, [0]), (180, [0, 180]), (90, [0, 90, 270]),
+                                            (270, [0, 90, 270])])
+def test_an_unsure_page_is_checked_on_a_band_the_turns_of_its_axis_only(
+        monkeypatch: pytest.MonkeyPatch, fed: int, turns: list[int]) -> None:
+    """The reading check read the whole page four ways where OSD was unsure (about 4 s a
+    page). The ink profiles give the lines' axis: a band of half the page is read as it
+    is and turned the way(s) left on that axis, and it decides."""
+    page = letter(count=30)[0]
+    proposed = (360 - fed) % 360
+    monkeypatch.setattr(osd.OsdApi, "found", lambda self, image, dpi: osd.Found(
+        (360 - proposed) % 360, 1.0, "Latin", 20.0))
+    detector = orient.Detector(None, ["eng"])
+    sizes: list[tuple[int, int]] = []
+    level_words = detector._level_words
+
+    def counted(image: Image.Image) -> tuple[float, int]:
+        sizes.append(image.size)
+        return level_words(image)
+
+    monkeypatch.setattr(detector, "_level_words", counted)
+    try:
+        found = detector.detect(orient.turn(page, fed))
+    finally:
+        detector.close()
+    assert (fed + found.turn) % 360 == 0 and found.checked, found
+    whole = orient.sized(orient.turn(page, fed), orient.CHECK_SIDE).size
+    assert all(w * h <= 0.51 * whole[0] * whole[1] for w, h in sizes), (sizes, whole)
+    assert len(sizes) == len(turns), sizes
 
 
 @pytest.mark.skipif(not CORPUS.is_dir(), reason="the corpus (../shared/corpus) is not here")

@@ -70,6 +70,18 @@ def skew_angle(image: Image.Image) -> float:
     return round(angle, 1)
 
 
+def line_ratio(image: Image.Image) -> float:
+    """How much sharper ``image``'s rows are than its columns (its ink summed along each):
+    well over 1 when its lines of text lie level, well under 1 when they run down the page
+    (it lies sideways), near 1 when neither stands out (a picture, a table's grid)."""
+    mask = _mask(image)
+    if mask.getbbox() is None:
+        return 1.0
+    rows = _sharpness(mask, 0.0)
+    columns = _sharpness(mask.transpose(Image.Transpose.ROTATE_90), 0.0)
+    return rows / columns if columns else (float("inf") if rows else 1.0)
+
+
 def straighten(image: Image.Image, angle: float) -> Image.Image:
     """``image`` turned ``angle`` degrees counter-clockwise, the corners filled with the
     paper's colour: white corners on grey paper move Tesseract's global threshold

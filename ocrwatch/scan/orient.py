@@ -33,6 +33,19 @@ of low confidence, a page on its side as almost none; that one reading is then e
 And a page that reads as no level word at all, as it is and turned 90 degrees, holds no
 text on either axis (a picture, paper texture, noise): it is left as it is after those
 two readings instead of four (orientation of a noise page: 2.8 s instead of 4.8).
+
+Reading the whole page four ways cost about 4 CPU seconds a page, most of orientation's
+cost where OSD is unsure. So the check reads a band first (``BAND_CHECK``): where the
+page's ink profiles show the axis of its lines (:func:`ocrwatch.scan.deskew.line_ratio`,
+the rows ``AXIS_RATIO`` times sharper than the columns or the reverse), the inkiest half
+of the page across its lines is read as it is and turned the one or two ways left on that
+axis (180 for level lines; 90 and 270 for lines running down the page), under the same
+rules. The band decides when a turn passes, when it reads as upright text, or when its
+level lines read clearly better as they are than upside down (both with
+``BAND_UPRIGHT_WORDS`` level words or more); anything else (no clear axis: pictures,
+noise, tables whose rules blur the profiles, small pages enlarged; a band that cannot
+tell) goes to the whole page read four ways as before.
+benchmarks/results/orientation-band.txt compares the two on the same pages.
 """
 
 from __future__ import annotations
@@ -50,6 +63,7 @@ from PIL import Image
 
 from ocrwatch.config.languages import available_languages, prepare_tessdata
 from ocrwatch.core.wordlike import wordlike_share
+from ocrwatch.scan import deskew
 from ocrwatch.scan.osd import OsdApi
 
 log = logging.getLogger(__name__)
@@ -76,6 +90,14 @@ CHECK_SIDE = 2000  # pixels: the longest side of the page read for the check
 # 0.60-0.90, the same pages upside down 0.30-0.41, sideways 0-4 level words.
 UPRIGHT_WORDS = 20
 UPRIGHT_MEAN = 0.55
+# The check reads a band first: the inkiest half of the page across its lines, as it is
+# and turned the way(s) of its lines' axis, when the ink profiles show the axis (the
+# sharper way's rows AXIS_RATIO times the other's); the whole page four ways only when
+# the band does not decide.
+BAND_CHECK = True
+BAND = 0.5
+AXIS_RATIO = 1.8  # tables' rules blur it: two corpus tables at 1.9
+BAND_UPRIGHT_WORDS = 10
 
 # Pixels: the longest side of the page OSD looks at. Larger pages are reduced to it (OSD,
 # which cannot be interrupted, took over 10 s on a 7000-pixel page, all of it in the way
@@ -109,6 +131,12 @@ def sized(image: Image.Image, side: int) -> Image.Image:
     if scale < 1:
         return image.resize(size, Image.Resampling.BILINEAR, reducing_gap=2.0)
     return image.resize(size, Image.Resampling.BICUBIC)
+
+
+def _mean(grey: Image.Image) -> float:
+    """The mean grey level of ``grey``: lower, more ink."""
+    histogram = grey.histogram()
+    return sum(value * count for value, count in enumerate(histogram)) / max(1, sum(histogram))
 
 
 def turn(image: Image.Image, clockwise: int) -> Image.Image:
@@ -222,6 +250,58 @@ class Detector:
         if not self.check_data:
             return 0  # no folder with the reading languages: stay as it is
         image = sized(image, CHECK_SIDE)
+        if BAND_CHECK:
+            decided = self._band_best(image, proposed)
+            if decided is not None:
+                return decided
+        return self._page_best(image, proposed)
+
+    def _band_best(self, image: Image.Image, proposed: int | None) -> int | None:
+        """``_page_best`` on a band of the page, the two turns of its lines' axis only;
+        None when the band does not decide (the whole page is then read).
+
+        The axis comes from the page's ink profiles (:func:`ocrwatch.scan.deskew.line_ratio`):
+        level lines leave 0 or 180, lines running down the page 90 or 270. The band is the
+        inkiest ``BAND`` of the page across its lines, whole lines kept."""
+        ratio = deskew.line_ratio(image)
+        turns: tuple[int, ...]
+        if ratio >= AXIS_RATIO:
+            turns, across = (180,), image.height
+        elif ratio <= 1 / AXIS_RATIO:
+            turns, across = (90, 270), image.width
+        else:
+            return None
+        span = round(across * BAND)
+        if span >= across:
+            return None
+        starts = [round(across * (1 - BAND) * step / 4) for step in range(5)]
+        level = turns == (180,)
+        boxes = [(0, start, image.width, start + span) if level else
+                 (start, 0, start + span, image.height) for start in starts]
+        grey = image.convert("L")
+        band = image.crop(min(boxes, key=lambda box: _mean(grey.crop(box))))  # inkiest
+        as_is, count, as_is_words = self._reading(band)
+        if proposed in (None, 0) and count >= BAND_UPRIGHT_WORDS and (
+                as_is >= UPRIGHT_MEAN * count):
+            return 0
+        best, best_score, best_words = 0, 0.0, 0.0
+        for clockwise in turns:
+            score, found, words = self._reading(turn(band, clockwise))
+            if found >= MIN_CHECK_WORDS and score > best_score:
+                best, best_score, best_words = clockwise, score, words
+        if (best and best_score >= CHECK_FACTOR * as_is
+                and best_words + WORDLIKE_SLACK >= as_is_words):
+            return best
+        if level and count >= BAND_UPRIGHT_WORDS and as_is >= CHECK_FACTOR * best_score:
+            # Level lines that read clearly better as they are than upside down. Not on
+            # the other axis: a page whose level lines the profiles took for lines
+            # running down it (an upright page at 0.74) reads best as it is there too,
+            # upside down or not.
+            return 0
+        return None
+
+    def _page_best(self, image: Image.Image, proposed: int | None) -> int:
+        """The four-way reading check on the whole page (``image`` sized for it)."""
         as_is, level, as_is_words = self._reading(image)
         if proposed in (None, 0) and level >= UPRIGHT_WORDS and as_is >= UPRIGHT_MEAN * level:
             return 0  # OSD leaning upright and the page reads as upright text: no more reading
