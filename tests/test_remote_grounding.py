@@ -5,6 +5,7 @@ running margins, indexes them, and sets each block's text in its block in the PD
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 
 import pypdfium2
@@ -174,3 +175,34 @@ def test_blocks_whose_words_tesseract_reads_too_take_tesseracts_word_boxes(
     finally:
         doc.close()
     assert "Harbour master report" in " ".join(text.split())
+
+
+def test_grounding_blocks_reach_hocr_and_alto_in_their_blocks(tmp_path: Path) -> None:
+    from test_layout_outputs import alto_words, hocr_words
+
+    with FakeServer(models=[V3]) as server:
+        config = config_for(tmp_path, server.url,
+                            outputs=["md", "txt", "pdf", "hocr", "alto"])
+        daemon = run_drop(config, {"paper.png": (10, 20, 30)})
+        try:
+            job = daemon.jobs.known(config.inbox[0] / "paper.png")
+            assert job is not None and job.state.value == "done", job
+        finally:
+            daemon.close()
+    # Valid hOCR and ALTO (the XSD), the same words, each in its block's box: the
+    # LightOnOCR-1 heading's block is (113, 108)-(600, 140) on the 0-1000 grid.
+    hocr_file = config.inbox[0] / "paper.hocr"
+    hocr = hocr_words(hocr_file)
+    alto = alto_words(config.inbox[0] / "paper.alto.xml")
+    assert [w for w, _ in hocr] == [w for w, _ in alto] and hocr
+    heading = [box for word, box in hocr if word == "LightOnOCR-1"]
+    assert heading, hocr
+    # The boxes are in the pixels of the image the model read (the page scaled to 1540
+    # pixels): the page's own bbox says that size (docs/outputs.md).
+    size = re.search(r"ocr_page.*?bbox 0 0 (\d+) (\d+)", hocr_file.read_text(), re.S)
+    assert size is not None
+    width, height = int(size[1]), int(size[2])
+    assert max(width, height) == 1540 and abs(width / height - 600 / 800) < 0.01
+    left, top, right, bottom = heading[0]
+    assert width * 0.11 <= left and right <= width * 0.61, (heading, width)
+    assert height * 0.10 <= top and bottom <= height * 0.15, (heading, height)
