@@ -45,7 +45,31 @@ def test_bilevel_g4_tiff(tmp_path: Path, config: Config) -> None:
     path = tmp_path / "g4.tif"
     text_page(["bi-level"]).convert("1").save(path, compression="group4", dpi=(300, 300))
     (page,) = iter_pages(path, config, None)
-    assert page.image.mode == "RGB" and page.dpi == 300
+    # Read at its own size (Tesseract), it stays 1-bit: an eighth of its grey's memory.
+    assert page.image.mode == "1" and page.dpi == 300
+    (fitted,) = iter_pages(path, config, 1540)  # a model reads RGB
+    assert fitted.image.mode == "RGB"
+
+
+@pytest.mark.parametrize(("mode", "kept"), [("L", "L"), ("LA", "L"), ("I;16", "L"),
+                                            ("P", "RGB"), ("RGBA", "RGB"), ("CMYK", "RGB")])
+def test_pages_read_at_their_own_size_keep_grey(tmp_path: Path, config: Config, mode: str,
+                                                kept: str) -> None:
+    path = tmp_path / "page.tif"
+    image = text_page(["grey"], width=600).convert("L")
+    if mode == "LA":
+        image.putalpha(Image.new("L", image.size, 0))  # all transparent: white paper
+    elif mode == "I;16":
+        image = image.point(lambda v: v * 200, "I").convert("I;16")
+    else:
+        image = image.convert(mode)
+    image.save(path)
+    (page,) = iter_pages(path, config, None)
+    assert page.image.mode == kept
+    if mode == "LA":
+        assert page.image.getextrema() == (255, 255)
+    else:
+        assert page.image.convert("L").getextrema()[0] < 64  # the text is still there
 
 
 def test_pdf_pages_rendered_at_configured_dpi(tmp_path: Path, config: Config) -> None:
