@@ -10,6 +10,7 @@ from PIL import Image
 from ocrwatch.config import Config
 from ocrwatch.core.errors import InputError
 from ocrwatch.pages.decode import count_pages, iter_pages, scale_to, sniff, to_rgb
+from ocrwatch.pages.image import flattened
 
 
 @pytest.fixture
@@ -20,15 +21,22 @@ def config(tmp_path: Path) -> Config:
 @pytest.mark.parametrize(("fmt", "suffix"), [("PNG", ".png"), ("JPEG", ".jpg"),
                                              ("TIFF", ".tif"), ("BMP", ".bmp"),
                                              ("WEBP", ".webp")])
-def test_every_image_format_gives_one_rgb_page(tmp_path: Path, config: Config, fmt: str,
-                                               suffix: str) -> None:
+def test_every_image_format_gives_one_page(tmp_path: Path, config: Config, fmt: str,
+                                           suffix: str) -> None:
     path = tmp_path / f"scan{suffix}"
-    text_page(["hello"], width=800).save(path, fmt)
+    page = text_page(["hello"], width=800)
+    page.paste((200, 30, 30), (700, 20, 780, 60))  # a red stamp: a colour page
+    page.save(path, fmt)
     pages = list(iter_pages(path, config, None))
     assert len(pages) == 1
     assert pages[0].image.mode == "RGB"
     assert pages[0].size[0] == 800
     assert pages[0].source == path and pages[0].index == 0
+    # Without its stamp, black on white: grey for Tesseract, RGB for a model (lossy WebP
+    # would tint it).
+    text_page(["hello"], width=800).save(path, fmt, lossless=True)
+    assert [p.image.mode for p in iter_pages(path, config, None)] == ["L"]
+    assert [p.image.mode for p in iter_pages(path, config, 1540)] == ["RGB"]
 
 
 def test_multi_frame_tiff_gives_every_frame(tmp_path: Path, config: Config) -> None:
@@ -70,6 +78,20 @@ def test_pages_read_at_their_own_size_keep_grey(tmp_path: Path, config: Config, 
         assert page.image.getextrema() == (255, 255)
     else:
         assert page.image.convert("L").getextrema()[0] < 64  # the text is still there
+
+
+def test_grey_pdf_pages_are_drawn_grey_for_tesseract(tmp_path: Path, config: Config) -> None:
+    path = save_pdf(tmp_path / "doc.pdf", [["one"], ["two"]])
+    assert [p.image.mode for p in iter_pages(path, config, None)] == ["L", "L"]
+    assert [p.image.mode for p in iter_pages(path, config, 1540)] == ["RGB", "RGB"]
+
+
+def test_one_coloured_pixel_keeps_a_page_rgb() -> None:
+    image = Image.new("RGB", (300, 1000), (250, 250, 250))
+    assert flattened(image).mode == "L"
+    assert flattened(image).getpixel((299, 999)) == 250
+    image.putpixel((299, 999), (250, 250, 251))  # in the last strip checked
+    assert flattened(image) is image
 
 
 def test_pdf_pages_rendered_at_configured_dpi(tmp_path: Path, config: Config) -> None:

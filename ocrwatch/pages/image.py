@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from PIL import Image
+from PIL import Image, ImageChops
 
 from ocrwatch.config import Config
 
@@ -58,7 +58,8 @@ def to_rgb(image: Image.Image) -> Image.Image:
 
 
 def flattened(image: Image.Image) -> Image.Image:
-    """On white like :func:`to_rgb`, but a bilevel page stays 1-bit and a grey page grey.
+    """On white like :func:`to_rgb`, but a bilevel page stays 1-bit and a grey page (or an
+    RGB page with no colour in it) grey.
 
     For Tesseract, which reads a page at its own size: a 600 dpi A4 page (35 megapixels)
     given as RGB is 139 MB in Tesseract's own copy (32 bits a pixel), 35 MB as grey and
@@ -66,6 +67,10 @@ def flattened(image: Image.Image) -> Image.Image:
     is that grey; a 1-bit page needs no threshold)."""
     if image.mode in ("1", "L"):
         return image
+    if image.mode == "RGB":
+        # A grey scan drawn from a PDF, or saved as RGB: grey (Pillow's grey of three
+        # equal channels is that value exactly).
+        return image.convert("L") if _grey(image) else image
     if image.mode in ("LA", "La"):
         grey = image.convert("LA")
         background = Image.new("L", grey.size, 255)
@@ -74,6 +79,21 @@ def flattened(image: Image.Image) -> Image.Image:
     if image.mode in _WIDE_GREYS:
         return _grey8(image)
     return to_rgb(image)
+
+
+GREY_STRIP = 64  # rows compared at a time: a whole page split costs three copies of it
+
+
+def _grey(image: Image.Image) -> bool:
+    """Whether every pixel of an RGB image has three equal channels (a colour page is
+    told at its first strip with colour in it)."""
+    for top in range(0, image.height, GREY_STRIP):
+        red, green, blue = image.crop(
+            (0, top, image.width, min(image.height, top + GREY_STRIP))).split()
+        if (ImageChops.difference(red, green).getbbox() is not None
+                or ImageChops.difference(green, blue).getbbox() is not None):
+            return False
+    return True
 
 
 def scale_to(image: Image.Image, max_side: int | None) -> Image.Image:
