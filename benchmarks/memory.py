@@ -112,7 +112,8 @@ def main() -> int:
             for label, run in runs:
                 work = Path(tempfile.mkdtemp(prefix="memory-"))
                 try:
-                    figures[label].append(run(args.corpus / name, work))
+                    # Resolved: each command runs in a folder of its own.
+                    figures[label].append(run((args.corpus / name).resolve(), work))
                 finally:
                     shutil.rmtree(work, ignore_errors=True)
         mine = statistics.median(f[0] for f in figures["ocrwatch"])
