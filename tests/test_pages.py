@@ -288,3 +288,16 @@ def test_a_resolution_ten_times_finer_one_way_is_a_broken_header(
     text_page(["odd"], width=1700).save(path, dpi=(300, 30))
     (page,) = iter_pages(path, config, None)
     assert page.size == (1700, 400) and page.dpi == 300
+
+
+@pytest.mark.parametrize("mode", ["1", "L", "RGB"])
+def test_thumbnails_of_pages_in_every_mode(mode: str) -> None:
+    from ocrwatch.pages import thumbs
+
+    page = text_page(["a thumbnail"], width=2400, size=120).convert(mode)
+    data = thumbs.encode(page)
+    assert len(data) <= thumbs.MAX_BYTES
+    with Image.open(io.BytesIO(data)) as thumb:
+        assert thumb.mode == "RGB" and max(thumb.size) == thumbs.MAX_SIDE
+        # The print is still there, shrunk smoothly (a 1-bit page too).
+        assert thumb.convert("L").getextrema()[0] < 128
