@@ -15,9 +15,9 @@ import functools
 import gc
 from typing import Any
 
-# After a page this large, freed memory goes back: every page Tesseract reads at 200 dpi
-# or more (Letter at 200 dpi is 3.7 megapixels), no page fitted for the model (1540 px
-# square is 2.4), which come several a second.
+# After a page this large, freed memory goes back: after every page Tesseract reads at
+# 200 dpi or more (Letter at 200 dpi is 3.7 megapixels), never after a page fitted for
+# the model (at most 1540 px square, 2.4 megapixels), which come several a second.
 BIG_PAGE_PIXELS = 3_000_000
 
 
