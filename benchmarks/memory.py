@@ -6,11 +6,12 @@
 Each run is a fresh process tree: ``ocrwatch add --engine tesseract`` (its own index, the
 outputs it writes by default, pages turned upright as by default) and ``ocrmypdf -l eng``
 (a searchable PDF; ``--image-dpi 300`` for images without a resolution), without and with
-``--rotate-pages`` (what ocrwatch's default does). The peak is the largest sum of RSS over the
-process and all its children, sampled every 20 ms with psutil (a child that lives less
-than that may be missed). Medians over ``--repeat`` runs; the ratio is ocrwatch's
-median over OCRmyPDF's. OCRmyPDF comes from the ``bench`` extra
-(``pip install -e .[bench]``).
+``--rotate-pages`` (what ocrwatch's default does), and, for images, the plain
+``tesseract FILE stdout -l eng`` command: the floor of what reading the page costs. The
+peak is the largest sum of RSS over the process and all its children, sampled every
+20 ms with psutil (a child that lives less than that may be missed). Medians over
+``--repeat`` runs; the ratio is ocrwatch's median over OCRmyPDF's. OCRmyPDF comes from
+the ``bench`` extra (``pip install -e .[bench]``).
 """
 
 from __future__ import annotations
@@ -74,6 +75,23 @@ def ocrmypdf_run(path: Path, work: Path, rotate: bool = False) -> tuple[int, flo
     return tree_peak([*argv, str(path), str(work / "out.pdf")], dict(os.environ), work)
 
 
+def tesseract_run(path: Path, work: Path) -> tuple[int, float]:
+    env = dict(os.environ, OMP_THREAD_LIMIT="1")
+    return tree_peak(["tesseract", str(path), "stdout", "-l", "eng"], env, work)
+
+
+def _version(argv: list[str]) -> str:
+    """The first line ``argv`` prints, named by its program; "?" when it cannot run."""
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+    except OSError:
+        return f"{Path(argv[0]).name} ?"
+    first = (out.stdout or out.stderr).strip().splitlines()
+    line = first[0] if first else "?"
+    return line if line.lower().startswith(Path(argv[0]).name.lower()) else (
+        f"{Path(argv[0]).name} {line}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", type=Path, default=ROOT.parent / "shared" / "corpus")
@@ -85,31 +103,42 @@ def main() -> int:
     rows = []
     for kind, name in kinds.items():
         figures: dict[str, list[tuple[int, float]]] = {"ocrwatch": [], "OCRmyPDF": [],
-                                                       "rotating": []}
-        runs = (("ocrwatch", ocrwatch_run), ("OCRmyPDF", ocrmypdf_run),
-                ("rotating", lambda p, w: ocrmypdf_run(p, w, rotate=True)))
+                                                       "rotating": [], "tesseract": []}
+        runs = [("ocrwatch", ocrwatch_run), ("OCRmyPDF", ocrmypdf_run),
+                ("rotating", lambda p, w: ocrmypdf_run(p, w, rotate=True))]
+        if not name.endswith(".pdf") and shutil.which("tesseract"):
+            runs.append(("tesseract", tesseract_run))
         for _ in range(args.repeat):
             for label, run in runs:
                 work = Path(tempfile.mkdtemp(prefix="memory-"))
                 try:
-                    figures[label].append(run(args.corpus / name, work))
+                    # Resolved: each command runs in a folder of its own.
+                    figures[label].append(run((args.corpus / name).resolve(), work))
                 finally:
                     shutil.rmtree(work, ignore_errors=True)
         mine = statistics.median(f[0] for f in figures["ocrwatch"])
         theirs = statistics.median(f[0] for f in figures["OCRmyPDF"])
         secs = [statistics.median(f[1] for f in figures[k]) for k in ("ocrwatch", "OCRmyPDF")]
         rotating = statistics.median(f[0] for f in figures["rotating"])
+        plain = (f"{statistics.median(f[0] for f in figures['tesseract']):.0f}"
+                 if figures["tesseract"] else "-")
         rows.append(f"| {kind} | {mine:.0f} | {theirs:.0f} | {mine / theirs:.2f} | "
-                    f"{rotating:.0f} | {mine / rotating:.2f} | {secs[0]:.1f} | {secs[1]:.1f} |")
+                    f"{rotating:.0f} | {mine / rotating:.2f} | {plain} | {secs[0]:.1f} | "
+                    f"{secs[1]:.1f} |")
         print(rows[-1], flush=True)
+    commit = _version(["git", "-C", str(ROOT), "describe", "--always", "--dirty"])[4:]
     text = "\n".join([
         f"# peak RSS of the whole process tree (psutil, 20 ms samples), medians of "
         f"{args.repeat} runs; Tesseract, English; a 2-core machine shared with other work",
+        f"# ocrwatch at {commit}, "
+        f"{_version([str(Path(sys.executable).with_name('ocrmypdf')), '--version'])}, "
+        f"{_version(['tesseract', '--version'])}; "
+        f"corpus {os.path.relpath(args.corpus, ROOT)}",
         "ocrwatch turns pages upright by default (rotate_pages, Tesseract's OSD); OCRmyPDF "
         "does with --rotate-pages",
         "| page kind | ocrwatch add, MB | OCRmyPDF, MB | ratio | OCRmyPDF --rotate-pages, "
-        "MB | ratio | ocrwatch s | OCRmyPDF s |",
-        "|---|---|---|---|---|---|---|---|", *rows, ""])
+        "MB | ratio | plain tesseract, MB | ocrwatch s | OCRmyPDF s |",
+        "|---|---|---|---|---|---|---|---|---|", *rows, ""])
     print(text)
     if args.out:
         args.out.write_text(text)

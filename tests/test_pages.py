@@ -10,6 +10,7 @@ from PIL import Image
 from ocrwatch.config import Config
 from ocrwatch.core.errors import InputError
 from ocrwatch.pages.decode import count_pages, iter_pages, scale_to, sniff, to_rgb
+from ocrwatch.pages.image import flattened
 
 
 @pytest.fixture
@@ -20,15 +21,22 @@ def config(tmp_path: Path) -> Config:
 @pytest.mark.parametrize(("fmt", "suffix"), [("PNG", ".png"), ("JPEG", ".jpg"),
                                              ("TIFF", ".tif"), ("BMP", ".bmp"),
                                              ("WEBP", ".webp")])
-def test_every_image_format_gives_one_rgb_page(tmp_path: Path, config: Config, fmt: str,
-                                               suffix: str) -> None:
+def test_every_image_format_gives_one_page(tmp_path: Path, config: Config, fmt: str,
+                                           suffix: str) -> None:
     path = tmp_path / f"scan{suffix}"
-    text_page(["hello"], width=800).save(path, fmt)
+    page = text_page(["hello"], width=800)
+    page.paste((200, 30, 30), (700, 20, 780, 60))  # a red stamp: a colour page
+    page.save(path, fmt)
     pages = list(iter_pages(path, config, None))
     assert len(pages) == 1
     assert pages[0].image.mode == "RGB"
     assert pages[0].size[0] == 800
     assert pages[0].source == path and pages[0].index == 0
+    # Without its stamp, black on white: grey for Tesseract, RGB for a model (lossy WebP
+    # would tint it).
+    text_page(["hello"], width=800).save(path, fmt, lossless=True)
+    assert [p.image.mode for p in iter_pages(path, config, None)] == ["L"]
+    assert [p.image.mode for p in iter_pages(path, config, 1540)] == ["RGB"]
 
 
 def test_multi_frame_tiff_gives_every_frame(tmp_path: Path, config: Config) -> None:
@@ -45,7 +53,45 @@ def test_bilevel_g4_tiff(tmp_path: Path, config: Config) -> None:
     path = tmp_path / "g4.tif"
     text_page(["bi-level"]).convert("1").save(path, compression="group4", dpi=(300, 300))
     (page,) = iter_pages(path, config, None)
-    assert page.image.mode == "RGB" and page.dpi == 300
+    # Read at its own size (Tesseract), it stays 1-bit: an eighth of its grey's memory.
+    assert page.image.mode == "1" and page.dpi == 300
+    (fitted,) = iter_pages(path, config, 1540)  # a model reads RGB
+    assert fitted.image.mode == "RGB"
+
+
+@pytest.mark.parametrize(("mode", "kept"), [("L", "L"), ("LA", "L"), ("I;16", "L"),
+                                            ("P", "RGB"), ("RGBA", "RGB"), ("CMYK", "RGB")])
+def test_pages_read_at_their_own_size_keep_grey(tmp_path: Path, config: Config, mode: str,
+                                                kept: str) -> None:
+    path = tmp_path / "page.tif"
+    image = text_page(["grey"], width=600).convert("L")
+    if mode == "LA":
+        image.putalpha(Image.new("L", image.size, 0))  # all transparent: white paper
+    elif mode == "I;16":
+        image = image.point(lambda v: v * 200, "I").convert("I;16")
+    else:
+        image = image.convert(mode)
+    image.save(path)
+    (page,) = iter_pages(path, config, None)
+    assert page.image.mode == kept
+    if mode == "LA":
+        assert page.image.getextrema() == (255, 255)
+    else:
+        assert page.image.convert("L").getextrema()[0] < 64  # the text is still there
+
+
+def test_grey_pdf_pages_are_drawn_grey_for_tesseract(tmp_path: Path, config: Config) -> None:
+    path = save_pdf(tmp_path / "doc.pdf", [["one"], ["two"]])
+    assert [p.image.mode for p in iter_pages(path, config, None)] == ["L", "L"]
+    assert [p.image.mode for p in iter_pages(path, config, 1540)] == ["RGB", "RGB"]
+
+
+def test_one_coloured_pixel_keeps_a_page_rgb() -> None:
+    image = Image.new("RGB", (300, 1000), (250, 250, 250))
+    assert flattened(image).mode == "L"
+    assert flattened(image).getpixel((299, 999)) == 250
+    image.putpixel((299, 999), (250, 250, 251))  # in the last strip checked
+    assert flattened(image) is image
 
 
 def test_pdf_pages_rendered_at_configured_dpi(tmp_path: Path, config: Config) -> None:
@@ -245,3 +291,16 @@ def test_a_resolution_ten_times_finer_one_way_is_a_broken_header(
     text_page(["odd"], width=1700).save(path, dpi=(300, 30))
     (page,) = iter_pages(path, config, None)
     assert page.size == (1700, 400) and page.dpi == 300
+
+
+@pytest.mark.parametrize("mode", ["1", "L", "RGB"])
+def test_thumbnails_of_pages_in_every_mode(mode: str) -> None:
+    from ocrwatch.pages import thumbs
+
+    page = text_page(["a thumbnail"], width=2400, size=120).convert(mode)
+    data = thumbs.encode(page)
+    assert len(data) <= thumbs.MAX_BYTES
+    with Image.open(io.BytesIO(data)) as thumb:
+        assert thumb.mode == "RGB" and max(thumb.size) == thumbs.MAX_SIDE
+        # The print is still there, shrunk smoothly (a 1-bit page too).
+        assert thumb.convert("L").getextrema()[0] < 128

@@ -185,7 +185,9 @@ def test_a_model_engine_gets_the_page_upright_and_its_text_lies_on_it(tmp_path: 
     finally:
         daemon.close()
     (page,) = engine.seen
-    assert page.turned == 270 and page.image.tobytes() == upright.convert("RGB").tobytes()
+    # Read at its own size (max_side None), a grey page comes grey: the same pixels.
+    assert page.turned == 270
+    assert page.image.convert("RGB").tobytes() == upright.convert("RGB").tobytes()
     assert row["turned"] == 270
     pdf = config.inbox[0] / "sideways.ocr.pdf"
     (found,) = bbox_words(pdf)
@@ -840,6 +842,21 @@ def test_skewed_pages_are_straightened_and_straight_ones_left_alone(tmp_path: Pa
         assert abs(deskew.skew_angle(crooked) + degrees) <= 0.3, degrees
     straight = Page(Path("x.png"), 0, upright, dpi=DPI)
     assert scanprep.ScanPrep(Config(languages=["eng"])).prepare(straight) is straight
+
+
+def test_a_bilevel_page_fed_crooked_is_straightened_in_grey() -> None:
+    """A 1-bit page (a fax, a bilevel TIFF) is kept 1-bit for Tesseract; straightened,
+    it is turned smoothly in grey, its corners the paper's white."""
+    upright, _lines, _ = letter(7, 12)
+    crooked = upright.rotate(3.0, resample=Image.Resampling.BICUBIC, expand=True,
+                             fillcolor="white").convert("L").point(
+        lambda v: 255 * (v > 128)).convert("1")
+    angle = deskew.skew_angle(crooked)
+    assert abs(angle + 3.0) <= 0.3
+    straight = deskew.straighten(crooked, angle)
+    assert straight.mode == "L"
+    assert straight.getpixel((0, 0)) == 255
+    assert sum(1 for count in straight.histogram() if count) > 2  # edges smoothed in grey
 
 
 def test_a_skewed_page_reads_as_well_as_straight_and_its_layer_reads_in_order(

@@ -89,6 +89,28 @@ def test_small_text_without_a_resolution_is_enlarged_and_read(tmp_path: Path) ->
         engine.close()
 
 
+def test_a_bilevel_page_reads_as_its_rgb_copy_does(tmp_path: Path) -> None:
+    """Pages read at their own size stay 1-bit (pages/image.py: flattened): Tesseract
+    reads the same words from them, small print enlarged as before."""
+    engine = TesseractEngine(Config(workers=1, database=tmp_path / "db"))
+    lines = ["Invoice number 4711 for the harbour office",
+             "Payment due within thirty days of delivery",
+             "Questions about this invoice go to accounts",
+             "Thank you for your order and kind regards"]
+    try:
+        for size, dpi in ((40, 300), (12, None)):  # the second is enlarged first
+            bilevel = text_page(lines, width=1700 if size == 40 else 480,
+                                size=size).convert("L").point(lambda v: 255 * (v > 128))
+            bilevel = bilevel.convert("1")
+            (one,) = engine.recognize([Page(Path("fax.tif"), 0, bilevel, dpi=dpi)])
+            (rgb,) = engine.recognize([Page(Path("fax.tif"), 0, bilevel.convert("RGB"),
+                                            dpi=dpi)])
+            assert "harbour" in normalize(one.text), one.text
+            assert one.text == rgb.text
+    finally:
+        engine.close()
+
+
 def test_markdown_keeps_lines_and_escapes_what_markdown_would_eat() -> None:
     md = text_to_markdown("# not a heading\n- not a list\n1. not a list\nplain\n\nnext para\n")
     assert md.splitlines()[0] == "\\# not a heading  "

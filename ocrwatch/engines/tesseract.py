@@ -227,13 +227,16 @@ class TesseractEngine:
                 # The text's own size says what the page's resolution was.
                 dpi = max(ESTIMATE_FLOOR_DPI, round(DEFAULT_DPI * lines / LINE_PX))
             width, height = page.size
-            image = page.image.resize((round(width * factor), round(height * factor)),
-                                      Image.Resampling.LANCZOS)
+            # Pillow enlarges a 1-bit page by repeating its pixels: in grey, smoothly.
+            source = page.image.convert("L") if page.image.mode == "1" else page.image
+            image = source.resize((round(width * factor), round(height * factor)),
+                                Image.Resampling.LANCZOS)
             api.SetImage(image)
             api.SetSourceResolution(round(dpi * factor))
         reading = self._reading(api)
-        if reading.confidence < SURE_CONF and api.SetVariable("thresholding_method",
-                                                              LOCAL_THRESHOLD):
+        # A 1-bit page has no threshold to choose: a second reading would be the same.
+        if (reading.confidence < SURE_CONF and image.mode != "1"
+                and api.SetVariable("thresholding_method", LOCAL_THRESHOLD)):
             try:
                 api.SetImage(image)
                 api.SetSourceResolution(round(dpi * factor))

@@ -26,9 +26,9 @@ from ocrwatch.pages.budget import Budget, unlimited
 from ocrwatch.pages.image import READ_PIXELS as READ_PIXELS  # what a page may cost
 from ocrwatch.pages.image import Limits as Limits
 from ocrwatch.pages.image import blank as blank
+from ocrwatch.pages.image import flattened, within_budget
 from ocrwatch.pages.image import scale_to as scale_to
 from ocrwatch.pages.image import to_rgb as to_rgb
-from ocrwatch.pages.image import within_budget
 
 log = logging.getLogger(__name__)
 
@@ -173,6 +173,8 @@ def _square(image: Image.Image, stretch: tuple[float, float],
     height = max(1, round(image.height * stretch[1]))
     if (width, height) == image.size or width * height > limits.max_pixels:
         return image
+    if image.mode == "1":
+        image = image.convert("L")  # Pillow stretches 1-bit pixels by repeating them
     return image.resize((width, height), Image.Resampling.LANCZOS)
 
 
@@ -289,7 +291,9 @@ def _image_pages(path: Path, limits: Limits, max_side: int | None,
                     image, factor = within_budget(image)
                     if factor < 1.0:
                         dpi = round(dpi * factor) if dpi else None
-                    image = to_rgb(image)
+                    # A model reads RGB; Tesseract reads a bilevel or grey page as it is,
+                    # at a quarter or less of the memory (pages/image.py).
+                    image = to_rgb(image) if max_side is not None else flattened(image)
                     if stretch != (1.0, 1.0):
                         image = _square(image, stretch, limits)
             except FileNotFoundError:

@@ -1,12 +1,13 @@
-"""Image helpers shared by images and PDF pages: the reading limits, RGB on white, the
-scaling to the model's side, the reduction to a pixel budget, the blank-page test."""
+"""Image helpers shared by images and PDF pages: the reading limits, RGB on white (or
+bilevel and grey pages kept as they are, for Tesseract), the scaling to the model's
+side, the reduction to a pixel budget, the blank-page test."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
-from PIL import Image
+from PIL import Image, ImageChops
 
 from ocrwatch.config import Config
 
@@ -29,14 +30,21 @@ class Limits:
         return cls(config.max_pages, config.max_pixels, int(config.max_file_mb * 1024 * 1024))
 
 
+_WIDE_GREYS = ("I;16", "I;16B", "I;16L", "I")
+
+
+def _grey8(image: Image.Image) -> Image.Image:
+    """A 16- or 32-bit grey image in 8 bits: a plain convert would clip it to white."""
+    hi = image.getextrema()[1]
+    hi_value = hi if isinstance(hi, int | float) else 65535
+    scale = 255.0 / max(1.0, float(hi_value))
+    return image.point(lambda v: v * scale).convert("L")
+
+
 def to_rgb(image: Image.Image) -> Image.Image:
     """RGB on white: transparency flattened, palettes, CMYK, 16-bit and 1-bit converted."""
-    if image.mode in ("I;16", "I;16B", "I;16L", "I"):
-        # 16-bit greys would clip to white with a plain convert; rescale to 8 bits first.
-        hi = image.getextrema()[1]
-        hi_value = hi if isinstance(hi, int | float) else 65535
-        scale = 255.0 / max(1.0, float(hi_value))
-        image = image.point(lambda v: v * scale).convert("L")
+    if image.mode in _WIDE_GREYS:
+        image = _grey8(image)
     if image.mode == "P":
         image = image.convert("RGBA" if "transparency" in image.info else "RGB")
     if image.mode in ("RGBA", "LA", "PA", "RGBa", "La"):
@@ -47,6 +55,45 @@ def to_rgb(image: Image.Image) -> Image.Image:
     if image.mode != "RGB":
         return image.convert("RGB")
     return image
+
+
+def flattened(image: Image.Image) -> Image.Image:
+    """On white like :func:`to_rgb`, but a bilevel page stays 1-bit and a grey page (or an
+    RGB page with no colour in it) grey.
+
+    For Tesseract, which reads a page at its own size: a 600 dpi A4 page (35 megapixels)
+    given as RGB is 139 MB in Tesseract's own copy (32 bits a pixel), 35 MB as grey and
+    4.4 MB as 1-bit, and Tesseract reads the same from each (the grey of equal channels
+    is that grey; a 1-bit page needs no threshold)."""
+    if image.mode in ("1", "L"):
+        return image
+    if image.mode == "RGB":
+        # A grey scan drawn from a PDF, or saved as RGB: grey (Pillow's grey of three
+        # equal channels is that value exactly).
+        return image.convert("L") if _grey(image) else image
+    if image.mode in ("LA", "La"):
+        grey = image.convert("LA")
+        background = Image.new("L", grey.size, 255)
+        background.paste(grey.getchannel("L"), mask=grey.getchannel("A"))
+        return background
+    if image.mode in _WIDE_GREYS:
+        return _grey8(image)
+    return to_rgb(image)
+
+
+GREY_STRIP = 64  # rows compared at a time: a whole page split costs three copies of it
+
+
+def _grey(image: Image.Image) -> bool:
+    """Whether every pixel of an RGB image has three equal channels (a colour page is
+    told at its first strip with colour in it)."""
+    for top in range(0, image.height, GREY_STRIP):
+        red, green, blue = image.crop(
+            (0, top, image.width, min(image.height, top + GREY_STRIP))).split()
+        if (ImageChops.difference(red, green).getbbox() is not None
+                or ImageChops.difference(green, blue).getbbox() is not None):
+            return False
+    return True
 
 
 def scale_to(image: Image.Image, max_side: int | None) -> Image.Image:

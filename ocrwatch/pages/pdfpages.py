@@ -18,7 +18,7 @@ from ocrwatch.core.domain import Page
 from ocrwatch.core.errors import Doing, InputError, os_reason
 from ocrwatch.pages import memory
 from ocrwatch.pages.budget import Budget, unlimited
-from ocrwatch.pages.image import Limits, blank, scale_to, to_rgb
+from ocrwatch.pages.image import Limits, blank, flattened, scale_to, to_rgb
 from ocrwatch.pages.pdfdraw import draw, draw_pictures
 from ocrwatch.pages.pdfium_lock import PDFIUM
 from ocrwatch.pages.pdfload import LoadCost
@@ -284,6 +284,8 @@ def pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int,
                            dpi=None, count=count, text=own_text, known=known, doubt=doubt)
                 budget.resume()
                 continue
+            if max_side is None:
+                image = flattened(image)  # a grey scan in grey: a third of the memory
             render_dpi = round(scale * 72)
             if max_side is not None and max(image.size) != max_side:
                 render_dpi = round(render_dpi * max_side / max(image.size))

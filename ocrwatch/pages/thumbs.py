@@ -27,8 +27,13 @@ _SHA = re.compile(r"[0-9a-f]{64}")
 
 def encode(image: Image.Image) -> bytes:
     """The page as a WebP of at most MAX_BYTES."""
-    thumb = image.convert("RGB")
-    thumb.thumbnail((MAX_SIDE, MAX_SIDE), Image.Resampling.LANCZOS)
+    # Shrunk first, then made RGB: a full-size RGB copy of a grey or 1-bit page would be
+    # three or twenty-four times its own memory. A 1-bit page is shrunk in grey (Pillow
+    # shrinks 1-bit pixels by dropping them).
+    source = image.convert("L") if image.mode == "1" else image
+    scale = min(1.0, MAX_SIDE / max(source.size))
+    size = (max(1, round(source.width * scale)), max(1, round(source.height * scale)))
+    thumb = source.resize(size, Image.Resampling.LANCZOS, reducing_gap=2.0).convert("RGB")
     quality = 60
     while True:
         buf = io.BytesIO()

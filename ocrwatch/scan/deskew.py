@@ -86,6 +86,8 @@ def straighten(image: Image.Image, angle: float) -> Image.Image:
     """``image`` turned ``angle`` degrees counter-clockwise, the corners filled with the
     paper's colour: white corners on grey paper move Tesseract's global threshold
     between the two, and a faint typescript on it read as nothing at all."""
+    if image.mode == "1":
+        image = image.convert("L")  # Pillow turns 1-bit pixels without smoothing them
     paper = paper_colour(image)
     out = image.rotate(angle, resample=Image.Resampling.BICUBIC, expand=True, fillcolor=paper)
     # Near-white too takes the paper's colour: the white a scanner's lid shows around a
