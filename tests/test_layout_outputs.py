@@ -128,7 +128,7 @@ def test_a_layout_survives_its_json_whole() -> None:
                                     Word("zwei", (100, 20, 160, 50), 0),
                                     Word("line", (10, 70, 80, 99), 1)),
                         by_line=False, blocks=(Block("header", (5, 5, 300, 60), "# Grüße"),),
-                        angle=2.5, read_size=(1240, 950))
+                        angle=2.5, read_size=(1240, 950), shown=(600, 450))
     assert layouts.loads(layouts.dumps(layout)) == layout
     bare = PageLayout(10, 10)
     assert layouts.loads(layouts.dumps(bare)) == bare
@@ -167,6 +167,20 @@ def test_an_index_made_before_layouts_were_kept_is_upgraded_and_keeps_its_pages(
 
 
 # -- boxes on the original page ------------------------------------------------------
+@pytest.mark.parametrize("turned", [0, 90])
+def test_a_page_read_at_another_size_has_its_boxes_in_the_files_pixels(turned: int) -> None:
+    # Read at twice the size the file shows (a model's 1540 pixels), upright or after a
+    # quarter turn: each box is halved, on the page as the file holds it.
+    shown = (500, 300) if turned == 0 else (300, 500)  # as scanned
+    read = (1000, 600)  # upright, as read
+    layout = PageLayout(*read, (Word("word", (100, 200, 300, 260), 0),), shown=shown)
+    boxes = page_boxes(PageText("word", "word", layout=layout, turned=turned))
+    assert (boxes.width, boxes.height) == shown
+    (_, box), = boxes.words()
+    expected = {0: (50, 100, 150, 130), 90: (100, 350, 130, 450)}[turned]
+    assert box == expected
+
+
 @pytest.mark.parametrize("turned", [0, 90, 180, 270])
 def test_a_point_on_the_upright_page_goes_back_where_it_was_before_the_turn(
         turned: int) -> None:

@@ -197,12 +197,12 @@ def test_grounding_blocks_reach_hocr_and_alto_in_their_blocks(tmp_path: Path) ->
     assert [w for w, _ in hocr] == [w for w, _ in alto] and hocr
     heading = [box for word, box in hocr if word == "LightOnOCR-1"]
     assert heading, hocr
-    # The boxes are in the pixels of the image the model read (the page scaled to 1540
-    # pixels): the page's own bbox says that size (docs/outputs.md).
+    # The model read the page scaled to 1540 pixels; the boxes are on the 600x800 page
+    # as the file holds it, and the page's own bbox says so.
     size = re.search(r"ocr_page.*?bbox 0 0 (\d+) (\d+)", hocr_file.read_text(), re.S)
     assert size is not None
     width, height = int(size[1]), int(size[2])
-    assert max(width, height) == 1540 and abs(width / height - 600 / 800) < 0.01
+    assert (width, height) == (600, 800)
     left, top, right, bottom = heading[0]
     assert width * 0.11 <= left and right <= width * 0.61, (heading, width)
     assert height * 0.10 <= top and bottom <= height * 0.15, (heading, height)

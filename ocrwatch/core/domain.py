@@ -35,6 +35,9 @@ class Page:
     turned: int = 0  # degrees turned clockwise to stand upright (0, 90, 180, 270)
     skew: float = 0.0  # degrees turned counter-clockwise to straighten it
     upright: tuple[int, int] | None = None  # its size once turned, before straightening
+    # Its size as the file shows it (after an EXIF turn; a PDF page drawn at pdf_dpi) when
+    # ``image`` was scaled from that to be read: hOCR and ALTO give boxes in these pixels.
+    shown: tuple[int, int] | None = None
     # The image as the engine will send it, made by the engine's ``prepare_page`` in a
     # preparer thread so that no request waits on it (the remote engine's data URL).
     payload: str | None = None

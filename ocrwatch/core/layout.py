@@ -48,6 +48,10 @@ class PageLayout:
     # ``read_size``, in whose pixels the boxes are; ``width`` x ``height`` stay the page's.
     angle: float = 0.0
     read_size: tuple[int, int] | None = None
+    # The page as the file shows it (an image after its EXIF turn, a PDF page drawn at
+    # pdf_dpi), where it was read at another size (a model's 1540 pixels, a reduced or
+    # square-pixelled scan): hOCR and ALTO scale their boxes to it.
+    shown: tuple[int, int] | None = None
 
     def to_page(self, x: float, y: float) -> tuple[float, float]:
         """A point of the boxes' image in the page's own pixels (y down)."""
@@ -90,13 +94,15 @@ def dumps(layout: PageLayout) -> str:
         data["angle"] = layout.angle
     if layout.read_size is not None:
         data["read"] = list(layout.read_size)
+    if layout.shown is not None:
+        data["shown"] = list(layout.shown)
     return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
 
 def loads(text: str) -> PageLayout:
     """The layout :func:`dumps` wrote."""
     data = json.loads(text)
-    read = data.get("read")
+    read, shown = data.get("read"), data.get("shown")
     return PageLayout(
         int(data["w"]), int(data["h"]),
         tuple(Word(str(t), (int(a), int(b), int(c), int(d)), int(n))
@@ -105,4 +111,5 @@ def loads(text: str) -> PageLayout:
         blocks=tuple(Block(str(lb), (int(a), int(b), int(c), int(d)), str(t))
                      for lb, a, b, c, d, t in data.get("blocks", ())),
         angle=float(data.get("angle", 0.0)),
-        read_size=(int(read[0]), int(read[1])) if read else None)
+        read_size=(int(read[0]), int(read[1])) if read else None,
+        shown=(int(shown[0]), int(shown[1])) if shown else None)

@@ -284,6 +284,7 @@ def _image_pages(path: Path, limits: Limits, max_side: int | None,
                     if index == 0 and frame.getexif().get(0x0112, 1) in (5, 6, 7, 8):
                         stretch = stretch[::-1]  # turned a quarter by its EXIF orientation
                     image = ImageOps.exif_transpose(frame) if index == 0 else frame.copy()
+                    shown = image.size  # as a viewer shows the page
                     if frames == 1:
                         # The decoded original is not needed any more: free its pixels
                         # (the base class's close leaves the caller's file open).
@@ -315,7 +316,8 @@ def _image_pages(path: Path, limits: Limits, max_side: int | None,
             budget.check(where, "decoding it")
             budget.pause()
             yield Page(source=path, index=index, image=image, dpi=dpi,
-                       count=frames, text="" if blank(image) else None)
+                       count=frames, text="" if blank(image) else None,
+                       shown=shown if shown != image.size else None)
             budget.resume()
 
 

@@ -287,6 +287,7 @@ def pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int,
             if max_side is None:
                 image = flattened(image)  # a grey scan in grey: a third of the memory
             render_dpi = round(scale * 72)
+            shown = image.size  # the page drawn at its dpi, before a model's scaling
             if max_side is not None and max(image.size) != max_side:
                 render_dpi = round(render_dpi * max_side / max(image.size))
                 image = scale_to(image, max_side)
@@ -294,7 +295,8 @@ def pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int,
                 memory.give_back()
             budget.pause()
             yield Page(source=path, index=index, image=image, dpi=render_dpi, count=count,
-                       text="" if blank(image) else None, known=known, doubt=doubt)
+                       text="" if blank(image) else None, known=known, doubt=doubt,
+                       shown=shown if shown != image.size else None)
             budget.resume()
     finally:
         cost.close()

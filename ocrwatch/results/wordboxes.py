@@ -71,15 +71,24 @@ def unturn(x: float, y: float, turned: int, width: int, height: int) -> tuple[fl
 def _on_original(box: Box, layout: PageLayout, turned: int) -> Box:
     corners = [layout.to_page(x, y) for x in (box[0], box[2]) for y in (box[1], box[3])]
     points = [unturn(x, y, turned, layout.width, layout.height) for x, y in corners]
-    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    read = _read_size(layout, turned)
     size = _size(layout, turned)
+    # A page read at another size than the file shows it: its pixels, not the reading's.
+    fx, fy = size[0] / max(1, read[0]), size[1] / max(1, read[1])
+    xs, ys = [p[0] * fx for p in points], [p[1] * fy for p in points]
     return (max(0, round(min(xs))), max(0, round(min(ys))),
             min(size[0], round(max(xs))), min(size[1], round(max(ys))))
 
 
-def _size(layout: PageLayout, turned: int) -> tuple[int, int]:
+def _read_size(layout: PageLayout, turned: int) -> tuple[int, int]:
+    """The page as read, turned back as scanned, in the layout's pixels."""
     return ((layout.height, layout.width) if turned % 180 == 90
             else (layout.width, layout.height))
+
+
+def _size(layout: PageLayout, turned: int) -> tuple[int, int]:
+    """The page as the file shows it: where it was read at another size, that size."""
+    return layout.shown if layout.shown is not None else _read_size(layout, turned)
 
 
 def _split(text: str, box: Box) -> list[tuple[str, Box]]:

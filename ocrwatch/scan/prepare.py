@@ -160,11 +160,16 @@ def again(page: Page, turned: int, skew: float) -> Page:
 
 
 def on_page(layout: PageLayout | None, page: Page) -> PageLayout | None:
-    """A layout read on a straightened page, told how to lie on the upright page."""
-    if layout is None or not page.skew or page.upright is None:
-        return layout
-    return replace(layout, width=page.upright[0], height=page.upright[1], angle=page.skew,
-                   read_size=(layout.width, layout.height))
+    """A layout read on a straightened page, told how to lie on the upright page, and on
+    a page read at another size, the size the file shows it at."""
+    if layout is None:
+        return None
+    if page.skew and page.upright is not None:
+        layout = replace(layout, width=page.upright[0], height=page.upright[1],
+                         angle=page.skew, read_size=(layout.width, layout.height))
+    if page.shown is not None:
+        layout = replace(layout, shown=page.shown)
+    return layout
 
 
 def finish(result: PageText, page: Page) -> PageText:
