@@ -175,7 +175,8 @@ def test_memory_goes_back_after_a_big_page(home: Home) -> None:
     assert "Traceback" not in proc.stderr, proc.stderr
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["state"] == "done"
-    # The page took hundreds of MB; once read, the idle daemon holds little more than the
-    # Tesseract model it loaded (before: the page's pixels and freed heap stayed, 210 MB).
-    assert result["peak_mb"] > 400, result
+    # The page took hundreds of MB (read in grey: about 300 over the start); once read, the
+    # idle daemon holds little more than the Tesseract model it loaded (before: the page's
+    # pixels and freed heap stayed, 210 MB).
+    assert result["peak_mb"] - result["before_mb"] > 250, result
     assert result["idle_mb"] - result["before_mb"] < 150, result

@@ -326,7 +326,10 @@ def test_slowloris_under_a_low_file_limit_keeps_status_and_reading_going(
              15, "the search page to answer again after the flood")
     assert page.daemon.stop() == 0
     out = page.daemon.output()
-    assert "Too many open files" not in out.replace("cannot accept a connection", ""), out[-3000:]
+    # The listener's own pause at a full descriptor table is expected; nothing else may
+    # have met it.
+    others = [line for line in out.splitlines() if "cannot accept a connection" not in line]
+    assert not [line for line in others if "Too many open files" in line], out[-3000:]
     print(f"\nslowloris: {CONNECTIONS} connections kept open for {SECONDS:g} s against a "
           f"daemon with nofile={NOFILE}: {len(kept)} closed by the server, the longest "
           f"after {kept[-1]:.1f} s; status answered in at most {max(status_took):.2f} s "
