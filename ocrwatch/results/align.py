@@ -205,16 +205,21 @@ def line_layer(text: str, boxes: PageLayout) -> PageLayout:
             width = min(boxes.width - 2 * margin_x, len(line) * height * 0.6)
             placed.append((line, (margin_x, round(y), round(margin_x + width),
                                   round(y + height))))
-    words: list[Word] = []
-    for n, (line, (left, top, right, bottom)) in enumerate(placed):
-        tokens = line.split()
-        char = (right - left) / max(1, sum(len(t) for t in tokens) + len(tokens) - 1)
-        x = float(left)
-        for token in tokens:
-            end = max(round(x) + 1, round(x + char * len(token)))
-            words.append(Word(token, (round(x), top, end, bottom), n))
-            x += char * (len(token) + 1)
+    words = [w for n, (line, box) in enumerate(placed) for w in _words_across(line, box, n)]
     return PageLayout(boxes.width, boxes.height, tuple(words), by_line=True)
+
+
+def _words_across(line: str, box: Box, line_no: int) -> list[Word]:
+    """A line's words across ``box`` by character count, a character's width apart."""
+    left, top, right, bottom = box
+    tokens = line.split()
+    char = (right - left) / max(1, sum(len(t) for t in tokens) + len(tokens) - 1)
+    words, x = [], float(left)
+    for token in tokens:
+        end = max(round(x) + 1, round(x + char * len(token)))
+        words.append(Word(token, (round(x), top, end, bottom), line_no))
+        x += char * (len(token) + 1)
+    return words
 
 
 def block_layer(layout: PageLayout) -> PageLayout:
@@ -236,14 +241,8 @@ def block_layer(layout: PageLayout) -> PageLayout:
         left, top, right, bottom = block.box
         pitch = max(1.0, (bottom - top) / len(lines))
         for k, line in enumerate(lines):
-            tokens = line.split()
             y0 = round(top + k * pitch)
             y1 = max(y0 + 1, round(top + (k + 1) * pitch))
-            char = (right - left) / max(1, sum(len(t) for t in tokens) + len(tokens) - 1)
-            x = float(left)
-            for token in tokens:
-                end = max(round(x) + 1, round(x + char * len(token)))
-                words.append(Word(token, (round(x), y0, end, y1), line_no))
-                x += char * (len(token) + 1)
+            words.extend(_words_across(line, (left, y0, right, y1), line_no))
             line_no += 1
     return replace(layout, words=tuple(words), by_line=True)
