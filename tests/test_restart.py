@@ -8,23 +8,20 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from helpers import wait_for
-from test_start_failure import FINE, REASON, TYPO, User, _pid_alive
+from test_start_failure import (
+    FINE,
+    REASON,
+    TYPO,
+    User,
+    _pid_alive,
+    user_fixture,  # noqa: F401  (the `user` fixture)
+)
 
 from ocrwatch.control import restart
-
-
-@pytest.fixture
-def user(tmp_path: Path) -> Iterator[User]:
-    u = User(tmp_path)
-    try:
-        yield u
-    finally:
-        u.close()
 
 
 def _cmdline(pid: int) -> list[str]:

@@ -84,8 +84,8 @@ class User:
         self.home.cleanup()
 
 
-@pytest.fixture
-def user(tmp_path: Path) -> Iterator[User]:
+@pytest.fixture(name="user")  # also for test_restart and test_uninstall, which import it
+def user_fixture(tmp_path: Path) -> Iterator[User]:
     u = User(tmp_path)
     try:
         yield u

@@ -9,24 +9,19 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from helpers import wait_for
-from test_start_failure import FINE, User, _pid_alive
+from test_start_failure import (
+    FINE,
+    User,
+    _pid_alive,
+    user_fixture,  # noqa: F401  (the `user` fixture)
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 USERS_OWN = "# the user's own\nalias ll='ls -l'\n"
-
-
-@pytest.fixture
-def user(tmp_path: Path) -> Iterator[User]:
-    u = User(tmp_path)
-    try:
-        yield u
-    finally:
-        u.close()
 
 
 def _stand_in_venv(where: Path) -> Path:
