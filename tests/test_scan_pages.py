@@ -739,6 +739,26 @@ def test_the_skew_measure_sums_squared_steps_between_rows() -> None:
     assert deskew._sharpness(Image.new("L", (40, 1), 255), 0.0) == 0.0
 
 
+def test_the_skew_measure_turns_ink_as_coordinates_as_an_image_turn_would() -> None:
+    """The angle measure turns the ink's coordinates: its row profile matches the one of
+    the mask turned as an image (same measure, same sign), at any angle."""
+    upright, _lines, _ = letter(7, 12)
+    mask = deskew._mask(upright.rotate(4.0, resample=Image.Resampling.BICUBIC,
+                                       expand=True, fillcolor="white"))
+    ink = deskew._Ink(mask)
+    angles = [x / 2 for x in range(-16, 17)]
+    by_coordinates = [ink.sharpness(a) for a in angles]
+    by_image = [deskew._sharpness(mask, a) for a in angles]
+    best = angles[by_coordinates.index(max(by_coordinates))]
+    assert best == angles[by_image.index(max(by_image))] == -4.0
+    # Both measures rise and fall together over the angles (rank correlation).
+    order = sorted(range(len(angles)), key=by_coordinates.__getitem__)
+    ranks = sorted(range(len(angles)), key=by_image.__getitem__)
+    assert sum(abs(order.index(i) - ranks.index(i)) for i in range(len(angles))) \
+        <= 2 * len(angles)
+    assert deskew._Ink(Image.new("L", (40, 30), 0)).sharpness(3.0) == 0.0
+
+
 def test_faint_print_is_told_from_show_through_by_its_mirror_image() -> None:
     """Both hold too little ink to read (under 30% darker than the paper); the faint
     print reads as print to OSD once stretched, the show-through only mirrored."""

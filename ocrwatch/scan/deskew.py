@@ -7,10 +7,17 @@ angle at which the rows are sharpest (text lines and the gaps between them as di
 as they can be: the largest sum of squared differences between neighbouring rows) is
 the skew. A page is only turned when that angle is at least ``MIN_ANGLE`` and clearly
 sharper than leaving it: a straight page is never touched.
+
+The 58 candidate angles turn the ink's coordinates (numpy), not the mask: a turned
+coordinate falls into a row at once, where turning the image costs a resampled copy of
+the whole mask per angle (154 ms a page against 10 ms, ``benchmarks/skew_measure.py``).
 """
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 from PIL import Image, ImageChops
 
 from ocrwatch.scan import inkcover
@@ -45,6 +52,38 @@ def _sharpness(mask: Image.Image, angle: float) -> float:
     return float(sum(count * step * step for step, count in enumerate(steps)))
 
 
+class _Ink:
+    """The mask's ink pixels as coordinates about its centre, ready to be turned.
+
+    Each pixel's turned row position is split between the two rows it falls between
+    (as a bilinear turn of the image would spread it), and the row sums are divided by
+    the mask's width: the same measure as :func:`_sharpness`, without a copy per angle."""
+
+    def __init__(self, mask: Image.Image) -> None:
+        pixels = np.asarray(mask, dtype=np.uint8)
+        ys, xs = np.nonzero(pixels)
+        self.width = mask.width
+        self.xs = xs.astype(np.float64) - (mask.width - 1) / 2
+        self.ys = ys.astype(np.float64) - (mask.height - 1) / 2
+        # Rows reach as far as a turned corner can: nothing falls off the canvas.
+        self.reach = math.ceil(math.hypot(mask.width, mask.height) / 2) + 2
+
+    def sharpness(self, angle: float) -> float:
+        """The sum of squared differences between neighbouring rows' ink, turned ``angle``
+        degrees counter-clockwise (as ``Image.rotate`` turns)."""
+        theta = math.radians(angle)
+        rows = self.ys * math.cos(theta) - self.xs * math.sin(theta) + self.reach
+        low = np.floor(rows)
+        high_share = rows - low
+        at = low.astype(np.int64)
+        size = 2 * self.reach + 2
+        sums = (np.bincount(at, weights=1.0 - high_share, minlength=size)
+                + np.bincount(at + 1, weights=high_share, minlength=size))
+        # An empty row each side: the first and last lines' edges count as the others'.
+        profile = np.concatenate(([0.0], sums * (255.0 / self.width), [0.0]))
+        return float(np.sum(np.diff(profile) ** 2))
+
+
 def skew_angle(image: Image.Image) -> float:
     """The counter-clockwise turn (degrees) that straightens ``image``; 0 when it is
     straight enough or no clear angle stands out.
@@ -56,13 +95,13 @@ def skew_angle(image: Image.Image) -> float:
     if mask.getbbox() is None:
         return 0.0
     # Whole degrees both ways first, then tenths around the best of the sharper way:
-    # 2 x 21 + 16 turns of a small mask.
+    # 2 x 21 + 16 turns of the ink's coordinates.
     coarse = [float(x) for x in range(-round(MAX_ANGLE), round(MAX_ANGLE) + 1)]
-    lines, scored = max(((way, {a: _sharpness(way, a) for a in coarse})
-                         for way in (mask, mask.transpose(Image.Transpose.ROTATE_90))),
+    ways = (_Ink(mask), _Ink(mask.transpose(Image.Transpose.ROTATE_90)))
+    lines, scored = max(((way, {a: way.sharpness(a) for a in coarse}) for way in ways),
                         key=lambda measured: max(measured[1].values()))
     best = max(scored, key=scored.__getitem__)
-    fine = {best + x / 10: _sharpness(lines, best + x / 10) for x in range(-8, 9) if x}
+    fine = {best + x / 10: lines.sharpness(best + x / 10) for x in range(-8, 9) if x}
     fine[best] = scored[best]
     angle = max(fine, key=fine.__getitem__)
     if abs(angle) < MIN_ANGLE or fine[angle] < scored[0.0] * GAIN:
