@@ -23,24 +23,36 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 
 
+# Words of a business letter: real words give the preparation's orientation and reading
+# checks what a scanner's page gives them (bars of ink sent every page to the four-way
+# reading check, where a real page is decided at once).
+WORDS = ("the", "invoice", "of", "March", "was", "paid", "in", "full", "and", "we",
+         "thank", "you", "for", "your", "order", "please", "find", "enclosed", "a", "copy",
+         "delivery", "note", "account", "number", "balance", "due", "on", "receipt",
+         "kind", "regards", "customer", "service", "office", "meeting", "report", "with")
+
+
 def text_page(width: int, height: int, seed: int) -> Any:
-    """A page of dark text lines on white: what a scanner gives, compressed alike."""
-    from PIL import Image, ImageDraw
+    """A page of dark lines of words on white: what a scanner gives, compressed alike."""
+    from PIL import Image, ImageDraw, ImageFont
 
     image = Image.new("RGB", (width, height), "white")
     draw = ImageDraw.Draw(image)
     line = max(12, height // 60)
+    font = ImageFont.load_default(size=line)
+    space = draw.textlength(" ", font=font)
     y = line * 3
     n = seed
     while y < height - line * 3:
-        n = (n * 1103515245 + 12345) & 0x7FFFFFFF
-        x = width // 12
-        while x < width - width // 12:
+        x = float(width // 12)
+        while True:
             n = (n * 1103515245 + 12345) & 0x7FFFFFFF
-            word = line * (2 + n % 6)
-            draw.rectangle([x, y, min(x + word, width - width // 12), y + line * 2 // 3],
-                           fill=(20, 20, 20))
-            x += word + line
+            word = WORDS[n % len(WORDS)]
+            advance = draw.textlength(word, font=font)
+            if x + advance > width - width // 12:
+                break
+            draw.text((x, y), word, font=font, fill=(20, 20, 20))
+            x += advance + space
         y += line * 2
     return image
 
