@@ -45,7 +45,7 @@ from ocrwatch.store.jobs import JobQueue, file_sha256
 WAYS = ("durable", "checkpoint", "no sync")
 
 
-def prepare(queue: JobQueue, inbox: Path, n: int) -> tuple[int, Path, list[Path], str]:
+def prepare(queue: JobQueue, inbox: Path, n: int) -> tuple[int, Path, dict[str, Path], str]:
     original = inbox / f"scan{n}.png"
     original.write_bytes(os.urandom(200_000))
     pdf = pdf_path(inbox / f"scan{n}")
@@ -59,7 +59,7 @@ def prepare(queue: JobQueue, inbox: Path, n: int) -> tuple[int, Path, list[Path]
     assert job is not None and md is not None and txt is not None
     queue.complete(job.id, [PageText(text, text)], engine="bench", md_path=md, txt_path=txt,
                    sha256=sha, retire="pending")
-    return job.id, original, [txt, md, pdf], sha
+    return job.id, original, {"txt": txt, "md": md, "pdf": pdf}, sha
 
 
 def run(folder: Path, files: int, mode: str) -> dict[str, list[float]]:

@@ -473,9 +473,10 @@ class Daemon:
         """The files whose pages are being read now (``ocrwatch add`` shows progress)."""
         return self.scheduler.reading()
 
-    def _was_done(self, source: Path, md: Path | None) -> bool:
-        """Whether the index holds ``source`` (or its Markdown, moved with it) as done."""
-        return self.jobs.was_done(source, md)
+    def _was_done(self, source: Path, outputs: list[Path | None]) -> bool:
+        """Whether the index holds ``source`` (or one of its outputs, moved with it) as
+        done."""
+        return self.jobs.was_done(source, outputs)
 
     def is_idle(self) -> bool:
         """Nothing in hand and nothing queued (the batch notification waits for this)."""

@@ -21,10 +21,10 @@ from ocrwatch.core import events as ev
 from ocrwatch.core.domain import DOUBT_NOTE, Job, PageText, doubt_of
 from ocrwatch.core.errors import InputError, OcrwatchError, TransientError
 from ocrwatch.fs.safeopen import original_mode, root_of, source_root
-from ocrwatch.results.formats import needs_boxes, paths
+from ocrwatch.results.formats import READ_FIRST, main_output, needs_boxes, paths
 from ocrwatch.results.lifecycle import move_failure, output_folder
 from ocrwatch.results.retire import disposal, why_keep
-from ocrwatch.results.sidecar import UserEdits, pdf_path, sidecar_mark, write_sidecars
+from ocrwatch.results.sidecar import UserEdits, sidecar_mark, write_sidecars
 from ocrwatch.store.db import is_disk_full
 from ocrwatch.store.index import pages_of
 
@@ -65,41 +65,43 @@ def finish(ctx: Context, jobs: Sequence[Job], verdict: Verdict,
 
 
 def publish(ctx: Context, job: Job, pages: list[PageText], engine: str) -> Path | None:
-    """Outputs first (searchable PDF, ``.md``, ``.txt``: all or none), then index rows
-    and ``done`` in one transaction, then what follows success (:func:`after_success`).
+    """Outputs first (searchable PDF, ``.md``, ``.txt``, hOCR, ALTO: those configured, all
+    or none), then index rows, the outputs written and ``done`` in one transaction, then
+    what follows success (:func:`after_success`).
 
     Returns the main output's path, or None when the result was not kept.
     """
     folder = output_folder(ctx.config, job.path)
     pages = [_valid_text(p) for p in pages]
-    pdf: Path | None = None
+    outputs = tuple(ctx.config.outputs)
     try:
         # A sidecar the user corrected is never overwritten: the new reading goes beside.
         edits = UserEdits(lambda: pages_of(ctx.jobs.db, job.id))
-        stem = ctx.jobs.files.name_sidecars(job, folder, edits)
-        edits.tell(job.display, stem, tuple(ctx.config.outputs))
+        stem = ctx.jobs.files.name_sidecars(job, folder, edits, outputs)
+        edits.tell(job.display, stem, outputs)
         prepared = []
-        outputs = tuple(ctx.config.outputs)
-        if ctx.pdf is not None and "pdf" in outputs:
-            pdf = pdf_path(stem)
+        # Every output to write, by name (formats.OUTPUTS); None: not written.
+        written: dict[str, Path | None] = {**paths(stem, outputs)}
+        pdf = written.get("pdf")
+        if ctx.pdf is not None and pdf is not None:
             pages, tmp = ctx.pdf.make(job.path, pages, pdf)
             if tmp is None:
-                pdf = None  # could not be made: said in the page's warnings
+                written["pdf"] = None  # could not be made: said in the page's warnings
             else:
                 prepared.append((tmp, pdf))
-        elif ctx.pdf is not None and needs_boxes(outputs):
-            pages = ctx.pdf.place(job.path, pages)  # hOCR, ALTO: each word on its box
+        else:
+            if "pdf" in written:
+                written["pdf"] = None  # no maker for it (no Tesseract)
+            if ctx.pdf is not None and needs_boxes(outputs):
+                pages = ctx.pdf.place(job.path, pages)  # hOCR, ALTO: each word on its box
         source = source_root(job.path, ctx.config.inbox, ctx.config.follow_symlinks)
         pages = [_noted(p) for p in pages]
-        md, txt = write_sidecars(stem, pages, outputs, prepared, name=job.path.name,
-                                 root=ctx.config.output_dir or source,
-                                 original_mode=original_mode(job.path, source),
-                                 mark=sidecar_mark(job.path, job.sha256, engine,
-                                                  ctx.read_with)
-                                 if job.sha256 else None)
-        # Every output written, by name (formats.OUTPUTS): the PDF only when it was made.
-        written = {**paths(stem, outputs), "pdf": pdf}
-        more = {o: p for o, p in written.items() if o not in ("md", "txt", "pdf") and p}
+        write_sidecars(stem, pages, outputs, prepared, name=job.path.name,
+                       root=ctx.config.output_dir or source,
+                       original_mode=original_mode(job.path, source),
+                       mark=sidecar_mark(job.path, job.sha256, engine, ctx.read_with)
+                       if job.sha256 else None)
+        done = {o: p for o, p in written.items() if p is not None}
         retire, keep = None, None
         # What a whole reading may do with the original, as the job row asks now: an
         # `ocrwatch add` may have named the file while it was being read.
@@ -110,18 +112,16 @@ def publish(ctx: Context, job: Job, pages: list[PageText], engine: str) -> Path 
             keep = why_keep(ctx.config, job.path, pages, written)
             retire = "kept" if keep else "pending"
         # Before the commit: a listener's record of it (on_done's) survives a kill now.
-        ctx.events.publish(ev.FileCommitting(job.path, _outputs(md, txt, pdf, more),
-                                             len(pages)))
-        if not ctx.jobs.complete(job.id, pages, engine=engine, md_path=md, txt_path=txt,
+        ctx.events.publish(ev.FileCommitting(job.path, done, len(pages)))
+        if not ctx.jobs.complete(job.id, pages, engine=engine, outputs=written,
                                  sha256=job.sha256, read_with=ctx.read_with,
                                  retire=retire, retire_reason=keep):
             ctx.events.publish(ev.FileNotCommitted(job.path))
             # The content changed (it is queued again) or the file is gone: then
             # these outputs belong to nothing.
             if not ctx.jobs.files.exists(job.id):
-                for path in (md, txt, pdf, *more.values()):
-                    if path is not None:
-                        path.unlink(missing_ok=True)
+                for path in done.values():
+                    path.unlink(missing_ok=True)
             log.info("%s changed or went away while it was read: result dropped", job.display)
             return None
     except (TransientError, InputError) as exc:
@@ -134,37 +134,33 @@ def publish(ctx: Context, job: Job, pages: list[PageText], engine: str) -> Path 
             raise
         ctx.jobs.defer(job.id, "the disk is full", ctx.config.max_attempts, job.sha256)
         return None
-    result = md or txt or pdf
+    result = main_output(done, READ_FIRST)
     log.info("done: %s (%d page%s) -> %s", job.display, len(pages),
              "" if len(pages) == 1 else "s", result.name if result else "")
     if keep:
         log.warning("%s: the original is kept, not %s: %s", job.display,
                     "archived" if mode == "archive" else "deleted", keep)
-    return after_success(ctx, job, md, txt, pdf, pages, engine,
-                         mode=mode if retire == "pending" else "keep", more=more) or result
+    return after_success(ctx, job, done, pages, engine,
+                         mode=mode if retire == "pending" else "keep") or result
 
 
-def after_success(ctx: Context, job: Job, md: Path | None, txt: Path | None,
-                  pdf: Path | None, pages: Sequence[PageText], engine: str, *,
-                  mode: str = "keep", more: Mapping[str, Path] | None = None) -> Path | None:
+def after_success(ctx: Context, job: Job, outputs: Mapping[str, Path],
+                  pages: Sequence[PageText], engine: str, *,
+                  mode: str = "keep") -> Path | None:
     """``mode`` ("keep", "archive", "delete": :func:`disposal`'s answer for a read whose
     original may go), then :class:`~ocrwatch.core.events.FileDone` (on_done, the batch
     count, the metrics).
 
-    ``more``: the file's further outputs by name (hOCR, ALTO), which move with it too.
-    Returns the Markdown sidecar's new place when it moved with the original.
+    ``outputs``: the file's outputs by name, which move with it (every one).
+    Returns the main output's new place when the outputs moved with the original.
     """
     original: Path | None = job.path
     moved: Path | None = None
-    more = dict(more or {})
+    outputs = dict(outputs)
     if mode != "keep":
         ctx.retired.add(job.path)
         try:
-            # The order tells "delete" which result stands for the file: PDF, .md, .txt.
-            outcome = ctx.lifecycle.finish(job.id, job.path,
-                                           [p for p in (txt, md, pdf) if p is not None]
-                                           + list(more.values()),
-                                           job.sha256, mode)
+            outcome = ctx.lifecycle.finish(job.id, job.path, outputs, job.sha256, mode)
         except (OSError, OcrwatchError) as exc:
             # The result is safe; the original stays where it is and is not read again;
             # the job row says "failed" and why, and the next start tries again.
@@ -176,13 +172,11 @@ def after_success(ctx: Context, job: Job, md: Path | None, txt: Path | None,
             ctx.retired.discard(job.path)  # still there: its removal is the user's
         if outcome is not None:
             original = outcome.original
-            md, txt, pdf = (outcome.sidecars.get(p, p) if p else None for p in (md, txt, pdf))
-            more = {o: outcome.sidecars.get(p, p) for o, p in more.items()}
-            moved = md
+            outputs = {o: outcome.sidecars.get(p, p) for o, p in outputs.items()}
+            moved = main_output(outputs, READ_FIRST)
             if original != job.path:
                 ctx.events.publish(ev.OriginalRetired(job.path, original))
-    ctx.events.publish(ev.FileDone(job, pages, engine, original,
-                                   _outputs(md, txt, pdf, more)))
+    ctx.events.publish(ev.FileDone(job, pages, engine, original, outputs))
     return moved
 
 
@@ -212,13 +206,6 @@ def refuse(ctx: Context, job: Job, exc: TransientError | InputError) -> None:
         defer(ctx, job, str(exc))
     else:
         fail(ctx, job, str(exc))
-
-
-def _outputs(md: Path | None, txt: Path | None, pdf: Path | None,
-             more: Mapping[str, Path] | None = None) -> dict[str, Path]:
-    """The outputs written, by name (``more``: hOCR, ALTO...)."""
-    named = {"md": md, "txt": txt, "pdf": pdf, **(more or {})}
-    return {name: path for name, path in named.items() if path is not None}
 
 
 def _noted(page: PageText) -> PageText:

@@ -6,8 +6,11 @@ trigram and name tables are emptied and filled again in one transaction, in chun
 progress bar moves. From the sidecars, each original in the watched folders whose
 ``.txt`` (and ``.md``) are found where ocrwatch writes them gets its job back as done,
 with its pages split at the form feeds (``.txt``) and page markers (``.md``): nothing is
-read by the engine again. A sidecar ocrwatch marked (:data:`ocrwatch.results.sidecar.MARK_ATTR`)
-says for which content it was written: one for other content is stale, and its original
+read by the engine again. Every output found beside them under the same stem (the
+searchable PDF, hOCR, ALTO: :data:`ocrwatch.results.formats.OUTPUTS`) is recorded as the
+job's, so that it follows the file, is archived with it and goes with it. A sidecar
+ocrwatch marked (:data:`ocrwatch.results.sidecar.MARK_ATTR`) says for which content it
+was written: one for other content is stale, and its original
 is queued to be read again over it (never beside it).
 
 The daemon does the same for each new file whose marked sidecars are found
@@ -27,6 +30,7 @@ from ocrwatch.config import Config
 from ocrwatch.core.domain import PageText
 from ocrwatch.core.errors import UsageError
 from ocrwatch.intake.inbox_files import walk
+from ocrwatch.results.formats import OUTPUTS, main_output, paths
 from ocrwatch.results.lifecycle import output_folder
 from ocrwatch.results.sidecar import fitting, read_mark, sidecar_paths
 from ocrwatch.store.db import Database
@@ -84,6 +88,13 @@ def _sidecars_of(original: Path, config: Config, taken: set[Path]) -> tuple[Path
     return None
 
 
+def outputs_beside(txt: Path) -> dict[str, Path]:
+    """Every output found under the stem of ``txt`` (``scan.txt``: ``scan.md``,
+    ``scan.ocr.pdf``, ``scan.hocr``, ``scan.alto.xml``...), by name."""
+    stem = txt.with_name(txt.name.removesuffix(".txt"))
+    return {o: p for o, p in paths(stem, OUTPUTS).items() if _is_file(p)}
+
+
 def archived(config: Config) -> list[Path]:
     """Originals archived after reading (``on_success = "archive"``) whose sidecars went
     with them: beside them in the archive (without ``output_dir``)."""
@@ -94,14 +105,15 @@ def archived(config: Config) -> list[Path]:
     return sorted(walk([archive]))
 
 
-def results_of_deleted(config: Config) -> list[tuple[Path, Path, Path]]:
-    """``on_success = "delete"``: the ``(result, .md, .txt)`` of each original deleted
-    after its reading, known by the marked ``.txt`` it left beside where it was (the
-    index entry named the result: the searchable PDF, else the ``.md``, else the
-    ``.txt``). Only marked sidecars say which original they had."""
+def results_of_deleted(config: Config) -> list[tuple[Path, dict[str, Path]]]:
+    """``on_success = "delete"``: the result and outputs (by name) of each original
+    deleted after its reading, known by the marked ``.txt`` it left beside where it was
+    (the index entry named the result: :func:`~ocrwatch.results.formats.main_output`,
+    the searchable PDF, else the ``.md``, else the ``.txt``). Only marked sidecars say
+    which original they had."""
     if config.on_success != "delete" or config.output_dir is not None:
         return []
-    out: list[tuple[Path, Path, Path]] = []
+    out: list[tuple[Path, dict[str, Path]]] = []
     for root in config.inbox:
         for folder, dirs, names in os.walk(root, followlinks=False):
             dirs[:] = sorted(d for d in dirs if not d.startswith("."))
@@ -113,11 +125,8 @@ def results_of_deleted(config: Config) -> list[tuple[Path, Path, Path]]:
                 if mark is None or mark.get("name") is None \
                         or os.path.lexists(txt.parent / str(mark["name"])):
                     continue  # not ours, or its original is there (restored as such)
-                stem = txt.with_suffix("")
-                md = stem.with_name(stem.name + ".md")
-                pdf = stem.with_name(stem.name + ".ocr.pdf")
-                result = next((p for p in (pdf, md) if _is_file(p)), txt)
-                out.append((result, md, txt))
+                found = outputs_beside(txt)
+                out.append((main_output(found) or txt, found))
     return out
 
 
@@ -176,28 +185,29 @@ def from_sidecars(config: Config, db: Database, progress: Progress | None = None
         if progress is not None:
             progress(1)
     if deleted:
-        for result, md, txt in results_of_deleted(config):
-            if jobs.known(result) is not None or jobs.files.sidecars_owned(md, txt):
+        for result, outputs in results_of_deleted(config):
+            if jobs.known(result) is not None or jobs.files.outputs_owned(outputs.values()):
                 continue
             try:
-                pages += _restore_result(jobs, result, md, txt)
+                pages += _restore_result(jobs, result, outputs)
                 files += 1
             except (OSError, UnicodeDecodeError) as exc:
                 log.warning("cannot restore %s from its sidecars: %s", result, exc)
     return Restored(files, pages, missing)
 
 
-def _restore_result(jobs: JobQueue, result: Path, md: Path, txt: Path) -> int:
-    """The entry of an original deleted after reading, named by its result."""
+def _restore_result(jobs: JobQueue, result: Path, outputs: dict[str, Path]) -> int:
+    """The entry of an original deleted after reading, named by its result, with every
+    output found beside it."""
+    txt, md = outputs["txt"], outputs.get("md")
     mark = read_mark(txt) or {}
     text = txt.read_text(encoding="utf-8")
-    markdown = md.read_text(encoding="utf-8") if _is_file(md) else None
+    markdown = md.read_text(encoding="utf-8") if md is not None else None
     read = split_pages(text, markdown)
     sha = str(mark.get("sha256"))
     job_id = jobs.files.restore(result, os.stat(result), sha, original_gone=True)
-    jobs.complete(job_id, read, engine=mark.get("engine") or "sidecars",
-                  md_path=md if markdown is not None else None, txt_path=txt, sha256=sha,
-                  read_with=mark.get("read_with"))
+    jobs.complete(job_id, read, engine=mark.get("engine") or "sidecars", outputs=outputs,
+                  sha256=sha, read_with=mark.get("read_with"))
     return len(read)
 
 
@@ -241,18 +251,19 @@ def _restore(jobs: JobQueue, original: Path, st: os.stat_result, sha: str,
             return None  # an archived original is read again only when put back
         jobs.offer(original, st.st_size, st.st_mtime_ns, sha, dev=st.st_dev, inode=st.st_ino)
         job = jobs.known(original)
-        if job is not None:
-            jobs.files.reserve_sidecars(job.id, md, txt)
+        if job is not None:  # its outputs' names, to be written over
+            jobs.files.reserve_outputs(job.id, {"md": md, "txt": txt, **outputs_beside(txt)})
         log.info("%s changed since its sidecars were written: read again over them",
                  original)
         return 0
+    outputs = outputs_beside(txt)
     text = txt.read_text(encoding="utf-8")
-    markdown = md.read_text(encoding="utf-8") if _is_file(md) else None
+    markdown = md.read_text(encoding="utf-8") if "md" in outputs else None
     read = split_pages(text, markdown)
     job_id = jobs.files.restore(original, st, sha)
+    # Every output found under the sidecars' stem is the job's (the PDF, hOCR, ALTO...).
     jobs.complete(job_id, read, engine=(mark or {}).get("engine") or "sidecars",
-                  md_path=md if markdown is not None else None, txt_path=txt, sha256=sha,
-                  read_with=(mark or {}).get("read_with"))
+                  outputs=outputs, sha256=sha, read_with=(mark or {}).get("read_with"))
     if marked:
         log.info("%s restored from its sidecars (%d page%s): not read again", original,
                  len(read), "" if len(read) == 1 else "s")

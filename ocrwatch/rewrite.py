@@ -8,7 +8,8 @@ boxes over the original's pages. A page stored without its layout (read before t
 index kept it, or without an output that needed boxes) gets Tesseract's word boxes of
 the original's page, as for a file read by a model engine: that page is looked at again
 (the count says so), and the layout found is stored. Only what is missing is written,
-next to the sidecars the file already has, all or none per file; an original that is
+next to the sidecars the file already has, all or none per file, and recorded among the
+job's outputs (store/jobs.py: ``job_outputs``); an original that is
 gone, changed since it was read, or has no stored text is left alone.
 """
 
@@ -55,7 +56,9 @@ def missing_outputs(ctx: Context, pdf: PdfMaker | None) -> Written:
         if (st.st_size, st.st_mtime_ns) != (job.size, job.mtime_ns):
             skipped += 1  # changed since it was read: the daemon reads it again anyway
             continue
-        stem = ctx.jobs.files.name_sidecars(job, output_folder(ctx.config, job.path))
+        # The stem its outputs have (or would have): nothing reserved before writing.
+        stem = ctx.jobs.files.name_sidecars(job, output_folder(ctx.config, job.path),
+                                            outputs=())
         where = paths(stem, wanted)
         missing = [o for o in wanted if not where[o].exists()]
         if not missing:
@@ -88,10 +91,13 @@ def missing_outputs(ctx: Context, pdf: PdfMaker | None) -> Written:
             log.warning("%s: the new outputs were not written: %s", job.display, exc)
             skipped += 1
             continue
+        # Recorded with the job: they follow it, are archived and deleted with it.
+        made = [*rendered, *("pdf" for _ in prepared)]
+        ctx.jobs.files.reserve_outputs(job.id, {o: where[o] for o in made})
         files += 1
-        outputs += len(rendered) + len(prepared)
+        outputs += len(made)
         log.info("%s: wrote %s from the stored %s", job.display,
-                 ", ".join([*rendered, *("pdf" for _ in prepared)]),
+                 ", ".join(made),
                  "text" if not needs_boxes(missing) or not unplaced
                  else "text, Tesseract finding the word boxes again")
     return Written(files, outputs, skipped, placed)

@@ -76,7 +76,8 @@ def test_hook_gets_the_final_paths_as_arguments_and_environment(
 def test_without_placeholders_the_path_is_the_last_argument(
         tmp_path: Path, hook: tuple[Path, Path]) -> None:
     script, record = hook
-    item = Finished(source=tmp_path / "in.png", original=None, md=tmp_path / "in.md", pages=3)
+    item = Finished(source=tmp_path / "in.png", original=None,
+                    outputs={"md": tmp_path / "in.md"}, pages=3)
     assert run_hook([sys.executable, str(script), "--flag"], item, 30) == 0
     data = json.loads(record.read_text())
     assert data["argv"] == ["--flag", str(tmp_path / "in.png")]  # deleted: where it was

@@ -180,7 +180,7 @@ CHILD = textwrap.dedent("""
     config = Config(inbox=[Path(inbox)], database=Path(db_path), on_success="archive",
                     archive_dir=Path(archive))
     Lifecycle(config, Database(db_path)).finish(int(job_id), original,
-                                                [Path(inbox) / "crash.md"], None, "archive")
+                                                {"md": Path(inbox) / "crash.md"}, None, "archive")
 """)
 
 

@@ -23,6 +23,7 @@ SCHEMA = "store/migrations.py"
 OWNERS = {
     "jobs": "store/jobs.py",  # the queue and its file bookkeeping
     "moves": "store/jobs.py",  # the journal of originals being archived
+    "job_outputs": "store/jobs.py",  # each job's outputs by name (md, txt, pdf, hocr...)
     "pages": "store/index.py",
     "pages_fts": "store/index.py",  # kept by triggers; rebuilt by `ocrwatch reindex`
     "pages_tri": "store/index.py",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 MD_SUFFIX = ".md"
@@ -14,11 +15,16 @@ TXT_SUFFIX = ".txt"
 PDF_SUFFIX = ".ocr.pdf"
 HOCR_SUFFIX = ".hocr"
 ALTO_SUFFIX = ".alto.xml"
+# Every output a file may get, as ``outputs`` spells them, and its file suffix: the one
+# table of names (ocrwatch/results/formats.py registers how each is made). The config's
+# check, the hook placeholders ({md}, {alto}...), the hook journal and the queue's
+# reserved names follow it; it lives here, below them all, because the config and the
+# store may not import the results.
+SUFFIXES: dict[str, str] = {"md": MD_SUFFIX, "txt": TXT_SUFFIX, "pdf": PDF_SUFFIX,
+                            "hocr": HOCR_SUFFIX, "alto": ALTO_SUFFIX}
+OUTPUT_NAMES = tuple(SUFFIXES)
 # Outputs named like the PDF: shortened on their own when the stem is long.
-_LONG_SUFFIXES = (PDF_SUFFIX, HOCR_SUFFIX, ALTO_SUFFIX)
-# Every output a file may get, as ``outputs`` spells them (ocrwatch/results/formats.py
-# registers how each is made); the hook placeholders ({md}, {alto}...) follow this list.
-OUTPUT_NAMES = ("md", "txt", "pdf", "hocr", "alto")
+_LONG_SUFFIXES = tuple(s for s in SUFFIXES.values() if s not in (MD_SUFFIX, TXT_SUFFIX))
 NAME_MAX = 255  # bytes in a file name on Linux's file systems (ext4, btrfs, xfs, tmpfs)
 _HASH = 12  # hex digits of the whole name's SHA-256 kept in a shortened name
 
@@ -75,6 +81,19 @@ def choose_stem(source: Path, folder: Path, others: set[Path], own: set[Path]) -
 def sidecar_paths(stem: Path) -> tuple[Path, Path]:
     """``STEM.md`` and ``STEM.txt``."""
     return stem.with_name(stem.name + MD_SUFFIX), stem.with_name(stem.name + TXT_SUFFIX)
+
+
+def output_path(stem: Path, name: str) -> Path:
+    """Where the output ``name`` (:data:`SUFFIXES`) of ``stem`` goes."""
+    suffix = SUFFIXES[name]
+    if suffix in _LONG_SUFFIXES:
+        return suffixed(stem, suffix)
+    return stem.with_name(stem.name + suffix)
+
+
+def output_paths(stem: Path, names: Iterable[str]) -> dict[str, Path]:
+    """Where each of ``names`` goes for ``stem`` (names not in :data:`SUFFIXES` left out)."""
+    return {n: output_path(stem, n) for n in names if n in SUFFIXES}
 
 
 def pdf_path(stem: Path) -> Path:

@@ -2,9 +2,10 @@
 
 ``on_done`` is an argv list, never a shell string, so no file name can inject a command.
 The paths of the finished file are passed in the environment (``OCRWATCH_FILE``...) and
-as arguments: ``{file}``, ``{source}``, ``{md}``, ``{txt}``, ``{pdf}`` in an argument are
-replaced; with none of them, the original's path is appended as the last argument. A
-value is never code: a placeholder in a shell's command string or an interpreter's code
+as arguments: ``{file}``, ``{source}`` and one placeholder per output (``{md}``, ``{txt}``,
+``{pdf}``, ``{hocr}``, ``{alto}``: core/naming.OUTPUT_NAMES) in an argument are replaced;
+with none of them, the original's path is appended as the last argument. A value is
+never code: a placeholder in a shell's command string or an interpreter's code
 (``["/bin/sh", "-c", "notify {file}"]``) is refused (:mod:`ocrwatch.core.hookshell`).
 The program runs in its own session with a timeout, after which it is ended with
 everything it started (its session, its descendants, and what carries its environment
@@ -59,28 +60,20 @@ class Finished:
 
     source: Path
     original: Path | None  # None when on_success deleted it
-    md: Path | None = None
-    txt: Path | None = None
-    pdf: Path | None = None
+    # Its outputs by name ("md", "txt", "pdf", "hocr"...), where written.
+    outputs: Mapping[str, Path | None] = field(default_factory=dict)
     pages: int = 0
     sha256: str | None = None  # its content: a copy on_done made of it is told apart
-    # Its other outputs by name ("hocr", "alto"), where written.
-    more: Mapping[str, Path | None] = field(default_factory=dict)
 
-    def outputs(self) -> dict[str, Path | None]:
-        """Each output a file may get (core/naming.OUTPUT_NAMES) and where it is."""
-        have = {"md": self.md, "txt": self.txt, "pdf": self.pdf, **self.more}
-        return {o: have.get(o) for o in OUTPUT_NAMES}
-
-
-def _more(outputs: Mapping[str, Path]) -> dict[str, Path | None]:
-    """An event's outputs beyond the first three (Finished.more)."""
-    return {o: p for o, p in outputs.items() if o not in ("md", "txt", "pdf")}
+    def named(self) -> dict[str, Path | None]:
+        """Each output a file may get (core/naming.OUTPUT_NAMES) and where it is (None:
+        not written)."""
+        return {o: self.outputs.get(o) for o in OUTPUT_NAMES}
 
 
 def hook_argv(argv: list[str], item: Finished) -> list[str]:
     values = {"{file}": item.original, "{source}": item.source,
-              **{f"{{{o}}}": p for o, p in item.outputs().items()}}
+              **{f"{{{o}}}": p for o, p in item.named().items()}}
     if not any(p in arg for arg in argv for p in PLACEHOLDERS):
         # The path goes last: checked as a placeholder there is (sh -c, perl -e).
         argv = [*argv, "{file}" if item.original else "{source}"]
@@ -99,7 +92,7 @@ def hook_env(item: Finished) -> dict[str, str]:
         "OCRWATCH_FILE": str(item.original) if item.original else "",
         "OCRWATCH_SOURCE": str(item.source),
         # OCRWATCH_MD, _TXT, _PDF, _HOCR, _ALTO: "" for one not written.
-        **{f"OCRWATCH_{o.upper()}": str(p) if p else "" for o, p in item.outputs().items()},
+        **{f"OCRWATCH_{o.upper()}": str(p) if p else "" for o, p in item.named().items()},
         "OCRWATCH_PAGES": str(item.pages),
         "OCRWATCH_DELETED": "1" if item.original is None else "0",
         _MARKER: uuid.uuid4().hex,  # finds what the hook left running, at its timeout
@@ -261,7 +254,7 @@ class AfterDone(Service):
                         if str(config.database) != ":memory:" else None)
         self._pending: dict[Path, Path] = {}  # source -> its .pending record
         # Whether the index says a pending record's file is done (set by the daemon).
-        self.was_done: Callable[[Path, Path | None], bool] | None = None
+        self.was_done: Callable[[Path, list[Path | None]], bool] | None = None
         self._lock = threading.Lock()
         self._started = False
         self._closed = False  # the thread ended: a hook queued now would never run
@@ -291,7 +284,7 @@ class AfterDone(Service):
         def done_in_index(entry: Entry) -> bool:
             source = entry.values.get("source")
             return (was_done is not None and source is not None
-                    and was_done(source, entry.values.get("md")))
+                    and was_done(source, [entry.values.get(o) for o in OUTPUT_NAMES]))
 
         waiting, cut = self.journal.recover(done_in_index)
         for entry in cut:
@@ -339,12 +332,10 @@ class AfterDone(Service):
             self.notice.listen(events),  # first: it counts before the check is asked for
             events.subscribe(ev.OutcomeEnded, lambda _e: self._check()),
             events.subscribe(ev.FileCommitting, lambda e: self.expect(
-                e.source, e.outputs.get("md"), e.outputs.get("txt"), e.outputs.get("pdf"),
-                e.pages, more=_more(e.outputs))),
+                e.source, e.outputs, e.pages)),
             events.subscribe(ev.FileNotCommitted, lambda e: self.forget(e.source)),
             events.subscribe(ev.FileDone, lambda e: self.done(Finished(
-                e.job.path, e.original, e.outputs.get("md"), e.outputs.get("txt"),
-                e.outputs.get("pdf"), len(e.pages), e.job.sha256, more=_more(e.outputs)))),
+                e.job.path, e.original, dict(e.outputs), len(e.pages), e.job.sha256))),
         ]
 
         def stop() -> None:
@@ -358,13 +349,12 @@ class AfterDone(Service):
         if self._started:
             self._queue.put(("check", None))
 
-    def expect(self, source: Path, md: Path | None, txt: Path | None, pdf: Path | None,
-               pages: int, more: Mapping[str, Path | None] | None = None) -> None:
+    def expect(self, source: Path, outputs: Mapping[str, Path | None], pages: int) -> None:
         """``source`` is about to be marked done: its hook is recorded first, so that a
-        kill between the index's commit and :meth:`done` loses none. ``more``: its
-        other outputs by name (Finished.more)."""
+        kill between the index's commit and :meth:`done` loses none. ``outputs``: its
+        outputs by name (Finished.outputs)."""
         if self._started and self.config.on_done and self.journal is not None:
-            item = Finished(source, source, md, txt, pdf, pages, more=more or {})
+            item = Finished(source, source, dict(outputs), pages)
             record = self.journal.add(_values(item), pages, pending=True)
             if record is not None:
                 with self._lock:
@@ -463,7 +453,7 @@ def _log_not_run(name: str, record: Path | None) -> None:
 
 
 def _values(item: Finished) -> dict[str, Path | None]:
-    return {"source": item.source, "original": item.original, **item.outputs()}
+    return {"source": item.source, "original": item.original, **item.named()}
 
 
 def _queued(kind: str, value: object) -> tuple[Finished, Path | None]:
@@ -472,9 +462,8 @@ def _queued(kind: str, value: object) -> tuple[Finished, Path | None]:
         assert isinstance(value, Entry)
         v = value.values
         source = v["source"] or Path()
-        more = {o: v.get(o) for o in OUTPUT_NAMES if o not in ("md", "txt", "pdf")}
-        return Finished(source, v["original"], v["md"], v["txt"], v["pdf"],
-                        value.pages, more=more), value.path
+        return Finished(source, v["original"], {o: v.get(o) for o in OUTPUT_NAMES},
+                        value.pages), value.path
     assert isinstance(value, tuple)
     item, record = value
     assert isinstance(item, Finished) and (record is None or isinstance(record, Path))

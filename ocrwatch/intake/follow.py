@@ -18,26 +18,13 @@ from pathlib import Path
 from ocrwatch.config import Config
 from ocrwatch.core.domain import Job, PageText
 from ocrwatch.pages.thumbs import Thumbnails
-from ocrwatch.results.formats import OUTPUTS
+from ocrwatch.results.formats import main_output, paths, plain
 from ocrwatch.results.lifecycle import output_folder
-from ocrwatch.results.sidecar import (
-    MD_SUFFIX,
-    TXT_SUFFIX,
-    choose_stem,
-    move_without_overwriting,
-    remove_if_ours,
-    sidecar_paths,
-)
+from ocrwatch.results.sidecar import choose_stem, move_without_overwriting, remove_if_ours
 from ocrwatch.store.jobfiles import Forgotten, Moved
 from ocrwatch.store.jobs import JobQueue
 
 log = logging.getLogger(__name__)
-
-
-def _made(md: Path) -> list[Path]:
-    """Where the outputs named after ``md``'s stem (all but .md and .txt) would be."""
-    return [o.path(md.with_suffix("")) for o in OUTPUTS.values()
-            if o.suffix not in (MD_SUFFIX, TXT_SUFFIX)]
 
 
 def _on_another_device(path: Path, dev: int | None) -> bool:
@@ -203,68 +190,65 @@ class Follower:
 
     # -- sidecars and thumbnails ---------------------------------------------------------
     def _sidecars_left(self, job_id: int) -> bool:
-        """Whether a job's recorded sidecars (or its searchable PDF) are still on disk, or
-        it has none recorded (queued, failed): only then is there something to follow."""
+        """Whether one of a job's recorded outputs is still on disk, or it has none
+        recorded (queued, failed): only then is there something to follow."""
         own = self.jobs.files.own_sidecars(job_id)
-        made = {p for md in own for p in _made(md)}
-        return not own or any(os.path.lexists(p) for p in own | made)
+        return not own or any(os.path.lexists(p) for p in own)
 
     def _place_sidecars(self, moved: Moved) -> None:
-        """Move a moved file's sidecars to where a fresh read would have put them."""
-        if moved.md_path is None or moved.txt_path is None:
+        """Move a moved file's outputs (every one recorded: .md, .txt, PDF, hOCR, ALTO...)
+        to where a fresh read would have put them."""
+        was = dict(moved.outputs)
+        if not was:
             return
-        md0, txt0 = moved.md_path, moved.txt_path
-        if not (os.path.lexists(md0) or os.path.lexists(txt0)):
+        if not any(os.path.lexists(p) for p in was.values()):
             # Polling reports the files of a moved folder before the folder itself: their
-            # sidecars beside them have moved already, to the same place relative to them.
+            # outputs beside them have moved already, to the same place relative to them.
             try:
-                md1 = moved.path.parent / md0.relative_to(moved.old.parent)
-                txt1 = moved.path.parent / txt0.relative_to(moved.old.parent)
+                there = {o: moved.path.parent / p.relative_to(moved.old.parent)
+                         for o, p in was.items()}
             except ValueError:
                 pass
             else:
-                if os.path.lexists(md1) or os.path.lexists(txt1):
-                    md0, txt0 = md1, txt1
+                if any(os.path.lexists(p) for p in there.values()):
+                    was = there
         if self.config.output_dir is not None and self.config.output_layout == "date":
-            folder = md0.parent  # filed by the month it was read: only the name follows
+            # Filed by the month it was read: only the name follows.
+            folder = (main_output(was) or next(iter(was.values()))).parent
         else:
             folder = output_folder(self.config, moved.path)
         stem = choose_stem(moved.path, folder, self.jobs.files.sidecars_of_others(moved.id),
-                           {md0, txt0})
-        md, txt = sidecar_paths(stem)
-        if (md, txt) == (md0, txt0):
-            if (md0, txt0) != (moved.md_path, moved.txt_path):
-                self.jobs.files.reserve_sidecars(moved.id, md0, txt0)
+                           set(was.values()))
+        new = paths(stem, was)
+        if new == was:
+            if was != moved.outputs:
+                self.jobs.files.reserve_outputs(moved.id, was)
             return
         placed: list[tuple[Path, Path]] = []
-        pairs = [(md0, md), (txt0, txt)]
-        # The outputs named after the .md's stem (PDF, hOCR, ALTO) follow it too.
-        for output in OUTPUTS.values():
-            old = output.path(md0.with_suffix(""))
-            if output.suffix not in (MD_SUFFIX, TXT_SUFFIX) and os.path.lexists(old):
-                pairs.append((old, output.path(stem)))
-        for old, new in pairs:
-            if not os.path.lexists(old):
+        for name, old in was.items():
+            if name not in new or not os.path.lexists(old):
                 continue  # the user removed it: nothing to carry
-            if move_without_overwriting(old, new):
-                placed.append((old, new))
+            if move_without_overwriting(old, new[name]):
+                placed.append((old, new[name]))
             else:
-                log.warning("could not move %s to %s; it stays where it is", old, new)
-                # Keep the pair together and the record pointing at what is there.
+                log.warning("could not move %s to %s; it stays where it is", old, new[name])
+                # Keep the outputs together and the record pointing at what is there.
                 for o, n in placed:
                     move_without_overwriting(n, o)
-                self.jobs.files.reserve_sidecars(moved.id, md0, txt0)
+                self.jobs.files.reserve_outputs(moved.id, was)
                 return
-        self.jobs.files.reserve_sidecars(moved.id, md, txt)
+        self.jobs.files.reserve_outputs(moved.id, {**was, **new})
 
     @staticmethod
     def _remove_made(item: Forgotten) -> list[Path]:
-        """The outputs named after the .md (searchable PDF, hOCR, ALTO) that ocrwatch
-        wrote, unless changed after they were written."""
-        if item.md_path is None or item.finished is None:
+        """The outputs that the stored text cannot tell (searchable PDF, hOCR, ALTO) that
+        ocrwatch wrote, unless changed after they were written."""
+        if item.finished is None:
             return []
         removed = []
-        for path in _made(item.md_path):
+        for name, path in item.outputs.items():
+            if plain(name):
+                continue  # told by their text (remove_if_ours)
             try:
                 if path.is_symlink() or path.stat().st_mtime > item.finished + 1.0:
                     continue
@@ -278,7 +262,7 @@ class Follower:
         for item in forgotten:
             if self.config.delete_sidecars:
                 pages = [PageText(markdown=m, text=t) for m, t in item.pages]
-                removed = remove_if_ours(item.md_path, item.txt_path, pages)
+                removed = remove_if_ours(item.outputs, pages)
                 removed += self._remove_made(item)
                 if removed:
                     log.info("removed %s", ", ".join(p.name for p in removed))

@@ -2,27 +2,22 @@
 it), file suffix, how it is rendered from the pages read, and how a written file is
 verified before the original may be archived or deleted.
 
-Adding a format is one record here (and its renderer): the sidecar writer, ``reread
---outputs``, the check before retiring an original and the moves that follow it loop
-over :data:`OUTPUTS`. The searchable PDF is made from the original's pages as well as
-the text (:class:`ocrwatch.results.outputs.PdfMaker`), so it has no ``render`` here.
+Adding a format is its name and suffix in :data:`ocrwatch.core.naming.SUFFIXES` and one
+record here (with its renderer): the sidecar writer, ``reread --outputs``, the check
+before retiring an original, the job's recorded outputs (``job_outputs``) and, through
+them, the moves that follow a file, archiving, deleting, ``reindex --from-sidecars`` and
+the hooks loop over the names. The searchable PDF is made from the original's pages as
+well as the text (:class:`ocrwatch.results.outputs.PdfMaker`), so it has no ``render`` here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from ocrwatch.core.domain import PageText
-from ocrwatch.core.naming import (
-    ALTO_SUFFIX,
-    HOCR_SUFFIX,
-    MD_SUFFIX,
-    PDF_SUFFIX,
-    TXT_SUFFIX,
-    suffixed,
-)
+from ocrwatch.core.naming import SUFFIXES, output_path, output_paths
 from ocrwatch.results import alto, hocr
 from ocrwatch.results.textout import render_markdown, render_text
 
@@ -32,16 +27,17 @@ Verify = Callable[[Path, list[PageText]], str | None]  # a problem, or None
 
 @dataclass(frozen=True)
 class Output:
-    name: str
-    suffix: str
+    name: str  # as core/naming.SUFFIXES has it
     render: Render | None  # None: made from the original's pages (the PDF)
     verify: Verify
     boxes: bool = False  # needs each word's box (the page's layout)
 
+    @property
+    def suffix(self) -> str:
+        return SUFFIXES[self.name]
+
     def path(self, stem: Path) -> Path:
-        if self.suffix in (MD_SUFFIX, TXT_SUFFIX):
-            return stem.with_name(stem.name + self.suffix)
-        return suffixed(stem, self.suffix)
+        return output_path(stem, self.name)
 
 
 OUTPUTS: dict[str, Output] = {}
@@ -88,13 +84,13 @@ def _xml_pages(tag: str) -> Verify:
     return verify
 
 
-register(Output("md", MD_SUFFIX, lambda pages, _name: render_markdown(pages),
+register(Output("md", lambda pages, _name: render_markdown(pages),
                 _same_text(render_markdown)))
-register(Output("txt", TXT_SUFFIX, lambda pages, _name: render_text(pages),
+register(Output("txt", lambda pages, _name: render_text(pages),
                 _same_text(render_text)))
-register(Output("pdf", PDF_SUFFIX, None, _pdf_pages, boxes=True))
-register(Output("hocr", HOCR_SUFFIX, hocr.render, _xml_pages("ocr_page"), boxes=True))
-register(Output("alto", ALTO_SUFFIX, alto.render, _xml_pages("Page"), boxes=True))
+register(Output("pdf", None, _pdf_pages, boxes=True))
+register(Output("hocr", hocr.render, _xml_pages("ocr_page"), boxes=True))
+register(Output("alto", alto.render, _xml_pages("Page"), boxes=True))
 
 
 def needs_boxes(outputs: Iterable[str]) -> bool:
@@ -104,7 +100,29 @@ def needs_boxes(outputs: Iterable[str]) -> bool:
 
 def paths(stem: Path, outputs: Iterable[str]) -> dict[str, Path]:
     """Where each of ``outputs`` goes for ``stem``."""
-    return {o: OUTPUTS[o].path(stem) for o in outputs if o in OUTPUTS}
+    return output_paths(stem, (o for o in outputs if o in OUTPUTS))
+
+
+# Which output stands for a file whose original was deleted after its reading (its index
+# entry is named by it): the searchable PDF holds the pages themselves, then the text.
+STANDS_FOR = ("pdf", "md", "txt")
+# Which output to open to read a file (the tray's last result): the text first.
+READ_FIRST = ("md", "txt", "pdf")
+
+
+def main_output(outputs: Mapping[str, Path | None],
+                order: tuple[str, ...] = STANDS_FOR) -> Path | None:
+    """The output that stands for the file: the first of ``order`` that ``outputs`` has,
+    else the first other one it has (in :data:`OUTPUTS`' order), else None."""
+    ranked = [*order, *(o for o in OUTPUTS if o not in order), *outputs]
+    return next((p for o in ranked if (p := outputs.get(o)) is not None), None)
+
+
+def plain(name: str) -> bool:
+    """Whether the output ``name`` is rendered from the pages' text alone (.md, .txt), so
+    that what ocrwatch wrote can be told from the stored text."""
+    output = OUTPUTS.get(name)
+    return output is not None and output.render is not None and not output.boxes
 
 
 def rendered(stem: Path, pages: list[PageText], outputs: Iterable[str],

@@ -28,7 +28,7 @@ import logging
 import os
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,7 +45,7 @@ from ocrwatch.fs.fsmove import (
 )
 from ocrwatch.fs.safeopen import LinkRefused, open_dir_beneath
 from ocrwatch.fs.writers import open_for_writing
-from ocrwatch.results.formats import OUTPUTS
+from ocrwatch.results.formats import main_output
 from ocrwatch.results.retire import disposal
 from ocrwatch.store.db import Database
 from ocrwatch.store.jobs import JobQueue
@@ -145,11 +145,13 @@ class Lifecycle:
         self.jobs.record_retire(job_id, retire, reason)
 
     # -- after a good read ---------------------------------------------------------------
-    def finish(self, job_id: int, original: Path, sidecars: list[Path],
+    def finish(self, job_id: int, original: Path, outputs: Mapping[str, Path],
                sha256: str | None = None, mode: str = "keep") -> Outcome:
         """Carry out ``mode`` ("keep", "archive", "delete": what
-        :func:`ocrwatch.results.retire.disposal` says of the job) on ``original`` and the
-        sidecars beside it.
+        :func:`ocrwatch.results.retire.disposal` says of the job) on ``original`` and its
+        outputs beside it (by name: every one the job has; on "delete", the one that
+        stands for the file, :func:`~ocrwatch.results.formats.main_output`, names its
+        index entry).
 
         ``sha256``: the content that was read. A new version saved over the file since
         (an editor's save, a scanner's second pass) was never read: it is left in place,
@@ -166,6 +168,7 @@ class Lifecycle:
                                "it is; set archive_dir, or on_success = \"keep\"")
         verb = "deleted" if mode == "delete" else "archived"
         private = retiring_name(original, job_id)
+        sidecars = list(outputs.values())
         try:
             self._make_durable(sidecars)
             # The journal row, and with it the reading's index row, synced to disk before
@@ -177,7 +180,7 @@ class Lifecycle:
             if not os.path.lexists(original):  # gone meanwhile: nothing left to lose
                 self._settle(job_id, [], None)
                 if mode == "delete":
-                    return self._delete(job_id, original, sidecars)
+                    return self._delete(job_id, original, outputs)
                 return Outcome(original, {})
             self._settle(job_id, [], None, retire=("failed", f"could not be {verb}: a "
                                                    "folder of its results is gone"))
@@ -216,7 +219,7 @@ class Lifecycle:
             # The journal first: a crash before the entry names the result leaves
             # "pending" with the original gone, finished at start (:meth:`resume`).
             self._settle(job_id, [], None, retire=("pending", None))
-            return self._delete(job_id, original, sidecars)
+            return self._delete(job_id, original, outputs)
         return self._archive(job_id, original, private, sidecars)
 
     def _archive(self, job_id: int, original: Path, private: Path,
@@ -312,14 +315,14 @@ class Lifecycle:
                         "at the next start", private, original, move_failure(exc))
             return private
 
-    def _delete(self, job_id: int, original: Path, sidecars: list[Path]) -> Outcome:
+    def _delete(self, job_id: int, original: Path, outputs: Mapping[str, Path]) -> Outcome:
         """Record that ``original`` is deleted (it is gone by now: the file checked under
         its private name was removed, never a file at this name).
 
         The index entry then names the result, so that it stays (the index follows
         the files: an entry whose file is gone is dropped, its sidecars with it).
         """
-        result = next((p for p in reversed(sidecars) if os.path.lexists(p)), None)
+        result = main_output({o: p for o, p in outputs.items() if os.path.lexists(p)})
         self.jobs.deleted_original(job_id, result)
         log.info("deleted %s after reading it (on_success = \"delete\", or as asked by "
                  "`ocrwatch add --on-success delete`)", original)
@@ -531,12 +534,8 @@ class Lifecycle:
             mode = disposal(self.config, job)
             if mode == "keep":
                 continue
-            md, txt = self.jobs.sidecar_names(job.id)
-            outputs = [v for v in (txt, md) if v]
-            if md:  # the outputs named after the .md's stem (PDF, hOCR, ALTO)
-                outputs += [o.path(md.with_suffix("")) for o in OUTPUTS.values()
-                            if o.name not in ("md", "txt")]
-            outputs = [p for p in outputs if os.path.lexists(p)]
+            outputs = {o: p for o, p in self.jobs.outputs_of(job.id).items()
+                       if os.path.lexists(p)}
             if not os.path.lexists(job.path):
                 if mode == "delete" and outputs:
                     # Deleted, then killed before the entry named the result.

@@ -9,7 +9,7 @@ import logging
 import os
 import secrets
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from ocrwatch.core.domain import PageText
@@ -25,7 +25,7 @@ from ocrwatch.core.naming import sidecar_paths as sidecar_paths
 from ocrwatch.fs.fsmove import RETIRING_PREFIX, TEMP_PREFIX, move_no_replace, temp_in
 from ocrwatch.fs.private import sidecar_mode
 from ocrwatch.fs.safeopen import open_dir_beneath
-from ocrwatch.results.formats import paths, rendered
+from ocrwatch.results.formats import OUTPUTS, paths, plain, rendered
 from ocrwatch.results.textout import render_markdown as render_markdown
 from ocrwatch.results.textout import render_text as render_text
 
@@ -307,17 +307,19 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def remove_if_ours(md: Path | None, txt: Path | None, pages: list[PageText]) -> list[Path]:
-    """Delete sidecars that still hold exactly what ocrwatch wrote; returns those deleted.
+def remove_if_ours(outputs: Mapping[str, Path], pages: list[PageText]) -> list[Path]:
+    """Delete the outputs rendered from the text alone (.md, .txt: :func:`ocrwatch.results.
+    formats.plain`) that still hold exactly what ocrwatch wrote; returns those deleted.
 
-    A sidecar the user edited (or replaced with a file of their own) is kept.
+    An output the user edited (or replaced with a file of their own) is kept.
     """
     removed: list[Path] = []
-    for path, expected in ((md, render_markdown(pages)), (txt, render_text(pages))):
-        if path is None or not pages:
+    for name, path in outputs.items():
+        render = OUTPUTS[name].render if plain(name) else None
+        if render is None or not pages:
             continue
         try:
-            if path.is_symlink() or path.read_text(encoding="utf-8") != expected:
+            if path.is_symlink() or path.read_text(encoding="utf-8") != render(pages, ""):
                 continue
             path.unlink()
         except (OSError, UnicodeDecodeError):

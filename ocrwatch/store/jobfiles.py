@@ -23,8 +23,7 @@ class Forgotten:
     id: int
     path: Path
     sha256: str | None
-    md_path: Path | None
-    txt_path: Path | None
+    outputs: dict[str, Path]  # its recorded outputs by name ("md", "pdf", "hocr"...)
     pages: list[tuple[str, str]]  # (markdown, text) of each page, to recognise our sidecars
     finished: float | None = None  # when its result was stored
 
@@ -36,8 +35,8 @@ class Moved:
     id: int
     old: Path
     path: Path
-    md_path: Path | None  # where its sidecars are now (moved along with a folder or not)
-    txt_path: Path | None
+    # Where its outputs are recorded now, by name (moved along with a folder or not).
+    outputs: dict[str, Path]
 
 
 class Seen(StrEnum):

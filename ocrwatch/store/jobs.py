@@ -7,6 +7,11 @@ read alone, and fails when it crashes it again). This module is the only writer 
 states, completes it (with its index rows, in the same transaction), finds a finished copy
 to reuse and records what ``on_success`` did and still owes; the :class:`JobFiles` it
 holds follows where each file is and names and reserves sidecars.
+
+A job's outputs are rows of ``job_outputs`` (job, output name, path), written here only:
+every format alike. ``jobs.md_path`` and ``jobs.txt_path`` are kept in step with the rows
+of "md" and "txt" (:func:`_mirror`): search hits, ``ocrwatch status``'s last result and
+older readers of the index read them.
 """
 
 from __future__ import annotations
@@ -16,13 +21,13 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import BinaryIO
 
 from ocrwatch.core.domain import Job, PageText, State
-from ocrwatch.core.naming import choose_stem, sidecar_paths
+from ocrwatch.core.naming import choose_stem, output_paths
 from ocrwatch.core.status import Failure
 from ocrwatch.store.db import Database, decode_path, display_path, encode_path, put_setting
 from ocrwatch.store.index import drop_pages, pages_of, replace_pages, warnings_json
@@ -113,6 +118,48 @@ def new_id(conn: sqlite3.Connection) -> int:
     new = max(int(top), int(row[0]) if row else 0) + 1
     put_setting(conn, "last_job_id", str(new))
     return new
+
+
+# The outputs that also have a column of their own in ``jobs`` (migration 001).
+_COLUMNS = {"md": "md_path", "txt": "txt_path"}
+
+
+def outputs_in(conn: sqlite3.Connection, job_id: int) -> dict[str, Path]:
+    """The job's recorded outputs, by name, in the order recorded."""
+    return {str(name): decode_path(path) for name, path in conn.execute(
+        "SELECT name, path FROM job_outputs WHERE job_id = ? ORDER BY rowid", (job_id,))}
+
+
+def _record(conn: sqlite3.Connection, job_id: int,
+            outputs: Mapping[str, Path | None]) -> None:
+    """Record ``outputs`` for the job: each name's path (None: it has none now); the
+    outputs not named keep their rows (a PDF written while ``outputs`` held "pdf" stays
+    the file's after "pdf" was dropped: it moves and is archived with it)."""
+    for name, path in outputs.items():
+        if path is None:
+            conn.execute("DELETE FROM job_outputs WHERE job_id = ? AND name = ?",
+                         (job_id, name))
+        else:
+            conn.execute("INSERT INTO job_outputs(job_id, name, path) VALUES (?, ?, ?) "
+                         "ON CONFLICT(job_id, name) DO UPDATE SET path = excluded.path",
+                         (job_id, name, encode_path(path)))
+    _mirror(conn, job_id)
+
+
+def _mirror(conn: sqlite3.Connection, job_id: int) -> None:
+    """``jobs.md_path`` and ``txt_path`` as the job's rows say."""
+    have = outputs_in(conn, job_id)
+    conn.execute("UPDATE jobs SET md_path = ?, txt_path = ? WHERE id = ?",
+                 (*(encode_path(p) if (p := have.get(n)) else None for n in _COLUMNS),
+                  job_id))
+
+
+def _drop_outputs(conn: sqlite3.Connection, job_id: int) -> dict[str, Path]:
+    """Forget the job's outputs; returns what they were."""
+    had = outputs_in(conn, job_id)
+    conn.execute("DELETE FROM job_outputs WHERE job_id = ?", (job_id,))
+    conn.execute("UPDATE jobs SET md_path = NULL, txt_path = NULL WHERE id = ?", (job_id,))
+    return had
 
 
 class JobFiles:
@@ -219,15 +266,14 @@ class JobFiles:
         """
         old_key, new_key = encode_path(old), encode_path(new)
         with self.db.transaction() as conn:
-            row = conn.execute("SELECT id, md_path, txt_path FROM jobs WHERE path = ?",
-                               (old_key,)).fetchone()
+            row = conn.execute("SELECT id FROM jobs WHERE path = ?", (old_key,)).fetchone()
             if row is None:
                 return None, None
             replaced = _forget_where(conn, "path = ?", (new_key,))
             conn.execute("UPDATE jobs SET path = ?, display = ?, updated = ? WHERE id = ?",
                          (new_key, display_path(new), time.time(), row[0]))
-        return (Moved(row[0], old, new, opt_path(row[1]), opt_path(row[2])),
-                replaced[0] if replaced else None)
+            outputs = outputs_in(conn, row[0])
+        return Moved(row[0], old, new, outputs), replaced[0] if replaced else None
 
     def move_tree(self, old: Path, new: Path) -> list[Moved]:
         """A folder was renamed or moved: every row under it follows.
@@ -240,20 +286,23 @@ class JobFiles:
         out: list[Moved] = []
         now = time.time()
         with self.db.transaction() as conn:
-            rows = conn.execute("SELECT id, path, md_path, txt_path FROM jobs "
+            rows = conn.execute("SELECT id, path FROM jobs "
                                 "WHERE path > ? AND path < ?", (low, high)).fetchall()
-            for job_id, key, md, txt in rows:
+            for job_id, key in rows:
                 dest = new_key + key[len(old_key):]
                 for (replaced,) in conn.execute("SELECT id FROM jobs WHERE path = ?",
                                                 (dest,)).fetchall():
                     drop_pages(conn, replaced)
+                    _drop_outputs(conn, replaced)
                 conn.execute("DELETE FROM jobs WHERE path = ?", (dest,))
-                md, txt = (rebase(v, old_key, new_key) for v in (md, txt))
-                conn.execute("UPDATE jobs SET path = ?, display = ?, md_path = ?, txt_path = ?, "
-                             "updated = ? WHERE id = ?",
-                             (dest, display_path(decode_path(dest)), md, txt, now, job_id))
-                out.append(Moved(job_id, decode_path(key), decode_path(dest), opt_path(md),
-                                 opt_path(txt)))
+                conn.execute("UPDATE jobs SET path = ?, display = ?, updated = ? WHERE id = ?",
+                             (dest, display_path(decode_path(dest)), now, job_id))
+                # Outputs kept beside the originals moved with the folder: their names follow.
+                _record(conn, job_id, {name: opt_path(rebase(encode_path(path), old_key,
+                                                             new_key))
+                                       for name, path in outputs_in(conn, job_id).items()})
+                out.append(Moved(job_id, decode_path(key), decode_path(dest),
+                                 outputs_in(conn, job_id)))
         return out
 
     def moved_away(self, dev: int, inode: int, size: int, mtime_ns: int,
@@ -313,16 +362,9 @@ class JobFiles:
         return bool(self.db.query("SELECT 1 FROM jobs WHERE id = ?", (job_id,)))
 
     def sidecars_of_others(self, job_id: int) -> set[Path]:
-        """Sidecar files that belong to other originals (never to be overwritten)."""
-        rows = self.db.query(
-            "SELECT md_path, txt_path FROM jobs WHERE id != ? AND md_path IS NOT NULL", (job_id,)
-        )
-        out: set[Path] = set()
-        for r in rows:
-            out.add(decode_path(r["md_path"]))
-            if r["txt_path"] is not None:
-                out.add(decode_path(r["txt_path"]))
-        return out
+        """Output files that belong to other originals (never to be overwritten)."""
+        rows = self.db.query("SELECT path FROM job_outputs WHERE job_id != ?", (job_id,))
+        return {decode_path(r["path"]) for r in rows}
 
     def refresh(self, job_id: int, size: int, mtime_ns: int, sha256: str) -> None:
         """Record what a running job's file is now (it was refused before being hashed)."""
@@ -330,35 +372,51 @@ class JobFiles:
             conn.execute("UPDATE jobs SET sha256 = ?, size = ?, mtime_ns = ?, updated = ? "
                          "WHERE id = ?", (sha256, size, mtime_ns, time.time(), job_id))
 
-    def reserve_sidecars(self, job_id: int, md: Path, txt: Path) -> None:
-        """Record the sidecar names before writing them, so that after a crash between
-        writing and storing, the next try knows them as its own and reuses them."""
+    def reserve_outputs(self, job_id: int, outputs: Mapping[str, Path | None]) -> None:
+        """Record output names before writing them (so that after a crash between writing
+        and storing, the next try knows them as its own and reuses them), or where they
+        are now (moved with their original); None: the job has no such output now."""
         with self.db.transaction() as conn:
-            conn.execute("UPDATE jobs SET md_path = ?, txt_path = ? WHERE id = ?",
-                         (encode_path(md), encode_path(txt), job_id))
+            _record(conn, job_id, outputs)
+
+    def reserve_sidecars(self, job_id: int, md: Path, txt: Path) -> None:
+        """:meth:`reserve_outputs` for the ``.md`` and ``.txt``."""
+        self.reserve_outputs(job_id, {"md": md, "txt": txt})
 
     def drop_sidecar_names(self, job_id: int) -> None:
-        """Forget a job's sidecar names (they are gone): another file may take them, and
-        the job's later removal cannot mistake that file's sidecars for its own."""
+        """Forget a job's output names (they are gone): another file may take them, and
+        the job's later removal cannot mistake that file's outputs for its own."""
         with self.db.transaction() as conn:
-            conn.execute("UPDATE jobs SET md_path = NULL, txt_path = NULL WHERE id = ?",
-                         (job_id,))
+            _drop_outputs(conn, job_id)
+
+    def outputs_owned(self, paths: Iterable[Path]) -> bool:
+        """Whether a job has one of these output names recorded."""
+        keys = [encode_path(p) for p in paths]
+        marks = ", ".join("?" * len(keys))
+        return bool(keys) and bool(self.db.query(
+            f"SELECT 1 FROM job_outputs WHERE path IN ({marks}) LIMIT 1", tuple(keys)))
 
     def sidecars_owned(self, md: Path, txt: Path) -> bool:
         """Whether a job has these sidecar names recorded."""
-        return bool(self.db.query(
-            "SELECT 1 FROM jobs WHERE md_path = ? OR txt_path = ? LIMIT 1",
-            (encode_path(md), encode_path(txt))))
+        return self.outputs_owned((md, txt))
+
+    def outputs_of(self, job_id: int) -> dict[str, Path]:
+        """The job's recorded outputs, by name ("md", "txt", "pdf", "hocr"...)."""
+        rows = self.db.query("SELECT name, path FROM job_outputs WHERE job_id = ? "
+                             "ORDER BY rowid", (job_id,))
+        return {str(r["name"]): decode_path(r["path"]) for r in rows}
 
     def own_sidecars(self, job_id: int) -> set[Path]:
-        rows = self.db.query("SELECT md_path, txt_path FROM jobs WHERE id = ?", (job_id,))
-        return {decode_path(v) for r in rows for v in (r["md_path"], r["txt_path"]) if v}
+        """Every output name the job has recorded."""
+        return set(self.outputs_of(job_id).values())
 
     def name_sidecars(self, job: Job, folder: Path,
-                      edited: Callable[[Path], bool] | None = None) -> Path:
-        """The stem for the job's sidecars in ``folder``, reserved for it before writing.
+                      edited: Callable[[Path], bool] | None = None,
+                      outputs: Iterable[str] = ("md", "txt")) -> Path:
+        """The stem for the job's outputs in ``folder``, the names of ``outputs`` reserved
+        for it before writing.
 
-        Never a name another original's sidecars hold; the job's own earlier names are
+        Never a name another original's outputs hold; the job's own earlier names are
         reused (a crash between writing and completing leaves them behind), except
         those ``edited`` says someone else changed since: those are the user's now.
         """
@@ -366,7 +424,9 @@ class JobFiles:
         if edited is not None:
             own = {p for p in own if not edited(p)}
         stem = choose_stem(job.path, folder, self.sidecars_of_others(job.id), own)
-        self.reserve_sidecars(job.id, *sidecar_paths(stem))
+        names = output_paths(stem, outputs)
+        if names:
+            self.reserve_outputs(job.id, names)
         return stem
 
 
@@ -505,10 +565,15 @@ class JobQueue:
             return True
 
     def complete(self, job_id: int, pages: list[PageText], *, engine: str,
-                 md_path: Path | None, txt_path: Path | None,
+                 outputs: Mapping[str, Path | None] | None = None,
+                 md_path: Path | None = None, txt_path: Path | None = None,
                  sha256: str | None = None, read_with: str | None = None,
                  retire: str | None = None, retire_reason: str | None = None) -> bool:
         """Replace the job's index rows and mark it done, in one transaction.
+
+        ``outputs``: what was written, by name (None: not written: the job has none of
+        that name now); outputs not named keep what was recorded. Without ``outputs``,
+        ``md_path`` and ``txt_path`` say it for the ``.md`` and ``.txt``.
 
         With ``sha256``, nothing is stored when the file's content changed meanwhile (the
         job was queued again for the new content): returns False then. ``retire``: what
@@ -525,16 +590,14 @@ class JobQueue:
             replace_pages(conn, job_id, pages)
             conn.execute(
                 "UPDATE jobs SET state = 'done', reason = NULL, pages = ?, engine = ?, "
-                "warnings = ?, md_path = ?, txt_path = ?, updated = ?, finished = ?, "
+                "warnings = ?, updated = ?, finished = ?, "
                 "read_with = coalesce(?, read_with), retire = ?, retire_reason = ? "
                 "WHERE id = ?",
-                (
-                    len(pages), engine, warnings_json(warnings),
-                    encode_path(md_path) if md_path else None,
-                    encode_path(txt_path) if txt_path else None,
-                    now, now, read_with, retire, retire_reason, job_id,
-                ),
+                (len(pages), engine, warnings_json(warnings), now, now, read_with, retire,
+                 retire_reason, job_id),
             )
+            _record(conn, job_id, {"md": md_path, "txt": txt_path} if outputs is None
+                    else outputs)
             # Moves journalled for an earlier version of this file are no longer its own.
             conn.execute("DELETE FROM moves WHERE job_id = ?", (job_id,))
         return True
@@ -624,10 +687,9 @@ class JobQueue:
                 if original is not None and src == original:
                     conn.execute("UPDATE jobs SET path = ?, display = ? WHERE id = ? AND path = ?",
                                  (new, display_path(dest), job_id, old))
-                conn.execute("UPDATE jobs SET md_path = ? WHERE id = ? AND md_path = ?",
+                conn.execute("UPDATE job_outputs SET path = ? WHERE job_id = ? AND path = ?",
                              (new, job_id, old))
-                conn.execute("UPDATE jobs SET txt_path = ? WHERE id = ? AND txt_path = ?",
-                             (new, job_id, old))
+            _mirror(conn, job_id)
             conn.execute("DELETE FROM moves WHERE job_id = ?", (job_id,))
             conn.execute("UPDATE jobs SET retire = ?, retire_reason = ? WHERE id = ?",
                          (*retire, job_id))
@@ -673,21 +735,20 @@ class JobQueue:
                              "AND retire IN ('pending', 'failed') ORDER BY id")
         return [job_from_row(r) for r in rows]
 
-    def sidecar_names(self, job_id: int) -> tuple[Path | None, Path | None]:
-        """The job's recorded (Markdown, text) sidecar names."""
-        rows = self.db.query("SELECT md_path, txt_path FROM jobs WHERE id = ?", (job_id,))
-        if not rows:
-            return None, None
-        return opt_path(rows[0]["md_path"]), opt_path(rows[0]["txt_path"])
+    def outputs_of(self, job_id: int) -> dict[str, Path]:
+        """The job's recorded outputs, by name."""
+        return self.files.outputs_of(job_id)
 
     # -- reporting -----------------------------------------------------------------
-    def was_done(self, source: Path, md: Path | None) -> bool:
-        """Whether the index holds ``source`` (or its Markdown, moved with it) as done."""
-        keys = [encode_path(source)] + ([encode_path(md)] if md is not None else [])
+    def was_done(self, source: Path, outputs: Iterable[Path | None] = ()) -> bool:
+        """Whether the index holds ``source`` (or one of its ``outputs``, moved with it,
+        or naming the entry of a deleted original) as done."""
+        keys = [encode_path(source)] + [encode_path(p) for p in outputs if p is not None]
         marks = ", ".join("?" * len(keys))
         return bool(self.db.query(
-            f"SELECT 1 FROM jobs WHERE state = 'done' AND (path IN ({marks}) "
-            f"OR md_path IN ({marks})) LIMIT 1", (*keys, *keys)))
+            f"SELECT 1 FROM jobs WHERE state = 'done' AND (path IN ({marks}) OR id IN "
+            f"(SELECT job_id FROM job_outputs WHERE path IN ({marks}))) LIMIT 1",
+            (*keys, *keys)))
 
     def done_paths(self) -> list[Path]:
         """Every file read (done), in no particular order."""
@@ -695,14 +756,14 @@ class JobQueue:
                 for r in self.db.query("SELECT path FROM jobs WHERE state = 'done'")]
 
     def done_files(self, job_id: int) -> dict[str, Path | None] | None:
-        """A done job's original ("original") and sidecars ("md", "txt"), or None when no
-        such job is done."""
-        rows = self.db.query("SELECT path, md_path, txt_path FROM jobs WHERE id = ? "
-                             "AND state = 'done'", (job_id,))
+        """A done job's original ("original") and outputs ("md", "txt", "pdf"...), or None
+        when no such job is done."""
+        rows = self.db.query("SELECT path FROM jobs WHERE id = ? AND state = 'done'",
+                             (job_id,))
         if not rows:
             return None
-        return {"original": opt_path(rows[0]["path"]), "md": opt_path(rows[0]["md_path"]),
-                "txt": opt_path(rows[0]["txt_path"])}
+        return {"original": opt_path(rows[0]["path"]), "md": None, "txt": None,
+                **self.outputs_of(job_id)}
 
     def done_content(self, job_id: int) -> str | None:
         """The content hash of a done job (names its thumbnails), or None."""
@@ -776,11 +837,11 @@ class JobQueue:
 def _forget_where(conn: sqlite3.Connection, where: str,
                   params: tuple[object, ...]) -> list[Forgotten]:
     out: list[Forgotten] = []
-    rows = conn.execute("SELECT id, path, sha256, md_path, txt_path, finished FROM jobs "
+    rows = conn.execute("SELECT id, path, sha256, finished FROM jobs "
                         f"WHERE {where}", params).fetchall()
-    for job_id, key, sha, md, txt, finished in rows:
+    for job_id, key, sha, finished in rows:
         pages = drop_pages(conn, job_id)
+        outputs = _drop_outputs(conn, job_id)
         conn.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
-        out.append(Forgotten(job_id, decode_path(key), sha, opt_path(md), opt_path(txt),
-                             pages, finished))
+        out.append(Forgotten(job_id, decode_path(key), sha, outputs, pages, finished))
     return out

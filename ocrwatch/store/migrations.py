@@ -6,10 +6,13 @@ brought forward by the steps it has not had yet (:meth:`ocrwatch.store.db.Databa
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from pathlib import Path
 
 import sqlite_utils
 
+from ocrwatch.core.naming import suffixed
 from ocrwatch.store.fold import FOLDED_GLOB, fold
 
 
@@ -229,6 +232,39 @@ def _m013_page_layout(db: sqlite_utils.Database) -> None:
     db.execute("ALTER TABLE pages ADD COLUMN layout TEXT")
 
 
+# The outputs named after the ``.md``'s (or ``.txt``'s) stem before 014 recorded them:
+# found by these suffixes beside it, as the code of then found them. Frozen here: a
+# migration keeps meaning what it meant when released.
+_BESIDE_014 = {"pdf": ".ocr.pdf", "hocr": ".hocr", "alto": ".alto.xml"}
+
+
+def _m014_job_outputs(db: sqlite_utils.Database) -> None:
+    # A job's outputs as rows (job, output name, path) instead of a column per format:
+    # every format the registry has (results/formats.py) is recorded, moved, archived and
+    # removed alike. ``jobs.md_path`` and ``txt_path`` stay, kept in step by store/jobs.py
+    # (search hits name the .md, and older readers of the index use them).
+    db.execute("CREATE TABLE job_outputs (job_id INTEGER NOT NULL REFERENCES jobs(id), "
+               "name TEXT NOT NULL, path BLOB NOT NULL, PRIMARY KEY (job_id, name))")
+    db.execute("CREATE INDEX job_outputs_path ON job_outputs(path)")
+    db.execute("INSERT INTO job_outputs(job_id, name, path) "
+               "SELECT id, 'md', md_path FROM jobs WHERE md_path IS NOT NULL")
+    db.execute("INSERT INTO job_outputs(job_id, name, path) "
+               "SELECT id, 'txt', txt_path FROM jobs WHERE txt_path IS NOT NULL")
+    # The searchable PDF, hOCR and ALTO had no column: they were the files of those names
+    # beside the .md (or the .txt) that were there. Those there now are recorded.
+    rows = db.execute("SELECT id, md_path, txt_path FROM jobs "
+                      "WHERE md_path IS NOT NULL OR txt_path IS NOT NULL").fetchall()
+    for job_id, md, txt in rows:
+        stem = (bytes(md)[:-len(b".md")] if md is not None
+                else bytes(txt)[:-len(b".txt")])
+        base = Path(os.fsdecode(stem))
+        for name, suffix in _BESIDE_014.items():
+            path = suffixed(base, suffix)
+            if os.path.lexists(path):
+                db.execute("INSERT INTO job_outputs(job_id, name, path) VALUES (?, ?, ?)",
+                           [job_id, name, os.fsencode(path)])
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite_utils.Database], None]]] = [
     ("001_jobs", _m001_jobs),
     ("002_pages", _m002_pages),
@@ -243,6 +279,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite_utils.Database], None]]] = [
     ("011_asked", _m011_asked),
     ("012_fold", _m012_fold),
     ("013_page_layout", _m013_page_layout),
+    ("014_job_outputs", _m014_job_outputs),
 ]
 
 

@@ -144,7 +144,7 @@ def test_hook_placeholders_in_file_names_are_not_replaced_again() -> None:
     each placeholder's value was searched for the next placeholder."""
     inbox = Path("/inbox")
     item = Finished(source=inbox / "{md} {txt}.png", original=inbox / "{md} {txt}.png",
-                    md=inbox / "{md} {txt}.md", txt=inbox / "{md} {txt}.txt")
+                    outputs={"md": inbox / "{md} {txt}.md", "txt": inbox / "{md} {txt}.txt"})
     assert hook_argv(["prog", "--in={file}", "{md}", "{pdf}"], item) == [
         "prog", "--in=/inbox/{md} {txt}.png", "/inbox/{md} {txt}.md", ""]
     assert hook_argv(["prog", "{{file}}"], item) == ["prog", "{/inbox/{md} {txt}.png}"]

@@ -150,7 +150,7 @@ CHILD = textwrap.dedent("""
     config = Config(inbox=[Path(inbox)], database=Path(db_path), on_success=mode,
                     archive_dir=Path(archive))
     Lifecycle(config, Database(db_path)).finish(
-        int(job_id), original, [Path(inbox) / "crash.md"], sha, mode)
+        int(job_id), original, {"md": Path(inbox) / "crash.md"}, sha, mode)
 """)
 
 
