@@ -74,6 +74,30 @@ def test_hits_carry_name_folder_page_date_snippet_and_thumbnail(site: Site) -> N
     assert body[:4] == b"RIFF" and 0 < len(body) <= MAX_BYTES
 
 
+def test_thumbnails_are_kept_by_the_browser_under_their_content_version(site: Site) -> None:
+    hit = site.api("/api/search?q=%22report.pdf+page+2%22")["hits"][0]
+    path, _, version = hit["thumb"].partition("?v=")
+    assert len(version) == 16 and path == f"/thumb/{hit['job_id']}/2"
+    status, headers, body = site.request("GET", hit["thumb"])
+    assert status == 200 and "immutable" in headers["cache-control"]
+    assert "max-age=31536000" in headers["cache-control"]
+    etag = headers["etag"]
+    assert etag == f'"{version}"'
+    # Asked again with its ETag: nothing sent but the answer that it is unchanged.
+    status, headers, again = site.request("GET", hit["thumb"], headers={"If-None-Match": etag})
+    assert status == 304 and again == b"" and headers["etag"] == etag
+    status, _, again = site.request("GET", hit["thumb"], headers={"If-None-Match": '"other"'})
+    assert status == 200 and again == body
+    # Without the version (or with an old one) it is checked again each time.
+    for unversioned in (path, path + "?v=0123456789abcdef"):
+        status, headers, again = site.request("GET", unversioned)
+        assert status == 200 and again == body
+        assert headers["cache-control"] == "private, no-cache" and headers["etag"] == etag
+    # The answers to searches are never kept.
+    _, headers, _ = site.request("GET", "/api/search?q=fake")
+    assert headers["cache-control"] == "no-store"
+
+
 def test_filters_and_names(site: Site) -> None:
     folder = str(site.inbox / "letters")
     everything = site.api("/api/search?q=fake&per=100")["hits"]

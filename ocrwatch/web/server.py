@@ -254,7 +254,8 @@ class SearchServer:
             "date": (_dt.datetime.fromtimestamp(hit.mtime).strftime("%Y-%m-%d %H:%M")
                      if hit.mtime is not None else None),
             "snippet": snippet_html(hit.snippet),
-            "thumb": f"/thumb/{hit.job_id}/{hit.page}" if has_thumb else None,
+            "thumb": (thumb_url(hit.job_id, hit.page, hit.sha256) if has_thumb and hit.sha256
+                      else None),
             "sidecar": bool(hit.md_path),
             "doubt": hit.doubt,  # read with doubts: its original kept, its text to check
         }
@@ -331,18 +332,28 @@ class SearchServer:
             return f"{path} is not a regular file now: not opened"
         return None
 
-    def thumbnail(self, job_id: int, page: int) -> bytes | None:
+    def thumbnail(self, job_id: int, page: int) -> tuple[bytes, str] | None:
         if not (0 <= job_id <= MAX_ID and 0 <= page <= MAX_ID):
             return None
         sha256 = JobQueue(self.db).done_content(job_id)
         if sha256 is None:
             return None
         try:
-            return self.thumbs.path(sha256, page).read_bytes()
+            return self.thumbs.path(sha256, page).read_bytes(), thumb_version(sha256)
         except (OSError, ValueError):
             return None
 
 
+
+
+def thumb_version(sha256: str) -> str:
+    """What names a thumbnail's content in its address and ETag: the file's content
+    decides the picture, so a file written anew gets a new address."""
+    return sha256[:16]
+
+
+def thumb_url(job_id: int, page: int, sha256: str) -> str:
+    return f"/thumb/{job_id}/{page}?v={thumb_version(sha256)}"
 
 
 def _remove_old_pages(folder: Path) -> None:
