@@ -113,7 +113,29 @@ def test_filters_and_names(site: Site) -> None:
     assert site.api("/api/search?q=fake&from=2999-01-01")["hits"] == []
     assert len(site.api("/api/search?q=fake&per=100&to=2999-01-01")["hits"]) == 5
     folders = site.api("/api/folders")["folders"]
-    assert {f["label"] for f in folders} == {"inbox", "inbox/letters", "inbox/taxes"}
+    assert [(f["label"], f["depth"]) for f in folders] == [
+        ("inbox", 0), ("inbox/letters", 1), ("inbox/taxes", 1)]
+    assert folders[1]["path"] == folder
+
+
+def test_the_folder_filter_is_the_watched_folders_tree(site: Site, tmp_path: Path) -> None:
+    """Only folders inside an inbox, named from it; an inbox with nothing read yet is
+    there too; files read from elsewhere add neither their folder nor the ones above."""
+    from ocrwatch.web.server import SearchServer
+
+    empty = tmp_path / "scans"
+    empty.mkdir()
+    # The letters folder watched alone: the files beside it are now outside every inbox.
+    server = SearchServer(site.server.database, site.server.thumbs,
+                          inbox=[site.inbox / "letters", empty], write_token_file=False)
+    with server:
+        conn = urllib.request.Request(
+            f"http://127.0.0.1:{server.port}/api/folders",
+            headers={"X-Ocrwatch-Token": server.token})
+        with urllib.request.urlopen(conn, timeout=10) as reply:
+            folders = json.loads(reply.read())["folders"]
+    assert [(f["label"], f["depth"], f["path"]) for f in folders] == [
+        ("letters", 0, str(site.inbox / "letters")), ("scans", 0, str(empty))]
 
 
 def test_pages_of_hits(site: Site) -> None:

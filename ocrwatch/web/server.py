@@ -286,17 +286,31 @@ class SearchServer:
         return {"hits": [self.hit_json(h) for h in hits[:per]], "page": page, "per": per,
                 "more": len(hits) > per, "ms": round((time.perf_counter() - started) * 1000, 2)}
 
-    def api_folders(self) -> list[dict[str, str]]:
-        """Every folder holding an indexed file, and the folders above it in the inbox."""
-        found: set[Path] = set()
+    def api_folders(self) -> list[dict[str, str | int]]:
+        """The watched folders' tree: each inbox, and each folder in it that holds an
+        indexed file with the folders between, in tree order, named from the inbox
+        (``inbox/letters``); ``depth`` is its level below its inbox. Files read from
+        elsewhere (``ocrwatch read`` of another folder) add nothing."""
+        found: set[Path] = set(self.inbox)
         for path in JobQueue(self.db).done_paths():
+            root = next((r for r in self.inbox if path.is_relative_to(r)), None)
+            if root is None:
+                continue
             folder = path.parent
-            while folder not in found:
+            while folder not in found and folder.is_relative_to(root):
                 found.add(folder)
-                if folder in self.inbox or folder.parent == folder:
-                    break
                 folder = folder.parent
-        return [{"path": str(f), "label": self.relative(f)} for f in sorted(found)]
+        def owner(folder: Path) -> Path:  # an inbox inside another one owns its own
+            return max((r for r in self.inbox if folder.is_relative_to(r)),
+                       key=lambda r: len(r.parts))
+
+        tree: list[dict[str, str | int]] = []
+        for root in self.inbox:
+            below = sorted((f for f in found if owner(f) == root),
+                           key=lambda f: [p.casefold() for p in f.relative_to(root).parts])
+            tree += [{"path": str(f), "label": self.relative(f),
+                      "depth": len(f.relative_to(root).parts)} for f in below]
+        return tree
 
     def job_file(self, job_id: int, what: str) -> Path | None:
         if not 0 <= job_id <= MAX_ID:

@@ -113,7 +113,14 @@
     const r = await fetch("/api/folders", { credentials: "same-origin" });
     if (!r.ok) return;
     const reply = await r.json();
-    for (const f of reply.folders) $("folder").add(new Option(f.label, f.path));
+    // The watched folders' tree: each folder indented under its inbox, its full name
+    // (from the inbox) shown when pointed at.
+    for (const f of reply.folders) {
+      const name = f.depth ? f.label.split("/").pop() : f.label;
+      const option = new Option("\u00a0\u00a0".repeat(f.depth) + name, f.path);
+      option.title = f.label;
+      $("folder").add(option);
+    }
     for (const t of reply.types) $("type").add(new Option(t.toUpperCase(), t));
   }
 
