@@ -128,6 +128,28 @@ def test_no_token_and_foreign_host_are_refused(site: Site, browser: Any) -> None
     assert site.opened == []
 
 
+def test_the_empty_page_shows_the_files_read_last(site: Site, browser: Any) -> None:
+    page = browser.new_page(viewport={"width": 1100, "height": 760})
+    page.goto(site.server.url)
+    wait_for(lambda: len(rendered_names(page)) == 3, 15, "the files read last")
+    assert sorted(rendered_names(page)) == ["harbour report.pdf", "note.jpg",
+                                            "receipt 2024.png"]
+    assert page.locator("#summary").inner_text() == "Read last:"
+    assert page.locator("#pager").is_hidden()
+    report = page.locator("#hits .hit", has_text="harbour report.pdf")
+    assert "3 pages" in report.locator(".meta").inner_text()
+    for thumb in page.locator("#hits .thumb").all():
+        thumb.scroll_into_view_if_needed()
+        wait_for(lambda t=thumb: t.evaluate("img => img.complete && img.naturalWidth"),
+                 15, "a thumbnail to load")
+    # Typing searches; clearing the box brings the files read last back.
+    page.locator("#q").press_sequentially("fake", delay=30)
+    wait_for(lambda: len(rendered_names(page)) == 5, 15, "hits while typing")
+    page.fill("#q", "")
+    wait_for(lambda: len(rendered_names(page)) == 3
+             and page.locator("#summary").inner_text() == "Read last:", 15, "recent again")
+
+
 def test_real_pages_read_by_tesseract(tmp_path: Path, home: Path, browser: Any) -> None:
     """Pages read by the real engine, found on the page (and the docs' screenshots)."""
     from helpers import save_pdf, text_page
@@ -159,6 +181,11 @@ def test_real_pages_read_by_tesseract(tmp_path: Path, home: Path, browser: Any) 
                           opener=lambda path, page: None) as server:
             page = browser.new_page(viewport={"width": 1000, "height": 640})
             page.goto(server.url)
+            wait_for(lambda: len(rendered_names(page)) == 3, 30, "the files read last")
+            for thumb in page.locator("#hits .thumb").all():
+                wait_for(lambda t=thumb: t.evaluate("img => img.complete && img.naturalWidth"),
+                         15, "a thumbnail to load")
+            shoot(page, "search-recent.png")
             page.locator("#q").press_sequentially("harb", delay=40)  # a prefix, as typed
             wait_for(lambda: len(rendered_names(page)) == 4, 30, "four pages with harbour*")
             snippets = page.locator("#hits .snippet").all_inner_texts()

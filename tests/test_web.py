@@ -31,7 +31,8 @@ def test_listens_on_loopback_with_a_private_token_file(site: Site) -> None:
     assert stat.S_IMODE(saved.parent.stat().st_mode) == 0o700
 
 
-@pytest.mark.parametrize("path", ["/", "/api/search?q=fake", "/api/folders", "/thumb/1/1",
+@pytest.mark.parametrize("path", ["/", "/api/search?q=fake", "/api/folders", "/api/recent",
+                                  "/thumb/1/1",
                                   "/static/app.js"])
 def test_every_route_needs_the_token(site: Site, path: str) -> None:
     status, _, body = site.request("GET", path, token=False)
@@ -72,6 +73,29 @@ def test_hits_carry_name_folder_page_date_snippet_and_thumbnail(site: Site) -> N
     status, headers, body = site.request("GET", hit["thumb"])
     assert status == 200 and headers["content-type"] == "image/webp"
     assert body[:4] == b"RIFF" and 0 < len(body) <= MAX_BYTES
+
+
+def test_recent_files_newest_first_with_thumbnails(site: Site) -> None:
+    from helpers import text_page, wait_for
+
+    reply = site.api("/api/recent")
+    assert reply["recent"] and not reply["more"]
+    assert sorted(h["name"] for h in reply["hits"]) == ["harbour report.pdf", "note.jpg",
+                                                        "receipt 2024.png"]
+    report = next(h for h in reply["hits"] if h["name"] == "harbour report.pdf")
+    assert (report["page"], report["pages"], report["folder"]) == (1, 3, "inbox/letters")
+    for hit in reply["hits"]:
+        status, _, body = site.request("GET", hit["thumb"])
+        assert status == 200 and body[:4] == b"RIFF"
+    # A file written anew is read again, and comes first.
+    text_page(["a new receipt"]).save(site.files["receipt"])
+    wait_for(lambda: site.api("/api/recent")["hits"][0]["thumb"] not in
+             {h["thumb"] for h in reply["hits"]}, 30, "the receipt read again")
+    names = [h["name"] for h in site.api("/api/recent")["hits"]]
+    assert names[0] == "receipt 2024.png" and len(names) == 3
+    assert [h["name"] for h in site.api("/api/recent?per=1")["hits"]] == ["receipt 2024.png"]
+    assert site.request("GET", "/api/recent?per=0")[0] == 400
+    assert site.request("GET", "/api/recent")[1]["cache-control"] == "no-store"
 
 
 def test_thumbnails_are_kept_by_the_browser_under_their_content_version(site: Site) -> None:
@@ -190,7 +214,8 @@ def test_no_request_writes_to_the_index(site: Site) -> None:
     db = site.server.database
     before = {p.name: (p.stat().st_mtime_ns, p.stat().st_size)
               for p in db.parent.glob(db.name + "*")}
-    for path in ("/api/search?q=fake", "/api/search?name=report", "/api/folders"):
+    for path in ("/api/search?q=fake", "/api/search?name=report", "/api/folders",
+                 "/api/recent"):
         site.api(path)
     assert site.server.db.query("PRAGMA query_only")[0][0] == 1
     after = {p.name: (p.stat().st_mtime_ns, p.stat().st_size)
@@ -219,6 +244,8 @@ def test_the_tray_opens_the_daemons_page(tmp_path: Path, home: Path) -> None:
         request = urllib.request.Request(base + "api/folders",
                                          headers={"X-Ocrwatch-Token": token})
         with urllib.request.urlopen(request, timeout=10) as reply:
-            assert json.load(reply)["folders"] == []
+            # The inbox, with nothing read in it yet.
+            assert json.load(reply)["folders"] == [
+                {"path": str(tmp_path / "inbox"), "label": "inbox", "depth": 0}]
     with pytest.raises(urllib.error.URLError):
         urllib.request.urlopen(base, timeout=5)  # closed with the daemon

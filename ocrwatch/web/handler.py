@@ -92,6 +92,8 @@ class App(Protocol):
 
     def api_search(self, params: dict[str, str]) -> dict[str, Any]: ...
 
+    def api_recent(self, params: dict[str, str]) -> dict[str, Any]: ...
+
     def api_folders(self) -> list[dict[str, str | int]]: ...
 
     def thumbnail(self, job_id: int, page: int) -> tuple[bytes, str] | None:
@@ -241,6 +243,10 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/api/search":
             params = {k: v[0] for k, v in query.items() if k != "token"}
             self._send_json(self.app.api_search(params))
+            return
+        if path == "/api/recent":
+            self._send_json(self.app.api_recent({k: v[0] for k, v in query.items()
+                                                 if k != "token"}))
             return
         if path == "/api/folders":
             self._send_json({"folders": self.app.api_folders(), "types": list(TYPES)})

@@ -63,6 +63,7 @@ log = logging.getLogger(__name__)
 
 PER_PAGE = 20
 MAX_PER_PAGE = 100
+RECENT = 12  # files shown on the empty page
 TIME_LIMIT = 5.0  # seconds a page's query may take
 CODE_SECONDS = 300.0  # a one-time code not used by then is void (a browser may start slowly)
 LAUNCH_PAGE = """<!doctype html>
@@ -285,6 +286,15 @@ class SearchServer:
                       time_limit=TIME_LIMIT)
         return {"hits": [self.hit_json(h) for h in hits[:per]], "page": page, "per": per,
                 "more": len(hits) > per, "ms": round((time.perf_counter() - started) * 1000, 2)}
+
+    def api_recent(self, params: dict[str, str]) -> dict[str, Any]:
+        """The files read last, newest first (the page before anything is typed)."""
+        started = time.perf_counter()
+        per = whole(params.get("per", "") or str(RECENT), "per", 1, MAX_PER_PAGE)
+        hits = JobQueue(self.db).recent_done(per)
+        return {"hits": [self.hit_json(h) for h in hits], "page": 1, "per": per,
+                "more": False, "recent": True,
+                "ms": round((time.perf_counter() - started) * 1000, 2)}
 
     def api_folders(self) -> list[dict[str, str | int]]:
         """The watched folders' tree: each inbox, and each folder in it that holds an
