@@ -150,6 +150,19 @@ def test_the_empty_page_shows_the_files_read_last(site: Site, browser: Any) -> N
              and page.locator("#summary").inner_text() == "Read last:", 15, "recent again")
 
 
+def _born_digital(path: Path, lines: list[str]) -> Path:
+    """A PDF with its own text (as a word processor writes it), drawn by fpdf2."""
+    from fpdf import FPDF
+
+    pdf = FPDF(format="A4")
+    pdf.add_page()
+    pdf.set_font("Helvetica", size=16)
+    for line in lines:
+        pdf.cell(text=line, new_x="LMARGIN", new_y="NEXT", h=12)
+    pdf.output(str(path))
+    return path
+
+
 def test_real_pages_read_by_tesseract(tmp_path: Path, home: Path, browser: Any) -> None:
     """Pages read by the real engine, found on the page (and the docs' screenshots)."""
     from helpers import save_pdf, text_page
@@ -167,6 +180,9 @@ def test_real_pages_read_by_tesseract(tmp_path: Path, home: Path, browser: Any) 
                  [["Tax return 2024", "Income from the harbour office", "Total due: 1,250.00"],
                   ["Page two", "Receipts for the harbour fees", "Signed in Rotterdam"]]),
         inbox / "Bank" / "statement march.jpg",
+        _born_digital(inbox / "Letters" / "electricity bill.pdf",
+                      ["Electricity bill, February", "Meter reading: 48 213 kWh",
+                       "Amount due: 96.40, by direct debit on 1 March"]),
     ]
     text_page(["Dear Madam Schneider,", "the harbour office in Rotterdam",
                "confirms your booking for March."]).save(files[0])
@@ -181,11 +197,16 @@ def test_real_pages_read_by_tesseract(tmp_path: Path, home: Path, browser: Any) 
                           opener=lambda path, page: None) as server:
             page = browser.new_page(viewport={"width": 1000, "height": 640})
             page.goto(server.url)
-            wait_for(lambda: len(rendered_names(page)) == 3, 30, "the files read last")
+            # Newest first; the born-digital PDF, whose text was taken from it, drawn too.
+            wait_for(lambda: len(rendered_names(page)) == 4, 30, "the files read last")
             for thumb in page.locator("#hits .thumb").all():
+                thumb.scroll_into_view_if_needed()  # thumbnails load lazily, when seen
                 wait_for(lambda t=thumb: t.evaluate("img => img.complete && img.naturalWidth"),
                          15, "a thumbnail to load")
+            page.evaluate("() => window.scrollTo(0, 0)")
             shoot(page, "search-recent.png")
+            bill = page.locator("#hits .hit", has_text="electricity bill.pdf").locator(".thumb")
+            assert bill.evaluate("img => img.naturalWidth") > 100  # a page, not 1x1 white
             page.locator("#q").press_sequentially("harb", delay=40)  # a prefix, as typed
             wait_for(lambda: len(rendered_names(page)) == 4, 30, "four pages with harbour*")
             snippets = page.locator("#hits .snippet").all_inner_texts()
