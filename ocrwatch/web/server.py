@@ -302,14 +302,15 @@ class SearchServer:
         (``inbox/letters``); ``depth`` is its level below its inbox. Files read from
         elsewhere (``ocrwatch read`` of another folder) add nothing."""
         found: set[Path] = set(self.inbox)
-        for path in JobQueue(self.db).done_paths():
-            root = next((r for r in self.inbox if path.is_relative_to(r)), None)
+        # Each folder once: many files share one.
+        for folder in {path.parent for path in JobQueue(self.db).done_paths()}:
+            root = next((r for r in self.inbox if folder.is_relative_to(r)), None)
             if root is None:
                 continue
-            folder = path.parent
             while folder not in found and folder.is_relative_to(root):
                 found.add(folder)
                 folder = folder.parent
+
         def owner(folder: Path) -> Path:  # an inbox inside another one owns its own
             return max((r for r in self.inbox if folder.is_relative_to(r)),
                        key=lambda r: len(r.parts))
@@ -318,7 +319,7 @@ class SearchServer:
         for root in self.inbox:
             below = sorted((f for f in found if owner(f) == root),
                            key=lambda f: [p.casefold() for p in f.relative_to(root).parts])
-            tree += [{"path": str(f), "label": self.relative(f),
+            tree += [{"path": str(f), "label": str(root.name / f.relative_to(root)),
                       "depth": len(f.relative_to(root).parts)} for f in below]
         return tree
 
