@@ -362,6 +362,8 @@ def browser_times(server: Any, mix: list[tuple[str, dict[str, str]]], repeats: i
             page = browser.new_page(viewport={"width": 1100, "height": 900})
             page.goto(server.url)
             page.wait_for_selector("#q")
+            # The empty page asks for the files read last: drawn before the first query.
+            page.wait_for_function("() => document.body.dataset.rendered")
             for kind, params in mix:
                 fields = {k: v for k, v in params.items() if k in
                           ("q", "name", "folder", "type", "from", "to")}

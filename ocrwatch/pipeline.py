@@ -234,7 +234,8 @@ def open_pages(ctx: Context, job: Job, max_side: int | None) -> Generator[Page, 
             assert ctx.scan is not None
             page = ctx.scan.prepare(page)  # blank recorded, turned upright, straightened
             if job.sha256:
-                ctx.thumbs.save(job.sha256, page.index + 1, page.image)
+                ctx.thumbs.save(job.sha256, page.index + 1,
+                                page.sketch if page.sketch is not None else page.image)
             yield page
         st = _still_there(fh, job.path)
         if (st.st_size, st.st_mtime_ns) != (job.size, job.mtime_ns):

@@ -167,7 +167,8 @@ def test_tray_checks() -> None:
     assert none.ok and "no display" in none.detail
     (nobus,) = doctor.check_tray({"WAYLAND_DISPLAY": "wayland-0"}, "linux")
     if importlib.util.find_spec("gi") is None:
-        assert not nobus.ok and "make run" in nobus.fix and "libcairo2-dev" in nobus.fix
+        # Which system packages it names: test_only_packages_not_installed_are_named.
+        assert not nobus.ok and "make run" in nobus.fix
     else:
         assert not nobus.ok and "dbus-run-session" in nobus.fix
         (good,) = doctor.check_tray({"DISPLAY": ":0", "DBUS_SESSION_BUS_ADDRESS": "x"},
@@ -217,3 +218,96 @@ def test_remote_servers_are_probed(machine: Path) -> None:
     assert "nothing answers" in servers[1].detail and "vllm serve" in servers[1].fix
     assert "remote.api_key" in servers[2].fix
     assert up.chat_requests == 0  # a probe reads no page
+
+
+# -- advice that fits how ocrwatch was installed -------------------------------------------
+def _layouts(tmp: Path) -> dict[str, tuple[Path, Path]]:
+    """Fake installations as each way leaves them: (environment, ocrwatch package)."""
+    site = "lib/python3.12/site-packages/ocrwatch"
+    checkout = tmp / "src" / "ocrwatch"
+    (checkout / "ocrwatch").mkdir(parents=True)
+    (checkout / "Makefile").write_text("run:\n")
+    (checkout / "pyproject.toml").write_text("[project]\nname = \"ocrwatch\"\n")
+    pipx = tmp / "home" / ".local" / "share" / "pipx" / "venvs" / "ocrwatch"
+    uv = tmp / "home" / ".local" / "share" / "uv" / "tools" / "ocrwatch"
+    plain = tmp / "venv"
+    for env in (pipx, uv, plain):
+        (env / site).mkdir(parents=True)
+    (pipx / "pipx_metadata.json").write_text("{}")
+    (uv / "uv-receipt.toml").write_text("[tool]\n")
+    return {"checkout": (checkout / ".venv", checkout / "ocrwatch"),
+            "pipx": (pipx, pipx / site), "uv": (uv, uv / site), "pip": (plain, plain / site)}
+
+
+def test_the_installation_is_told_apart(tmp_path: Path) -> None:
+    from ocrwatch.doctor.install import detect
+
+    layouts = _layouts(tmp_path)
+    found = {kind: detect(prefix, package, python=str(prefix / "bin" / "python"))
+             for kind, (prefix, package) in layouts.items()}
+    assert {kind: i.kind for kind, i in found.items()} == {k: k for k in layouts}
+    assert found["checkout"].root == tmp_path / "src" / "ocrwatch"
+    assert found["checkout"].extra("gpu", "GPU=1") == (
+        f"`make run GPU=1` in {tmp_path / 'src' / 'ocrwatch'}")
+    assert found["pipx"].extra("tray") == "`pipx install --force 'ocrwatch[tray]'`"
+    assert found["uv"].extra("gpu") == "`uv tool install --reinstall 'ocrwatch[gpu]'`"
+    assert found["pip"].extra("tray") == (
+        f"`{tmp_path / 'venv' / 'bin' / 'python'} -m pip install 'ocrwatch[tray]'`")
+
+
+def test_a_pipx_user_is_not_told_to_run_make(machine: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from ocrwatch.doctor.install import detect
+
+    prefix, package = _layouts(machine)["pipx"]
+    pipx = detect(prefix, package)
+    install(monkeypatch, FakeNvml(name="NVIDIA H200", total_mib=143771, used_mib=1771))
+    smi = doctor._smi()
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name: None if name in ("vllm", "gi") else real_find_spec(name))
+    (vllm,) = doctor.check_vllm(config(machine, engine="vllm"), smi, install=pipx)
+    assert "make" not in vllm.fix and "pipx install --force 'ocrwatch[gpu]'" in vllm.fix
+    (tray,) = doctor.check_tray({"WAYLAND_DISPLAY": "wayland-0"}, "linux", install=pipx)
+    assert not tray.ok and "make" not in tray.fix
+    assert "pipx install --force 'ocrwatch[tray]'" in tray.fix
+
+
+def _installed(package: str) -> bool:
+    """Asked of dpkg directly, as a person would."""
+    out = subprocess.run(["dpkg-query", "-W", "-f", "${db:Status-Abbrev}", package],
+                         capture_output=True, text=True, check=False).stdout
+    return out.startswith("ii")
+
+
+needs_dpkg = pytest.mark.skipif(not Path("/usr/bin/dpkg-query").exists(),
+                                reason="needs dpkg (Debian, Ubuntu)")
+
+
+@needs_dpkg
+def test_only_packages_not_installed_are_named(machine: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from ocrwatch.doctor import desktop
+    from ocrwatch.doctor.install import Install, debs_missing
+
+    assert debs_missing(["dpkg", "ocrwatch-no-such-package"]) == ["ocrwatch-no-such-package"]
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name: None if name == "gi" else real_find_spec(name))
+    checkout = Install("checkout", machine / "src")
+    (tray,) = doctor.check_tray({"WAYLAND_DISPLAY": "wayland-0"}, "linux", install=checkout)
+    missing = [p for p in desktop.TRAY_DEBIAN if not _installed(p)]
+    for package in desktop.TRAY_DEBIAN:
+        assert (f" {package}" in tray.fix) == (package in missing), (package, tray.fix)
+    assert f"`make run` in {machine / 'src'} again" in tray.fix
+    if not missing:
+        assert "apt" not in tray.fix
+    # A language whose package is installed, but whose data Tesseract does not find: no
+    # apt advice, the folder to set instead.
+    monkeypatch.setattr("ocrwatch.engines.tesseract.available_languages",
+                        lambda folder=None: {})
+    (lang,) = doctor.check_tesseract(config(machine, languages=["eng"]))
+    if _installed("tesseract-ocr-eng"):
+        assert "apt" not in lang.fix and "tessdata" in lang.fix and "installed" in lang.fix
+    else:
+        assert "sudo apt install tesseract-ocr-eng" in lang.fix

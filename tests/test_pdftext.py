@@ -84,7 +84,13 @@ def test_a_born_digital_page_is_taken_from_its_text_exactly(tmp_path: Path,
     assert [p.text is not None for p in pages] == [True, True]
     assert normalize(pages[0].text or "") == normalize(LETTER)
     assert (pages[1].text or "").split() == LETTER.upper().split()
-    assert pages[0].image.size == (1, 1)  # nothing drawn for it
+    assert pages[0].image.size == (1, 1)  # nothing drawn to read it
+    # Drawn small for its thumbnail only: the letter's print is on it.
+    from ocrwatch.pages.pdfpages import SKETCH_SIDE
+    sketch = pages[0].sketch
+    assert sketch is not None and sketch.mode == "RGB"
+    assert max(sketch.size) == SKETCH_SIDE and sketch.height > sketch.width  # A4, upright
+    assert sketch.convert("L").getextrema()[0] < 128
     # A hyphen that ends a line stays a hyphen and a line break (PDFium says U+FFFE).
     hyphens = "the delayed Zu-\nzuges of the consulates and their Wei-\nsungen were sent"
     (page,) = iter_pages(_pdf(tmp_path / "h.pdf", [{"text": hyphens}]), config, None,
@@ -183,6 +189,14 @@ def test_the_daemon_takes_the_layer_and_reads_only_the_scanned_page(tmp_path: Pa
         assert "fake text of mixed.pdf page 2" in pages[1]
         assert [b for b in engine.batches if b] == [[("mixed.pdf", 1)]]  # page 2 only
         assert [h.page for h in search(daemon.db, "Lindqvist")] == [1]
+        # The page taken from its text has a picture of itself, like the scanned one.
+        from PIL import Image
+
+        job = daemon.jobs.known(path)
+        assert job is not None and job.sha256
+        for number in (1, 2):
+            with Image.open(daemon.thumbs.path(job.sha256, number)) as thumb:
+                assert min(thumb.size) > 100 and thumb.convert("L").getextrema()[0] < 128
     finally:
         daemon.close()
 

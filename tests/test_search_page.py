@@ -64,8 +64,14 @@ def test_type_filter_and_open(site: Site, browser: Any) -> None:
         "img => img.complete && img.naturalWidth"), 15, "the first thumbnail to load")
     assert "page" in first.locator(".meta").inner_text()
 
+    # The folder filter is the inbox's tree, its folders indented under it.
+    wait_for(lambda: page.locator("#folder option").count() == 4, 15, "the folder list")
+    shown = page.locator("#folder option").evaluate_all("os => os.map(o => [o.text, o.title])")
+    indent = "\u00a0\u00a0"
+    assert shown == [["all folders", ""], ["inbox", "inbox"],
+                     [indent + "letters", "inbox/letters"], [indent + "taxes", "inbox/taxes"]]
     # Filter by folder: only the letters folder's files stay.
-    page.select_option("#folder", label="inbox/letters")
+    page.select_option("#folder", value=str(site.inbox / "letters"))
     wait_for(lambda: sorted(rendered_names(page)) == ["harbour report.pdf"] * 3 + ["note.jpg"],
              15, "hits in the chosen folder")
     # And by name.
@@ -122,6 +128,41 @@ def test_no_token_and_foreign_host_are_refused(site: Site, browser: Any) -> None
     assert site.opened == []
 
 
+def test_the_empty_page_shows_the_files_read_last(site: Site, browser: Any) -> None:
+    page = browser.new_page(viewport={"width": 1100, "height": 760})
+    page.goto(site.server.url)
+    wait_for(lambda: len(rendered_names(page)) == 3, 15, "the files read last")
+    assert sorted(rendered_names(page)) == ["harbour report.pdf", "note.jpg",
+                                            "receipt 2024.png"]
+    assert page.locator("#summary").inner_text() == "Read last:"
+    assert page.locator("#pager").is_hidden()
+    report = page.locator("#hits .hit", has_text="harbour report.pdf")
+    assert "3 pages" in report.locator(".meta").inner_text()
+    for thumb in page.locator("#hits .thumb").all():
+        thumb.scroll_into_view_if_needed()
+        wait_for(lambda t=thumb: t.evaluate("img => img.complete && img.naturalWidth"),
+                 15, "a thumbnail to load")
+    # Typing searches; clearing the box brings the files read last back.
+    page.locator("#q").press_sequentially("fake", delay=30)
+    wait_for(lambda: len(rendered_names(page)) == 5, 15, "hits while typing")
+    page.fill("#q", "")
+    wait_for(lambda: len(rendered_names(page)) == 3
+             and page.locator("#summary").inner_text() == "Read last:", 15, "recent again")
+
+
+def _born_digital(path: Path, lines: list[str]) -> Path:
+    """A PDF with its own text (as a word processor writes it), drawn by fpdf2."""
+    from fpdf import FPDF
+
+    pdf = FPDF(format="A4")
+    pdf.add_page()
+    pdf.set_font("Helvetica", size=16)
+    for line in lines:
+        pdf.cell(text=line, new_x="LMARGIN", new_y="NEXT", h=12)
+    pdf.output(str(path))
+    return path
+
+
 def test_real_pages_read_by_tesseract(tmp_path: Path, home: Path, browser: Any) -> None:
     """Pages read by the real engine, found on the page (and the docs' screenshots)."""
     from helpers import save_pdf, text_page
@@ -139,6 +180,9 @@ def test_real_pages_read_by_tesseract(tmp_path: Path, home: Path, browser: Any) 
                  [["Tax return 2024", "Income from the harbour office", "Total due: 1,250.00"],
                   ["Page two", "Receipts for the harbour fees", "Signed in Rotterdam"]]),
         inbox / "Bank" / "statement march.jpg",
+        _born_digital(inbox / "Letters" / "electricity bill.pdf",
+                      ["Electricity bill, February", "Meter reading: 48 213 kWh",
+                       "Amount due: 96.40, by direct debit on 1 March"]),
     ]
     text_page(["Dear Madam Schneider,", "the harbour office in Rotterdam",
                "confirms your booking for March."]).save(files[0])
@@ -153,6 +197,16 @@ def test_real_pages_read_by_tesseract(tmp_path: Path, home: Path, browser: Any) 
                           opener=lambda path, page: None) as server:
             page = browser.new_page(viewport={"width": 1000, "height": 640})
             page.goto(server.url)
+            # Newest first; the born-digital PDF, whose text was taken from it, drawn too.
+            wait_for(lambda: len(rendered_names(page)) == 4, 30, "the files read last")
+            for thumb in page.locator("#hits .thumb").all():
+                thumb.scroll_into_view_if_needed()  # thumbnails load lazily, when seen
+                wait_for(lambda t=thumb: t.evaluate("img => img.complete && img.naturalWidth"),
+                         15, "a thumbnail to load")
+            page.evaluate("() => window.scrollTo(0, 0)")
+            shoot(page, "search-recent.png")
+            bill = page.locator("#hits .hit", has_text="electricity bill.pdf").locator(".thumb")
+            assert bill.evaluate("img => img.naturalWidth") > 100  # a page, not 1x1 white
             page.locator("#q").press_sequentially("harb", delay=40)  # a prefix, as typed
             wait_for(lambda: len(rendered_names(page)) == 4, 30, "four pages with harbour*")
             snippets = page.locator("#hits .snippet").all_inner_texts()
@@ -164,7 +218,7 @@ def test_real_pages_read_by_tesseract(tmp_path: Path, home: Path, browser: Any) 
                          15, "a thumbnail to load")
             page.evaluate("() => window.scrollTo(0, 0)")
             shoot(page, "search-page.png")
-            page.select_option("#folder", label="OCR-Inbox/Taxes")
+            page.select_option("#folder", value=str(inbox / "Taxes"))
             page.fill("#q", "harbour")
             wait_for(lambda: rendered_names(page) == ["tax return 2024.pdf"] * 2, 30,
                      "the Taxes folder's hits")

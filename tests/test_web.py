@@ -31,7 +31,8 @@ def test_listens_on_loopback_with_a_private_token_file(site: Site) -> None:
     assert stat.S_IMODE(saved.parent.stat().st_mode) == 0o700
 
 
-@pytest.mark.parametrize("path", ["/", "/api/search?q=fake", "/api/folders", "/thumb/1/1",
+@pytest.mark.parametrize("path", ["/", "/api/search?q=fake", "/api/folders", "/api/recent",
+                                  "/thumb/1/1",
                                   "/static/app.js"])
 def test_every_route_needs_the_token(site: Site, path: str) -> None:
     status, _, body = site.request("GET", path, token=False)
@@ -74,6 +75,53 @@ def test_hits_carry_name_folder_page_date_snippet_and_thumbnail(site: Site) -> N
     assert body[:4] == b"RIFF" and 0 < len(body) <= MAX_BYTES
 
 
+def test_recent_files_newest_first_with_thumbnails(site: Site) -> None:
+    from helpers import text_page, wait_for
+
+    reply = site.api("/api/recent")
+    assert reply["recent"] and not reply["more"]
+    assert sorted(h["name"] for h in reply["hits"]) == ["harbour report.pdf", "note.jpg",
+                                                        "receipt 2024.png"]
+    report = next(h for h in reply["hits"] if h["name"] == "harbour report.pdf")
+    assert (report["page"], report["pages"], report["folder"]) == (1, 3, "inbox/letters")
+    for hit in reply["hits"]:
+        status, _, body = site.request("GET", hit["thumb"])
+        assert status == 200 and body[:4] == b"RIFF"
+    # A file written anew is read again, and comes first.
+    text_page(["a new receipt"]).save(site.files["receipt"])
+    wait_for(lambda: site.api("/api/recent")["hits"][0]["thumb"] not in
+             {h["thumb"] for h in reply["hits"]}, 30, "the receipt read again")
+    names = [h["name"] for h in site.api("/api/recent")["hits"]]
+    assert names[0] == "receipt 2024.png" and len(names) == 3
+    assert [h["name"] for h in site.api("/api/recent?per=1")["hits"]] == ["receipt 2024.png"]
+    assert site.request("GET", "/api/recent?per=0")[0] == 400
+    assert site.request("GET", "/api/recent")[1]["cache-control"] == "no-store"
+
+
+def test_thumbnails_are_kept_by_the_browser_under_their_content_version(site: Site) -> None:
+    hit = site.api("/api/search?q=%22report.pdf+page+2%22")["hits"][0]
+    path, _, version = hit["thumb"].partition("?v=")
+    assert len(version) == 16 and path == f"/thumb/{hit['job_id']}/2"
+    status, headers, body = site.request("GET", hit["thumb"])
+    assert status == 200 and "immutable" in headers["cache-control"]
+    assert "max-age=31536000" in headers["cache-control"]
+    etag = headers["etag"]
+    assert etag == f'"{version}"'
+    # Asked again with its ETag: nothing sent but the answer that it is unchanged.
+    status, headers, again = site.request("GET", hit["thumb"], headers={"If-None-Match": etag})
+    assert status == 304 and again == b"" and headers["etag"] == etag
+    status, _, again = site.request("GET", hit["thumb"], headers={"If-None-Match": '"other"'})
+    assert status == 200 and again == body
+    # Without the version (or with an old one) it is checked again each time.
+    for unversioned in (path, path + "?v=0123456789abcdef"):
+        status, headers, again = site.request("GET", unversioned)
+        assert status == 200 and again == body
+        assert headers["cache-control"] == "private, no-cache" and headers["etag"] == etag
+    # The answers to searches are never kept.
+    _, headers, _ = site.request("GET", "/api/search?q=fake")
+    assert headers["cache-control"] == "no-store"
+
+
 def test_filters_and_names(site: Site) -> None:
     folder = str(site.inbox / "letters")
     everything = site.api("/api/search?q=fake&per=100")["hits"]
@@ -89,7 +137,29 @@ def test_filters_and_names(site: Site) -> None:
     assert site.api("/api/search?q=fake&from=2999-01-01")["hits"] == []
     assert len(site.api("/api/search?q=fake&per=100&to=2999-01-01")["hits"]) == 5
     folders = site.api("/api/folders")["folders"]
-    assert {f["label"] for f in folders} == {"inbox", "inbox/letters", "inbox/taxes"}
+    assert [(f["label"], f["depth"]) for f in folders] == [
+        ("inbox", 0), ("inbox/letters", 1), ("inbox/taxes", 1)]
+    assert folders[1]["path"] == folder
+
+
+def test_the_folder_filter_is_the_watched_folders_tree(site: Site, tmp_path: Path) -> None:
+    """Only folders inside an inbox, named from it; an inbox with nothing read yet is
+    there too; files read from elsewhere add neither their folder nor the ones above."""
+    from ocrwatch.web.server import SearchServer
+
+    empty = tmp_path / "scans"
+    empty.mkdir()
+    # The letters folder watched alone: the files beside it are now outside every inbox.
+    server = SearchServer(site.server.database, site.server.thumbs,
+                          inbox=[site.inbox / "letters", empty], write_token_file=False)
+    with server:
+        conn = urllib.request.Request(
+            f"http://127.0.0.1:{server.port}/api/folders",
+            headers={"X-Ocrwatch-Token": server.token})
+        with urllib.request.urlopen(conn, timeout=10) as reply:
+            folders = json.loads(reply.read())["folders"]
+    assert [(f["label"], f["depth"], f["path"]) for f in folders] == [
+        ("letters", 0, str(site.inbox / "letters")), ("scans", 0, str(empty))]
 
 
 def test_pages_of_hits(site: Site) -> None:
@@ -144,7 +214,8 @@ def test_no_request_writes_to_the_index(site: Site) -> None:
     db = site.server.database
     before = {p.name: (p.stat().st_mtime_ns, p.stat().st_size)
               for p in db.parent.glob(db.name + "*")}
-    for path in ("/api/search?q=fake", "/api/search?name=report", "/api/folders"):
+    for path in ("/api/search?q=fake", "/api/search?name=report", "/api/folders",
+                 "/api/recent"):
         site.api(path)
     assert site.server.db.query("PRAGMA query_only")[0][0] == 1
     after = {p.name: (p.stat().st_mtime_ns, p.stat().st_size)
@@ -173,6 +244,8 @@ def test_the_tray_opens_the_daemons_page(tmp_path: Path, home: Path) -> None:
         request = urllib.request.Request(base + "api/folders",
                                          headers={"X-Ocrwatch-Token": token})
         with urllib.request.urlopen(request, timeout=10) as reply:
-            assert json.load(reply)["folders"] == []
+            # The inbox, with nothing read in it yet.
+            assert json.load(reply)["folders"] == [
+                {"path": str(tmp_path / "inbox"), "label": "inbox", "depth": 0}]
     with pytest.raises(urllib.error.URLError):
         urllib.request.urlopen(base, timeout=5)  # closed with the daemon

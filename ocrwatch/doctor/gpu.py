@@ -14,6 +14,7 @@ from pathlib import Path
 from ocrwatch.config import Config
 from ocrwatch.core.errors import EngineUnavailable
 from ocrwatch.doctor.check import NET_TIMEOUT, Check, _version
+from ocrwatch.doctor.install import Install, detect
 from ocrwatch.engines import gpu, profiles, registry
 from ocrwatch.engines.base import Doctor
 from ocrwatch.engines.gpu import Gpu
@@ -104,7 +105,8 @@ def check_fp8(config: Config, capability: tuple[int, int] | None) -> list[Check]
                                "weights): compare a few of your pages with bf16 first")]
 
 
-def check_vllm(config: Config, smi: list[Gpu] | str) -> list[Check]:
+def check_vllm(config: Config, smi: list[Gpu] | str,
+               install: Install | None = None) -> list[Check]:
     wants = _wants_gpu(config)
     if wants is False or (wants is None and isinstance(smi, str)):
         return [Check("vLLM", True, "not needed for this engine" if wants is False
@@ -113,7 +115,8 @@ def check_vllm(config: Config, smi: list[Gpu] | str) -> list[Check]:
         return [Check("vLLM", wants is None,
                       "not installed" + (": the CPU engine reads pages meanwhile"
                                          if wants is None else ""),
-                      f"`make run GPU=1` in the ocrwatch checkout (vLLM {VLLM_PIN}, Linux only)")]
+                      f"{(install or detect()).extra('gpu', 'GPU=1')} (vLLM {VLLM_PIN}, "
+                      "Linux only)")]
     version = _version("vllm") or "unknown"
     tf = _version("transformers") or "missing"
     profile = profiles.of(config)

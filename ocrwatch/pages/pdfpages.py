@@ -35,6 +35,10 @@ FULL_PAGE_INCHES = 8.5 * 11.0
 # A PDF page can be at most 200 inches a side (the format's own limit, 14400 units).
 MAX_PDF_INCHES = 200.0
 MIN_PDF_INCHES = 0.1
+# A page whose text is taken from the PDF is drawn this large for its thumbnail only,
+# in at most this long: a page slow to draw is left without a picture, never delayed.
+SKETCH_SIDE = 320
+SKETCH_SECONDS = 0.5
 
 
 def pdf_document(path: Path, fh: BinaryIO | None = None) -> object:
@@ -228,6 +232,7 @@ def pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int,
         for index in range(count):
             where = f"page {index + 1}"
             own_text: str | None = None
+            page_sketch: Image.Image | None = None
             known: tuple[tuple[float, str], ...] = ()
             budget.page()
             content = None
@@ -268,6 +273,7 @@ def pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int,
                             image = to_rgb(draw(page, scale, budget, where, forms=True))
                         else:
                             known = notes.layer_blocks
+                            page_sketch = sketch(page, where)
                     finally:
                         page.close()
             except pdfium.PdfiumError as exc:
@@ -281,7 +287,8 @@ def pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int,
                 # Nothing to draw: the text is the page's own.
                 budget.pause()
                 yield Page(source=path, index=index, image=Image.new("RGB", (1, 1), "white"),
-                           dpi=None, count=count, text=own_text, known=known, doubt=doubt)
+                           dpi=None, count=count, text=own_text, known=known, doubt=doubt,
+                           sketch=page_sketch)
                 budget.resume()
                 continue
             if max_side is None:
@@ -306,6 +313,23 @@ def pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int,
             doc.close()
         if rewrite is not None:
             rewrite.close()
+
+
+def sketch(page: object, where: str) -> Image.Image | None:
+    """``page`` drawn with its form fields at most SKETCH_SIDE pixels a side, for its
+    thumbnail; None when that takes over SKETCH_SECONDS or PDFium cannot draw it."""
+    import pypdfium2 as pdfium
+
+    from ocrwatch.core.errors import OverBudget
+
+    assert isinstance(page, pdfium.PdfPage)
+    scale = SKETCH_SIDE / max(page.get_width(), page.get_height(), 1.0)
+    try:
+        return to_rgb(draw(page, scale, Budget(SKETCH_SECONDS, float("inf")), where,
+                           forms=True))
+    except (OverBudget, pdfium.PdfiumError) as exc:
+        log.debug("%s: no thumbnail drawn (%s)", where, exc)
+        return None
 
 
 def _init_forms(doc: object, path: Path) -> None:

@@ -329,10 +329,10 @@ def _hit(r: sqlite3.Row, snippet: str) -> Hit:
     mtime = r["mtime_ns"]
     return Hit(r["path"], r["page"], r["pages"] or 0, snippet, float(r["score"]),
                _md(r["md_path"]), int(r["job_id"]), mtime / 1e9 if mtime is not None else None,
-               int(r["turned"] or 0), r["sha256"], _doubt(r["job_warnings"]))
+               int(r["turned"] or 0), r["sha256"], first_doubt(r["job_warnings"]))
 
 
-def _doubt(warnings: str | None) -> str | None:
+def first_doubt(warnings: str | None) -> str | None:
     """A file's first doubt (``page 2: doubtful text: WHY``) among its job's warnings."""
     if not warnings or DOUBT_NOTE not in warnings:
         return None

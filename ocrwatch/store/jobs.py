@@ -30,7 +30,14 @@ from ocrwatch.core.domain import Job, PageText, State
 from ocrwatch.core.naming import choose_stem, output_paths
 from ocrwatch.core.status import Failure
 from ocrwatch.store.db import Database, decode_path, display_path, encode_path, put_setting
-from ocrwatch.store.index import drop_pages, pages_of, replace_pages, warnings_json
+from ocrwatch.store.index import (
+    Hit,
+    drop_pages,
+    first_doubt,
+    pages_of,
+    replace_pages,
+    warnings_json,
+)
 from ocrwatch.store.jobfiles import (
     Forgotten,
     Moved,
@@ -754,6 +761,19 @@ class JobQueue:
         """Every file read (done), in no particular order."""
         return [decode_path(r["path"])
                 for r in self.db.query("SELECT path FROM jobs WHERE state = 'done'")]
+
+    def recent_done(self, limit: int) -> list[Hit]:
+        """The files read last, newest first, at most ``limit``: each as a hit on its
+        first page, without a snippet."""
+        rows = self.db.query(
+            "SELECT id, display, sha256, pages, mtime_ns, md_path, warnings FROM jobs "
+            "WHERE state = 'done' ORDER BY finished DESC, id DESC LIMIT ?", (limit,))
+        return [Hit(path=r["display"], page=1, pages=r["pages"] or 1, snippet="", rank=0.0,
+                    md_path=os.fsdecode(r["md_path"]) if r["md_path"] else None,
+                    job_id=r["id"],
+                    mtime=r["mtime_ns"] / 1e9 if r["mtime_ns"] is not None else None,
+                    sha256=r["sha256"] or None, doubt=first_doubt(r["warnings"]))
+                for r in rows]
 
     def done_files(self, job_id: int) -> dict[str, Path | None] | None:
         """A done job's original ("original") and outputs ("md", "txt", "pdf"...), or None

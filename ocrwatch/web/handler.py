@@ -41,6 +41,7 @@ IDLE_TIMEOUT = 5.0
 # the last answer on) must arrive within this, however slowly its bytes come.
 REQUEST_SECONDS = 10.0
 _SECRET = re.compile(r"((?:token|code)=)[^&\s]+", re.IGNORECASE)
+THUMB_MAX_AGE = 365 * 24 * 3600  # seconds: a versioned thumbnail never changes
 MAX_BODY = 4096  # bytes of a POST's body
 STATIC = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8",
           "style.css": "text/css; charset=utf-8", "favicon.svg": "image/svg+xml"}
@@ -91,9 +92,13 @@ class App(Protocol):
 
     def api_search(self, params: dict[str, str]) -> dict[str, Any]: ...
 
-    def api_folders(self) -> list[dict[str, str]]: ...
+    def api_recent(self, params: dict[str, str]) -> dict[str, Any]: ...
 
-    def thumbnail(self, job_id: int, page: int) -> bytes | None: ...
+    def api_folders(self) -> list[dict[str, str | int]]: ...
+
+    def thumbnail(self, job_id: int, page: int) -> tuple[bytes, str] | None:
+        """The page's thumbnail and its version (a prefix of its content's SHA-256)."""
+        ...
 
     def job_file(self, job_id: int, what: str) -> Path | None: ...
 
@@ -159,11 +164,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- replies -------------------------------------------------------------------------
     def _send(self, status: HTTPStatus, body: bytes, ctype: str,
-              extra: dict[str, str] | None = None) -> None:
+              extra: dict[str, str] | None = None, cache: str = "no-store") -> None:
         self.send_response(status)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
-        self.send_header("Cache-Control", "no-store")
+        self.send_header("Cache-Control", cache)
         self.send_header("X-Content-Type-Options", "nosniff")
         self.send_header("Referrer-Policy", "no-referrer")
         self.send_header("Content-Security-Policy",
@@ -239,19 +244,36 @@ class _Handler(BaseHTTPRequestHandler):
             params = {k: v[0] for k, v in query.items() if k != "token"}
             self._send_json(self.app.api_search(params))
             return
+        if path == "/api/recent":
+            self._send_json(self.app.api_recent({k: v[0] for k, v in query.items()
+                                                 if k != "token"}))
+            return
         if path == "/api/folders":
             self._send_json({"folders": self.app.api_folders(), "types": list(TYPES)})
             return
         if path.startswith("/thumb/"):
             parts = path.split("/")
             if len(parts) == 4 and parts[2].isdecimal() and parts[3].isdecimal():
-                data = self.app.thumbnail(int(parts[2]), int(parts[3]))
-                if data is not None:
-                    self._send(HTTPStatus.OK, data, "image/webp")
+                found = self.app.thumbnail(int(parts[2]), int(parts[3]))
+                if found is not None:
+                    self._send_thumb(*found, query.get("v", [""])[0])
                     return
             self._send_text(HTTPStatus.NOT_FOUND, "no thumbnail for that page")
             return
         self._send_text(HTTPStatus.NOT_FOUND, "no such page")
+
+    def _send_thumb(self, data: bytes, version: str, asked: str) -> None:
+        """A thumbnail, kept by the browser: for good when its address names the content
+        it shows (``?v=``, as the hits give it: new content gets a new address), else
+        checked again each time. Either way its ETag spares sending it again."""
+        etag = f'"{version}"'
+        cache = (f"private, max-age={THUMB_MAX_AGE}, immutable" if asked == version
+                 else "private, no-cache")
+        tags = [t.strip() for t in self.headers.get("If-None-Match", "").split(",")]
+        if etag in tags or f"W/{etag}" in tags or "*" in tags:
+            self._send(HTTPStatus.NOT_MODIFIED, b"", "image/webp", {"ETag": etag}, cache)
+            return
+        self._send(HTTPStatus.OK, data, "image/webp", {"ETag": etag}, cache)
 
     def do_POST(self) -> None:
         url = urlsplit(self.path)

@@ -63,6 +63,7 @@ log = logging.getLogger(__name__)
 
 PER_PAGE = 20
 MAX_PER_PAGE = 100
+RECENT = 12  # files shown on the empty page
 TIME_LIMIT = 5.0  # seconds a page's query may take
 CODE_SECONDS = 300.0  # a one-time code not used by then is void (a browser may start slowly)
 LAUNCH_PAGE = """<!doctype html>
@@ -254,7 +255,8 @@ class SearchServer:
             "date": (_dt.datetime.fromtimestamp(hit.mtime).strftime("%Y-%m-%d %H:%M")
                      if hit.mtime is not None else None),
             "snippet": snippet_html(hit.snippet),
-            "thumb": f"/thumb/{hit.job_id}/{hit.page}" if has_thumb else None,
+            "thumb": (thumb_url(hit.job_id, hit.page, hit.sha256) if has_thumb and hit.sha256
+                      else None),
             "sidecar": bool(hit.md_path),
             "doubt": hit.doubt,  # read with doubts: its original kept, its text to check
         }
@@ -285,17 +287,41 @@ class SearchServer:
         return {"hits": [self.hit_json(h) for h in hits[:per]], "page": page, "per": per,
                 "more": len(hits) > per, "ms": round((time.perf_counter() - started) * 1000, 2)}
 
-    def api_folders(self) -> list[dict[str, str]]:
-        """Every folder holding an indexed file, and the folders above it in the inbox."""
-        found: set[Path] = set()
-        for path in JobQueue(self.db).done_paths():
-            folder = path.parent
-            while folder not in found:
+    def api_recent(self, params: dict[str, str]) -> dict[str, Any]:
+        """The files read last, newest first (the page before anything is typed)."""
+        started = time.perf_counter()
+        per = whole(params.get("per", "") or str(RECENT), "per", 1, MAX_PER_PAGE)
+        hits = JobQueue(self.db).recent_done(per)
+        return {"hits": [self.hit_json(h) for h in hits], "page": 1, "per": per,
+                "more": False, "recent": True,
+                "ms": round((time.perf_counter() - started) * 1000, 2)}
+
+    def api_folders(self) -> list[dict[str, str | int]]:
+        """The watched folders' tree: each inbox, and each folder in it that holds an
+        indexed file with the folders between, in tree order, named from the inbox
+        (``inbox/letters``); ``depth`` is its level below its inbox. Files read from
+        elsewhere (``ocrwatch read`` of another folder) add nothing."""
+        found: set[Path] = set(self.inbox)
+        # Each folder once: many files share one.
+        for folder in {path.parent for path in JobQueue(self.db).done_paths()}:
+            root = next((r for r in self.inbox if folder.is_relative_to(r)), None)
+            if root is None:
+                continue
+            while folder not in found and folder.is_relative_to(root):
                 found.add(folder)
-                if folder in self.inbox or folder.parent == folder:
-                    break
                 folder = folder.parent
-        return [{"path": str(f), "label": self.relative(f)} for f in sorted(found)]
+
+        def owner(folder: Path) -> Path:  # an inbox inside another one owns its own
+            return max((r for r in self.inbox if folder.is_relative_to(r)),
+                       key=lambda r: len(r.parts))
+
+        tree: list[dict[str, str | int]] = []
+        for root in self.inbox:
+            below = sorted((f for f in found if owner(f) == root),
+                           key=lambda f: [p.casefold() for p in f.relative_to(root).parts])
+            tree += [{"path": str(f), "label": str(root.name / f.relative_to(root)),
+                      "depth": len(f.relative_to(root).parts)} for f in below]
+        return tree
 
     def job_file(self, job_id: int, what: str) -> Path | None:
         if not 0 <= job_id <= MAX_ID:
@@ -331,18 +357,28 @@ class SearchServer:
             return f"{path} is not a regular file now: not opened"
         return None
 
-    def thumbnail(self, job_id: int, page: int) -> bytes | None:
+    def thumbnail(self, job_id: int, page: int) -> tuple[bytes, str] | None:
         if not (0 <= job_id <= MAX_ID and 0 <= page <= MAX_ID):
             return None
         sha256 = JobQueue(self.db).done_content(job_id)
         if sha256 is None:
             return None
         try:
-            return self.thumbs.path(sha256, page).read_bytes()
+            return self.thumbs.path(sha256, page).read_bytes(), thumb_version(sha256)
         except (OSError, ValueError):
             return None
 
 
+
+
+def thumb_version(sha256: str) -> str:
+    """What names a thumbnail's content in its address and ETag: the file's content
+    decides the picture, so a file written anew gets a new address."""
+    return sha256[:16]
+
+
+def thumb_url(job_id: int, page: int, sha256: str) -> str:
+    return f"/thumb/{job_id}/{page}?v={thumb_version(sha256)}"
 
 
 def _remove_old_pages(folder: Path) -> None:

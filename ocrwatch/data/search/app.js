@@ -29,17 +29,13 @@
     const p = params();
     asked = p.toString();
     document.body.dataset.asked = String(mine); // for tests: a question was put
-    if (!p.get("q") && !p.get("name")) {
-      $("hits").replaceChildren();
-      $("summary").textContent = "";
-      $("pager").hidden = true;
-      return;
-    }
+    // Nothing asked yet: the files read last, to pick up where one left off.
+    const recent = !p.get("q") && !p.get("name");
     let reply;
     if (inflight) inflight.abort(); // only the latest keystroke's answer matters
     inflight = new AbortController();
     try {
-      const r = await fetch("/api/search?" + p.toString(),
+      const r = await fetch(recent ? "/api/recent" : "/api/search?" + p.toString(),
                             { credentials: "same-origin", signal: inflight.signal });
       reply = await r.json();
       if (!r.ok) throw new Error(reply.error || r.statusText);
@@ -68,7 +64,9 @@
       name.title = h.path;
       name.addEventListener("click", (ev) => { ev.preventDefault(); open(h, "original"); });
       li.querySelector(".folder").textContent = h.folder;
-      li.querySelector(".where").textContent = h.pages > 1 ? `page ${h.page} of ${h.pages}` : "1 page";
+      li.querySelector(".where").textContent = reply.recent
+        ? (h.pages > 1 ? `${h.pages} pages` : "1 page")
+        : (h.pages > 1 ? `page ${h.page} of ${h.pages}` : "1 page");
       li.querySelector(".date").textContent = h.date || "";
       const side = li.querySelector(".sidecar");
       if (h.sidecar) side.addEventListener("click", (ev) => { ev.preventDefault(); open(h, "md"); });
@@ -81,7 +79,9 @@
     list.replaceChildren(...items);
     const first = (reply.page - 1) * reply.per + 1;
     $("summary").className = "";
-    $("summary").textContent = items.length
+    $("summary").textContent = reply.recent
+      ? (items.length ? "Read last:" : "")
+      : items.length
       ? `hits ${first}–${first + items.length - 1}${reply.more ? "" : " (all)"} · ${reply.ms} ms`
       : "no matches";
     $("pager").hidden = reply.page === 1 && !reply.more;
@@ -113,7 +113,14 @@
     const r = await fetch("/api/folders", { credentials: "same-origin" });
     if (!r.ok) return;
     const reply = await r.json();
-    for (const f of reply.folders) $("folder").add(new Option(f.label, f.path));
+    // The watched folders' tree: each folder indented under its inbox, its full name
+    // (from the inbox) shown when pointed at.
+    for (const f of reply.folders) {
+      const name = f.depth ? f.label.split("/").pop() : f.label;
+      const option = new Option("\u00a0\u00a0".repeat(f.depth) + name, f.path);
+      option.title = f.label;
+      $("folder").add(option);
+    }
     for (const t of reply.types) $("type").add(new Option(t.toUpperCase(), t));
   }
 
@@ -125,4 +132,5 @@
   $("prev").addEventListener("click", () => { page = Math.max(1, page - 1); run(); });
   $("next").addEventListener("click", () => { page += 1; run(); });
   loadFilters();
+  run(); // the files read last, until something is typed
 })();
