@@ -15,9 +15,11 @@ The page is decided only when ``MIN_LINES`` lines vote and ``MAJORITY`` of them 
 anything else (too few lines, a mixed vote, a picture, a table, two lines run together)
 goes to OSD as before. A page whose lines run down it is never decided here
 (:mod:`ocrwatch.scan.orient` asks only for pages whose ink profiles show level lines):
-lines standing on end gave votes 73-83% one way on some corpus and held-out pages.
-The margin is kept wide: upright tables of ditto marks over figures voted 63-67% the
-wrong way, and no Latin page seen more (benchmarks/results/orientation-cheap.txt).
+lines standing on end voted up to 83% one way on corpus and held-out pages, 74% on one
+whose ink profiles took them for level lines (a tinted page fed sideways). The margin is
+kept wide: an upright table of ditto marks over figures voted up to 69% the wrong way,
+and no Latin page seen more (benchmarks/results/orientation-cheap.txt). Four strips and
+a lean of 0.35 decided a fifth more pages than eight and 0.25, no page wrong either way.
 
 The measure was made for Latin print, and is asked only when every configured language
 is written in Latin (:func:`latin`). A model reads any script whatever ``languages``
@@ -37,10 +39,10 @@ from ocrwatch.config import scripts
 from ocrwatch.scan import inkcover
 
 WORK_SIDE = 2000  # pixels: the longest side the lines are measured at (reduced only)
-STRIPS = 8  # upright strips the page is cut into
+STRIPS = 4  # upright strips the page is cut into
 BAND_LEVEL = 0.5  # share of a line's densest row from which a row is in its x-height band
 MIN_BAND = 4  # pixels at WORK_SIDE: a thinner band is a rule or a speck, not a line
-LEAN = 0.25  # (above - below) / (above + below) from which a line votes
+LEAN = 0.35  # (above - below) / (above + below) from which a line votes
 MIN_LINES = 12  # votes from which a page may be decided
 MAJORITY = 0.85  # share of the votes that must agree
 
