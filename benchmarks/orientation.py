@@ -11,6 +11,11 @@ recorded blank. The time of the two is printed, as a median and a maximum per va
 
     python benchmarks/orientation.py --corpus ../shared/corpus [--languages eng]
 
+``--compare band`` (or ``--compare``) prepares each page with orient.BAND_CHECK off and
+on; ``--compare lines`` with orient.LINES_CHECK off (today: OSD on every page) and on
+(a page's level lines decide before OSD), counting OSD's calls and timing the
+orientation itself (Detector.detect) in CPU seconds.
+
 ``--languages`` gives the reading languages the daemon is configured with (default:
 each page's own, from manifest.tsv): a user who reads English only still gets an Italian
 page turned, since orientation detection (OSD) is by script, not language.
@@ -82,6 +87,13 @@ class Outcome:
     cpu: float = 0.0
     cpu_before: float = 0.0
     cpu_off: float = 0.0
+    # --compare lines: OSD's calls and Detector.detect's CPU seconds, after and before;
+    # whether the page's lines decided it (OSD not asked)
+    osd: int = 0
+    osd_before: int = 0
+    orient_cpu: float = 0.0
+    orient_cpu_before: float = 0.0
+    lines: bool = False
 
     @property
     def right(self) -> bool:
@@ -121,44 +133,78 @@ def pages(items: list[_common.Item], work: Path) -> list[tuple[str, Path, str | 
     return out
 
 
+SWITCHES = {"band": "BAND_CHECK", "lines": "LINES_CHECK"}
+
+
 def compared(preps: tuple[Any, Any], name: str, variant: str, fed: int,
-             image: Image.Image) -> Outcome:
+             image: Image.Image, switch: str = "band") -> Outcome:
     """The page prepared as the daemon does (ScanPrep.prepare: ink, faint marks, skew,
-    orientation) with the band check and with the whole-page check only, then without
-    orientation, each timed in CPU seconds (one thread)."""
+    orientation) with ``switch`` off (before) and on (after), then without orientation
+    (band only), each timed in CPU seconds (one thread); OSD's calls and the orientation's
+    own CPU counted apart."""
     from ocrwatch.core.domain import Page
-    from ocrwatch.scan import orient
+    from ocrwatch.scan import orient, osd
 
     prep, off = preps
     page = Page(Path(name), 0, image, dpi=None)
     seen: list[Any] = []
     upright = prep.upright
+    calls = [0]
+    spent = [0.0]
+    detect, found_osd, detect_osd = orient.Detector.detect, osd.OsdApi.found, osd.OsdApi.detect
 
     def recording(*args: Any, **kwargs: Any) -> Any:
         made = upright(*args, **kwargs)
         seen.append(made.orientation)
         return made
 
+    def timed(self: Any, *args: Any, **kwargs: Any) -> Any:
+        started = time.process_time()
+        try:
+            return detect(self, *args, **kwargs)
+        finally:
+            spent[0] += time.process_time() - started
+
+    def counted(method: Callable[..., Any]) -> Callable[..., Any]:
+        def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+            calls[0] += 1
+            return method(self, *args, **kwargs)
+        return call
+
     cpu: dict[bool, float] = {}
     turns: dict[bool, int] = {}
-    with mock.patch.object(prep, "upright", recording):
-        for band in (False, True):
-            with mock.patch.object(orient, "BAND_CHECK", band):
+    osd_calls: dict[bool, int] = {}
+    orient_cpu: dict[bool, float] = {}
+    lines = False
+    with mock.patch.object(prep, "upright", recording), \
+            mock.patch.object(orient.Detector, "detect", timed), \
+            mock.patch.object(osd.OsdApi, "found", counted(found_osd)), \
+            mock.patch.object(osd.OsdApi, "detect", counted(detect_osd)):
+        for on in (False, True):
+            calls[0], spent[0] = 0, 0.0
+            with mock.patch.object(orient, SWITCHES[switch], on):
                 started = time.process_time()
                 ready = prep.prepare(page)
-                cpu[band] = time.process_time() - started
-                turns[band] = ready.turned
-    started = time.process_time()
-    ready = off.prepare(page)
-    cpu_off = time.process_time() - started
+                cpu[on] = time.process_time() - started
+                turns[on] = ready.turned
+            osd_calls[on], orient_cpu[on] = calls[0], spent[0]
+            lines = bool(on and seen and seen[-1].lines)
+    cpu_off = 0.0
+    if switch == "band":
+        started = time.process_time()
+        off.prepare(page)
+        cpu_off = time.process_time() - started
     found = seen[-1] if seen else orient.Orientation(0, -1.0)
     return Outcome(name, variant, fed, turns[True], found.confidence, found.checked,
                    found.proposed, ready.blank, cpu[True], before=turns[False],
-                   cpu=cpu[True], cpu_before=cpu[False], cpu_off=cpu_off)
+                   cpu=cpu[True], cpu_before=cpu[False], cpu_off=cpu_off,
+                   osd=osd_calls[True], osd_before=osd_calls[False],
+                   orient_cpu=orient_cpu[True], orient_cpu_before=orient_cpu[False],
+                   lines=lines)
 
 
 def run(corpus: Path, languages: str | None, only: list[str] | None,
-        variants: list[str], compare: bool = False) -> list[Outcome]:
+        variants: list[str], compare: str | None = None) -> list[Outcome]:
     from ocrwatch.config import Config
     from ocrwatch.scan import inkcover, orient
     from ocrwatch.scan.prepare import ScanPrep
@@ -189,12 +235,16 @@ def run(corpus: Path, languages: str | None, only: list[str] | None,
                     image = orient.turn(upright, fed)
                     if compare:
                         outcome = compared((prep, offs[langs]), name, variant.name, fed,
-                                           image)
+                                           image, compare)
                         outcomes.append(outcome)
                         print(f"{name:32} {variant.name:7} fed {fed:3} turned "
-                              f"{outcome.decided:3} (before {outcome.before:3}) CPU s "
+                              f"{outcome.decided:3} (before {outcome.before:3}"
+                              f"{', by lines' if outcome.lines else ''}) CPU s "
                               f"{outcome.cpu:.2f} (before {outcome.cpu_before:.2f}, "
-                              f"no orientation {outcome.cpu_off:.2f})", flush=True)
+                              f"no orientation {outcome.cpu_off:.2f}; orientation "
+                              f"{outcome.orient_cpu:.3f}, before {outcome.orient_cpu_before:.3f}"
+                              f"; OSD calls {outcome.osd}, before {outcome.osd_before})",
+                              flush=True)
                         continue
                     started = time.perf_counter()
                     # As the daemon's preparation: the blank check, then straightening
@@ -245,15 +295,18 @@ def report(outcomes: list[Outcome], args: argparse.Namespace) -> list[str]:
               f"({orient.SURE}) on it is taken without a check (from SURE_ENLARGED, "
               f"{orient.SURE_ENLARGED}, on a page OSD saw enlarged twice or more)", "",
               "| OSD confidence | pages | OSD right | OSD wrong |", "|---|--:|--:|--:|"]
-    undecided = [o for o in outcomes if o.proposed is None]
+    undecided = [o for o in outcomes if o.proposed is None and not o.lines]
     lines.append(f"| could not decide | {len(undecided)} | - | - |")
     for low, high in BANDS:
         band = [o for o in outcomes
                 if o.proposed is not None and low <= o.confidence < high]
         good = sum((o.fed + o.proposed) % 360 == 0 for o in band if o.proposed is not None)
         lines.append(f"| {low:g} to {high:g} | {len(band)} | {good} | {len(band) - good} |")
+    if any(o.lines for o in outcomes):
+        lines.append(f"| decided by its lines, OSD not asked | "
+                     f"{sum(o.lines for o in outcomes)} | - | - |")
     if args.compare:
-        lines += comparison(outcomes)
+        lines += comparison(outcomes, args.compare)
     wrong = [o for o in outcomes if not o.right]
     total = len(outcomes)
     lines += ["", f"right: {total - len(wrong)} of {total}; wrong turns: "
@@ -267,17 +320,23 @@ def report(outcomes: list[Outcome], args: argparse.Namespace) -> list[str]:
     return lines
 
 
-def comparison(outcomes: list[Outcome]) -> list[str]:
-    """Before (the whole-page check) against after (the band check first): the pages'
-    verdicts, each page's change, and the CPU seconds of preparing a page."""
+def comparison(outcomes: list[Outcome], switch: str = "band") -> list[str]:
+    """Before (the switch off) against after (on): the pages' verdicts, each page's
+    change, and the CPU seconds of preparing a page (and of orientation, OSD's calls)."""
     def verdict(fed: int, turned: int) -> str:
         return ("right" if (fed + turned) % 360 == 0 else
                 "left" if fed and not turned else "wrong")
 
-    lines = ["", "Before: orient.BAND_CHECK off (the whole page read four ways where OSD "
+    about = ("Before: orient.BAND_CHECK off (the whole page read four ways where OSD "
              "is unsure); after: on. CPU seconds of ScanPrep.prepare per page, one thread, "
-             "both and without orientation (rotate_pages = false) on the same page in turn",
-             "", "| | right | wrong | left as fed |", "|---|--:|--:|--:|"]
+             "both and without orientation (rotate_pages = false) on the same page in turn"
+             if switch == "band" else
+             "Before: orient.LINES_CHECK off (OSD on every page, as today); after: on (a "
+             "page whose level lines tell decided by them, OSD not asked). A model "
+             "engine's preparation (no script doubt). CPU seconds of ScanPrep.prepare and "
+             "of its orientation (Detector.detect) per page, one thread, both on the same "
+             "page in turn")
+    lines = ["", about, "", "| | right | wrong | left as fed |", "|---|--:|--:|--:|"]
     for label, decided in (("before", [o.before or 0 for o in outcomes]),
                            ("after", [o.decided for o in outcomes])):
         verdicts = [verdict(o.fed, turned) for o, turned in zip(outcomes, decided, strict=True)]
@@ -292,17 +351,45 @@ def comparison(outcomes: list[Outcome]) -> list[str]:
     lines += ["", "| CPU s per page | median | mean | max | pages |", "|---|--:|--:|--:|--:|"]
     for label, values in (
             ("before", [o.cpu_before for o in outcomes]), ("after", [o.cpu for o in outcomes]),
-            ("no orientation", [o.cpu_off for o in outcomes]),
+            ("no orientation", [o.cpu_off for o in outcomes] if switch == "band" else []),
             ("before, pages OSD was unsure of", [o.cpu_before for o in checked]),
             ("after, pages OSD was unsure of", [o.cpu for o in checked])):
         if values:
             lines.append(f"| {label} | {_common.median(values):.3f} | "
                          f"{sum(values) / len(values):.3f} | {max(values):.2f} | {len(values)} |")
+    if switch == "lines":
+        return lines + lines_figures(outcomes)
     before = sum(o.cpu_before - o.cpu_off for o in outcomes)
     after = sum(o.cpu - o.cpu_off for o in outcomes)
     if before > 0:
         lines += ["", f"orientation's own CPU (preparation less preparation without it), "
                   f"summed: before {before:.1f} s, after {after:.1f} s ({after / before:.2f}x)"]
+    return lines
+
+
+def lines_figures(outcomes: list[Outcome]) -> list[str]:
+    """OSD's calls and the orientation's own CPU, before and after the lines' check."""
+    lines = ["", "| orientation CPU s per page | median | mean | max | sum |",
+             "|---|--:|--:|--:|--:|"]
+    for label, values in (("before", [o.orient_cpu_before for o in outcomes]),
+                          ("after", [o.orient_cpu for o in outcomes]),
+                          ("after, pages decided by lines",
+                           [o.orient_cpu for o in outcomes if o.lines]),
+                          ("before, the same pages",
+                           [o.orient_cpu_before for o in outcomes if o.lines])):
+        if values:
+            lines.append(f"| {label} | {_common.median(values):.3f} | "
+                         f"{sum(values) / len(values):.3f} | {max(values):.2f} | "
+                         f"{sum(values):.1f} |")
+    before = sum(o.orient_cpu_before for o in outcomes)
+    after = sum(o.orient_cpu for o in outcomes)
+    calls = sum(o.osd_before for o in outcomes), sum(o.osd for o in outcomes)
+    decided = sum(o.lines for o in outcomes)
+    lines += ["", f"pages decided by their lines: {decided} of {len(outcomes)}",
+              f"OSD calls: before {calls[0]}, after {calls[1]}"
+              f" ({calls[1] / max(1, calls[0]):.2f}x)",
+              f"orientation's own CPU, summed: before {before:.1f} s, after {after:.1f} s"
+              f" ({after / before if before else 0:.2f}x)"]
     return lines
 
 
@@ -315,9 +402,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--variants", nargs="+", default=[v.name for v in VARIANTS],
                         choices=[v.name for v in VARIANTS])
     parser.add_argument("--out", type=Path, default=None, metavar="FILE")
-    parser.add_argument("--compare", action="store_true",
-                        help="each page prepared with the band check, with the whole-page "
-                        "check and without orientation: decisions and CPU s compared")
+    parser.add_argument("--compare", nargs="?", const="band", default=None,
+                        choices=sorted(SWITCHES),
+                        help="band: each page prepared with the band check, with the "
+                        "whole-page check and without orientation; lines: with and "
+                        "without the lines' check before OSD: decisions, CPU s and OSD's "
+                        "calls compared")
     args = parser.parse_args(argv)
     outcomes = run(args.corpus, args.languages, args.files, args.variants, args.compare)
     lines = report(outcomes, args)

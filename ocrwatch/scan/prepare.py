@@ -129,7 +129,8 @@ class ScanPrep:
             stretched = None if stretched is None else deskew.straighten(stretched, angle)
             judged = image if stretched is None else stretched
         if self.rotate_pages:
-            found = self._orientation().detect(judged)
+            # An engine without the script doubt lets a page's lines decide before OSD.
+            found = self._orientation().detect(judged, needs_script=self.scripts)
         else:  # OSD only for the script (one call, about 0.3-0.6 s a page), when asked
             found = self._orientation().script(judged) if self.scripts else LEFT
         if found.turn:
