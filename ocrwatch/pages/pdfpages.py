@@ -229,6 +229,7 @@ def pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int,
             where = f"page {index + 1}"
             own_text: str | None = None
             known: tuple[tuple[float, str], ...] = ()
+            beside = False  # drawn without its text layer, which is in ``known``
             budget.page()
             content = None
             if sizes is not None:
@@ -253,6 +254,7 @@ def pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int,
                             log.debug("%s %s: its text layer, and its pictures read with "
                                       "OCR: %s", path.name, where, decision.pictures)
                             own_text = None
+                            beside = True
                             known = decision.lines + notes.layer_blocks
                             scale = render_scale(width_pt, height_pt, dpi, limits)
                             budget.check(where, "checking its text layer")
@@ -296,7 +298,7 @@ def pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int,
             budget.pause()
             yield Page(source=path, index=index, image=image, dpi=render_dpi, count=count,
                        text="" if blank(image) else None, known=known, doubt=doubt,
-                       shown=shown if shown != image.size else None)
+                       shown=shown if shown != image.size else None, beside_layer=beside)
             budget.resume()
     finally:
         cost.close()
