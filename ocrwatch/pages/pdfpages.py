@@ -266,8 +266,11 @@ def pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int,
                             scale = render_scale(width_pt, height_pt, dpi, limits,
                                                  pdftext.image_dpi(page))
                             budget.check(where, "checking its text layer")
-                            # A copy: PDFium's buffer is BGR. Filled form fields drawn.
-                            image = to_rgb(draw(page, scale, budget, where, forms=True))
+                            # A copy: PDFium's buffer is BGR. Filled form fields drawn;
+                            # for Tesseract a page without colour grey at once.
+                            image = draw(page, scale, budget, where, forms=True,
+                                         flatten=max_side is None)
+                            image = image if image.mode == "L" else to_rgb(image)
                         else:
                             known = notes.layer_blocks
                     finally:
