@@ -42,6 +42,7 @@ from ocrwatch.core.errors import (
 )
 from ocrwatch.core.events import FileQueued
 from ocrwatch.core.textutil import text_to_markdown
+from ocrwatch.core.wordlike import TRIM, mostly_nonwords, wordlike
 from ocrwatch.engines import Engine
 from ocrwatch.engines.tesseract_facts import LOW_CONFIDENCE
 from ocrwatch.fs.safeopen import NotRegular, open_file_beneath, source_root
@@ -291,8 +292,8 @@ def read(engine: Engine, name: str, pages: Sequence[Page]) -> tuple[list[PageTex
     rest = [p for n, p in enumerate(pages) if n not in given]
     answers, unavailable = recognize(engine, name, rest) if rest else ([], None)
     if unavailable is None:
-        answers = [_with_doubt(merged(finish(a, p), p.known), p) if a.error is None else a
-                   for a, p in zip(answers, rest, strict=True)]
+        answers = [_with_doubt(merged(finish(_pictures(a, p), p), p.known), p)
+                   if a.error is None else a for a, p in zip(answers, rest, strict=True)]
     got = iter([_doubted(a) for a in answers])
     return [given[n] if n in given else next(got) for n in range(len(pages))], unavailable
 
@@ -307,6 +308,56 @@ def _with_doubt(result: PageText, page: Page) -> PageText:
     if doubt is None or result.keep_original:
         return result
     return replace(result, keep_original=doubt)
+
+
+# A text page's pictures read unsurely with fewer word-like tokens than this are marks (a
+# logo, a signature, an emblem: "NW INV" at 24%, "OO0Q00Q0900900000" at 1%); with this
+# many or more they are words that were not read ("The ere sereie og 2) ed epee ae" at 30%,
+# a blurred scan of a sentence).
+PICTURE_WORDS = 3
+
+
+def _pictures(answer: PageText, page: Page) -> PageText:
+    """The engine's reading of a text page's pictures (``Page.beside_layer``: the page
+    drawn without its layer), judged before the layer's lines are merged in.
+
+    The layer is the page's text, read whole; its pictures are mostly logos, signatures,
+    rules and photos. What they come to:
+
+    - words read surely: merged with the layer's lines, and set over the page's own text
+      in the searchable PDF (``PageLayout.beside_text``);
+    - nothing: nothing to add, and no doubt;
+    - marks: a reading that is mostly not words, or one the engine is unsure of
+      (``LOW_CONFIDENCE``) with fewer than ``PICTURE_WORDS`` word-like tokens: left out
+      of the text, the index and the PDF (a warning says what), and no doubt, so that a
+      letter with a logo still leaves after its reading;
+    - words lost: a reading the engine is unsure of with ``PICTURE_WORDS`` word-like
+      tokens or more is a picture of words that were not read: kept as read, and a doubt
+      (the original is kept, the reason says why).
+    """
+    if not page.beside_layer or answer.error or answer.keep_original:
+        return answer
+    layout = replace(answer.layout, beside_text=True) if answer.layout is not None else None
+    text = answer.text.strip()
+    unsure = next((w for w in answer.warnings if w.startswith(LOW_CONFIDENCE)), None)
+    nonwords = answer.nonwords or (bool(text) and mostly_nonwords(text))
+    if not text or (unsure is None and not nonwords):
+        return replace(answer, layout=layout)
+    words = sum(1 for token in text.split() if wordlike(token.strip(TRIM)))
+    how = ("mostly not words" if nonwords else f"low confidence ({answer.confidence:.0f}%)"
+           if answer.confidence is not None else "unsure")
+    if not nonwords and words >= PICTURE_WORDS:
+        return replace(answer, layout=layout, keep_original=(
+            f"the words of a picture on the page were not read surely ({words} words, "
+            f"{how}): check it"))
+    shown = " ".join(text.split())
+    shown = shown if len(shown) <= 40 else shown[:39] + "…"
+    note = (f"marks in the page's pictures (a logo, a signature?) read as \"{shown}\", "
+            f"{how}: left out")
+    log.info("%s, page %d: %s", page.source.name, page.index + 1, note)
+    return replace(answer, text="", markdown="", nonwords=False,
+                   layout=replace(layout, words=()) if layout is not None else None,
+                   warnings=[*(w for w in answer.warnings if w != unsure), note])
 
 
 def _doubted(answer: PageText) -> PageText:

@@ -86,6 +86,36 @@ def test_grey_pdf_pages_are_drawn_grey_for_tesseract(tmp_path: Path, config: Con
     assert [p.image.mode for p in iter_pages(path, config, 1540)] == ["RGB", "RGB"]
 
 
+def test_a_pdf_page_drawn_grey_has_the_pixels_of_its_rgb_drawing(tmp_path: Path) -> None:
+    """Made grey from PDFium's bitmap a strip at a time: the pixels of the RGB drawing
+    made grey after it; a page with one coloured mark in its last strip stays RGB."""
+    import pypdfium2 as pdfium
+    from fpdf import FPDF
+
+    from ocrwatch.pages.budget import unlimited
+    from ocrwatch.pages.pdfdraw import draw
+
+    grey_path = save_pdf(tmp_path / "grey.pdf", [["one line of grey words"]])
+    pdf = FPDF(unit="pt", format=(300, 400))
+    pdf.add_page()
+    pdf.set_font("Helvetica", size=12)
+    pdf.cell(0, 16, "black words")
+    pdf.set_fill_color(200, 30, 30)
+    pdf.rect(280, 390, 10, 5, style="F")  # a red mark in the last rows
+    pdf.output(str(tmp_path / "red.pdf"))
+    for path, mode in ((grey_path, "L"), (tmp_path / "red.pdf", "RGB")):
+        doc = pdfium.PdfDocument(str(path))
+        try:
+            page = doc[0]
+            drawn = draw(page, 2.0, unlimited(), "page 1", flatten=True)
+            plain = draw(page, 2.0, unlimited(), "page 1")
+            page.close()
+        finally:
+            doc.close()
+        assert drawn.mode == mode
+        assert drawn.tobytes() == flattened(plain).tobytes()
+
+
 def test_one_coloured_pixel_keeps_a_page_rgb() -> None:
     image = Image.new("RGB", (300, 1000), (250, 250, 250))
     assert flattened(image).mode == "L"

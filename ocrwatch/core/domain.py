@@ -56,6 +56,10 @@ class Page:
     # page's height; text), merged with the engine's lines by place
     # (ocrwatch/pages/merge.py), never replaced by them.
     known: tuple[tuple[float, str], ...] = ()
+    # Drawn without its text layer (which is in ``known``): ``image`` shows only what the
+    # layer lacks (pictures, outlines, stamps), and the engine's reading of it is judged
+    # as such (ocrwatch/pages/pictures.py): a logo's marks are no doubt, lost words are.
+    beside_layer: bool = False
 
     @property
     def size(self) -> tuple[int, int]:

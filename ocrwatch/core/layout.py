@@ -52,6 +52,10 @@ class PageLayout:
     # pdf_dpi), where it was read at another size (a model's 1540 pixels, a reduced or
     # square-pixelled scan): hOCR and ALTO scale their boxes to it.
     shown: tuple[int, int] | None = None
+    # Words read on a page's pictures beside its own text layer (``Page.beside_layer``):
+    # the searchable PDF adds them over the page's text, where it adds nothing to a page
+    # with text of its own otherwise.
+    beside_text: bool = False
 
     def to_page(self, x: float, y: float) -> tuple[float, float]:
         """A point of the boxes' image in the page's own pixels (y down)."""
@@ -96,6 +100,8 @@ def dumps(layout: PageLayout) -> str:
         data["read"] = list(layout.read_size)
     if layout.shown is not None:
         data["shown"] = list(layout.shown)
+    if layout.beside_text:
+        data["beside"] = 1
     return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -112,4 +118,5 @@ def loads(text: str) -> PageLayout:
                      for lb, a, b, c, d, t in data.get("blocks", ())),
         angle=float(data.get("angle", 0.0)),
         read_size=(int(read[0]), int(read[1])) if read else None,
-        shown=(int(shown[0]), int(shown[1])) if shown else None)
+        shown=(int(shown[0]), int(shown[1])) if shown else None,
+        beside_text=bool(data.get("beside")))

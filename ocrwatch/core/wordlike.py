@@ -11,13 +11,13 @@ from __future__ import annotations
 import re
 import unicodedata
 
-__all__ = ["mostly_nonwords", "nonword_chars", "wordlike", "wordlike_share"]
+__all__ = ["TRIM", "mostly_nonwords", "nonword_chars", "wordlike", "wordlike_share"]
 
 # A reading is "mostly non-words" when under half its characters are in tokens that look
 # like words.
 NONWORD_SHARE = 0.5
 MIN_TOKENS = 5
-_TRIM = "\"'“”‘’«»„()[]{}.,;:!?"
+TRIM = "\"'“”‘’«»„()[]{}.,;:!?"  # trimmed off a token before it is judged
 _RUN = re.compile(r"([^\W\d_])\1\1")
 _VOWELS = frozenset("aeiouyæøœ")
 
@@ -43,7 +43,7 @@ def wordlike(token: str) -> bool:
 
 def mostly_nonwords(text: str) -> bool:
     """Whether most of what was read is not words (grain, speckle or halftone read)."""
-    tokens = [t.strip(_TRIM) for t in text.split()]
+    tokens = [t.strip(TRIM) for t in text.split()]
     tokens = [t for t in tokens if t] or text.split()
     if len(tokens) < MIN_TOKENS:
         return bool(tokens) and not any(wordlike(t) for t in tokens)
@@ -54,7 +54,7 @@ def mostly_nonwords(text: str) -> bool:
 
 
 def _tokens(text: str) -> list[str]:
-    tokens = [t.strip(_TRIM) for t in text.split()]
+    tokens = [t.strip(TRIM) for t in text.split()]
     return [t for t in tokens if t] or text.split()
 
 

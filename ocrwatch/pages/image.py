@@ -87,13 +87,16 @@ GREY_STRIP = 64  # rows compared at a time: a whole page split costs three copie
 def _grey(image: Image.Image) -> bool:
     """Whether every pixel of an RGB image has three equal channels (a colour page is
     told at its first strip with colour in it)."""
-    for top in range(0, image.height, GREY_STRIP):
-        red, green, blue = image.crop(
-            (0, top, image.width, min(image.height, top + GREY_STRIP))).split()
-        if (ImageChops.difference(red, green).getbbox() is not None
-                or ImageChops.difference(green, blue).getbbox() is not None):
-            return False
-    return True
+    return all(equal_channels(image.crop((0, top, image.width,
+                                          min(image.height, top + GREY_STRIP))))
+               for top in range(0, image.height, GREY_STRIP))
+
+
+def equal_channels(image: Image.Image) -> bool:
+    """Whether every pixel of an RGB image (a strip of a page) has three equal channels."""
+    red, green, blue = image.split()
+    return (ImageChops.difference(red, green).getbbox() is None
+            and ImageChops.difference(green, blue).getbbox() is None)
 
 
 def scale_to(image: Image.Image, max_side: int | None) -> Image.Image:

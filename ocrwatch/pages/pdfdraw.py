@@ -25,11 +25,12 @@ MAX_DEPTH = 16
 
 
 def draw(page: Any, scale: float, budget: Budget, where: str, *, grayscale: bool = False,
-         annotations: bool = True, forms: bool = False) -> Image.Image:
+         annotations: bool = True, forms: bool = False, flatten: bool = False) -> Image.Image:
     """``page`` (a pypdfium2 PdfPage) drawn at ``scale`` on white: L when ``grayscale``,
     else RGB; with ``forms``, its form fields too (when its document's form environment
-    was made before the page was opened). Raises OverBudget when drawing it takes longer
-    than the budget."""
+    was made before the page was opened); with ``flatten``, L when it came out without
+    colour (as ``image.flattened`` makes it). Raises OverBudget when drawing it takes
+    longer than the budget."""
     import pypdfium2 as pdfium
     import pypdfium2.internal as pdfium_i
     import pypdfium2.raw as pdfium_c
@@ -58,8 +59,33 @@ def draw(page: Any, scale: float, budget: Budget, where: str, *, grayscale: bool
     if formenv:
         budget.check(where, "drawing it")
         pdfium_c.FPDF_FFLDraw(formenv, bitmap, page, 0, 0, width, height, 0, flags)
+    if flatten and not grayscale:
+        grey = _grey_of(bitmap, width, height)
+        if grey is not None:
+            return grey
     image: Image.Image = bitmap.to_pil()
     return image
+
+
+def _grey_of(bitmap: Any, width: int, height: int) -> Image.Image | None:
+    """A BGR bitmap whose three channels are equal as its grey (those values exactly),
+    made a strip at a time; None at the first strip with colour. A grey scan drawn from a
+    PDF then never exists as a whole RGB copy beside PDFium's bitmap (a 200 dpi A4 page:
+    10 MB more at once in the preparer, while the readers hold theirs)."""
+    from ocrwatch.pages.image import GREY_STRIP, equal_channels
+
+    stride = bitmap.stride
+    data = memoryview(bitmap.buffer).cast("B")
+    grey = Image.new("L", (width, height))
+    for top in range(0, height, GREY_STRIP):
+        rows = min(GREY_STRIP, height - top)
+        strip = Image.frombytes("RGB", (width, rows),
+                                data[top * stride:(top + rows) * stride].tobytes(), "raw",
+                                "BGR", stride, 1)
+        if not equal_channels(strip):
+            return None
+        grey.paste(strip.getchannel(0), (0, top))
+    return grey
 
 
 @contextmanager

@@ -234,6 +234,7 @@ def pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int,
             own_text: str | None = None
             page_sketch: Image.Image | None = None
             known: tuple[tuple[float, str], ...] = ()
+            beside = False  # drawn without its text layer, which is in ``known``
             budget.page()
             content = None
             if sizes is not None:
@@ -258,6 +259,7 @@ def pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int,
                             log.debug("%s %s: its text layer, and its pictures read with "
                                       "OCR: %s", path.name, where, decision.pictures)
                             own_text = None
+                            beside = True
                             known = decision.lines + notes.layer_blocks
                             scale = render_scale(width_pt, height_pt, dpi, limits)
                             budget.check(where, "checking its text layer")
@@ -269,8 +271,11 @@ def pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int,
                             scale = render_scale(width_pt, height_pt, dpi, limits,
                                                  pdftext.image_dpi(page))
                             budget.check(where, "checking its text layer")
-                            # A copy: PDFium's buffer is BGR. Filled form fields drawn.
-                            image = to_rgb(draw(page, scale, budget, where, forms=True))
+                            # A copy: PDFium's buffer is BGR. Filled form fields drawn;
+                            # for Tesseract a page without colour grey at once.
+                            image = draw(page, scale, budget, where, forms=True,
+                                         flatten=max_side is None)
+                            image = image if image.mode == "L" else to_rgb(image)
                         else:
                             known = notes.layer_blocks
                             page_sketch = sketch(page, where)
@@ -303,7 +308,7 @@ def pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int,
             budget.pause()
             yield Page(source=path, index=index, image=image, dpi=render_dpi, count=count,
                        text="" if blank(image) else None, known=known, doubt=doubt,
-                       shown=shown if shown != image.size else None)
+                       shown=shown if shown != image.size else None, beside_layer=beside)
             budget.resume()
     finally:
         cost.close()

@@ -327,7 +327,8 @@ def build(source: Path, layouts: list[PageLayout | None], out: Path, *,
           open_source: SourceOpener, turns: list[int] | None = None) -> list[str]:
     """Write the searchable PDF of ``source`` to ``out``; returns notes for the log.
 
-    A page whose layout is None (or a PDF page that has text of its own) gets no layer.
+    A page whose layout is None (or a PDF page that has text of its own) gets no layer,
+    but for the words read on such a page's pictures (``PageLayout.beside_text``).
     ``turns``: degrees each page was turned clockwise to be read upright; the page is
     displayed so (its /Rotate), and its layout is of the page as displayed.
     """
@@ -368,7 +369,8 @@ def _build(source: Path, layouts: list[PageLayout | None], out: Path, fh: Binary
                 page.obj[pikepdf.Name.Rotate] = rotate
             if layout is None or not layout.words:
                 continue
-            if index in has_text:
+            beside = index in has_text and layout.beside_text
+            if index in has_text and not beside:
                 notes.append(f"page {index + 1} has text of its own: no layer added")
                 continue
             name = page.add_resource(font, pikepdf.Name.Font, prefix="OcrwatchF")
@@ -376,7 +378,12 @@ def _build(source: Path, layouts: list[PageLayout | None], out: Path, fh: Binary
             # The page's own content is wrapped in q/Q so its state cannot leak into ours.
             page.contents_add(pdf.make_stream(b"q\n"), prepend=True)
             page.contents_add(pdf.make_stream(b"Q\n"))
-            if layout.angle and layout.read_size is not None:
+            if beside:
+                # Words of the page's pictures, read beside its own text: the page is shown
+                # as it is (not turned, not straightened), and each word lies where its
+                # picture shows it, sideways or at a slant as read.
+                rotate = (rotate + turn) % 360
+            elif layout.angle and layout.read_size is not None:
                 box = _straighten(pdf, page, box, layout.angle)
                 layout = replace(layout, width=layout.read_size[0],
                                  height=layout.read_size[1], angle=0.0, read_size=None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,24 +33,27 @@ COMMENT = "Call the applicant back"
 
 
 def read_inbox(tmp_path: Path, build: dict[str, Callable[[Path], Path]], *, engine: str,
-               on_success: str, queries: tuple[str, ...] = ()
+               on_success: str, queries: tuple[str, ...] = (), pdf: bool = False
                ) -> tuple[dict[str, dict[str, Any]], dict[str, set[str]]]:
     """Each file built in the inbox, read by a real daemon. Per file stem: its job row,
-    its sidecar's text (or None), whether its original is still there as it was; and per
-    query, the stems of the files the index finds."""
+    its sidecar's text (or None), whether its original is still there as it was, its
+    pages' warnings, and with ``pdf`` the text ``pdftotext`` finds in its searchable PDF;
+    and per query, the stems of the files the index finds."""
     from ocrwatch.daemon import Daemon
 
     inbox = tmp_path / "inbox"
     inbox.mkdir()
     config = Config(inbox=[inbox], database=tmp_path / "index.sqlite3", settle_seconds=0.3,
                     engine=engine, on_success=on_success, archive_dir=tmp_path / "archive",
-                    languages=["eng"])
+                    languages=["eng"],
+                    outputs=["md", "txt", "pdf"] if pdf else ["md", "txt"], pdfa="never")
     paths = {name: make(inbox / f"{name}.pdf") for name, make in build.items()}
     data = {name: path.read_bytes() for name, path in paths.items()}
     with Daemon(config) as daemon:
         wait_for(lambda: daemon.jobs.counts()["done"] + daemon.jobs.counts()["failed"]
                  == len(paths) and daemon.is_idle(), 240, "every file read")
-        rows = {Path(r["display"]).stem: dict(r)
+        # A deleted original's row names its searchable PDF (NAME.ocr.pdf) instead.
+        rows = {Path(r["display"]).stem.removesuffix(".ocr"): dict(r)
                 for r in daemon.db.query("SELECT * FROM jobs")}
 
         hits = {query: {Path(hit.path).stem for hit in search(daemon.db, query)}
@@ -59,10 +63,29 @@ def read_inbox(tmp_path: Path, build: dict[str, Callable[[Path], Path]], *, engi
             row = rows[name]
             txt = Path(os.fsdecode(row["md_path"])).with_suffix(".txt") \
                 if row["md_path"] else None
+            warnings = [w for (w,) in daemon.db.query(
+                "SELECT warnings FROM pages WHERE job_id = ?", (row["id"],)) if w]
             out[name] = {"row": row,
                          "text": txt.read_text() if txt and txt.exists() else None,
-                         "kept": path.exists() and path.read_bytes() == data[name]}
+                         "kept": path.exists() and path.read_bytes() == data[name],
+                         "warnings": " ".join(warnings)}
+            if pdf and txt is not None:
+                out[name]["pdf"] = pdf_words(txt.with_suffix(".ocr.pdf"))
     return out, hits
+
+
+def pdf_words(pdf: Path) -> list[tuple[str, tuple[float, float, float, float]]]:
+    """The words ``pdftotext -bbox`` finds in ``pdf``, each with its box (points, from
+    the page's top left)."""
+    import re
+    from html import unescape
+
+    out = subprocess.run(["pdftotext", "-bbox", str(pdf), "-"], capture_output=True,
+                         text=True, check=True, timeout=60).stdout
+    return [(unescape(text), (float(x0), float(y0), float(x1), float(y1)))
+            for x0, y0, x1, y1, text in re.findall(
+                r'<word xMin="([\d.]+)" yMin="([\d.]+)" xMax="([\d.]+)" yMax="([\d.]+)">'
+                r"(.*?)</word>", out)]
 
 
 def assert_read(got: dict[str, Any], words: list[str]) -> None:
@@ -170,6 +193,34 @@ def test_words_in_a_small_picture_on_a_text_page_are_read(tmp_path: Path,
 
 
 @needs_tesseract
+@pytest.mark.skipif(shutil.which("pdftotext") is None,
+                    reason="poppler-utils is not installed (apt install poppler-utils)")
+def test_words_of_a_picture_reach_the_searchable_pdf_where_the_picture_is(
+        tmp_path: Path) -> None:
+    """The searchable PDF of a letter whose pictures are read keeps the letter's own
+    text once and gains the words read on its picture and on its stamp, each over the
+    picture that shows it (before: no layer on a page with text of its own, so
+    ``pdftotext`` found neither "5531" nor "7731"); a signature's marks are not added."""
+    got, _hits = read_inbox(tmp_path, {
+        "stamped": lambda p: files.text_with_a_picture(p, "REF 5531"),
+        "approved": lambda p: files.text_with_a_stamp(p, "PAID 7731"),
+        "signed": files.text_with_a_signature,
+    }, engine="tesseract", on_success="delete", pdf=True)
+    # Where each picture is drawn, in points from the top left (viewer_files.py).
+    for name, word, (x0, y0, x1, y1) in (("stamped", "5531", (300, 600, 500, 652)),
+                                         ("approved", "7731", (300, 640, 500, 692))):
+        words = got[name]["pdf"]
+        boxes = [box for text, box in words if text == word]
+        assert len(boxes) == 1, (name, words)
+        left, top, right, bottom = boxes[0]
+        assert x0 - 5 <= left < right <= x1 + 5 and y0 - 5 <= top < bottom <= y1 + 5, boxes
+        texts = [text for text, _box in words]
+        assert texts.count("reference") == 1 and texts.count("Madam,") == 1, texts
+    signed = [text for text, _box in got["signed"]["pdf"]]
+    assert signed.count("reference") == 1 and "NW" not in signed, signed
+
+
+@needs_tesseract
 def test_fields_and_notes_beside_a_picture_are_not_read_twice(tmp_path: Path) -> None:
     """A filled form with a stamp pasted on it: the stamp is read with OCR, the field and
     the note are taken as text once (they are hidden while the pictures are drawn)."""
@@ -181,6 +232,33 @@ def test_fields_and_notes_beside_a_picture_are_not_read_twice(tmp_path: Path) ->
     assert_read(got, [VALUE, NOTE, "5531"])
     assert got["text"].count("Harbour Road") == 1, got["text"]
     assert got["text"].count("harbour office") == 1, got["text"]
+
+
+@needs_tesseract
+@pytest.mark.parametrize("on_success", ["delete", "archive"])
+def test_a_logo_or_a_signature_is_no_doubt_but_unread_words_are(tmp_path: Path,
+                                                               on_success: str) -> None:
+    """Pictures on a letter whose reading is unsure: a signature (read as "NW INV" at
+    24%) and an emblem of rings (a run of O's and 0's at 1%) are marks, left out of the
+    text with a warning, and the letter is read whole (its original goes); a scan of a
+    sentence too coarse to read surely (six or more word-like bits at under 40%) is a
+    picture of words that were lost: kept with the reason (before: the signature and
+    the emblem kept their originals for ever, with "low confidence")."""
+    got, _hits = read_inbox(tmp_path, {
+        "signed": files.text_with_a_signature,
+        "emblem": files.text_with_an_emblem,
+        "coarse": lambda p: files.text_with_a_blurred_picture(
+            p, "The invoice number is 4471 and payment is due"),
+    }, engine="tesseract", on_success=on_success)
+    for name in ("signed", "emblem"):
+        assert_read(got[name], ["please find our reference below."])
+        assert not got[name]["kept"], got[name]["row"]
+        assert got[name]["row"]["retire_reason"] is None, got[name]["row"]
+        assert "marks in the page's pictures" in got[name]["warnings"], got[name]
+        assert "low confidence" not in got[name]["text"], got[name]["text"]
+    assert "OO0" not in got["emblem"]["text"] and "NW" not in got["signed"]["text"]
+    assert_kept(got["coarse"], "the words of a picture on the page were not read surely")
+    assert "please find our reference below." in got["coarse"]["text"]
 
 
 # -- 4. a small page holding a high-resolution scan -----------------------------------

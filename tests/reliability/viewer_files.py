@@ -227,3 +227,39 @@ def short_heading(path: Path, heading: str, *, scan_words: str | None = None) ->
     pdf.cell(0, 40, heading[::-1] if any("\u0600" <= c <= "\u06ff" for c in heading)
              else heading)
     return _save(pdf, path)
+
+
+def text_with_a_signature(path: Path) -> Path:
+    """A born-digital letter signed with a scribble (nine loops on a stroke: Tesseract
+    reads a few unsure letters in it)."""
+    import math
+
+    mark = Image.new("L", (800, 200), 255)
+    draw = ImageDraw.Draw(mark)
+    for k in range(9):
+        draw.line([(20 + 85 * k + 30 * math.cos(t / 3) + 3 * t,
+                    100 + 50 * math.sin(t / 2.2 + k)) for t in range(25)], fill=0, width=4)
+    pdf = text_page(["Dear Madam,", "please find our reference below."])
+    pdf.image(_png(mark), x=360, y=600, w=160, h=40)
+    return _save(pdf, path)
+
+
+def text_with_an_emblem(path: Path) -> Path:
+    """A born-digital letter with a band of rings across its head (an emblem: Tesseract
+    reads it as a run of O's and 0's, unsurely)."""
+    band = Image.new("L", (800, 160), 255)
+    draw = ImageDraw.Draw(band)
+    for k in range(14):
+        draw.ellipse((20 + 55 * k, 50, 60 + 55 * k, 100 + 10 * (k % 3)), outline=0, width=5)
+    pdf = text_page(["Dear Madam,", "please find our reference below."])
+    pdf.image(_png(band), x=360, y=600, w=160, h=32)
+    return _save(pdf, path)
+
+
+def text_with_a_blurred_picture(path: Path, words: str) -> Path:
+    """A born-digital letter with a scan of ``words`` too coarse to read surely (its
+    letters 4 pixels high, enlarged by the viewer)."""
+    coarse = words_image(words, (1400, 300), 50).resize((126, 27), Image.Resampling.BILINEAR)
+    pdf = text_page(["Dear Madam,", "please find our reference below."])
+    pdf.image(_png(coarse), x=60, y=600, w=420, h=90)
+    return _save(pdf, path)
