@@ -574,4 +574,5 @@ class Daemon:
                                    str(engine_facts.get("waiting_reason") or "") or None),
             index_note=self.index_guard.note or self.index_note,
             kept=facts.kept, doubted=facts.doubted, doubts=facts.doubts,
+            left_alone=self._settler.others.snapshot() if self._settler is not None else {},
         )

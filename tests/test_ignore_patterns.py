@@ -4,6 +4,7 @@ daemon processes in a private home, real files, the fake engine."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -79,6 +80,49 @@ def test_the_watcher_and_the_startup_scan_leave_them_and_a_reload_takes_them(
         for name in ("old-draft.png", "new-draft.png"):
             wait_for(lambda n=name: sidecars(home.inbox / n)[0].exists(), 60, f"{name} read")
         assert not sidecars(home.inbox / "tmp_lock.png")[0].exists()
+    finally:
+        assert daemon.stop() == 0
+        daemon.close()
+
+
+def test_files_that_are_no_image_or_pdf_are_said_once_and_counted_in_status(
+        home: Home) -> None:
+    """A .docx, a mail and an archive in the inbox are left alone, as before, but no
+    longer in silence: one log line per kind with its first file, and status counts them.
+    The daemon's own sidecars, a user's notes (.md) and what `ignore` names are not news."""
+    config = home.root / "config.toml"
+    config.write_text('ignore = ["*.bak"]\n')
+    (home.inbox / "minutes.docx").write_bytes(b"PK\x03\x04 a word document")  # startup scan
+    (home.inbox / "notes.md").write_text("my own notes beside the scans\n")
+    daemon = DaemonProcess(home, "--config", str(config)).start()
+    try:
+        daemon.wait_ready()
+        sub = home.inbox / "2026"
+        sub.mkdir()
+        (sub / "invoice.eml").write_text("From: a@example.org\n\nthe invoice\n")  # watcher
+        (sub / "report.docx").write_bytes(b"PK\x03\x04 another")
+        (home.inbox / "photos.zip").write_bytes(b"PK\x03\x04 zip")
+        (home.inbox / "old.bak").write_text("ignored by the user's pattern\n")
+        text_page(["letter"]).save(home.inbox / "letter.png")
+        wait_for(lambda: sidecars(home.inbox / "letter.png")[1].exists(), 60, "letter read")
+        (sub / "report.docx").write_bytes(b"PK\x03\x04 saved again")  # one file, counted once
+
+        def counted() -> dict[str, int] | None:
+            result = ocrwatch_cli(home, "status", "--json")
+            left: dict[str, int] = json.loads(result.stdout).get("left_alone") or {}
+            return left if left == {".docx": 2, ".eml": 1, ".zip": 1} else None
+
+        wait_for(counted, 30, "status to count the files left alone")
+        log = daemon.output()
+        assert log.count("every .docx file in the watched folders") == 1, log
+        assert f"not read: {home.inbox / 'minutes.docx'}, and every .docx file" in log
+        assert f"not read: {sub / 'invoice.eml'}, and every .eml file" in log
+        assert "every .md file" not in log and "every .txt file" not in log
+        assert "every .bak file" not in log
+        text = ocrwatch_cli(home, "status").stdout
+        assert ("left alone: 2 .docx, 1 .eml, 1 .zip (no image or PDF: save or print them "
+                "as PDFs into the inbox to have them read)") in text, text
+        assert (sub / "report.docx").read_bytes() == b"PK\x03\x04 saved again"  # untouched
     finally:
         assert daemon.stop() == 0
         daemon.close()

@@ -255,7 +255,8 @@ def eta_errors(tmp_path: Path, files: int, *, delay: float, readers: int,
     return [abs(eta - (end - when)) / (end - when) for when, eta in samples]
 
 
-@pytest.mark.parametrize(("files", "delay", "readers"), [(10, 0.5, 1), (50, 0.5, 2)])
+@pytest.mark.parametrize(("files", "delay", "readers"),
+                         [(10, 0.5, 1), (50, 0.5, 2), (200, 0.1, 4)])
 def test_the_eta_is_within_a_quarter_of_the_time_really_left(
         tmp_path: Path, files: int, delay: float, readers: int) -> None:
     """The engine's start-up (2 s here) and the files' settling are not reading time:

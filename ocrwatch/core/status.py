@@ -206,6 +206,8 @@ class Status:
     # No daemon runs, and the last `ocrwatch run` ended before it was up: when and why.
     start_failure: str | None = None
     config_file: str | None = None  # the file the daemon's config was read from, if any
+    # Files in the watched folders that are no image or PDF, left alone: suffix -> count.
+    left_alone: dict[str, int] = field(default_factory=dict)
 
     @property
     def in_queue(self) -> int:
@@ -263,6 +265,7 @@ class Status:
             doubts=tuple(Failure.from_dict(f) for f in data.get("doubts") or ()),
             index_note=text("index_note"), config_note=text("config_note"),
             start_failure=text("start_failure"), config_file=text("config_file"),
+            left_alone={str(k): int(v) for k, v in (data.get("left_alone") or {}).items()},
         )
 
 
@@ -348,6 +351,11 @@ def format_status(status: Status) -> str:
             line += f" ({server['last_error']})"
         lines.append(line)
     lines += [f"  inbox:   {folder}" for folder in status.inbox]
+    if status.left_alone:
+        kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(
+            status.left_alone.items(), key=lambda item: (-item[1], item[0])))
+        lines.append(f"  left alone: {kinds} (no image or PDF: save or print them as PDFs "
+                     "into the inbox to have them read)")
     if status.index_note:
         lines.append(f"  index:   {status.index_note}")
     if status.last_result:

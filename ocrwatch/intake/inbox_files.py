@@ -11,6 +11,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from ocrwatch.core import naming
 from ocrwatch.pages.decode import SUFFIXES
 
 log = logging.getLogger(__name__)
@@ -71,14 +72,71 @@ def wanted(path: Path, roots: list[Path], ignore: Ignore | None = None) -> bool:
         return False
     if ignore is not None and ignore(path):
         return False
+    return _in_view(path, roots)
+
+
+def _in_view(path: Path, roots: list[Path]) -> bool:
+    """Under a watched folder, and in no hidden folder (.git, .Trash-1000, our own
+    temporary files) of it."""
     for root in roots:
         try:
             rel = path.relative_to(root)
         except ValueError:
             continue
-        # Hidden folders (.git, .Trash-1000, our own temp files) are skipped too.
         return not any(part.startswith(".") for part in rel.parts[:-1])
     return False
+
+
+NO_SUFFIX = "(no suffix)"
+
+
+def other_kind(path: Path, roots: list[Path]) -> str | None:
+    """The suffix (``.docx``) of a file in a watched folder that is no image or PDF the
+    daemon reads, or None: for files it reads, its own outputs (``.md``, ``.txt``,
+    ``.hocr``, ``.alto.xml``, ``.ocr.pdf``: the user's notes beside scans among them),
+    temporary, hidden and lock files."""
+    name = path.name.lower()
+    suffix = path.suffix.lower()
+    if suffix in SUFFIXES or is_ignored_name(path.name):
+        return None
+    if name.endswith(tuple(naming.SUFFIXES.values())) or not _in_view(path, roots):
+        return None
+    return suffix or NO_SUFFIX
+
+
+class OtherKinds:
+    """Files in the watched folders that are no image or PDF (``report.docx``,
+    ``mail.eml``, ``photos.zip``): left alone, and said. Each suffix is logged once, with
+    its first file; ``counts`` says how many files of each were met since the start, for
+    ``status``. Files the user's ``ignore`` patterns name are theirs to keep quiet."""
+
+    REMEMBERED = 10_000  # files remembered so that one saved twice is counted once
+
+    def __init__(self, ignore: Ignore | None = None) -> None:
+        self.ignore = ignore
+        self.counts: dict[str, int] = {}
+        self._met: set[Path] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, path: Path, roots: list[Path]) -> None:
+        kind = other_kind(path, roots)
+        if kind is None or (self.ignore is not None and self.ignore.match(path.name)):
+            return
+        with self._lock:
+            if path in self._met:
+                return
+            if len(self._met) < self.REMEMBERED:
+                self._met.add(path)
+            first = kind not in self.counts
+            self.counts[kind] = self.counts.get(kind, 0) + 1
+        if first:
+            log.info("not read: %s, and every %s file in the watched folders: ocrwatch reads "
+                     "images and PDFs (save or print it as a PDF into the inbox to have it "
+                     "read)", path, "suffix-less" if kind == NO_SUFFIX else kind)
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self.counts)
 
 
 def looks_complete(path: Path) -> bool:
@@ -223,8 +281,10 @@ def _tiff_complete(path: Path, size: int, order: str) -> bool:
     return True
 
 
-def walk(roots: list[Path], ignore: Ignore | None = None) -> Iterator[Path]:
-    """Every candidate file under the roots, hidden folders skipped, links not followed."""
+def walk(roots: list[Path], ignore: Ignore | None = None,
+         others: OtherKinds | None = None) -> Iterator[Path]:
+    """Every candidate file under the roots, hidden folders skipped, links not followed;
+    the files of other kinds are told to ``others``."""
     for root in roots:
         for folder, dirs, files in os.walk(root, followlinks=False, onerror=None):
             dirs[:] = [d for d in dirs if not d.startswith(".")]
@@ -233,3 +293,5 @@ def walk(roots: list[Path], ignore: Ignore | None = None) -> Iterator[Path]:
                 path = base / name
                 if wanted(path, roots, ignore):
                     yield path
+                elif others is not None:
+                    others(path, roots)

@@ -13,7 +13,7 @@ from typing import Protocol
 
 from ocrwatch.core.errors import TransientError
 from ocrwatch.core.threads import Service
-from ocrwatch.intake.inbox_files import Ignore, looks_complete, walk, wanted
+from ocrwatch.intake.inbox_files import Ignore, OtherKinds, looks_complete, walk, wanted
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +71,7 @@ class Settler(Service):
         super().__init__("ocrwatch-settle")
         self.roots = roots
         self.ignore = ignore  # the user's ignore patterns
+        self.others = OtherKinds(ignore)  # files of kinds it does not read, counted
         # Called about once a second with the roots whose deletion was seen since (the
         # Watcher sets it, to watch a folder again that was deleted and is back).
         self.tick: Callable[[set[Path]], None] | None = None
@@ -137,7 +138,7 @@ class Settler(Service):
             self._roots_gone.add(path)
             return
         if kind == "scan":
-            for found in walk([path], self.ignore):
+            for found in walk([path], self.ignore, self.others):
                 if wanted(found, self.roots):  # the patterns were applied by walk
                     self.feed("changed", found)
             return
@@ -147,6 +148,7 @@ class Settler(Service):
             self.vanished[path] = (self.clock() + self._grace(), True)
             return
         if not wanted(path, self.roots, self.ignore):
+            self.others(path, self.roots)
             return
         entry = self.pending.get(path)
         if entry is None:
@@ -232,7 +234,7 @@ class Settler(Service):
                 self.pending[path] = _Pending(size, mtime, now + RETRY_SECONDS)
 
     def _scan(self) -> None:
-        for path in walk(self.roots, self.ignore):
+        for path in walk(self.roots, self.ignore, self.others):
             self.feed("changed", path)
         # Rows of files gone while nothing watched are pruned once what the scan found has
         # settled: a file moved meanwhile is recognised by its inode first.
