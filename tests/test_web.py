@@ -12,9 +12,13 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from search_site import Site, site
+from helpers import text_page, wait_for
+from search_site import Site, serve, site
 
+from ocrwatch.config import Config
+from ocrwatch.daemon import Daemon
 from ocrwatch.pages.thumbs import MAX_BYTES
+from ocrwatch.testing.fake import FakeEngine
 from ocrwatch.web.params import token_file
 
 __all__ = ["site"]  # the fixture
@@ -249,3 +253,27 @@ def test_the_tray_opens_the_daemons_page(tmp_path: Path, home: Path) -> None:
                 {"path": str(tmp_path / "inbox"), "label": "inbox", "depth": 0}]
     with pytest.raises(urllib.error.URLError):
         urllib.request.urlopen(base, timeout=5)  # closed with the daemon
+
+
+def test_a_file_read_without_a_markdown_sidecar_opens_its_txt(tmp_path: Path,
+                                                             home: Path) -> None:
+    """With ``outputs = ["txt"]`` a hit and a recent file still have their text to open:
+    the page's "text" link opens the .txt (before, no link, as no .md was recorded)."""
+    config = Config(inbox=[tmp_path / "inbox"], database=tmp_path / "index.sqlite3",
+                    settle_seconds=0.2, engine="fake", cache_dir=tmp_path / "cache",
+                    outputs=["txt"])
+    (tmp_path / "inbox").mkdir()
+    letter = tmp_path / "inbox" / "letter.png"
+    text_page(["harbour"]).save(letter)
+    with Daemon(config, engine=FakeEngine()) as d, serve(config, d.thumbs, {}) as site:
+        wait_for(lambda: (j := d.jobs.known(letter)) is not None and j.state == "done", 30,
+                 "letter read")
+        hit = site.api("/api/search?q=fake")["hits"][0]
+        recent = site.api("/api/recent")["hits"][0]
+        assert hit["sidecar"] is True and recent["sidecar"] is True
+        body = json.dumps({"job_id": hit["job_id"], "page": 1, "what": "md"})
+        status, _, _ = site.request("POST", "/api/open", body=body.encode(),
+                                    headers={"Content-Type": "application/json"})
+        assert status == 200
+        assert site.opened == [(tmp_path / "inbox" / "letter.txt", None)]
+        assert not (tmp_path / "inbox" / "letter.md").exists()

@@ -48,6 +48,7 @@ class Hit:
     turned: int = 0  # degrees the page was turned clockwise to read it upright
     sha256: str | None = None  # the file's content (names its thumbnails), not printed
     doubt: str | None = None  # the file was read with doubts: its first doubt
+    txt_path: str | None = None  # the plain-text sidecar (the text to open without a .md)
 
     def as_dict(self) -> dict[str, object]:
         data = asdict(self)
@@ -251,7 +252,8 @@ def _search(db: Database, query: str, *, limit: int, offset: int,
     extra, fparams = filters.sql()
     base = (
         "SELECT j.id AS job_id, j.display AS path, p.page AS page, j.pages AS pages, "
-        "j.md_path AS md_path, j.mtime_ns AS mtime_ns, p.turned AS turned, "
+        "j.md_path AS md_path, j.txt_path AS txt_path, j.mtime_ns AS mtime_ns, "
+        "p.turned AS turned, "
         "j.sha256 AS sha256, j.warnings AS job_warnings, "
     )
     try:
@@ -329,7 +331,8 @@ def _hit(r: sqlite3.Row, snippet: str) -> Hit:
     mtime = r["mtime_ns"]
     return Hit(r["path"], r["page"], r["pages"] or 0, snippet, float(r["score"]),
                _md(r["md_path"]), int(r["job_id"]), mtime / 1e9 if mtime is not None else None,
-               int(r["turned"] or 0), r["sha256"], first_doubt(r["job_warnings"]))
+               int(r["turned"] or 0), r["sha256"], first_doubt(r["job_warnings"]),
+               _md(r["txt_path"]))
 
 
 def first_doubt(warnings: str | None) -> str | None:

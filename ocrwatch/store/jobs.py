@@ -766,13 +766,15 @@ class JobQueue:
         """The files read last, newest first, at most ``limit``: each as a hit on its
         first page, without a snippet."""
         rows = self.db.query(
-            "SELECT id, display, sha256, pages, mtime_ns, md_path, warnings FROM jobs "
+            "SELECT id, display, sha256, pages, mtime_ns, md_path, txt_path, warnings "
+            "FROM jobs "
             "WHERE state = 'done' ORDER BY finished DESC, id DESC LIMIT ?", (limit,))
         return [Hit(path=r["display"], page=1, pages=r["pages"] or 1, snippet="", rank=0.0,
                     md_path=os.fsdecode(r["md_path"]) if r["md_path"] else None,
                     job_id=r["id"],
                     mtime=r["mtime_ns"] / 1e9 if r["mtime_ns"] is not None else None,
-                    sha256=r["sha256"] or None, doubt=first_doubt(r["warnings"]))
+                    sha256=r["sha256"] or None, doubt=first_doubt(r["warnings"]),
+                    txt_path=os.fsdecode(r["txt_path"]) if r["txt_path"] else None)
                 for r in rows]
 
     def done_files(self, job_id: int) -> dict[str, Path | None] | None:

@@ -257,7 +257,7 @@ class SearchServer:
             "snippet": snippet_html(hit.snippet),
             "thumb": (thumb_url(hit.job_id, hit.page, hit.sha256) if has_thumb and hit.sha256
                       else None),
-            "sidecar": bool(hit.md_path),
+            "sidecar": bool(hit.md_path or hit.txt_path),  # its text: the .md, else the .txt
             "doubt": hit.doubt,  # read with doubts: its original kept, its text to check
         }
 
@@ -329,6 +329,8 @@ class SearchServer:
         files = JobQueue(self.db).done_files(job_id)
         if files is None:
             return None
+        if what == "md" and files.get("md") is None:  # the page's "text" link: .md, else .txt
+            return files.get("txt")
         return files.get(what)
 
     def openable(self, path: Path) -> str | None:
