@@ -23,14 +23,14 @@ if __package__ in (None, ""):  # run as a file: the repository is the package ro
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import _common
-from ocrwatch.scan import deskew
+from ocrwatch.scan import deskew, inkcover
 
 DEGREES = (-8.0, -5.0, -3.0, -2.0, -1.5, -1.2, 0.0, 1.2, 1.5, 2.0, 3.0, 5.0, 8.0)
 
 
 def by_image(image: Image.Image) -> float:
     """The measure as it was: the mask turned by Pillow for every candidate angle."""
-    mask = deskew._mask(image)
+    mask = inkcover.ink_mask(image, deskew.WORK_SIDE)
     if mask.getbbox() is None:
         return 0.0
     coarse = [float(x) for x in range(-round(deskew.MAX_ANGLE), round(deskew.MAX_ANGLE) + 1)]

@@ -743,8 +743,8 @@ def test_the_skew_measure_turns_ink_as_coordinates_as_an_image_turn_would() -> N
     """The angle measure turns the ink's coordinates: its row profile matches the one of
     the mask turned as an image (same measure, same sign), at any angle."""
     upright, _lines, _ = letter(7, 12)
-    mask = deskew._mask(upright.rotate(4.0, resample=Image.Resampling.BICUBIC,
-                                       expand=True, fillcolor="white"))
+    mask = inkcover.ink_mask(upright.rotate(4.0, resample=Image.Resampling.BICUBIC,
+                                            expand=True, fillcolor="white"), deskew.WORK_SIDE)
     ink = deskew._Ink(mask)
     angles = [x / 2 for x in range(-16, 17)]
     by_coordinates = [ink.sharpness(a) for a in angles]

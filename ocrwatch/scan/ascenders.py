@@ -72,16 +72,6 @@ def latin(languages: Sequence[str]) -> bool:
     return bool(languages) and all(scripts.reads(lang, scripts.LATIN) for lang in languages)
 
 
-def _mask(image: Image.Image) -> Image.Image:
-    """Ink white on black, reduced to about ``WORK_SIDE`` pixels."""
-    grey = image.convert("L")
-    factor = max(1, round(max(grey.size) / WORK_SIDE))
-    if factor > 1:
-        grey = grey.reduce(factor)
-    limit = inkcover.ink_limit(grey.histogram())
-    return grey.point(lambda v: 255 if v < limit else 0)
-
-
 def _profile(mask: Image.Image, box: tuple[int, int, int, int]) -> list[float]:
     """The ink of each row of ``box`` in ``mask`` (0-255: the share of the row)."""
     strip = mask.crop(box)
@@ -149,7 +139,7 @@ def _quietest(rows: list[float], start: int, end: int) -> int:
 
 def measure(image: Image.Image) -> Lines:
     """The votes of ``image``'s lines and the sign of its edges (lines lying level)."""
-    mask = _mask(image)
+    mask = inkcover.ink_mask(image, WORK_SIDE)
     if mask.getbbox() is None:
         return Lines(0, 0)
     up = down = 0

@@ -29,16 +29,6 @@ GAIN = 1.15  # the best angle's sharpness over the straight page's, at least
 NEAR_WHITE = 245  # grey level from which a pixel of a straightened page is not paper
 
 
-def _mask(image: Image.Image) -> Image.Image:
-    """Ink white on black, at about ``WORK_SIDE`` pixels."""
-    grey = image.convert("L")
-    factor = max(1, round(max(grey.size) / WORK_SIDE))
-    if factor > 1:
-        grey = grey.reduce(factor)
-    limit = inkcover.ink_limit(grey.histogram())
-    return grey.point(lambda v: 255 if v < limit else 0)
-
-
 def _sharpness(mask: Image.Image, angle: float) -> float:
     """The sum of squared differences between neighbouring rows' ink, the mask turned."""
     turned = mask.rotate(angle, resample=Image.Resampling.BILINEAR, fillcolor=0)
@@ -91,7 +81,7 @@ def skew_angle(image: Image.Image) -> float:
     The lines of a page fed sideways run down it: the mask is looked at both ways, and
     the way whose rows are sharper is measured. A quarter turn and a small one give the
     same page in either order, so the angle found holds for the page as fed."""
-    mask = _mask(image)
+    mask = inkcover.ink_mask(image, WORK_SIDE)
     if mask.getbbox() is None:
         return 0.0
     # Whole degrees both ways first, then tenths around the best of the sharper way:
@@ -113,7 +103,7 @@ def line_ratio(image: Image.Image) -> float:
     """How much sharper ``image``'s rows are than its columns (its ink summed along each):
     well over 1 when its lines of text lie level, well under 1 when they run down the page
     (it lies sideways), near 1 when neither stands out (a picture, a table's grid)."""
-    mask = _mask(image)
+    mask = inkcover.ink_mask(image, WORK_SIDE)
     if mask.getbbox() is None:
         return 1.0
     rows = _sharpness(mask, 0.0)

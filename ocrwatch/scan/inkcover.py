@@ -96,6 +96,16 @@ def ink_limit(histogram: list[int], depth: float = INK_DEPTH, brighter: float = 
     return paper * (1 - depth)
 
 
+def ink_mask(image: Image.Image, side: int) -> Image.Image:
+    """Ink white on black, reduced (never enlarged) to about ``side`` pixels."""
+    grey = image.convert("L")
+    factor = max(1, round(max(grey.size) / side))
+    if factor > 1:
+        grey = grey.reduce(factor)
+    limit = ink_limit(grey.histogram())
+    return grey.point(lambda v: 255 if v < limit else 0)
+
+
 def coverage(image: Image.Image) -> float:
     """The share of the page (0-1) covered by ink, away from its edges."""
     return measure(image)[0]
