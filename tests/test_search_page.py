@@ -50,6 +50,14 @@ def rendered_names(page: Any) -> list[str]:
     return list(page.locator("#hits .name").all_text_contents())
 
 
+def wait_for_thumbnails(page: Any) -> None:
+    """Every hit's thumbnail loaded (they load lazily, when seen: each is scrolled to)."""
+    for thumb in page.locator("#hits .thumb").all():
+        thumb.scroll_into_view_if_needed()
+        wait_for(lambda t=thumb: t.evaluate("img => img.complete && img.naturalWidth"),
+                 15, "a thumbnail to load")
+
+
 def test_type_filter_and_open(site: Site, browser: Any) -> None:
     page = browser.new_page(viewport={"width": 1100, "height": 760})
     page.goto(site.server.url)
@@ -140,10 +148,7 @@ def test_the_empty_page_shows_the_files_read_last(site: Site, browser: Any) -> N
     assert page.locator("#pager").is_hidden()
     report = page.locator("#hits .hit", has_text="harbour report.pdf")
     assert "3 pages" in report.locator(".meta").inner_text()
-    for thumb in page.locator("#hits .thumb").all():
-        thumb.scroll_into_view_if_needed()
-        wait_for(lambda t=thumb: t.evaluate("img => img.complete && img.naturalWidth"),
-                 15, "a thumbnail to load")
+    wait_for_thumbnails(page)
     # Typing searches; clearing the box brings the files read last back.
     page.locator("#q").press_sequentially("fake", delay=30)
     wait_for(lambda: len(rendered_names(page)) == 5, 15, "hits while typing")
@@ -201,10 +206,7 @@ def test_real_pages_read_by_tesseract(tmp_path: Path, home: Path, browser: Any) 
             page.goto(server.url)
             # Newest first; the born-digital PDF, whose text was taken from it, drawn too.
             wait_for(lambda: len(rendered_names(page)) == 4, 30, "the files read last")
-            for thumb in page.locator("#hits .thumb").all():
-                thumb.scroll_into_view_if_needed()  # thumbnails load lazily, when seen
-                wait_for(lambda t=thumb: t.evaluate("img => img.complete && img.naturalWidth"),
-                         15, "a thumbnail to load")
+            wait_for_thumbnails(page)
             page.evaluate("() => window.scrollTo(0, 0)")
             shoot(page, "search-recent.png")
             bill = page.locator("#hits .hit", has_text="electricity bill.pdf").locator(".thumb")
@@ -214,10 +216,7 @@ def test_real_pages_read_by_tesseract(tmp_path: Path, home: Path, browser: Any) 
             snippets = page.locator("#hits .snippet").all_inner_texts()
             assert all("harbour" in s.lower() for s in snippets), snippets
             assert "<mark>harbour</mark>" in page.locator("#hits .snippet").first.inner_html()
-            for thumb in page.locator("#hits .thumb").all():
-                thumb.scroll_into_view_if_needed()  # thumbnails load lazily, when seen
-                wait_for(lambda t=thumb: t.evaluate("img => img.complete && img.naturalWidth"),
-                         15, "a thumbnail to load")
+            wait_for_thumbnails(page)
             page.evaluate("() => window.scrollTo(0, 0)")
             shoot(page, "search-page.png")
             page.select_option("#folder", value=str(inbox / "Taxes"))
