@@ -168,7 +168,8 @@ def test_menu_key_follows_structure_not_numbers() -> None:
 
 
 def test_backend_candidates() -> None:
-    assert tray.candidates(environ={}, platform="linux") == ["appindicator", "gtk", "xorg"]
+    assert tray.candidates(environ={}, platform="linux") == [
+        "appindicator", "gtk", "sni", "xorg"]
     assert tray.candidates(environ={"PYSTRAY_BACKEND": "gtk"}, platform="linux") == ["gtk"]
     assert tray.candidates("xorg", environ={"PYSTRAY_BACKEND": "gtk"}) == ["xorg"]
     assert tray.candidates(environ={}, platform="darwin") == ["darwin"]

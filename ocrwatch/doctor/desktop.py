@@ -34,10 +34,15 @@ def tray_fix(install: Install) -> str:
 
 
 def check_tray(environ: Mapping[str, str] | None = None,
-               platform: str | None = None, install: Install | None = None) -> list[Check]:
+               platform: str | None = None, install: Install | None = None,
+               sni: Callable[[Mapping[str, str]], str | None] | None = None) -> list[Check]:
+    """The tray the daemon would show, in the order it tries them: AppIndicator or GTK
+    (PyGObject), a StatusNotifierItem over D-Bus (``sni``: why not, or None), or the X
+    fallback without a menu."""
     env = os.environ if environ is None else environ
     plat = sys.platform if platform is None else platform
     from ocrwatch.tray import has_display
+    from ocrwatch.tray.backends import PANELS, sni_problem
 
     if not has_display(env, plat):
         return [Check("display and tray", True,
@@ -47,11 +52,42 @@ def check_tray(environ: Mapping[str, str] | None = None,
         return [Check("display and tray", True, f"pystray's {plat} backend")]
     forced = env.get("PYSTRAY_BACKEND")
     apt = tray_fix(install or detect())
+    gtk = _gtk_problem()
+    bus = bool(env.get("DBUS_SESSION_BUS_ADDRESS")) or (
+        bool(env.get("XDG_RUNTIME_DIR")) and Path(env.get("XDG_RUNTIME_DIR", ""), "bus")
+        .exists())
+    autolaunch = not bus and bool(env.get("DISPLAY")) and shutil.which("dbus-launch") is not None
+    if isinstance(gtk, str) and gtk.startswith("PyGObject does not load"):
+        return [Check("display and tray", False, gtk, apt)]
+    if isinstance(gtk, list):
+        if not bus and not autolaunch:
+            return [Check("display and tray", False,
+                          "no D-Bus session bus: the GTK tray backends cannot start",
+                          "start ocrwatch from inside your desktop session, or under "
+                          "`dbus-run-session ocrwatch run`")]
+        backend = forced or ("appindicator" if any("AppIndicator" in h for h in gtk)
+                             else "gtk")
+        note = "; no session bus yet: GLib will start one with dbus-launch" if autolaunch else ""
+        return [Check("display and tray", True,
+                      f"display {env.get('DISPLAY') or env.get('WAYLAND_DISPLAY')}, "
+                      f"tray backend {backend} (PyGObject {_version('PyGObject') or '?'})"
+                      f"{note}")]
+    why = (sni or sni_problem)(env)
+    if why is None:
+        return [Check("display and tray", True,
+                      "tray backend sni: a StatusNotifierItem over D-Bus, with its menu "
+                      f"(the panel hosts such items; {gtk}, which is not needed here)")]
+    return [Check("display and tray", False,
+                  f"{gtk}, and {why}: the tray falls back to the X backend, which has no "
+                  "menu (a click pauses or resumes, and a notification says which)",
+                  f"for the menu, use a panel that hosts StatusNotifierItems ({PANELS}), "
+                  f"or install PyGObject: {apt}")]
+
+
+def _gtk_problem() -> list[str] | str:
+    """The GTK namespaces PyGObject offers (Gtk among them), or why it offers none."""
     if importlib.util.find_spec("gi") is None:
-        return [Check("display and tray", False,
-                      "PyGObject is missing: the tray falls back to the X backend, which "
-                      "has no menu (a click pauses or resumes, and a notification says "
-                      "which)", apt)]
+        return "PyGObject is missing"
     have = []
     try:
         gi: Any = importlib.import_module("gi")
@@ -63,23 +99,10 @@ def check_tray(environ: Mapping[str, str] | None = None,
             except ValueError:
                 pass
     except Exception as exc:  # a broken PyGObject install
-        return [Check("display and tray", False, f"PyGObject does not load: {exc}", apt)]
+        return f"PyGObject does not load: {exc}"
     if "Gtk" not in have:
-        return [Check("display and tray", False, "GTK 3 introspection data is missing", apt)]
-    bus = bool(env.get("DBUS_SESSION_BUS_ADDRESS")) or (
-        bool(env.get("XDG_RUNTIME_DIR")) and Path(env.get("XDG_RUNTIME_DIR", ""), "bus")
-        .exists())
-    autolaunch = not bus and bool(env.get("DISPLAY")) and shutil.which("dbus-launch") is not None
-    if not bus and not autolaunch:
-        return [Check("display and tray", False,
-                      "no D-Bus session bus: the GTK tray backends cannot start",
-                      "start ocrwatch from inside your desktop session, or under "
-                      "`dbus-run-session ocrwatch run`")]
-    backend = forced or ("appindicator" if any("AppIndicator" in h for h in have) else "gtk")
-    note = "; no session bus yet: GLib will start one with dbus-launch" if autolaunch else ""
-    return [Check("display and tray", True,
-                  f"display {env.get('DISPLAY') or env.get('WAYLAND_DISPLAY')}, "
-                  f"tray backend {backend} (PyGObject {_version('PyGObject') or '?'}){note}")]
+        return "GTK 3 introspection data is missing"
+    return have
 
 
 XDG_UTILS = ("Debian/Ubuntu: sudo apt install xdg-utils; Fedora: sudo dnf install xdg-utils; "

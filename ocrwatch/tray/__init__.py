@@ -6,8 +6,10 @@ pystray's setup thread; menu actions run on the main thread and call the daemon 
 
 Backends. pystray's plain X backend has no menus at all (``HAS_MENU = False``), so on
 Linux the tray tries AppIndicator, then GTK (both need PyGObject and a D-Bus session
-bus), and only then falls back to the X backend, with a warning and a click that toggles
-pause. ``PYSTRAY_BACKEND`` (or the ``backend`` argument) forces one backend.
+bus), then ``sni``, a StatusNotifierItem with its menu over D-Bus (``sni.py``, jeepney
+only: no GTK), when the panel hosts such items, and only then falls back to the X
+backend, with a warning and a click that toggles pause. ``PYSTRAY_BACKEND`` (or the
+``backend`` argument) forces one backend.
 
 Nothing here imports pystray or GTK at module import time: importing pystray picks a
 backend and opens the display on the spot, which fails on a headless machine.

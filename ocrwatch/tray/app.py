@@ -232,6 +232,8 @@ def run_tray(target: Controllable, stop: threading.Event, *,
     except Exception as exc:  # the display went away, the tray host refused us...
         log.warning("the tray icon could not be created (%s): running without it", exc)
         return False
+    if name == "sni":  # a left click: what a click does on the X fallback, said the same way
+        icon.activate = lambda: controller.click(has_menu=True)
     if icon.HAS_NOTIFICATION:
         controller.notify = lambda message, title: icon.notify(message, title)
     else:

@@ -1,4 +1,10 @@
-"""Which pystray backend the tray runs on, and loading it without pystray picking its own."""
+"""Which pystray backend the tray runs on, and loading it without pystray picking its own.
+
+On Linux: AppIndicator, then GTK (both need PyGObject), then ``sni``, ocrwatch's own
+StatusNotifierItem over D-Bus (``ocrwatch.tray.sni``; needs a panel that hosts such items,
+seen as a StatusNotifierWatcher on the session bus), then pystray's plain X backend, which
+has no menu.
+"""
 
 from __future__ import annotations
 
@@ -32,13 +38,60 @@ def candidates(backend: str | None = None, *, environ: Mapping[str, str] | None 
         return ["darwin"]
     if plat == "win32":
         return ["win32"]
-    return ["appindicator", "gtk", "xorg"]
+    return ["appindicator", "gtk", "sni", "xorg"]
+
+
+WHAT = {
+    "appindicator": "AppIndicator through PyGObject, with its menu",
+    "gtk": "a GTK status icon through PyGObject, with its menu",
+    "sni": "a StatusNotifierItem over D-Bus, with its menu",
+    "xorg": "pystray's plain X icon, without a menu",
+}
+WATCHER = "org.kde.StatusNotifierWatcher"
+PANELS = ("KDE, GNOME with the AppIndicator extension, Xfce, Cinnamon, MATE, LXQt")
+
+
+def session_bus_address(environ: Mapping[str, str] | None = None) -> str | None:
+    """The session bus as D-Bus libraries find it: the variable, else $XDG_RUNTIME_DIR/bus."""
+    env = os.environ if environ is None else environ
+    if env.get("DBUS_SESSION_BUS_ADDRESS"):
+        return env["DBUS_SESSION_BUS_ADDRESS"]
+    runtime = env.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.exists(os.path.join(runtime, "bus")):
+        return f"unix:path={os.path.join(runtime, 'bus')}"
+    return None
+
+
+def sni_problem(environ: Mapping[str, str] | None = None, timeout: float = 2.0) -> str | None:
+    """None when the session bus has a StatusNotifierWatcher (a panel that hosts
+    StatusNotifierItems), else why the ``sni`` backend cannot show an icon."""
+    address = session_bus_address(environ)
+    if address is None:
+        return "no D-Bus session bus"
+    try:
+        from jeepney.bus_messages import message_bus
+        from jeepney.io.blocking import open_dbus_connection
+    except ImportError:
+        return "jeepney is not installed"
+    try:
+        with open_dbus_connection(bus=address) as conn:
+            owned = conn.send_and_get_reply(message_bus.NameHasOwner(WATCHER),
+                                            timeout=timeout).body[0]
+            if not owned:
+                return ("no StatusNotifierWatcher on the session bus (the panel does not "
+                        "host StatusNotifierItems)")
+    except Exception as exc:  # a refused connection, a timeout
+        return f"the D-Bus session bus does not answer ({exc or exc.__class__.__name__})"
+    return None
 
 
 def _session_bus_ok() -> bool:
     """GTK backends talk to D-Bus (notifications); without a session bus they fail."""
     try:
         gi = importlib.import_module("gi")
+    except ImportError as exc:
+        raise ImportError("PyGObject is not installed") from exc
+    try:
         gi.require_version("Gio", "2.0")
         gio = importlib.import_module("gi.repository.Gio")
         gio.bus_get_sync(gio.BusType.SESSION, None)
@@ -64,6 +117,11 @@ def load_backend(name: str) -> ModuleType:
     if name in ("gtk", "appindicator") and not _session_bus_ok():
         raise ImportError("no D-Bus session bus (start ocrwatch inside your desktop session, "
                           "or under dbus-run-session)")
+    if name == "sni":
+        problem = sni_problem()
+        if problem is not None:
+            raise ImportError(problem)
+        return importlib.import_module("ocrwatch.tray.sni")
     return importlib.import_module(f"pystray._{name}")
 
 
@@ -80,10 +138,13 @@ def choose_backend(backend: str | None = None) -> tuple[str, ModuleType] | None:
         if name == "xorg" and len(names) > 1:
             log.warning(
                 "tray: using pystray's plain X backend, which has no menu (%s). Click the "
-                "icon to pause or resume. For the full menu install the system packages named in "
-                "the README (or by `ocrwatch doctor`), then `make run` again, which builds "
-                "PyGObject.",
-                "; ".join(errors))
+                "icon to pause or resume. The menu comes on a panel that hosts "
+                "StatusNotifierItems (%s), or with PyGObject: `ocrwatch doctor` names what "
+                "to install.",
+                "; ".join(errors), PANELS)
+        else:
+            log.info("tray: backend %s, %s%s", name, WHAT.get(name, "forced"),
+                     f" ({'; '.join(errors)})" if errors else "")
         return name, module
     log.warning("no tray backend could start (%s): running without a tray icon",
                 "; ".join(errors))

@@ -164,9 +164,10 @@ class TrayController:
         self.refresh()
         self.wake.set()
 
-    def click(self) -> None:
-        """A click on an icon that has no menu (pystray's plain X backend): pause or
-        resume, and say so with what a click does, since nothing else on screen does."""
+    def click(self, *, has_menu: bool = False) -> None:
+        """A click on the icon (pystray's plain X backend, which has no menu, or a left
+        click on a StatusNotifierItem): pause or resume, and say so with what a click
+        does, since nothing else on screen does."""
         self.toggle_pause()
         if self._status.paused:
             title = "ocrwatch paused"
@@ -175,9 +176,13 @@ class TrayController:
         else:
             title = "ocrwatch reads again"
             body = "Queued and new files are read. A click on the icon pauses it."
-        body += (" This tray has no menu: `ocrwatch doctor` names the packages that give "
-                 "it one.")
-        log.info("tray: %s (a click on the icon, which has no menu)", title)
+        if has_menu:
+            body += " Its menu (a right click) has the rest."
+        else:
+            body += (" This tray has no menu: `ocrwatch doctor` names the packages that "
+                     "give it one.")
+        log.info("tray: %s (a click on the icon%s)", title,
+                 "" if has_menu else ", which has no menu")
         if self.notify is not None:
             # Off the tray's event thread: a notification server may take seconds.
             threading.Thread(target=self.notify, args=(body, title), daemon=True,
