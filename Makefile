@@ -12,7 +12,7 @@ PIP = $(BIN)/python -m pip install --disable-pip-version-check --no-input -q
 LOG = $(VENV)/install.log
 QUIET = >>$(LOG) 2>&1 || { tail -n 25 $(LOG); echo "ocrwatch: $@ failed; the whole log is $(LOG)"; exit 1; }
 
-# What PyGObject (the tray's menu) needs to build: a C compiler and these headers.
+# What PyGObject (the tray's GTK backends) needs to build: a C compiler and these headers.
 TRAY_PKGCONFIG := cairo gobject-introspection-1.0
 TRAY_DEBIAN := gcc pkg-config python3-dev libgirepository1.0-dev libcairo2-dev gir1.2-gtk-3.0 gir1.2-ayatanaappindicator3-0.1
 TRAY_FEDORA := gcc pkg-config python3-devel gobject-introspection-devel cairo-gobject-devel gtk3 libayatana-appindicator-gtk3
@@ -35,20 +35,21 @@ $(VENV)/.dev: $(VENV)/.base
 	@touch $@
 
 # The tray extra builds PyGObject against the system's GTK. Without its system packages
-# the daemon runs all the same, without a tray menu: say what to install, in one line.
+# the daemon runs all the same (with its menu where the panel hosts StatusNotifierItems,
+# ocrwatch/tray/sni.py): say what to install, in one line.
 # The hint is said once (the .tray-hint stamp), in one short line; `make tray-help` repeats it.
 $(VENV)/.tray: $(VENV)/.base
 	@if ! { command -v cc >/dev/null || command -v gcc >/dev/null; } \
 	    || ! pkg-config --exists $(TRAY_PKGCONFIG) 2>/dev/null; then \
 		if [ ! -e $(VENV)/.tray-hint ]; then touch $(VENV)/.tray-hint; \
-		echo "ocrwatch: the tray has no menu until its system packages are installed: \`make tray-help\`"; fi; \
+		echo "ocrwatch: the tray's GTK backends (a menu on panels without StatusNotifierItems) need system packages: \`make tray-help\`"; fi; \
 	elif $(PIP) -e '.[tray]' >>$(LOG) 2>&1; then touch $@; \
-	else echo "ocrwatch: the tray extra (PyGObject) did not build; the daemon runs without a tray menu. Why: $(LOG)"; fi
+	else echo "ocrwatch: the tray extra (PyGObject) did not build; the tray has its menu only on panels that host StatusNotifierItems. Why: $(LOG)"; fi
 
 tray-extra: $(VENV)/.tray
 
 tray-help:
-	@echo "The tray's menu (PyGObject) needs these; install them, then run make again:"
+	@echo "The tray's GTK backends (PyGObject: the menu on panels without StatusNotifierItems) need these; install them, then run make again:"
 	@echo "  Debian/Ubuntu: sudo apt install $(TRAY_DEBIAN)"
 	@echo "  Fedora: sudo dnf install $(TRAY_FEDORA)"
 	@echo "  Arch: sudo pacman -S $(TRAY_ARCH)"
