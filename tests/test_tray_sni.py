@@ -427,4 +427,6 @@ def test_doctor_tells_which_tray_a_plain_install_gets(
         (with_,) = desktop.check_tray(env, "linux")
     finally:
         w.close()
-    assert with_.ok and "tray backend sni" in with_.detail and "menu" in with_.detail
+    assert with_.ok and "tray backend sni" in with_.detail and "with its menu" in with_.detail
+    (forced,) = desktop.check_tray({**env, "PYSTRAY_BACKEND": "xorg"}, "linux")
+    assert forced.ok and "tray backend xorg" in forced.detail and "without a menu" in forced.detail

@@ -42,7 +42,7 @@ def check_tray(environ: Mapping[str, str] | None = None,
     env = os.environ if environ is None else environ
     plat = sys.platform if platform is None else platform
     from ocrwatch.tray import has_display
-    from ocrwatch.tray.backends import PANELS, sni_problem
+    from ocrwatch.tray.backends import PANELS, WHAT, sni_problem
 
     if not has_display(env, plat):
         return [Check("display and tray", True,
@@ -57,9 +57,10 @@ def check_tray(environ: Mapping[str, str] | None = None,
         bool(env.get("XDG_RUNTIME_DIR")) and Path(env.get("XDG_RUNTIME_DIR", ""), "bus")
         .exists())
     autolaunch = not bus and bool(env.get("DISPLAY")) and shutil.which("dbus-launch") is not None
-    if isinstance(gtk, str) and gtk.startswith("PyGObject does not load"):
-        return [Check("display and tray", False, gtk, apt)]
-    if isinstance(gtk, list):
+    if forced == "xorg":
+        return [Check("display and tray", True, "tray backend xorg (PYSTRAY_BACKEND): "
+                      f"{WHAT['xorg']} (a click pauses or resumes)")]
+    if isinstance(gtk, list) and forced != "sni":
         if not bus and not autolaunch:
             return [Check("display and tray", False,
                           "no D-Bus session bus: the GTK tray backends cannot start",
@@ -70,18 +71,21 @@ def check_tray(environ: Mapping[str, str] | None = None,
         note = "; no session bus yet: GLib will start one with dbus-launch" if autolaunch else ""
         return [Check("display and tray", True,
                       f"display {env.get('DISPLAY') or env.get('WAYLAND_DISPLAY')}, "
-                      f"tray backend {backend} (PyGObject {_version('PyGObject') or '?'})"
-                      f"{note}")]
+                      f"tray backend {backend} (PyGObject {_version('PyGObject') or '?'}), "
+                      f"with its menu{note}")]
     why = (sni or sni_problem)(env)
     if why is None:
+        unneeded = "" if isinstance(gtk, list) else f"; {gtk}, which is not needed here"
         return [Check("display and tray", True,
-                      "tray backend sni: a StatusNotifierItem over D-Bus, with its menu "
-                      f"(the panel hosts such items; {gtk}, which is not needed here)")]
+                      f"tray backend sni: {WHAT['sni']} (the panel hosts such items"
+                      f"{unneeded})")]
+    if isinstance(gtk, list):  # only where PYSTRAY_BACKEND asks for sni
+        gtk = "PYSTRAY_BACKEND=sni"
     return [Check("display and tray", False,
                   f"{gtk}, and {why}: the tray falls back to the X backend, which has no "
                   "menu (a click pauses or resumes, and a notification says which)",
                   f"for the menu, use a panel that hosts StatusNotifierItems ({PANELS}), "
-                  f"or install PyGObject: {apt}")]
+                  f"or, for the GTK backends: {apt}")]
 
 
 def _gtk_problem() -> list[str] | str:
