@@ -85,7 +85,7 @@ def run(folder: Path, classes: list[str] | None) -> list[dict[str, object]]:
             config, engine, prep = engines[langs]
             truth = item.truth.read_text("utf-8")
             started = time.process_time()
-            texts = []
+            texts: list[str] = []
             for page in iter_pages(item.path, config, None):
                 page = prep.prepare(page)
                 if page.text is not None:
@@ -103,7 +103,10 @@ def run(folder: Path, classes: list[str] | None) -> list[dict[str, object]]:
                 "tesseract": _common.score(truth, plain_text).cer,
                 "ocrmypdf": _common.score(truth, ocrmypdf_text).cer,
                 "cpu ocrwatch": own_cpu, "cpu tesseract": plain_cpu,
-                "cpu ocrmypdf": ocrmypdf_cpu}
+                "cpu ocrmypdf": ocrmypdf_cpu,
+                "pages": len(texts), "garbage": sum(map(_garbage, texts)),
+                "garbage tesseract": int(_garbage(plain_text)),
+                "garbage ocrmypdf": int(_garbage(ocrmypdf_text))}
             rows.append(row)
             print("  ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
                             for k, v in row.items()), flush=True)
@@ -111,6 +114,14 @@ def run(folder: Path, classes: list[str] | None) -> list[dict[str, object]]:
             prep.close()
             engine.close()
     return rows
+
+
+def _garbage(text: str) -> bool:
+    """Whether a reading holds more characters of non-words than of words (the issue's
+    "no page whose sidecar holds more non-word characters than words")."""
+    from ocrwatch.core.wordlike import wordlike_share
+
+    return bool(text.split()) and wordlike_share(text) < 0.5
 
 
 def _ratio(a: float, b: float) -> str:
@@ -146,6 +157,14 @@ def report(rows: list[dict[str, object]]) -> list[str]:
            for k in ("ocrwatch", "tesseract", "ocrmypdf")}
     lines += ["", "CPU s/page (median): " + ", ".join(f"{k} {v:.2f}" for k, v in cpu.items())
               + f"; ocrwatch / tesseract {_ratio(cpu['ocrwatch'], cpu['tesseract'])}"]
+    pages = sum(int(str(r["pages"])) for r in rows)
+    lines += ["", "readings holding more characters of non-words than of words: ocrwatch "
+              f"{sum(int(str(r['garbage'])) for r in rows)} of {pages} pages; per file: "
+              f"tesseract {sum(int(str(r['garbage tesseract'])) for r in rows)}, ocrmypdf "
+              f"{sum(int(str(r['garbage ocrmypdf'])) for r in rows)} of {len(rows)} files"]
+    garbage = [str(r["file"]) for r in rows if int(str(r["garbage"]))]
+    if garbage:
+        lines.append("  ocrwatch's: " + ", ".join(garbage))
     worst = sorted(rows, key=lambda r: -float(str(r["ocrwatch"])) / max(
         1e-4, min(float(str(r["tesseract"])), float(str(r["ocrmypdf"])))))[:8]
     lines += ["", "pages furthest over the better of the two (ocrwatch / best):"]

@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -1364,3 +1365,54 @@ def test_a_dot_matrix_invoices_rows_stay_on_their_lines(tmp_path: Path) -> None:
     finally:
         engine.close()
     assert score(truth, result.text).cer < 0.2, result.text
+
+
+def _two_columns() -> Image.Image:
+    """A page of two columns of prose with a clear gutter, as a typescript sets them."""
+    font = ImageFont.truetype("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", 30)
+    left = ["The committee met on", "Tuesday to discuss the", "harbour and its roads,",
+            "and the new school for", "the children of the", "village by the river."]
+    right = ["Prices rose again in", "the spring, and the", "market moved to the",
+             "square beside the old", "church, where farmers", "sold their grain."]
+    page = Image.new("L", (1700, 900), 255)
+    draw = ImageDraw.Draw(page)
+    for n, (a, b) in enumerate(zip(left, right, strict=True)):
+        draw.text((100, 100 + 50 * n), a, fill=0, font=font)
+        draw.text((950, 100 + 50 * n), b, fill=0, font=font)
+    return page
+
+
+@pytest.mark.skipif(not Path("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf").is_file(),
+                    reason="DejaVu fonts are needed (fonts-dejavu-core)")
+def test_a_reading_across_the_gutter_is_told_and_does_not_replace_one_by_columns() -> None:
+    """A faint two-column typescript: its stretched copy read the columns across (15 of
+    52 lines bridged against 2 of 64) with more sure words, and replaced the reading by
+    columns (CER 0.142 -> 0.698). Real Tesseract readings of a two-column page: as one
+    block, its lines span the gutter; by its own layout, none does; the reading across
+    never replaces the one by columns."""
+    from ocrwatch.engines.tesseract import TesseractEngine, better
+
+    engine = TesseractEngine(Config(languages=["eng"]))
+    try:
+        api = engine._api()
+        api.SetImage(_two_columns())
+        api.SetSourceResolution(300)
+        by_columns = engine._reading(api)
+        api.SetPageSegMode(engine._tesserocr.PSM.SINGLE_BLOCK)
+        try:
+            api.SetImage(_two_columns())
+            api.SetSourceResolution(300)
+            across = engine._reading(api)
+        finally:
+            api.SetPageSegMode(engine._tesserocr.PSM.AUTO)
+    finally:
+        engine.close()
+    assert "committee met on\nTuesday" in by_columns.text  # the columns apart
+    assert "committee met on Prices" in across.text.replace("  ", " ")
+    assert by_columns.bridged == 0
+    assert across.bridged >= 5
+    # More sure words do not make the reading across win, and it stays a fair contest
+    # the other way round.
+    richer = replace(across, sure=by_columns.sure + 20)
+    assert not better(richer, by_columns)
+    assert better(replace(by_columns, sure=across.sure + 1), across)
