@@ -9,8 +9,9 @@ The drop is benchmarks/_drop.py's (24 A4 300-dpi JPEGs, 24 business-card photos 
 darker table, 4 four-page PDFs by default). Each page is prepared as the daemon's
 preparers do for a model engine (``iter_pages`` scaled to the model's longest side, then
 ``ScanPrep.prepare``: ink, faint marks, skew, orientation), once with ``orient.SHEET_LINES``
-and ``orient.SIDEWAYS_LINES`` off (before: the lines' check on the whole picture, level
-lines only) and once with both on (after), file by file back to back, timed in this
+and ``orient.SIDEWAYS_LINES`` off and ``ascenders.RULES`` its first rule (before: the
+lines' check on the whole picture, level lines only, 12 votes at 85%) and once as they are
+(after), file by file back to back, timed in this
 process's CPU seconds (``time.process_time``; the machine's other work does not count).
 A page's "pages/s" is 1 / its CPU seconds: what one core prepares. Then the whole drop on
 the daemon's preparer count (``gpu_preparers``), a file each, both ways in turn: wall
@@ -50,11 +51,13 @@ def kind_of(name: str) -> str:
 @contextmanager
 def way(after: bool) -> Iterator[None]:
     """Today's orientation (before) or the lines measured on the text's box and sideways
-    too (after)."""
-    from ocrwatch.scan import orient
+    too, decided by ascenders.RULES (after; before: its first rule only)."""
+    from ocrwatch.scan import ascenders, orient
 
+    rules = ascenders.RULES if after else ascenders.RULES[:1]
     with mock.patch.object(orient, "SHEET_LINES", after), \
-            mock.patch.object(orient, "SIDEWAYS_LINES", after):
+            mock.patch.object(orient, "SIDEWAYS_LINES", after), \
+            mock.patch.object(ascenders, "RULES", rules):
         yield
 
 
@@ -170,7 +173,8 @@ def main(argv: list[str] | None = None) -> None:
             + f": {len(files)} files, {sum(pages.values())} pages; scaled to {max_side} px",
             "per page: iter_pages, then ScanPrep.prepare (a model engine's: ink, faint "
             "marks, skew, orientation); OMP_THREAD_LIMIT=1; cores: " + str(os.cpu_count()),
-            "before: orient.SHEET_LINES and SIDEWAYS_LINES off (today); after: on; each "
+            "before: orient.SHEET_LINES and SIDEWAYS_LINES off, ascenders.RULES[:1] (today); "
+            "after: as they are; each "
             "file both ways back to back; CPU s by time.process_time"])
     lines += ["", "One thread, per kind (pages/s = pages / CPU s: what one core prepares)", "",
               "| kind | pages | CPU s before | CPU s after | pages/s before | pages/s after "

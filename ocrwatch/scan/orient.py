@@ -53,9 +53,20 @@ lie level by its ink profiles (the rows ``AXIS_RATIO`` times sharper than the co
 is first judged by its lines' shape (:mod:`ocrwatch.scan.ascenders`: more ink above the
 x-height band than below, upright; ``LINES_CHECK``): about 0.02 s a page where OSD costs
 0.3-0.5 s and more. Where the lines' vote is clear the page is turned (or left) without
-OSD; anything else (lines running down the page, too few lines, a mixed vote, languages
-not written in Latin) goes to OSD and the checks above as before.
+OSD; anything else (no clear axis, too few lines, a mixed vote, languages not written
+in Latin) goes to OSD and the checks above as before.
 benchmarks/results/orientation-cheap.txt compares it with OSD on the same pages.
+
+Two things made that check decide twice as many pages (``SHEET_LINES``,
+``SIDEWAYS_LINES``; benchmarks/results/orientation-sheet.txt). A card or a sheet
+photographed on a darker table, or scanned with a dark bed or lid around it, has that
+ground in its ink mask: its frame blurs both profiles (a business card on a table: rows
+1.6 times sharper than columns, and 4 votes each way), so every card went to OSD, and
+one in five of them on to the reading check (0.6 CPU s a card). The lines are now
+measured on the text's box, the ink that does not reach the picture's edge
+(:func:`ocrwatch.scan.inkcover.text_box`). And a page whose profiles show lines running
+down it (the columns ``SIDEWAYS_RATIO`` times sharper than the rows) is measured turned a
+quarter: its lines then lie level, and upright or upside down says which quarter.
 """
 
 from __future__ import annotations
