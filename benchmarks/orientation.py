@@ -189,8 +189,8 @@ def compared(preps: tuple[Any, Any], name: str, variant: str, fed: int,
         for on in (False, True):
             calls[0], spent[0] = 0, 0.0
             with contextlib.ExitStack() as switches:
-                for name in SWITCHES[switch]:
-                    switches.enter_context(mock.patch.object(orient, name, on))
+                for setting in SWITCHES[switch]:
+                    switches.enter_context(mock.patch.object(orient, setting, on))
                 if switch == "sheet" and not on:  # before: the one rule of 12 lines at 85%
                     switches.enter_context(mock.patch.object(
                         ascenders, "RULES", ascenders.RULES[:1]))
