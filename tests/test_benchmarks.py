@@ -250,6 +250,51 @@ def test_orientation_benchmark_compares_the_band_check_with_the_whole_page(
     capsys.readouterr()
 
 
+@pytest.mark.skipif(shutil.which("tesseract") is None, reason="needs Tesseract's OSD data")
+def test_orientation_benchmark_compares_the_lines_on_the_text_box(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--compare sheet: before and after verdicts, lines' decisions both ways, and the
+    lists name the page (not a switch)."""
+    from benchmarks import orientation
+
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    lines = ["Invoice number 4711 for the month of March, paid in full",
+             "Please keep this letter with your other papers for next year"] * 4
+    text_page(lines, size=36).save(folder / "page.png", dpi=(300, 300))
+    (folder / "page.gt.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / "orientation.txt"
+    orientation.main(["--corpus", str(folder), "--languages", "eng", "--compare", "sheet",
+                      "--variants", "scan", "--out", str(out)])
+    report = out.read_text(encoding="utf-8")
+    assert "| before | 4 | 0 | 0 |" in report and "| after | 4 | 0 | 0 |" in report
+    assert "pages decided otherwise than before: 0" in report
+    assert re.search(r"^pages decided by their lines: \d+ of 4 \(before \d+\)$", report, re.M)
+    assert "SHEET_LINES scan" not in report and "SIDEWAYS_LINES scan" not in report
+    capsys.readouterr()
+
+
+@pytest.mark.skipif(shutil.which("tesseract") is None, reason="needs Tesseract's OSD data")
+def test_prep_kinds_on_a_small_drop(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Preparation per kind before and after on one A4 page, one card fed four ways and
+    one four-page PDF of the drop: every kind's row, both threaded rows, no page turned
+    wrong, and the card mostly decided without OSD after."""
+    from benchmarks import prep_kinds
+
+    out = tmp_path / "prep_kinds.txt"
+    prep_kinds.main(["--drop", "1,1,1", "--turned", "--threads", "1", "--out", str(out)])
+    report = out.read_text(encoding="utf-8")
+    for kind, pages in (("a4", 1), ("card", 4), ("pdf", 4), ("all", 9)):
+        assert re.search(rf"^\| {kind} \| {pages} \| [\d.]+ \| [\d.]+ \|", report, re.M), kind
+    card = next(line for line in report.splitlines() if line.startswith("| card |"))
+    before, after = (int(c) for c in card.strip("| ").split(" | ")[-2:])  # OSD calls
+    assert before == 4 and after < before, card  # card_00 fed 180 still goes to OSD
+    for label in ("before", "after"):
+        assert re.search(rf"^\| {label} \| 9 \| [\d.]+ \|", report, re.M), label
+        assert f"pages turned otherwise than fed, {label}: 0" in report
+    capsys.readouterr()
+
+
 @pytest.mark.skipif(shutil.which("tesseract") is None, reason="needs the tesseract command")
 def test_skew_sweep_on_one_page(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The sweep reads a skewed page as ocrwatch straightens it, at the exact turn and

@@ -82,6 +82,8 @@ GROUP = 9  # pixels (a square max filter): marks up to 8 apart, 2.8 mm on A4, ar
 # one: the median filter breaks a thin wire into dashes, and a staple's legs nearly meet
 WIDE_GROUP = 11  # ... tried too when that leaves marks: a hole's thin shadow broken into
 # arcs 10 apart is one rim only so (closer, dust specks by a small page's hole join it)
+SHEET_SIDE = 600  # pixels: the longest side the text's box within the ground is found at
+TEXT_MARGIN = 0.01  # of the longest side: kept around that box (a line's edges stay in)
 
 
 def ink_limit(histogram: list[int], depth: float = INK_DEPTH, brighter: float = 0.5) -> float:
@@ -104,6 +106,28 @@ def ink_mask(image: Image.Image, side: int) -> Image.Image:
         grey = grey.reduce(factor)
     limit = ink_limit(grey.histogram())
     return grey.point(lambda v: 255 if v < limit else 0)
+
+
+def text_box(image: Image.Image, side: int = SHEET_SIDE) -> tuple[int, int, int, int] | None:
+    """The box (in ``image``'s pixels) of the ink that does not reach the picture's edge,
+    with a margin of ``TEXT_MARGIN`` of its side, when some ink does reach it (a card or a
+    sheet photographed on a darker table, a scanner's dark bed or lid): the text on the
+    sheet, without the ground around it. None when no ink reaches the edge (the page is
+    its own box) or none is left inside."""
+    mask = ink_mask(image, side)
+    inside = mask.copy()
+    _clear_from_edges(inside)
+    if inside.histogram()[255] == mask.histogram()[255]:
+        return None  # nothing reached the edge
+    box = inside.getbbox()
+    if box is None:
+        return None
+    scale_x, scale_y = image.width / mask.width, image.height / mask.height
+    margin = round(TEXT_MARGIN * max(mask.size))
+    left, top = max(0, box[0] - margin), max(0, box[1] - margin)
+    right, bottom = min(mask.width, box[2] + margin), min(mask.height, box[3] + margin)
+    return (round(left * scale_x), round(top * scale_y), min(image.width, round(right * scale_x)),
+            min(image.height, round(bottom * scale_y)))
 
 
 def coverage(image: Image.Image) -> float:
