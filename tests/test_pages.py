@@ -137,6 +137,64 @@ def test_pdf_pages_rendered_at_configured_dpi(tmp_path: Path, config: Config) ->
     assert count_pages(path, config) == 3
 
 
+def _letter_pdf(path: Path, dpi: int, *, words: str | None = None,
+                rule: bool = False) -> Path:
+    """A Letter page that is a grey scan at ``dpi`` filling the page; with ``words``,
+    visible text drawn beside it, with ``rule`` a drawn line (a born-digital page with a
+    picture behind it)."""
+    from fpdf import FPDF
+
+    scan = text_page(["A page scanned coarsely", "its second line"], width=int(8.5 * dpi))
+    scan = scan.convert("L").resize((int(8.5 * dpi), int(11 * dpi)))
+    pdf = FPDF(unit="pt", format="letter")
+    pdf.add_page()
+    buffer = io.BytesIO()
+    scan.save(buffer, "PNG")
+    pdf.image(buffer, x=0, y=0, w=612, h=792)
+    if words is not None:
+        pdf.set_font("Helvetica", size=11)
+        pdf.text(72, 700, words)
+    if rule:
+        pdf.line(72, 720, 540, 720)
+    pdf.output(str(path))
+    return path
+
+
+def test_a_scanned_pdf_page_is_drawn_at_its_scan_resolution(tmp_path: Path,
+                                                           config: Config) -> None:
+    """For Tesseract a page that is only a 110 dpi scan is drawn at 110 dpi, not pdf_dpi
+    (3.3 times the pixels, no more detail); ``full_dpi`` tells the reader what pdf_dpi
+    was. A scan finer than pdf_dpi, or one under MIN_SCAN_DPI, keeps pdf_dpi; so does
+    a model engine's page."""
+    from ocrwatch.pages.pdfpages import MIN_SCAN_DPI
+
+    config.pdf_dpi = 200
+    (page,) = iter_pages(_letter_pdf(tmp_path / "coarse.pdf", 110), config, None)
+    assert page.dpi == 110 and page.full_dpi == 200
+    assert abs(page.size[0] - 935) <= 2 and abs(page.size[1] - 1210) <= 2
+    (fine,) = iter_pages(_letter_pdf(tmp_path / "fine.pdf", 300), config, None)
+    assert fine.dpi == 200 and fine.full_dpi is None
+    (faint,) = iter_pages(_letter_pdf(tmp_path / "fax.pdf", 60), config, None)
+    assert faint.dpi == MIN_SCAN_DPI and faint.full_dpi == 200
+    (model,) = iter_pages(tmp_path / "coarse.pdf", config, 1540)
+    assert model.full_dpi is None and model.shown == (1700, 2200)
+
+
+@pytest.mark.parametrize("extra", ["words", "rule"])
+def test_a_pdf_page_with_text_or_drawing_beside_its_picture_keeps_pdf_dpi(
+        tmp_path: Path, config: Config, extra: str) -> None:
+    """A born-digital page (visible text, or a drawn line, on a 110 dpi picture) is drawn
+    at pdf_dpi: its vector text and lines are sharp at any resolution."""
+    config.pdf_dpi = 200
+    config.pdf_text = "ocr"
+    path = _letter_pdf(tmp_path / f"{extra}.pdf", 110,
+                       words="Typed words on the page" if extra == "words" else None,
+                       rule=extra == "rule")
+    (page,) = iter_pages(path, config, None)
+    assert page.dpi == 200 and page.full_dpi is None
+    assert page.size == (1700, 2200)
+
+
 def test_max_side_fits_the_longest_side_up_and_down(tmp_path: Path, config: Config) -> None:
     """LightOnOCR's 1540 px: larger pages are shrunk, smaller ones enlarged to it."""
     from ocrwatch.engines import profiles
