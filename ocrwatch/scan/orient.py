@@ -202,9 +202,28 @@ class Detector:
                                               psm=tesserocr.PSM.AUTO)
                 close = api.End
             setattr(self._local, kind, api)
+            own = getattr(self._local, "closers", None)
+            if own is None:
+                own = self._local.closers = []
+            own.append((kind, close))
             with self._lock:
                 self._closers.append(close)
         return api
+
+    def release(self) -> bool:
+        """Close this thread's instances, so that an idle preparer does not hold OSD (37
+        MB, more after a page) while the readers read; the next page loads it again
+        (about 0.1 s). True when there were any."""
+        own = getattr(self._local, "closers", None) or []
+        self._local.closers = []
+        for kind, close in own:
+            delattr(self._local, kind)
+            with self._lock:
+                if close not in self._closers:
+                    continue  # closed by close() meanwhile
+                self._closers.remove(close)
+            close()
+        return bool(own)
 
     def detect(self, image: Image.Image, needs_script: bool = True) -> Orientation:
         """The turn that makes ``image`` upright (0 when unsure or OSD is missing).

@@ -133,11 +133,15 @@ class OsdApi:
         if self._handle is None:
             return self._detect_tesserocr(grey, dpi)
         lib, handle = self._lib, self._handle
-        data = grey.tobytes()
+        width, height = grey.size
+        data = [grey.tobytes()]
         degrees, confidence = ctypes.c_int(), ctypes.c_float()
         script, script_confidence = ctypes.c_char_p(), ctypes.c_float()
         try:
-            lib.TessBaseAPISetImage(handle, data, grey.width, grey.height, 1, grey.width)
+            lib.TessBaseAPISetImage(handle, data[0], width, height, 1, width)
+            # Tesseract has copied the pixels: their bytes (an A4 page sized for OSD,
+            # 9 MB) are not held while OSD works.
+            data.clear()
             lib.TessBaseAPISetSourceResolution(handle, dpi)
             found = lib.TessBaseAPIDetectOrientationScript(
                 handle, ctypes.byref(degrees), ctypes.byref(confidence), ctypes.byref(script),
