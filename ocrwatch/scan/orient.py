@@ -240,7 +240,7 @@ class Detector:
                 return by_lines
         # Grey, and sized as grey: a third of the pixels to resize and to hand over, and
         # one channel for OSD to threshold (0.6 s instead of 0.9 on an A4 scan).
-        found = self._api("osd").found(sized(image.convert("L"), OSD_SIDE), OSD_DPI)
+        found = self._api("osd").found([sized(image.convert("L"), OSD_SIDE)], OSD_DPI)
         if found is None:
             # Too little text for OSD: the reading decides among the four, if it can.
             return Orientation(self._best(image, None), -1.0, checked=self.can_check)
@@ -269,7 +269,7 @@ class Detector:
         off): the turn is left at 0, OSD's own turn and confidence kept beside it."""
         if self.osd is None:
             return Orientation(0, -1.0)
-        found = self._api("osd").found(sized(image.convert("L"), OSD_SIDE), OSD_DPI)
+        found = self._api("osd").found([sized(image.convert("L"), OSD_SIDE)], OSD_DPI)
         if found is None:
             return Orientation(0, -1.0)
         return Orientation(0, found.confidence, proposed=(360 - found.degrees) % 360,
