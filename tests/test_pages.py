@@ -174,10 +174,21 @@ def test_a_scanned_pdf_page_is_drawn_at_its_scan_resolution(tmp_path: Path,
     assert abs(page.size[0] - 935) <= 2 and abs(page.size[1] - 1210) <= 2
     (fine,) = iter_pages(_letter_pdf(tmp_path / "fine.pdf", 300), config, None)
     assert fine.dpi == 200 and fine.full_dpi is None
-    (faint,) = iter_pages(_letter_pdf(tmp_path / "fax.pdf", 60), config, None)
+    (faint,) = iter_pages(_letter_pdf(tmp_path / "faint.pdf", 60), config, None)
     assert faint.dpi == MIN_SCAN_DPI and faint.full_dpi == 200
     (model,) = iter_pages(tmp_path / "coarse.pdf", config, 1540)
     assert model.full_dpi is None and model.shown == (1700, 2200)
+    # A standard fax (204 x 98 dpi) is as sharp as pdf_dpi across: drawn at pdf_dpi.
+    from fpdf import FPDF
+
+    fax = FPDF(unit="pt", format="letter")
+    fax.add_page()
+    buffer = io.BytesIO()
+    text_page(["A fax"], width=1734).convert("1").resize((1734, 1078)).save(buffer, "PNG")
+    fax.image(buffer, x=0, y=0, w=612, h=792)
+    fax.output(str(tmp_path / "fax.pdf"))
+    (page,) = iter_pages(tmp_path / "fax.pdf", config, None)
+    assert page.dpi == 200 and page.full_dpi is None
 
 
 @pytest.mark.parametrize("extra", ["words", "rule"])

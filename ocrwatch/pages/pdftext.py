@@ -25,6 +25,7 @@ read with OCR, when:
 from __future__ import annotations
 
 import logging
+import math
 import re
 import string
 import unicodedata
@@ -357,8 +358,8 @@ def scan_dpi(page: Any, budget: Budget | None = None,
     """The resolution of a page that is only a scan: images (one covering at least
     ``SCAN_COVER`` of the page), with no visible text, no shapes and no annotations
     beside them (an invisible OCR layer is allowed). It is the finest axis of the
-    sharpest image covering a tenth of the page or more, so that a fax's 204 x 98 dpi
-    counts as 204. None for any other page: its text and lines are drawn at
+    sharpest image covering a tenth of the page or more, along its own axes, so that a
+    fax's 204 x 98 dpi counts as 204. None for any other page: its text and lines are drawn at
     ``pdf_dpi``."""
     import pypdfium2.raw as pdfium_c
 
@@ -389,11 +390,16 @@ def scan_dpi(page: Any, budget: Budget | None = None,
         if share < 0.1:
             continue
         pixels_w, pixels_h = _pixel_size(obj)
-        if not pixels_w or not pixels_h:
+        if not pixels_w or not pixels_h or getattr(obj, "level", 0) != 0:
+            return None  # inside a form its matrix is the form's, not the page's
+        # The image's own axes as drawn (its matrix), each in points, so that a turned
+        # image or a fax's unequal resolutions are measured along the right side.
+        a, b, c, d, _e, _f = obj.get_matrix().get()
+        across, down = math.hypot(a, b), math.hypot(c, d)
+        if across <= 0 or down <= 0:
             return None
         cover = max(cover, share)
-        dpi = max(max(pixels_w, pixels_h) / (max(x1 - x0, y1 - y0) / 72),
-                  min(pixels_w, pixels_h) / (min(x1 - x0, y1 - y0) / 72))
+        dpi = max(pixels_w / (across / 72), pixels_h / (down / 72))
         best = dpi if best is None else max(best, dpi)
     return best if cover >= SCAN_COVER else None
 
