@@ -54,15 +54,6 @@ def test_upsample_factor_follows_the_text_size() -> None:
     # A page that is already huge is enlarged at most to the pixel budget.
     assert upsample_factor(10.0, (4000, 4000)) == pytest.approx((80e6 / 16e6) ** 0.5)
     assert upsample_factor(10.0, (8000, 8000)) == 1.0  # not even 1.2x fits
-    # A PDF page drawn at its 110 dpi scan's resolution (pdf_dpi 200: within 200/110):
-    # 18-pixel lines are enlarged to what pdf_dpi gave (33 px), not to LINE_PX; print so
-    # small that pdf_dpi left it under SMALL_LINE_PX is enlarged as on any page; large
-    # print is not enlarged at all.
-    a4_110 = (910, 1286)
-    assert upsample_factor(18.0, a4_110, 200 / 110) == pytest.approx(200 / 110)
-    assert upsample_factor(18.0, a4_110) == pytest.approx(LINE_PX / 18)
-    assert upsample_factor(12.0, a4_110, 200 / 110) == pytest.approx(LINE_PX / 12)
-    assert upsample_factor(32.0, a4_110, 200 / 110) == 1.0
 
 
 def test_line_height_measures_tesseracts_layout(tmp_path: Path) -> None:

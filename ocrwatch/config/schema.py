@@ -132,8 +132,6 @@ class Config:
     rescan_minutes: float = 5.0
     observer: str = "auto"
     follow_symlinks: bool = False
-    # PDF pages drawn at this; for Tesseract a page that is only a coarser scan at the
-    # scan's own resolution (pages/pdfpages.py, render_scale).
     pdf_dpi: int = 200
     pdf_text: str = "auto"  # a PDF page's own text: "auto" when real, "text" always, "ocr" never
     # Scanner realities (docs/outputs.md has what each costs per page):

@@ -60,10 +60,6 @@ class Page:
     # layer lacks (pictures, outlines, stamps), and the engine's reading of it is judged
     # as such (ocrwatch/pages/pictures.py): a logo's marks are no doubt, lost words are.
     beside_layer: bool = False
-    # A PDF page that is only a scan coarser than pdf_dpi is drawn at the scan's own
-    # resolution (``dpi``); this is pdf_dpi, what it was drawn at before: Tesseract
-    # enlarges its small print up to that when that makes it large enough, no further.
-    full_dpi: int | None = None
 
     @property
     def size(self) -> tuple[int, int]:

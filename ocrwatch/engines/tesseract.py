@@ -124,19 +124,11 @@ def line_height(api: Any) -> float | None:
     return float(heights[len(heights) // 2])
 
 
-def upsample_factor(height: float | None, size: tuple[int, int],
-                    within: float | None = None) -> float:
-    """How much to enlarge a page whose text lines are ``height`` pixels high (1: not).
-
-    ``within``: the enlargement that gives a PDF page drawn at its coarser scan's
-    resolution the pixels pdf_dpi would have given it (``Page.full_dpi``); it is taken
-    when it makes the lines SMALL_LINE_PX or more, so such a page is never read larger,
-    nor its print smaller, than when it was drawn at pdf_dpi."""
+def upsample_factor(height: float | None, size: tuple[int, int]) -> float:
+    """How much to enlarge a page whose text lines are ``height`` pixels high (1: not)."""
     if height is None or height >= SMALL_LINE_PX:
         return 1.0
     factor = min(MAX_UPSAMPLE, LINE_PX / max(height, 1.0))
-    if within is not None and SMALL_LINE_PX / max(height, 1.0) <= within < factor:
-        factor = within
     pixels = size[0] * size[1]
     factor = min(factor, (MAX_UPSAMPLED_PIXELS / max(pixels, 1)) ** 0.5)
     return factor if factor >= 1.2 else 1.0
@@ -228,8 +220,7 @@ class TesseractEngine:
         # Without a resolution Tesseract assumes 70 dpi and reads worse.
         api.SetSourceResolution(dpi)
         lines = line_height(api)
-        within = page.full_dpi / page.dpi if page.full_dpi and page.dpi else None
-        factor = upsample_factor(lines, page.size, within)
+        factor = upsample_factor(lines, page.size)
         image = page.image
         if factor <= 1.0 or lines is None:
             factor = 1.0

@@ -32,10 +32,6 @@ RENDER_PIXELS = 40_000_000
 # most the pixels of a Letter page at the configured dpi (a 600 dpi A4 scan is still
 # drawn at about 300 dpi).
 FULL_PAGE_INCHES = 8.5 * 11.0
-# A page that is only a coarser scan is drawn at the scan's resolution, but no coarser
-# than this: below it 10 pt print measures under the 8-pixel lines the reader takes for
-# text (engines/tesseract.py, MIN_LINE_PX) and would not be enlarged.
-MIN_SCAN_DPI = 100
 # A PDF page can be at most 200 inches a side (the format's own limit, 14400 units).
 MAX_PDF_INCHES = 200.0
 MIN_PDF_INCHES = 0.1
@@ -239,7 +235,6 @@ def pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int,
             page_sketch: Image.Image | None = None
             known: tuple[tuple[float, str], ...] = ()
             beside = False  # drawn without its text layer, which is in ``known``
-            scan: float | None = None  # the resolution of a page that is only a scan
             budget.page()
             content = None
             if sizes is not None:
@@ -273,12 +268,8 @@ def pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int,
                             log.debug("%s %s read with OCR: %s", path.name, where,
                                       decision.reason)
                             known = notes.ocr_blocks
-                            # For Tesseract a page that is only a coarser scan is drawn
-                            # at the scan's resolution (a model gets it as before).
-                            scan = (pdftext.scan_dpi(page, budget, where)
-                                    if max_side is None else None)
                             scale = render_scale(width_pt, height_pt, dpi, limits,
-                                                 pdftext.image_dpi(page), scan)
+                                                 pdftext.image_dpi(page))
                             budget.check(where, "checking its text layer")
                             # A copy: PDFium's buffer is BGR. Filled form fields drawn;
                             # for Tesseract a page without colour grey at once.
@@ -317,8 +308,7 @@ def pdf_pages(path: Path, limits: Limits, max_side: int | None, dpi: int,
             budget.pause()
             yield Page(source=path, index=index, image=image, dpi=render_dpi, count=count,
                        text="" if blank(image) else None, known=known, doubt=doubt,
-                       shown=shown if shown != image.size else None, beside_layer=beside,
-                       full_dpi=dpi if scan is not None and render_dpi < dpi else None)
+                       shown=shown if shown != image.size else None, beside_layer=beside)
             budget.resume()
     finally:
         cost.close()
@@ -393,17 +383,12 @@ def _check_pdf_size(width_pt: float, height_pt: float, where: str) -> None:
 
 
 def render_scale(width_pt: float, height_pt: float, dpi: int, limits: Limits,
-                 image_dpi: float | None = None, scan_dpi: float | None = None) -> float:
+                 image_dpi: float | None = None) -> float:
     """Points to pixels for drawing a page: ``dpi``, or the resolution of the scan it
     holds (``image_dpi``) when sharper, up to the pixels of a Letter page at ``dpi``;
     lowered for a page so large that it would exceed what reading a page may cost (a
-    200-inch poster is drawn at about 30 dpi, not at max_pixels). A page that is only a
-    scan coarser than ``dpi`` (``scan_dpi``) is drawn at the scan's own resolution, as
-    OCRmyPDF does, but not below MIN_SCAN_DPI: drawing it finer adds pixels, not detail,
-    and the reader enlarges small print itself, from the size it measures."""
+    200-inch poster is drawn at about 30 dpi, not at max_pixels)."""
     scale = dpi / 72.0
-    if scan_dpi is not None and scan_dpi < dpi:
-        scale = max(scan_dpi, min(MIN_SCAN_DPI, dpi)) / 72.0
     if image_dpi is not None and image_dpi > dpi:
         full_page = FULL_PAGE_INCHES * dpi * dpi
         page_inches = max(width_pt * height_pt / (72.0 * 72.0), 1e-6)

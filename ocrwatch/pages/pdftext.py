@@ -25,7 +25,6 @@ read with OCR, when:
 from __future__ import annotations
 
 import logging
-import math
 import re
 import string
 import unicodedata
@@ -59,9 +58,6 @@ TEXTPAGE_BYTES_PER_CHAR = 170
 # page is read with OCR, so that their words are read too (a logo or a small photo,
 # under it, leaves the layer in charge).
 MAX_SCAN_SHARE = 0.2
-# An image covering this share of a page with nothing else on it is the page's scan
-# (scan_dpi): the page is drawn at the scan's resolution when coarser than pdf_dpi.
-SCAN_COVER = 0.8
 # A picture that may hold words: at least this many points a side and this area (a
 # signature mark, a logo, a stamp; not a bullet or a rule).
 MIN_PICTURE_SIDE = 10.0
@@ -351,57 +347,6 @@ def image_dpi(page: Any, at_least: float = 0.1, budget: Budget | None = None,
                   min(pixels_w, pixels_h) / (min(x1 - x0, y1 - y0) / 72))
         best = dpi if best is None else max(best, dpi)
     return best
-
-
-def scan_dpi(page: Any, budget: Budget | None = None,
-             where: str = "the page") -> float | None:
-    """The resolution of a page that is only a scan: images (one covering at least
-    ``SCAN_COVER`` of the page), with no visible text, no shapes and no annotations
-    beside them (an invisible OCR layer is allowed). It is the finest axis of the
-    sharpest image covering a tenth of the page or more, along its own axes, so that a
-    fax's 204 x 98 dpi counts as 204. None for any other page: its text and lines are drawn at
-    ``pdf_dpi``."""
-    import pypdfium2.raw as pdfium_c
-
-    if pdfium_c.FPDFPage_GetAnnotCount(page.raw) > 0:
-        return None
-    width, height = page.get_size()
-    page_area = max(float(width) * float(height), 1.0)
-    best: float | None = None
-    cover = 0.0
-    budget = budget or unlimited()
-    for n, obj in enumerate(page.get_objects(max_depth=MAX_DEPTH)):
-        if n % 1024 == 0:
-            budget.check(where, "looking for its scan")
-        kind = pdfium_c.FPDFPageObj_GetType(obj.raw)
-        if kind == pdfium_c.FPDF_PAGEOBJ_FORM:
-            continue  # its objects are walked
-        if kind == pdfium_c.FPDF_PAGEOBJ_TEXT:
-            if (pdfium_c.FPDFTextObj_GetTextRenderMode(obj.raw)
-                    == pdfium_c.FPDF_TEXTRENDERMODE_INVISIBLE):
-                continue
-            return None
-        if kind != pdfium_c.FPDF_PAGEOBJ_IMAGE:
-            return None  # a shape, a shading: drawn sharp at pdf_dpi
-        x0, y0, x1, y1 = (float(v) for v in obj.get_bounds())
-        if x1 <= x0 or y1 <= y0:
-            continue
-        share = (x1 - x0) * (y1 - y0) / page_area
-        if share < 0.1:
-            continue
-        pixels_w, pixels_h = _pixel_size(obj)
-        if not pixels_w or not pixels_h or getattr(obj, "level", 0) != 0:
-            return None  # inside a form its matrix is the form's, not the page's
-        # The image's own axes as drawn (its matrix), each in points, so that a turned
-        # image or a fax's unequal resolutions are measured along the right side.
-        a, b, c, d, _e, _f = obj.get_matrix().get()
-        across, down = math.hypot(a, b), math.hypot(c, d)
-        if across <= 0 or down <= 0:
-            return None
-        cover = max(cover, share)
-        dpi = max(pixels_w / (across / 72), pixels_h / (down / 72))
-        best = dpi if best is None else max(best, dpi)
-    return best if cover >= SCAN_COVER else None
 
 
 def _pixel_size(obj: Any) -> tuple[int, int]:
