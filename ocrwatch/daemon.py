@@ -39,7 +39,6 @@ from ocrwatch.intake.inbox_files import Ignore
 from ocrwatch.intake.settle import Settler
 from ocrwatch.intake.watch import Watcher
 from ocrwatch.metrics.collector import DaemonCollector
-from ocrwatch.metrics.remote import RemoteCollector
 from ocrwatch.metrics.server import MetricsServer
 from ocrwatch.metrics.vllm import VllmCollector
 from ocrwatch.pages.thumbs import Thumbnails
@@ -149,6 +148,9 @@ class Daemon:
             self.ctx.metrics.registry.register(VllmCollector(self._vllm_figures))
         server_figures = getattr(self.engine, "server_figures", None)
         if callable(server_figures):  # the remote engine's requests by server
+            # Imported here: it brings httpx (about 18 MB) to a daemon that reads locally.
+            from ocrwatch.metrics.remote import RemoteCollector
+
             self.ctx.metrics.registry.register(RemoteCollector(server_figures))
         self._metrics: MetricsServer | None = None
         self._metrics_lock = threading.Lock()

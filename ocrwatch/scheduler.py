@@ -224,6 +224,8 @@ class Scheduler:
                     self._in_file -= 1
                 self._cond.notify_all()
         if job is None:
+            if self.ctx.scan is not None:
+                self.ctx.scan.idle()  # OSD is not held while the readers read
             due = self.ctx.jobs.next_due()
             wait = 1.0 if due is None else max(0.05, min(1.0, due - time.time()))
             with self._cond:

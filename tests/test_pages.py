@@ -334,3 +334,25 @@ def test_thumbnails_of_pages_in_every_mode(mode: str) -> None:
         assert thumb.mode == "RGB" and max(thumb.size) == thumbs.MAX_SIDE
         # The print is still there, shrunk smoothly (a 1-bit page too).
         assert thumb.convert("L").getextrema()[0] < 128
+
+
+def test_memory_is_given_back_without_starting_a_process(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """malloc_trim is found in the C library already loaded: ctypes.util.find_library
+    ran ``ldconfig -p``, a child forked in the middle of reading a page."""
+    import platform
+    import subprocess
+
+    from ocrwatch.pages import memory
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"a process was started: {args}")
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refused)
+    memory._libc.cache_clear()
+    try:
+        if platform.libc_ver()[0] == "glibc":
+            assert memory._libc() is not None
+        memory.give_back()
+    finally:
+        memory._libc.cache_clear()

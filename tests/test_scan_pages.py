@@ -288,6 +288,22 @@ def test_osd_leaves_the_interpreter_to_other_threads() -> None:
     assert ended["found"] and ended["awake"] < ended["osd"] - 0.1, ended
 
 
+def test_an_idle_preparer_gives_osd_back_and_loads_it_again() -> None:
+    """OSD's instance is closed when the preparer has nothing to do (its memory is not
+    held while the readers read) and made again for the next page, which it turns as
+    before."""
+    page = orient.turn(letter()[0], 90)
+    detector = orient.Detector(None, ["eng"])
+    try:
+        first = detector.detect(page)
+        assert detector.release() and not detector.release()  # once: nothing left
+        again = detector.detect(page)
+        assert (again.turn, again.confidence) == (first.turn, first.confidence)
+        assert again.turn == 270
+    finally:
+        detector.close()
+
+
 def test_a_page_with_too_little_text_to_decide_stays_as_it_is(tmp_path: Path) -> None:
     page = helpers.text_page(["Total 12"], width=900)
     detector = orient.Detector(None, ["eng"])

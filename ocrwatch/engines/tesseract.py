@@ -214,7 +214,8 @@ class TesseractEngine:
                     f"{page.size[1]} pixels): {exc}")))
             finally:
                 api.Clear()
-            if memory.big(page.size):
+            # The size read, enlarged or not: a small page enlarged is a big one.
+            if memory.big(getattr(self._local, "read_size", page.size)):
                 memory.give_back()
             with self._lock:
                 self._pages += 1
@@ -223,6 +224,7 @@ class TesseractEngine:
 
     def _read(self, api: Any, page: Page) -> PageText:
         dpi = source_resolution(page)
+        self._local.read_size = page.size
         api.SetImage(page.image)
         # Without a resolution Tesseract assumes 70 dpi and reads worse.
         api.SetSourceResolution(dpi)
@@ -242,6 +244,7 @@ class TesseractEngine:
                                 Image.Resampling.LANCZOS)
             api.SetImage(image)
             api.SetSourceResolution(round(dpi * factor))
+            self._local.read_size = image.size
         reading = self._reading(api)
         # A 1-bit page has no threshold to choose: a second reading would be the same.
         if (reading.confidence < SURE_CONF and image.mode != "1"

@@ -10,7 +10,6 @@ scanned PDF on two readers peaked at 266 MB, trimmed at 253-261 MB).
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import functools
 import gc
 from typing import Any
@@ -27,12 +26,13 @@ def big(size: tuple[int, int]) -> bool:
 
 @functools.cache
 def _libc() -> Any:
-    name = ctypes.util.find_library("c")
+    # The C library already loaded, found without ctypes.util.find_library, which runs
+    # ``ldconfig -p``: a child forked (vfork) in the middle of reading a page.
     try:
-        libc = ctypes.CDLL(name) if name else None
+        libc = ctypes.CDLL(None)
     except OSError:
         return None
-    return libc if libc is not None and hasattr(libc, "malloc_trim") else None
+    return libc if hasattr(libc, "malloc_trim") else None
 
 
 def give_back() -> None:

@@ -220,9 +220,28 @@ class Detector:
                                               psm=tesserocr.PSM.AUTO)
                 close = api.End
             setattr(self._local, kind, api)
+            own = getattr(self._local, "closers", None)
+            if own is None:
+                own = self._local.closers = []
+            own.append((kind, close))
             with self._lock:
                 self._closers.append(close)
         return api
+
+    def release(self) -> bool:
+        """Close this thread's instances, so that an idle preparer does not hold OSD (37
+        MB, more after a page) while the readers read; the next page loads it again
+        (about 0.1 s). True when there were any."""
+        own = getattr(self._local, "closers", None) or []
+        self._local.closers = []
+        for kind, close in own:
+            delattr(self._local, kind)
+            with self._lock:
+                if close not in self._closers:
+                    continue  # closed by close() meanwhile
+                self._closers.remove(close)
+            close()
+        return bool(own)
 
     def detect(self, image: Image.Image, needs_script: bool = True) -> Orientation:
         """The turn that makes ``image`` upright (0 when unsure or OSD is missing).
@@ -239,7 +258,7 @@ class Detector:
                 return by_lines
         # Grey, and sized as grey: a third of the pixels to resize and to hand over, and
         # one channel for OSD to threshold (0.6 s instead of 0.9 on an A4 scan).
-        found = self._api("osd").found(sized(image.convert("L"), OSD_SIDE), OSD_DPI)
+        found = self._api("osd").found([sized(image.convert("L"), OSD_SIDE)], OSD_DPI)
         if found is None:
             # Too little text for OSD: the reading decides among the four, if it can.
             return Orientation(self._best(image, None), -1.0, checked=self.can_check)
@@ -285,7 +304,7 @@ class Detector:
         off): the turn is left at 0, OSD's own turn and confidence kept beside it."""
         if self.osd is None:
             return Orientation(0, -1.0)
-        found = self._api("osd").found(sized(image.convert("L"), OSD_SIDE), OSD_DPI)
+        found = self._api("osd").found([sized(image.convert("L"), OSD_SIDE)], OSD_DPI)
         if found is None:
             return Orientation(0, -1.0)
         return Orientation(0, found.confidence, proposed=(360 - found.degrees) % 360,

@@ -126,18 +126,27 @@ class OsdApi:
         found = self.found(image, dpi)
         return None if found is None else (found.degrees, found.confidence)
 
-    def found(self, image: Image.Image, dpi: int) -> Found | None:
+    def found(self, image: Image.Image | list[Image.Image], dpi: int) -> Found | None:
         """All OSD says of ``image`` (grey): its turn and its script; None when it cannot
-        decide (too little text)."""
+        decide (too little text). Given as a list of one (a copy made for OSD that nothing
+        else holds), the image is taken out of it and freed as soon as its bytes are
+        made, and they once Tesseract has its own copy: an A4 page sized for OSD is 9 MB,
+        held three times over at once before."""
+        if isinstance(image, list):
+            image = image.pop()
         grey = image if image.mode == "L" else image.convert("L")
+        del image
         if self._handle is None:
             return self._detect_tesserocr(grey, dpi)
         lib, handle = self._lib, self._handle
-        data = grey.tobytes()
+        width, height = grey.size
+        data = [grey.tobytes()]
+        del grey
         degrees, confidence = ctypes.c_int(), ctypes.c_float()
         script, script_confidence = ctypes.c_char_p(), ctypes.c_float()
         try:
-            lib.TessBaseAPISetImage(handle, data, grey.width, grey.height, 1, grey.width)
+            lib.TessBaseAPISetImage(handle, data[0], width, height, 1, width)
+            data.clear()  # Tesseract has copied the pixels
             lib.TessBaseAPISetSourceResolution(handle, dpi)
             found = lib.TessBaseAPIDetectOrientationScript(
                 handle, ctypes.byref(degrees), ctypes.byref(confidence), ctypes.byref(script),

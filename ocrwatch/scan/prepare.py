@@ -32,6 +32,7 @@ from ocrwatch.config import Config
 from ocrwatch.core.domain import Page, PageText
 from ocrwatch.core.layout import PageLayout
 from ocrwatch.core.wordlike import mostly_nonwords
+from ocrwatch.pages import memory
 from ocrwatch.scan import deskew, faint, inkcover, orient, script
 
 log = logging.getLogger(__name__)
@@ -142,6 +143,14 @@ class ScanPrep:
     def missing(self) -> str | None:
         """Why pages are not turned (osd.traineddata missing), when that is so."""
         return self._orientation().missing if self.rotate_pages else None
+
+    def idle(self) -> None:
+        """This preparer has no page to prepare: its OSD instances closed and their
+        memory given back (see orient.Detector.release)."""
+        with self._lock:
+            detector = self._detector
+        if detector is not None and detector.release():
+            memory.give_back()
 
     def close(self) -> None:
         with self._lock:
