@@ -40,6 +40,7 @@ from ocrwatch.pages import memory
 log = logging.getLogger(__name__)
 
 STOP_GRACE_SECONDS = 3.0  # how long close() waits for the pages in hand
+KEEP_OSD_IDLE_S = 10.0  # a model engine's idle preparer keeps its OSD this long (_idle_preparer)
 
 
 @dataclass(eq=False)
@@ -212,6 +213,7 @@ class Scheduler:
         try:
             job = self._claim()
             if job is not None:
+                self._preparer.idle_since = None
                 if not lane:
                     with self._cond:
                         self._in_file += 1
@@ -224,13 +226,27 @@ class Scheduler:
                     self._in_file -= 1
                 self._cond.notify_all()
         if job is None:
-            if self.ctx.scan is not None:
-                self.ctx.scan.idle()  # OSD is not held while the readers read
+            self._idle_preparer()
             due = self.ctx.jobs.next_due()
             wait = 1.0 if due is None else max(0.05, min(1.0, due - time.time()))
             with self._cond:
                 if not self._stopping:
                     self._cond.wait(wait)
+
+    def _idle_preparer(self) -> None:
+        """A preparer found no file: it gives its OSD back (ScanPrep.idle). For Tesseract at
+        once, so that OSD is not held while the readers read a short file's pages (the
+        peak of a one-page file); a model engine's preparers keep it until they have found
+        nothing for ``KEEP_OSD_IDLE_S``, as a drop's files come one after another and each
+        reload costs about 0.1 s of a preparer's time, which a GPU waits for."""
+        if self.ctx.scan is None:
+            return
+        now = time.monotonic()
+        since = getattr(self._preparer, "idle_since", None)
+        if since is None:
+            self._preparer.idle_since = since = now
+        if self.engine.max_side is None or now - since >= KEEP_OSD_IDLE_S:
+            self.ctx.scan.idle()
 
     def _claim(self) -> Job | None:
         try:

@@ -1432,3 +1432,30 @@ def test_a_reading_across_the_gutter_is_told_and_does_not_replace_one_by_columns
     richer = replace(across, sure=by_columns.sure + 20)
     assert not better(richer, by_columns)
     assert better(replace(by_columns, sure=across.sure + 1), across)
+
+
+@pytest.mark.parametrize(("max_side", "at_once"), [(None, True), (1540, False)])
+def test_an_idle_preparer_gives_osd_back_at_once_for_tesseract_later_for_a_model(
+        monkeypatch: pytest.MonkeyPatch, max_side: int | None, at_once: bool) -> None:
+    """Tesseract's readers read in the daemon's process: OSD goes back the moment a
+    preparer finds no file (a one-page file's peak). A model engine's preparers keep it
+    until they have found nothing for KEEP_OSD_IDLE_S: a drop's files come one after
+    another, and reloading OSD for each cost the GPU daemon its preparers' time."""
+    from types import SimpleNamespace
+
+    from ocrwatch import scheduler
+
+    released: list[float] = []
+    clock = [100.0]
+    monkeypatch.setattr(scheduler.time, "monotonic", lambda: clock[0])
+    fake = SimpleNamespace(ctx=SimpleNamespace(scan=SimpleNamespace(
+        idle=lambda: released.append(clock[0]))), engine=SimpleNamespace(max_side=max_side),
+        _preparer=threading.local())
+    scheduler.Scheduler._idle_preparer(fake)  # type: ignore[arg-type]
+    assert bool(released) is at_once
+    clock[0] += scheduler.KEEP_OSD_IDLE_S - 1
+    scheduler.Scheduler._idle_preparer(fake)  # type: ignore[arg-type]
+    assert bool(released) is at_once
+    clock[0] += 1
+    scheduler.Scheduler._idle_preparer(fake)  # type: ignore[arg-type]
+    assert released  # idle long enough: given back either way
