@@ -42,7 +42,7 @@ $(VENV)/.tray: $(VENV)/.base
 	@if ! { command -v cc >/dev/null || command -v gcc >/dev/null; } \
 	    || ! pkg-config --exists $(TRAY_PKGCONFIG) 2>/dev/null; then \
 		if [ ! -e $(VENV)/.tray-hint ]; then touch $(VENV)/.tray-hint; \
-		echo "ocrwatch: the tray's GTK backends (a menu on panels without StatusNotifierItems) need system packages: \`make tray-help\`"; fi; \
+		echo "ocrwatch: no menu in the tray on panels without StatusNotifierItems: \`make tray-help\`"; fi; \
 	elif $(PIP) -e '.[tray]' >>$(LOG) 2>&1; then touch $@; \
 	else echo "ocrwatch: the tray extra (PyGObject) did not build; the tray has its menu only on panels that host StatusNotifierItems. Why: $(LOG)"; fi
 

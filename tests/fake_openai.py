@@ -9,6 +9,8 @@ which page an answer belongs to. How it misbehaves is scripted:
   requests spend their delay at once and the rest wait their turn, as a GPU server with
   ``--max-num-seqs`` queues what does not fit);
 - ``"busy"``: HTTP 503 (``busy_left`` times, then "ok"; -1: always);
+- ``"unsent"``: HTTP 500 as vllm-router answers when the server it chose is gone
+  ("error sending request for url"), ``busy_left`` times, then "ok";
 - ``"hang"``: take the request and never answer until ``release()``;
 - ``"drop"``: take the request and close the connection without a word;
 - ``"content"``: answer 200 with ``content`` as the message's content (any JSON value);
@@ -259,7 +261,7 @@ def _handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
                 server.most_active = max(server.most_active, server.active)
                 server.arrived.notify_all()
                 mode = server.mode
-                if mode == "busy":
+                if mode in ("busy", "unsent"):
                     if server.busy_left == 0:
                         mode = "ok"
                     elif server.busy_left > 0:
@@ -276,6 +278,11 @@ def _handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
                     self.close_connection = True
                     return
                 if not self.authorised():
+                    return
+                if mode == "unsent":
+                    self.reply(500, {"error": {"message": "Request failed: error sending "
+                                               "request for url (http://127.0.0.1:9/v1/chat/"
+                                               "completions)"}})
                     return
                 if mode == "busy":
                     self.reply(503, {"error": {"message": "the engine is overloaded"}},

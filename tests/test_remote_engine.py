@@ -438,3 +438,17 @@ def test_tls_is_verified_and_a_private_authority_can_be_named(tmp_path: Path) ->
         finally:
             trusted.close()
     assert result.error is None and colour_of(0) in result.markdown
+
+
+def test_a_router_that_could_not_reach_its_server_is_tried_again() -> None:
+    """vllm-router answers HTTP 500 "error sending request for url" when the server it
+    chose has died: no model saw the page, so it is asked again until a server answers,
+    not failed after two such answers as a page a model fails on."""
+    with FakeServer(mode="unsent", busy_left=3) as router:
+        engine = engine_for(router.url)
+        try:
+            (result,) = engine.recognize([page(0)])
+        finally:
+            engine.close()
+    assert result.error is None and result.markdown.strip()
+    assert len(router.requests) == 4  # three unsent, then read

@@ -38,6 +38,10 @@ CONNECT_TIMEOUT = 10.0  # a server that takes longer to accept a connection is d
 PROBE_TIMEOUT = 10.0
 RETRY_AFTER_CAP = 30.0  # the longest Retry-After honoured, in seconds
 BUSY = (429, 502, 503, 504)  # overloaded, or a router in front with nothing behind it
+# vllm-router's HTTP 500 when the server it chose is gone before the request reached it:
+# no model saw the page, so it is tried again as after a lost connection, not counted as
+# the page's failure (two of those fail a page).
+UNSENT = "error sending request"
 # An answer's size is bounded by max_tokens: a token is a few characters, at most a few
 # dozen bytes once JSON-escaped (\uXXXX pairs); vLLM's own fields add a few hundred.
 BYTES_PER_TOKEN = 64
@@ -201,6 +205,9 @@ def post_chat(client: httpx.Client, base: str, body: dict[str, Any], *, seconds:
     if status in BUSY:
         raise Retry(f"{base} is busy (HTTP {status}: {detail})", down=False,
                      after=_retry_after(response))
+    if status >= 500 and UNSENT in detail:
+        raise Retry(f"{base}: its router could not reach the server it chose (HTTP {status}: "
+                    f"{detail})", down=False)
     if status >= 500:
         raise ServerError(f"the server answered HTTP {status}: {detail}")
     if response.is_redirect:
