@@ -219,6 +219,23 @@ def test_without_a_bus_the_notification_is_logged(
     assert "notification not shown" in caplog.text
 
 
+def test_a_notification_finds_the_bus_of_a_systemd_user_session(
+        tmp_path: Path, session_bus: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without DBUS_SESSION_BUS_ADDRESS, the bus a systemd user session opens at
+    $XDG_RUNTIME_DIR/bus is the one notifications go to, as the tray finds it."""
+    from ocrwatch.hooks import notify
+
+    service = NotificationService(session_bus)
+    try:
+        monkeypatch.delenv("DBUS_SESSION_BUS_ADDRESS")
+        monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))  # the fixture's socket: bus
+        assert notify.session_bus() == f"unix:path={tmp_path / 'bus'}"
+        assert notify.send("title", "body") is True
+        assert [call[3:5] for call in service.calls] == [("title", "body")]
+    finally:
+        service.close()
+
+
 def test_a_kill_while_a_finished_hook_is_cleared_away_never_runs_it_again(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The record of a hook that ran goes before its trace: killed between the two

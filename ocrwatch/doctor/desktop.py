@@ -11,11 +11,11 @@ import os
 import shutil
 import sys
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 from ocrwatch.doctor.check import NET_TIMEOUT, Check, _version
 from ocrwatch.doctor.install import Install, apt_install, detect
+from ocrwatch.hooks.notify import session_bus
 
 TRAY_DEBIAN = ["gcc", "pkg-config", "python3-dev", "libgirepository1.0-dev", "libcairo2-dev",
                "gir1.2-gtk-3.0", "gir1.2-ayatanaappindicator3-0.1"]  # as the Makefile's
@@ -53,9 +53,7 @@ def check_tray(environ: Mapping[str, str] | None = None,
     forced = env.get("PYSTRAY_BACKEND")
     apt = tray_fix(install or detect())
     gtk = _gtk_problem()
-    bus = bool(env.get("DBUS_SESSION_BUS_ADDRESS")) or (
-        bool(env.get("XDG_RUNTIME_DIR")) and Path(env.get("XDG_RUNTIME_DIR", ""), "bus")
-        .exists())
+    bus = session_bus(env) is not None
     autolaunch = not bus and bool(env.get("DISPLAY")) and shutil.which("dbus-launch") is not None
     if forced == "xorg":
         return [Check("display and tray", True, "tray backend xorg (PYSTRAY_BACKEND): "
@@ -128,14 +126,16 @@ def notification_server(timeout: float = NET_TIMEOUT) -> str | None:
     bus = DBusAddress("/org/freedesktop/DBus", bus_name="org.freedesktop.DBus",
                       interface="org.freedesktop.DBus")
     name = "org.freedesktop.Notifications"
+    address = session_bus()
+    if address is None:
+        return ("no D-Bus session bus (DBUS_SESSION_BUS_ADDRESS is not set, and there is no "
+                "$XDG_RUNTIME_DIR/bus)")
     try:
-        with open_dbus_connection(bus="SESSION") as conn:
+        with open_dbus_connection(bus=address) as conn:
             owned = conn.send_and_get_reply(new_method_call(bus, "NameHasOwner", "s", (name,)),
                                             timeout=timeout).body[0]
             activatable = conn.send_and_get_reply(
                 new_method_call(bus, "ListActivatableNames"), timeout=timeout).body[0]
-    except KeyError:  # jeepney reads the address from the environment
-        return "no D-Bus session bus (DBUS_SESSION_BUS_ADDRESS is not set)"
     except Exception as exc:  # a refused connection, a timeout
         return f"no D-Bus session bus ({exc or exc.__class__.__name__})"
     if owned or name in activatable:

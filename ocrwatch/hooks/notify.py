@@ -11,8 +11,9 @@ files is over, how many were read and which failed. It follows the daemon's even
 from __future__ import annotations
 
 import logging
+import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from ocrwatch.config import Config
@@ -22,6 +23,19 @@ log = logging.getLogger(__name__)
 
 APP_NAME = "ocrwatch"
 TIMEOUT = 5.0
+
+
+def session_bus(environ: Mapping[str, str] | None = None) -> str | None:
+    """The session bus's address as D-Bus libraries find it: DBUS_SESSION_BUS_ADDRESS,
+    else the socket a systemd user session opens at $XDG_RUNTIME_DIR/bus (jeepney's own
+    "SESSION" reads the variable only); None: no session bus."""
+    env = os.environ if environ is None else environ
+    if env.get("DBUS_SESSION_BUS_ADDRESS"):
+        return env["DBUS_SESSION_BUS_ADDRESS"]
+    runtime = env.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.exists(os.path.join(runtime, "bus")):
+        return f"unix:path={os.path.join(runtime, 'bus')}"
+    return None
 
 
 def send(title: str, body: str) -> bool:
@@ -37,8 +51,12 @@ def send(title: str, body: str) -> bool:
                           interface="org.freedesktop.Notifications")
     message = new_method_call(address, "Notify", "susssasa{sv}i",
                               (APP_NAME, 0, "", title, body, [], {}, -1))
+    bus = session_bus()
+    if bus is None:
+        log.info("notification not shown (no D-Bus session bus): %s: %s", title, body)
+        return False
     try:
-        with open_dbus_connection(bus="SESSION") as conn:
+        with open_dbus_connection(bus=bus) as conn:
             reply = conn.send_and_get_reply(message, timeout=TIMEOUT)
     except Exception as exc:  # no bus, no server, a timeout: never the daemon's problem
         log.info("notification not shown (%s): %s: %s", exc or exc.__class__.__name__,

@@ -15,6 +15,8 @@ import sys
 from collections.abc import Mapping
 from types import ModuleType
 
+from ocrwatch.hooks.notify import session_bus
+
 log = logging.getLogger(__name__)
 
 
@@ -51,21 +53,10 @@ WATCHER = "org.kde.StatusNotifierWatcher"
 PANELS = ("KDE, GNOME with the AppIndicator extension, Xfce, Cinnamon, MATE, LXQt")
 
 
-def session_bus_address(environ: Mapping[str, str] | None = None) -> str | None:
-    """The session bus as D-Bus libraries find it: the variable, else $XDG_RUNTIME_DIR/bus."""
-    env = os.environ if environ is None else environ
-    if env.get("DBUS_SESSION_BUS_ADDRESS"):
-        return env["DBUS_SESSION_BUS_ADDRESS"]
-    runtime = env.get("XDG_RUNTIME_DIR")
-    if runtime and os.path.exists(os.path.join(runtime, "bus")):
-        return f"unix:path={os.path.join(runtime, 'bus')}"
-    return None
-
-
 def sni_problem(environ: Mapping[str, str] | None = None, timeout: float = 2.0) -> str | None:
     """None when the session bus has a StatusNotifierWatcher (a panel that hosts
     StatusNotifierItems), else why the ``sni`` backend cannot show an icon."""
-    address = session_bus_address(environ)
+    address = session_bus(environ)
     if address is None:
         return "no D-Bus session bus"
     try:

@@ -39,7 +39,7 @@ from PIL import Image
 from pystray._base import Icon as BaseIcon
 from pystray._base import Menu
 
-from ocrwatch.tray.backends import session_bus_address
+from ocrwatch.hooks.notify import session_bus
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ class Icon(BaseIcon):  # type: ignore[misc]
         self._registering: set[int] = set()
         self._registered = False
         # On the bus now, so that a failure shows where the icon is created.
-        conn = open_dbus_connection(bus=session_bus_address() or "SESSION")
+        conn = open_dbus_connection(bus=session_bus() or "SESSION")
         self._router = DBusRouter(conn)
         try:
             for rule in (MatchRule(type="method_call", destination=self.bus_name),
