@@ -61,18 +61,23 @@ def tree_peak(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[int, flo
     return peak // (1 << 20), time.monotonic() - began
 
 
-def ocrwatch_run(path: Path, work: Path) -> tuple[int, float]:
-    home = work / "home"
+def _add_args(path: Path, work: Path) -> tuple[dict[str, str], list[str]]:
+    """A home of its own in ``work`` with ``path`` copied into its inbox: the environment
+    and the arguments of ``ocrwatch add`` reading it with Tesseract."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OCRWATCH_", "XDG_"))}
-    env.update({"HOME": str(home), "XDG_RUNTIME_DIR": str(work / "run"),
+    env.update({"HOME": str(work / "home"), "XDG_RUNTIME_DIR": str(work / "run"),
                 "PYTHONPATH": str(ROOT)})
     (work / "run").mkdir(mode=0o700)
     inbox = work / "inbox"
     inbox.mkdir()
     shutil.copy(path, inbox / path.name)
-    return tree_peak([sys.executable, "-m", "ocrwatch", "add", "--engine", "tesseract",
-                      "--database", str(work / "index.sqlite3"), "--inbox", str(inbox),
-                      str(inbox / path.name)], env, work)
+    return env, ["add", "--engine", "tesseract", "--database", str(work / "index.sqlite3"),
+                 "--inbox", str(inbox), str(inbox / path.name)]
+
+
+def ocrwatch_run(path: Path, work: Path) -> tuple[int, float]:
+    env, args = _add_args(path, work)
+    return tree_peak([sys.executable, "-m", "ocrwatch", *args], env, work)
 
 
 def ocrmypdf_run(path: Path, work: Path, rotate: bool = False) -> tuple[int, float]:
@@ -194,19 +199,10 @@ def where_run(path: Path, work: Path) -> dict[str, object]:
     """What built ocrwatch's peak on ``path`` (see :func:`where_child`)."""
     import json
 
-    home = work / "home"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OCRWATCH_", "XDG_"))}
-    env.update({"HOME": str(home), "XDG_RUNTIME_DIR": str(work / "run"),
-                "PYTHONPATH": str(ROOT)})
-    (work / "run").mkdir(mode=0o700)
-    inbox = work / "inbox"
-    inbox.mkdir()
-    shutil.copy(path, inbox / path.name)
+    env, args = _add_args(path, work)
     report = work / "where.json"
     subprocess.run([sys.executable, str(Path(__file__).resolve()), "--where-child",
-                    str(report), "--", "add", "--engine", "tesseract", "--database",
-                    str(work / "index.sqlite3"), "--inbox", str(inbox),
-                    str(inbox / path.name)], env=env, cwd=work, check=True,
+                    str(report), "--", *args], env=env, cwd=work, check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     found: dict[str, object] = json.loads(report.read_text())
     return found

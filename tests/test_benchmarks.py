@@ -27,6 +27,17 @@ from benchmarks._common import (
 from benchmarks.cases import DEJAVU
 
 
+def one_page_corpus(tmp_path: Path, lines: list[str], size: int = 44,
+                    dpi: int = 300) -> Path:
+    """A corpus folder in ``tmp_path`` of one drawn page of ``lines``, with its ground
+    truth."""
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    text_page(lines, size=size).save(folder / "page.png", dpi=(dpi, dpi))
+    (folder / "page.gt.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return folder
+
+
 def test_levenshtein_known_values() -> None:
     assert levenshtein("kitten", "sitting") == 3
     assert levenshtein("", "") == 0
@@ -104,11 +115,8 @@ def test_the_cost_of_preparing_is_timed_on_each_page_with_the_daemons_steps(
 @pytest.mark.skipif(shutil.which("tesseract") is None, reason="needs the tesseract command")
 def test_accuracy_script_on_one_page(tmp_path: Path, home: Path,
                                      capsys: pytest.CaptureFixture[str]) -> None:
-    folder = tmp_path / "corpus"
-    folder.mkdir()
     lines = ["Invoice number 4711 for March", "The quick brown fox jumps over the lazy dog"]
-    text_page(lines).save(folder / "page.png", dpi=(200, 200))
-    (folder / "page.gt.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    folder = one_page_corpus(tmp_path, lines, dpi=200)
     before = sorted(p.name for p in folder.iterdir())
     os.chmod(folder, 0o555)  # the corpus must only ever be read
     out = tmp_path / "accuracy.txt"
@@ -138,11 +146,8 @@ def test_accuracy_script_on_one_page(tmp_path: Path, home: Path,
                     reason="needs the tesseract command and fonts-dejavu-core")
 def test_accuracy_script_builds_the_derived_cases(tmp_path: Path, home: Path,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    folder = tmp_path / "corpus"
-    folder.mkdir()
     lines = ["Invoice number 4711 for March", "The quick brown fox jumps over the lazy dog"]
-    text_page(lines, size=60).save(folder / "page.png", dpi=(300, 300))
-    (folder / "page.gt.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    folder = one_page_corpus(tmp_path, lines, size=60)
     out = tmp_path / "accuracy.txt"
     accuracy.main(["--corpus", str(folder), "--languages", "eng", "--cases", "dpi100",
                    "born-digital", "--out", str(out)])
@@ -201,14 +206,11 @@ def test_orientation_and_blank_benchmarks_on_one_page(tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     from benchmarks import blank_pages, orientation
 
-    folder = tmp_path / "corpus"
-    folder.mkdir()
     lines = ["Invoice number 4711 for the month of March, paid in full",
              "The quick brown fox jumps over the lazy dog again and again",
              "Please keep this letter with your other papers for next year",
              "Orientation is detected from the shapes of the letters here"] * 3
-    text_page(lines, size=36).save(folder / "page.png", dpi=(300, 300))
-    (folder / "page.gt.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    folder = one_page_corpus(tmp_path, lines, size=36)
     out = tmp_path / "orientation.txt"
     orientation.main(["--corpus", str(folder), "--languages", "eng",
                       "--variants", "scan", "dpi150", "--out", str(out)])
@@ -232,12 +234,9 @@ def test_orientation_benchmark_compares_the_band_check_with_the_whole_page(
     without orientation: both checks' verdicts and the CPU seconds of the three."""
     from benchmarks import orientation
 
-    folder = tmp_path / "corpus"
-    folder.mkdir()
     lines = ["Invoice number 4711 for the month of March, paid in full",
              "Please keep this letter with your other papers for next year"] * 4
-    text_page(lines, size=36).save(folder / "page.png", dpi=(300, 300))
-    (folder / "page.gt.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    folder = one_page_corpus(tmp_path, lines, size=36)
     out = tmp_path / "orientation.txt"
     orientation.main(["--corpus", str(folder), "--languages", "eng", "--compare",
                       "--variants", "scan", "--out", str(out)])
@@ -257,12 +256,9 @@ def test_orientation_benchmark_compares_the_lines_on_the_text_box(
     lists name the page (not a switch)."""
     from benchmarks import orientation
 
-    folder = tmp_path / "corpus"
-    folder.mkdir()
     lines = ["Invoice number 4711 for the month of March, paid in full",
              "Please keep this letter with your other papers for next year"] * 4
-    text_page(lines, size=36).save(folder / "page.png", dpi=(300, 300))
-    (folder / "page.gt.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    folder = one_page_corpus(tmp_path, lines, size=36)
     out = tmp_path / "orientation.txt"
     orientation.main(["--corpus", str(folder), "--languages", "eng", "--compare", "sheet",
                       "--variants", "scan", "--out", str(out)])
@@ -301,13 +297,10 @@ def test_skew_sweep_on_one_page(tmp_path: Path, capsys: pytest.CaptureFixture[st
     around it, and beside the `tesseract` command; a clean page is within the goal."""
     from benchmarks import skew_sweep
 
-    folder = tmp_path / "corpus"
-    folder.mkdir()
     lines = ["Invoice number 4711 for the month of March, paid in full",
              "The quick brown fox jumps over the lazy dog again and again",
              "Please keep this letter with your other papers for next year"] * 3
-    text_page(lines, size=36).save(folder / "page.png", dpi=(300, 300))
-    (folder / "page.gt.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    folder = one_page_corpus(tmp_path, lines, size=36)
     out = tmp_path / "sweep.txt"
     skew_sweep.main(["--corpus", str(folder), "--degrees", "4", "--out", str(out)])
     report = out.read_text(encoding="utf-8")
@@ -331,12 +324,9 @@ def test_preparer_threads_benchmark_on_one_page(tmp_path: Path,
     every page prepared in each row, and the figures printed."""
     from benchmarks import prep_threads
 
-    folder = tmp_path / "corpus"
-    folder.mkdir()
     lines = ["Invoice number 4711 for the month of March, paid in full",
              "The quick brown fox jumps over the lazy dog again and again"] * 3
-    text_page(lines, size=36).save(folder / "page.png", dpi=(300, 300))
-    (folder / "page.gt.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    folder = one_page_corpus(tmp_path, lines, size=36)
     out = tmp_path / "threads.txt"
     prep_threads.main(["--corpus", str(folder), "--threads", "1", "2", "--out", str(out)])
     rows = [line for line in out.read_text(encoding="utf-8").splitlines()
