@@ -34,7 +34,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import psutil
 
@@ -229,6 +231,83 @@ def _load() -> str:
     return " ".join(f"{v:.1f}" for v in os.getloadavg())
 
 
+T = TypeVar("T")
+
+
+def _in_scratch(run: Callable[[Path, Path], T], path: Path) -> T:
+    """``run(path, work)`` in a scratch folder of its own, removed after."""
+    work = Path(tempfile.mkdtemp(prefix="memory-"))
+    try:
+        return run(path, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def measure_kind(kind: str, path: Path, repeat: int,
+                 where: int) -> tuple[str, str, list[str]]:
+    """One page kind: its table row, every run's figure, and the table of where
+    ocrwatch's peak comes from (empty when ``where`` is 0); each printed as it comes."""
+    figures: dict[str, list[tuple[int, float]]] = {"ocrwatch": [], "OCRmyPDF": [],
+                                                   "rotating": [], "tesseract": []}
+    runs = [("ocrwatch", ocrwatch_run), ("OCRmyPDF", ocrmypdf_run),
+            ("rotating", lambda p, w: ocrmypdf_run(p, w, rotate=True))]
+    if path.suffix != ".pdf" and shutil.which("tesseract"):
+        runs.append(("tesseract", tesseract_run))
+    for round_ in range(repeat):
+        # Reversed every other round: a drift in the machine's load meets all alike.
+        for label, run in (runs if round_ % 2 == 0 else runs[::-1]):
+            figures[label].append(_in_scratch(run, path))
+    mine = statistics.median(f[0] for f in figures["ocrwatch"])
+    theirs = statistics.median(f[0] for f in figures["OCRmyPDF"])
+    secs = [statistics.median(f[1] for f in figures[k]) for k in ("ocrwatch", "OCRmyPDF")]
+    rotating = statistics.median(f[0] for f in figures["rotating"])
+    plain = (f"{statistics.median(f[0] for f in figures['tesseract']):.0f}"
+             if figures["tesseract"] else "-")
+    row = (f"| {kind} | {mine:.0f} | {theirs:.0f} | {mine / theirs:.2f} | "
+           f"{rotating:.0f} | {mine / rotating:.2f} | {plain} | {secs[0]:.1f} | "
+           f"{secs[1]:.1f} |")
+    spread = f"- {kind}: " + "; ".join(
+        f"{label} {', '.join(str(f[0]) for f in figures[label])}" for label, _run in runs)
+    print(row, flush=True)
+    found = [_in_scratch(where_run, path) for _ in range(where)]
+    table = _where_table(kind, found) if found else []
+    if table:
+        print("\n".join(table), flush=True)
+    return row, spread, table
+
+
+def report(corpus: Path, repeat: int, rows: list[str], spreads: list[str], wheres: list[str],
+           load_before: str, began: float) -> str:
+    """The results file: how it was obtained, the table, every run's figure, and where
+    ocrwatch's peaks come from."""
+    from benchmarks import _common
+
+    commit = _version(["git", "-C", str(ROOT), "describe", "--always", "--dirty"])[4:]
+    text = "\n".join([
+        *_common.header(
+            f"peak RSS of the whole process tree (psutil, 20 ms samples), medians of "
+            f"{repeat} runs; Tesseract, English",
+            [f"ocrwatch at {commit}, "
+             f"{_version([str(Path(sys.executable).with_name('ocrmypdf')), '--version'])}, "
+             f"{_version(['tesseract', '--version'])}; "
+             f"corpus {os.path.relpath(corpus, ROOT)}",
+             f"the commands of a kind take turns in each round, in reverse order every other "
+             f"round; load average {load_before} before, {_load()} after "
+             f"({time.monotonic() - began:.0f} s; a machine shared with other work)"]),
+        "ocrwatch turns pages upright by default (rotate_pages, Tesseract's OSD); OCRmyPDF "
+        "does with --rotate-pages",
+        "| page kind | ocrwatch add, MB | OCRmyPDF, MB | ratio | OCRmyPDF --rotate-pages, "
+        "MB | ratio | plain tesseract, MB | ocrwatch s | OCRmyPDF s |",
+        "|---|---|---|---|---|---|---|---|---|", *rows, "",
+        "every run's peak, MB, in the order run (rotating: OCRmyPDF --rotate-pages):",
+        *spreads,
+        *(["", "## where ocrwatch's peak comes from (RSS sampled every 2 ms in its "
+           "process; each rise or fall put to the stages running then, up to the peak)",
+           *wheres] if wheres else []),
+        ""])
+    return text
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", type=Path, default=ROOT.parent / "shared" / "corpus")
@@ -247,74 +326,18 @@ def main() -> int:
              "one-page TIFF scan": ("tiff", "ocrd_deu_00.tif"),
              "4-page scanned PDF": ("pdf", "ehri_eng_multipage_4p.pdf")}
     kinds = {k: v for k, v in kinds.items() if not args.kinds or v[0] in args.kinds}
-    from benchmarks import _common
 
     load_before = _load()
     began = time.monotonic()
     rows, spreads, wheres = [], [], []
     for kind, (_short, name) in kinds.items():
-        figures: dict[str, list[tuple[int, float]]] = {"ocrwatch": [], "OCRmyPDF": [],
-                                                       "rotating": [], "tesseract": []}
-        runs = [("ocrwatch", ocrwatch_run), ("OCRmyPDF", ocrmypdf_run),
-                ("rotating", lambda p, w: ocrmypdf_run(p, w, rotate=True))]
-        if not name.endswith(".pdf") and shutil.which("tesseract"):
-            runs.append(("tesseract", tesseract_run))
-        for round_ in range(args.repeat):
-            # Reversed every other round: a drift in the machine's load meets all alike.
-            for label, run in (runs if round_ % 2 == 0 else runs[::-1]):
-                work = Path(tempfile.mkdtemp(prefix="memory-"))
-                try:
-                    # Resolved: each command runs in a folder of its own.
-                    figures[label].append(run((args.corpus / name).resolve(), work))
-                finally:
-                    shutil.rmtree(work, ignore_errors=True)
-        mine = statistics.median(f[0] for f in figures["ocrwatch"])
-        theirs = statistics.median(f[0] for f in figures["OCRmyPDF"])
-        secs = [statistics.median(f[1] for f in figures[k]) for k in ("ocrwatch", "OCRmyPDF")]
-        rotating = statistics.median(f[0] for f in figures["rotating"])
-        plain = (f"{statistics.median(f[0] for f in figures['tesseract']):.0f}"
-                 if figures["tesseract"] else "-")
-        rows.append(f"| {kind} | {mine:.0f} | {theirs:.0f} | {mine / theirs:.2f} | "
-                    f"{rotating:.0f} | {mine / rotating:.2f} | {plain} | {secs[0]:.1f} | "
-                    f"{secs[1]:.1f} |")
-        spreads.append(f"- {kind}: " + "; ".join(
-            f"{label} {', '.join(str(f[0]) for f in figures[label])}"
-            for label, _run in runs))
-        print(rows[-1], flush=True)
-        found = []
-        for _ in range(args.where):
-            work = Path(tempfile.mkdtemp(prefix="memory-"))
-            try:
-                found.append(where_run((args.corpus / name).resolve(), work))
-            finally:
-                shutil.rmtree(work, ignore_errors=True)
-        if found:
-            table = _where_table(kind, found)
+        row, spread, table = measure_kind(kind, (args.corpus / name).resolve(), args.repeat,
+                                          args.where)
+        rows.append(row)
+        spreads.append(spread)
+        if table:
             wheres += ["", *table]
-            print("\n".join(table), flush=True)
-    commit = _version(["git", "-C", str(ROOT), "describe", "--always", "--dirty"])[4:]
-    text = "\n".join([
-        *_common.header(
-            f"peak RSS of the whole process tree (psutil, 20 ms samples), medians of "
-            f"{args.repeat} runs; Tesseract, English",
-            [f"ocrwatch at {commit}, "
-             f"{_version([str(Path(sys.executable).with_name('ocrmypdf')), '--version'])}, "
-             f"{_version(['tesseract', '--version'])}; "
-             f"corpus {os.path.relpath(args.corpus, ROOT)}",
-             f"the commands of a kind take turns in each round, in reverse order every other "
-             f"round; load average {load_before} before, {_load()} after "
-             f"({time.monotonic() - began:.0f} s; a machine shared with other work)"]),
-        "ocrwatch turns pages upright by default (rotate_pages, Tesseract's OSD); OCRmyPDF "
-        "does with --rotate-pages",
-        "| page kind | ocrwatch add, MB | OCRmyPDF, MB | ratio | OCRmyPDF --rotate-pages, "
-        "MB | ratio | plain tesseract, MB | ocrwatch s | OCRmyPDF s |",
-        "|---|---|---|---|---|---|---|---|---|", *rows, "",
-        "every run's peak, MB, in the order run (rotating: OCRmyPDF --rotate-pages):",
-        *spreads,
-        *(["", "## where ocrwatch's peak comes from (RSS sampled every 2 ms in its "
-           "process; each rise or fall put to the stages running then, up to the peak)",
-           *wheres] if wheres else []),
-        ""])
+    text = report(args.corpus, args.repeat, rows, spreads, wheres, load_before, began)
     print(text)
     if args.out:
         args.out.write_text(text)
