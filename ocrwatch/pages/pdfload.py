@@ -55,7 +55,8 @@ class LoadCost:
                 self._pdf = pikepdf.open(io.BytesIO(source.getvalue()))
             else:
                 self._pdf = pikepdf.open(f"/proc/self/fd/{source.fileno()}")
-        except (pikepdf.PdfError, OSError, ValueError, RecursionError) as exc:
+        except (pikepdf.PdfError, pikepdf.QpdfRuntimeError, OSError, ValueError,
+                RecursionError) as exc:
             log.debug("the pages' load cost cannot be measured (%s)", exc)
 
     def check(self, index: int, budget: Budget, where: str) -> None:
@@ -76,7 +77,8 @@ class LoadCost:
                 f"{where} of the PDF draws a form inside itself, without end: PDFium "
                 "would use all the machine's memory loading it. The file is damaged or "
                 "made to stop readers; print it to a new PDF if it is genuine") from None
-        except (pikepdf.PdfError, OSError, ValueError, RecursionError) as exc:
+        except (pikepdf.PdfError, pikepdf.QpdfRuntimeError, OSError, ValueError,
+                RecursionError) as exc:
             log.debug("%s: its load cost cannot be measured (%s)", where, exc)
             return
         if cost > limit:
