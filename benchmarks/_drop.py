@@ -126,12 +126,16 @@ class Scraper:
     """The daemon's ``/metrics`` every ``every`` seconds while the drop is read: for each
     series whose name starts with ``prefix``, the most it showed, the last value, and in
     how many scrapes it was there; the scrape that showed the most requests running is
-    kept whole (``busiest``)."""
+    kept whole (``busiest``); and the engine's fill, scrape by scrape (``fill``: seconds
+    since the scraping began, requests running, requests waiting), which shows how soon
+    the drop's pages took the engine's places."""
 
-    def __init__(self, url: str, prefix: str = "ocrwatch_vllm_", every: float = 0.5) -> None:
+    def __init__(self, url: str, prefix: str = "ocrwatch_vllm_", every: float = 0.25) -> None:
         import threading
 
         self.url, self.prefix, self.every = url, prefix, every
+        self.fill: list[tuple[float, float, float]] = []
+        self._began = time.monotonic()
         self.scrapes = 0
         self.failed = 0
         self.most: dict[str, float] = {}
@@ -143,6 +147,7 @@ class Scraper:
         self._thread = threading.Thread(target=self._run, name="metrics-scraper", daemon=True)
 
     def __enter__(self) -> Scraper:
+        self._began = time.monotonic()
         self._thread.start()
         return self
 
@@ -163,7 +168,7 @@ class Scraper:
                 self.failed += 1
                 continue
             self.scrapes += 1
-            running = 0.0
+            running = waiting = 0.0
             for family in text_string_to_metric_families(text):
                 for sample in family.samples:
                     if not sample.name.startswith(self.prefix):
@@ -175,12 +180,15 @@ class Scraper:
                     self.seen[key] = self.seen.get(key, 0) + 1
                     if sample.name == self.prefix + "requests_running":
                         running = sample.value
+                    elif sample.name == self.prefix + "requests_waiting":
+                        waiting = sample.value
+            self.fill.append((round(time.monotonic() - self._began, 2), running, waiting))
             if running > self._busiest_running:
                 self._busiest_running, self.busiest = running, text
 
     def summary(self) -> dict[str, Any]:
         return {"scrapes": self.scrapes, "failed": self.failed, "most": self.most,
-                "last": self.last, "seen": self.seen}
+                "last": self.last, "seen": self.seen, "every": self.every, "fill": self.fill}
 
 
 def run_daemon_on_drop(engine: Sequence[str], folder: Path, files: dict[str, int], work: Path,

@@ -99,8 +99,9 @@ def _reading_stage(engine: Any, api: Any) -> str:
 
 def instrument() -> None:
     """Wrap each stage's functions with the clock (where its callers look them up)."""
+    from ocrwatch import pipeline
     from ocrwatch.engines import tesseract
-    from ocrwatch.scan import deskew, faint, inkcover, orient, osd, prepare
+    from ocrwatch.scan import deskew, faint, inkcover, orient, osd
 
     for module, name, stage in (
             (inkcover, "measure_depths", "blank check"),
@@ -108,7 +109,7 @@ def instrument() -> None:
             (faint, "mostly_faint", "faint checks"),
             (deskew, "skew_angle", "deskew"), (deskew, "straighten", "deskew"),
             (orient, "turn", "turn"), (tesseract, "line_height", "layout / enlargement"),
-            (prepare, "finish", "finish")):
+            (pipeline, "finish", "finish")):
         setattr(module, name, _timed(stage, getattr(module, name)))
     for cls, name, stage in (
             (osd.OsdApi, "found", "OSD"),
@@ -149,6 +150,7 @@ def _pages(iterator: Iterator[Any]) -> Iterator[Any]:
 
 def run(folder: Path, classes: list[str] | None) -> list[dict[str, Any]]:
     instrument()
+    from ocrwatch import pipeline
     from ocrwatch.config import Config
     from ocrwatch.engines.tesseract import TesseractEngine
     from ocrwatch.pages import thumbs
@@ -183,8 +185,10 @@ def run(folder: Path, classes: list[str] | None) -> list[dict[str, Any]]:
                 if page.text is not None:
                     results.append(prepare.blank_result())
                     continue
-                (result,) = engine.recognize([page])
-                results.append(prepare.finish(result, page))
+                # The pipeline's reading: the engine, finish, and the script's OSD
+                # asked after an unsure reading of a page OSD did not see.
+                (result,), _ = pipeline.read(engine, "tesseract", [page], prep)
+                results.append(result)
             CLOCK.enter("outputs")
             write_sidecars(Path(tmp) / item.path.stem, results)
             CLOCK.leave()

@@ -98,10 +98,12 @@ def prepare_rates(folder: Path, files: dict[str, int]) -> dict[str, Any]:
 
     MAX_SIDE = profiles.get(profiles.DEFAULT).max_side
     from ocrwatch.pages.decode import iter_pages
+    from ocrwatch.scan import deskew
     from ocrwatch.scan.prepare import ScanPrep
 
     config = Config()
-    scan = ScanPrep(config)  # blank pages, orientation and skew, as the daemon checks them
+    # Blank pages, orientation and skew, as the daemon checks them for a model engine.
+    scan = ScanPrep(config, least_skew=deskew.JUDGED_ANGLE)
     seconds: dict[str, float] = {"a4": 0.0, "card": 0.0, "pdf": 0.0}
     pages: dict[str, int] = {"a4": 0, "card": 0, "pdf": 0}
 
@@ -136,6 +138,25 @@ def prepare_rates(folder: Path, files: dict[str, int]) -> dict[str, Any]:
     rates["all_one_thread"] = {"pages": total, "s": round(one, 2),
                                "pages_per_s": round(total / one, 2)}
     return rates
+
+
+def fill_lines(fill: list[list[float]], alone: dict[str, Any] | None) -> list[str]:
+    """How soon the drop's pages took the engine's places: vLLM's requests running (and
+    waiting) at each scrape of the drop's first 8 s, and when the running first reached
+    the most the engine alone had in flight (its places, less 10%)."""
+    if not fill:
+        return []
+    shown = ", ".join(f"{t:g} s {running:g}" + (f"+{waiting:g}" if waiting else "")
+                      for t, running, waiting in fill if t <= 8.0)
+    lines = ["  the engine's places taken (requests running, +waiting), seconds after the "
+             f"drop: {shown}"]
+    if alone is not None and alone.get("most_in_flight"):
+        full = round(0.9 * min(float(alone["most_in_flight"]), float(alone.get("max_num_seqs")
+                                                                    or alone["most_in_flight"])))
+        first = next((t for t, running, _ in fill if running >= full), None)
+        lines.append(f"  {full:g} places or more first taken {first:g} s after the drop"
+                     if first is not None else f"  never {full:g} places or more at once")
+    return lines
 
 
 def run_daemon(model: str, folder: Path, files: dict[str, int], tokens: int, settle: float,
@@ -392,8 +413,9 @@ def report(meta: dict[str, Any], prep: dict[str, Any], daemon: dict[str, Any] | 
     metrics = (daemon or {}).get("metrics")
     if metrics:
         lines.append(f"daemon's /metrics while the drop was read: {metrics['scrapes']} scrapes "
-                     f"({metrics['failed']} failed), every 0.5 s; vLLM's own figures "
-                     "(ocrwatch_vllm_*), the most each showed and the last:")
+                     f"({metrics['failed']} failed), every {metrics.get('every', 0.5):g} s; "
+                     "vLLM's own figures (ocrwatch_vllm_*), the most each showed and the last:")
+        lines.extend(fill_lines(metrics.get("fill") or [], alone))
         for key in sorted(metrics["most"]):
             if key.endswith("_bucket") or "_bucket{" in key or "timestamp" in key:
                 continue

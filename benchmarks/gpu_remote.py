@@ -424,6 +424,7 @@ def run_engine_alone(urls: Sequence[str], folder: Path, files: dict[str, int],
     from ocrwatch.config import Config
     from ocrwatch.engines.remote import RemoteEngine
     from ocrwatch.pages.decode import iter_pages
+    from ocrwatch.scan import deskew
     from ocrwatch.scan.prepare import ScanPrep
 
     config = Config()
@@ -435,7 +436,7 @@ def run_engine_alone(urls: Sequence[str], folder: Path, files: dict[str, int],
     config.remote.concurrency = concurrency
     config.remote.timeout_seconds = 600.0
     engine = RemoteEngine(config)
-    scan = ScanPrep(config)
+    scan = ScanPrep(config, least_skew=deskew.JUDGED_ANGLE)  # as for a model engine
     try:
         pages = [engine.prepare_page(scan.prepare(p)) for name in files
                  for p in iter_pages(folder / name, config, engine.max_side)]

@@ -4,11 +4,12 @@ Each page of a set in the corpus's layout (``benchmarks/heldout_set.py`` makes o
 corpus itself works too) is read three ways, with the same language data:
 
 - ocrwatch as the daemon reads it: decoded (:func:`ocrwatch.pages.decode.iter_pages`),
-  prepared with every default on (blank check, straightening, orientation), read by the
-  Tesseract engine;
+  prepared with every default on (blank check, straightening, orientation, the script
+  check) and read by the Tesseract engine through :func:`ocrwatch.pipeline.read`;
 - plain ``tesseract FILE stdout -l LANGS``;
 - OCRmyPDF as its users run it: ``ocrmypdf --rotate-pages --deskew --sidecar TXT -l LANGS``
-  (``--image-dpi 300`` where the image says no resolution; OCRmyPDF refuses it otherwise).
+  (``--image-dpi 300`` where the image says no resolution, or says one OCRmyPDF refuses
+  as not credible, a camera's 72 dpi: run again with it, as its message tells its users).
 
 CER after normalisation (:func:`benchmarks._common.score`) per page, the mean per class,
 and ratios against each tool. CPU time, not wall time (the machine is shared): ocrwatch's
@@ -52,25 +53,39 @@ def plain(path: Path, langs: str) -> tuple[str, float]:
     return done.stdout, _children_cpu() - before
 
 
-def ocrmypdf(path: Path, langs: str, work: Path) -> tuple[str, float]:
+def ocrmypdf(path: Path, langs: str, work: Path) -> tuple[str, float, str]:
+    """OCRmyPDF's sidecar text for ``path``, the CPU of the run that made it, and how it
+    went: "ok"; "dpi": refused for a resolution it does not believe (a camera's 72 dpi
+    stamp) and run again with ``--image-dpi 300``, as its message tells its users to;
+    "failed": no sidecar (its text is then empty: a failed baseline, reported)."""
     sidecar, pdf = work / "sidecar.txt", work / "out.pdf"
-    sidecar.unlink(missing_ok=True)
     with Image.open(path) as opened:
         has_dpi = bool(opened.info.get("dpi"))
-    command = [sys.executable, "-m", "ocrmypdf", "--rotate-pages", "--deskew", "--sidecar",
-               str(sidecar), "-l", langs, "--jobs", "1", "--quiet",
-               *([] if has_dpi else ["--image-dpi", "300"]), str(path), str(pdf)]
-    before = _children_cpu()
-    subprocess.run(command, capture_output=True, text=True, check=False, timeout=600)
-    text = sidecar.read_text("utf-8", errors="replace") if sidecar.exists() else ""
-    return text, _children_cpu() - before
+    status = "ok"
+    for dpi in ([] if has_dpi else ["--image-dpi", "300"]), ["--image-dpi", "300"]:
+        sidecar.unlink(missing_ok=True)
+        command = [sys.executable, "-m", "ocrmypdf", "--rotate-pages", "--deskew", "--sidecar",
+                   str(sidecar), "-l", langs, "--jobs", "1", "--quiet", *dpi, str(path),
+                   str(pdf)]
+        before = _children_cpu()
+        done = subprocess.run(command, capture_output=True, text=True, check=False,
+                              timeout=600)
+        cpu = _children_cpu() - before
+        if sidecar.exists() or dpi or "DpiError" not in done.stderr:
+            break
+        status = "dpi"
+    if not sidecar.exists():
+        return "", cpu, "failed"
+    return sidecar.read_text("utf-8", errors="replace"), cpu, status
 
 
 def run(folder: Path, classes: list[str] | None) -> list[dict[str, object]]:
+    from ocrwatch import pipeline
     from ocrwatch.config import Config
+    from ocrwatch.engines import registry
     from ocrwatch.engines.tesseract import TesseractEngine
     from ocrwatch.pages.decode import iter_pages
-    from ocrwatch.scan.prepare import ScanPrep, finish
+    from ocrwatch.scan.prepare import ScanPrep
 
     rows: list[dict[str, object]] = []
     engines: dict[str, tuple[Config, TesseractEngine, ScanPrep]] = {}
@@ -81,29 +96,29 @@ def run(folder: Path, classes: list[str] | None) -> list[dict[str, object]]:
             langs = item.languages or "eng"
             if langs not in engines:
                 config = Config(languages=langs.split("+"))
-                engines[langs] = (config, TesseractEngine(config), ScanPrep(config))
+                # Prepared as the daemon prepares for Tesseract (context.py): with the
+                # script check, whose OSD runs after an unsure reading (pipeline.read).
+                engines[langs] = (config, TesseractEngine(config), ScanPrep(
+                    config, enabled=registry.scans("tesseract"),
+                    scripts=registry.reads_languages("tesseract")))
             config, engine, prep = engines[langs]
             truth = item.truth.read_text("utf-8")
             started = time.process_time()
             texts: list[str] = []
             for page in iter_pages(item.path, config, None):
-                page = prep.prepare(page)
-                if page.text is not None:
-                    texts.append(page.text)
-                    continue
-                (result,) = engine.recognize([page])
-                texts.append(finish(result, page).text)
+                (result,), _ = pipeline.read(engine, "tesseract", [prep.prepare(page)], prep)
+                texts.append(result.text)
             own_cpu = time.process_time() - started
             own = "\n".join(texts)
             plain_text, plain_cpu = plain(item.path, langs)
-            ocrmypdf_text, ocrmypdf_cpu = ocrmypdf(item.path, langs, Path(tmp))
+            ocrmypdf_text, ocrmypdf_cpu, ocrmypdf_run = ocrmypdf(item.path, langs, Path(tmp))
             row: dict[str, object] = {
                 "file": item.path.name, "kind": item.kind,
                 "ocrwatch": _common.score(truth, own).cer,
                 "tesseract": _common.score(truth, plain_text).cer,
                 "ocrmypdf": _common.score(truth, ocrmypdf_text).cer,
                 "cpu ocrwatch": own_cpu, "cpu tesseract": plain_cpu,
-                "cpu ocrmypdf": ocrmypdf_cpu,
+                "cpu ocrmypdf": ocrmypdf_cpu, "ocrmypdf run": ocrmypdf_run,
                 "pages": len(texts), "garbage": sum(map(_garbage, texts)),
                 "garbage tesseract": int(_garbage(plain_text)),
                 "garbage ocrmypdf": int(_garbage(ocrmypdf_text))}
@@ -157,6 +172,13 @@ def report(rows: list[dict[str, object]]) -> list[str]:
            for k in ("ocrwatch", "tesseract", "ocrmypdf")}
     lines += ["", "CPU s/page (median): " + ", ".join(f"{k} {v:.2f}" for k, v in cpu.items())
               + f"; ocrwatch / tesseract {_ratio(cpu['ocrwatch'], cpu['tesseract'])}"]
+    runs = {how: [str(r["file"]) for r in rows if r["ocrmypdf run"] == how]
+            for how in ("dpi", "failed")}
+    lines += ["", f"OCRmyPDF: {len(runs['dpi'])} files refused for their stamped resolution "
+              "and run again with --image-dpi 300, as its message says"
+              + (f" ({', '.join(runs['dpi'])})" if runs["dpi"] else "")
+              + f"; {len(runs['failed'])} without a sidecar (counted as CER 1)"
+              + (f" ({', '.join(runs['failed'])})" if runs["failed"] else "")]
     pages = sum(int(str(r["pages"])) for r in rows)
     lines += ["", "readings holding more characters of non-words than of words: ocrwatch "
               f"{sum(int(str(r['garbage'])) for r in rows)} of {pages} pages; per file: "

@@ -112,6 +112,7 @@ def main(argv: list[str] | None = None) -> None:
     from ocrwatch.engines import profiles
     from ocrwatch.engines.base import gpu_preparers
     from ocrwatch.pages.decode import iter_pages
+    from ocrwatch.scan import deskew
     from ocrwatch.scan.prepare import ScanPrep
 
     max_side = profiles.get(profiles.DEFAULT).max_side
@@ -122,7 +123,8 @@ def main(argv: list[str] | None = None) -> None:
         files = make_drop(folder, *args.drop)
         if args.turned:
             files.update(turned_cards(folder, files))
-        scan = ScanPrep(config)  # a model engine's: no script doubt
+        # A model engine's: no script doubt, the skew floor of a degree.
+        scan = ScanPrep(config, least_skew=deskew.JUDGED_ANGLE)
 
         def prepare(name: str) -> list[int]:
             return [scan.prepare(page).turned

@@ -36,6 +36,7 @@ from benchmarks.gpu_scan import make_drop  # noqa: E402
 from ocrwatch.config import Config  # noqa: E402
 from ocrwatch.engines import profiles  # noqa: E402
 from ocrwatch.pages.decode import iter_pages  # noqa: E402
+from ocrwatch.scan import deskew  # noqa: E402
 from ocrwatch.scan.prepare import ScanPrep  # noqa: E402
 
 MAX_SIDE = profiles.get(profiles.DEFAULT).max_side  # the model engines' longest side
@@ -68,7 +69,7 @@ class Ticker:
 
 def prepare_all(files: Sequence[Path], config: Config, threads: int) -> dict[str, float]:
     """Every file opened and its pages prepared on ``threads`` threads; the figures."""
-    scan = ScanPrep(config)
+    scan = ScanPrep(config, least_skew=deskew.JUDGED_ANGLE)  # as for a model engine
     todo: queue.SimpleQueue[Path] = queue.SimpleQueue()
     for path in files:
         todo.put(path)

@@ -4,7 +4,9 @@ Each page goes through the daemon's own preparation (:meth:`ocrwatch.scan.prepar
 with the script check an engine reading with ``languages`` gets) configured with
 ``languages = ["eng"]`` only, the narrowest a user has; a page OSD finds in a script
 ``eng`` does not read is then read by the Tesseract engine, whose mean word confidence
-confirms the doubt or not (:func:`ocrwatch.scan.script.confirmed`):
+confirms the doubt or not (:func:`ocrwatch.scan.script.confirmed`). A page whose lines
+told its turn is not shown to OSD while prepared: OSD is asked for its script only when
+its reading is unsure (``Page.script_unchecked``, as the pipeline does):
 
 - every corpus page (Latin script: English, French, Danish, German, one in Fraktur) as
   scanned, fed four ways: every doubt there is a false one (its original would be kept
@@ -88,6 +90,7 @@ def corpus_pages(folder: Path, work: Path) -> Iterator[tuple[str, Path]]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from ocrwatch import pipeline
     from ocrwatch.config import Config
     from ocrwatch.core.domain import Page
     from ocrwatch.engines.tesseract import TesseractEngine
@@ -116,12 +119,15 @@ def main(argv: list[str] | None = None) -> None:
     def judge(kind: str, name: str, image: Image.Image) -> None:
         seen_by_osd.clear()
         page = prep.prepare(Page(Path(name), 0, image.convert("RGB"), dpi=300))
-        found = seen_by_osd[-1] if seen_by_osd else None
         seen = counts.setdefault(kind, [0, 0, 0])
-        read = engine.recognize([page])[0].confidence if page.script_doubt else None
-        doubted = page.script_doubt is not None and script.confirmed(read)
+        asked = page.script_doubt is not None or page.script_unchecked
+        read = engine.recognize([page])[0].confidence if asked else None
+        # OSD's script as preparing found it, else asked after an unsure reading.
+        unread = page.script_doubt or pipeline.script_doubt(page, read, prep)
+        found = seen_by_osd[-1] if seen_by_osd else None
+        doubted = unread is not None and script.confirmed(read)
         seen[0] += 1
-        seen[1] += page.script_doubt is not None
+        seen[1] += unread is not None
         seen[2] += doubted
         named = (f"{found.script} {found.script_confidence:.2f}" if found and found.script
                  else "-")

@@ -29,22 +29,29 @@ DEGREES = (-8.0, -5.0, -3.0, -2.0, -1.5, -1.2, 0.0, 1.2, 1.5, 2.0, 3.0, 5.0, 8.0
 
 
 def by_image(image: Image.Image) -> float:
-    """The measure as it was: the mask turned by Pillow for every candidate angle."""
+    """The same measure with the mask turned by Pillow for every candidate angle (as it
+    was before the coordinates): whole degrees at ``WORK_SIDE``, tenths at ``FINE_SIDE``."""
     mask = inkcover.ink_mask(image, deskew.WORK_SIDE)
     if mask.getbbox() is None:
         return 0.0
     coarse = [float(x) for x in range(-round(deskew.MAX_ANGLE), round(deskew.MAX_ANGLE) + 1)]
-    lines, scored = max(((way, {a: deskew._sharpness(way, a) for a in coarse})
-                         for way in (mask, mask.transpose(Image.Transpose.ROTATE_90))),
-                        key=lambda measured: max(measured[1].values()))
+    sideways, scored = max(((n, {a: deskew._sharpness(way, a) for a in coarse})
+                            for n, way in enumerate((mask,
+                                                     mask.transpose(Image.Transpose.ROTATE_90)))),
+                           key=lambda measured: max(measured[1].values()))
     best = max(scored, key=scored.__getitem__)
-    fine = {best + x / 10: deskew._sharpness(lines, best + x / 10)
-            for x in range(-8, 9) if x}
-    fine[best] = scored[best]
-    angle = max(fine, key=fine.__getitem__)
-    if abs(angle) < deskew.MIN_ANGLE or fine[angle] < scored[0.0] * deskew.GAIN:
+    if abs(best) + deskew.FINE_REACH < deskew.MIN_ANGLE:
         return 0.0
-    return round(angle, 1)
+    finer = inkcover.ink_mask(image, deskew.FINE_SIDE)
+    lines = finer.transpose(Image.Transpose.ROTATE_90) if sideways else finer
+    tenths = round(deskew.FINE_REACH * 10)
+    fine = {round(best + x / 10, 1): deskew._sharpness(lines, best + x / 10)
+            for x in range(-tenths, tenths + 1)}
+    straight = fine[0.0] if 0.0 in fine else deskew._sharpness(lines, 0.0)
+    angle = max(fine, key=fine.__getitem__)
+    if abs(angle) < deskew.MIN_ANGLE or fine[angle] < straight * deskew.GAIN:
+        return 0.0
+    return angle
 
 
 def timed(measure: Callable[[Image.Image], float], image: Image.Image) -> tuple[float, float]:

@@ -18,6 +18,7 @@ from ocrwatch.metrics import Recorder
 from ocrwatch.pages.thumbs import Thumbnails
 from ocrwatch.results.lifecycle import Lifecycle
 from ocrwatch.results.outputs import PdfMaker
+from ocrwatch.scan import deskew
 from ocrwatch.scan.prepare import ScanPrep
 from ocrwatch.store.jobs import JobQueue
 
@@ -51,9 +52,14 @@ class Context:
 
     def __post_init__(self) -> None:
         if self.scan is None:
+            # The engine that reads by languages is Tesseract's: a skew of a third of a
+            # degree breaks its lines (scan/deskew.MIN_ANGLE); a model's pages keep the
+            # floor of a degree.
+            reads_languages = registry.reads_languages(self.engine_name)
             object.__setattr__(self, "scan", ScanPrep(
                 self.config, enabled=registry.scans(self.engine_name),
-                scripts=registry.reads_languages(self.engine_name)))
+                scripts=reads_languages,
+                least_skew=deskew.MIN_ANGLE if reads_languages else deskew.JUDGED_ANGLE))
 
 
 @dataclass(frozen=True)

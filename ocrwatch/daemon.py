@@ -193,15 +193,7 @@ class Daemon:
         if stand_by is not None and self._watch and not self.paused:
             stand_by()  # the vLLM worker's imports begin now, not at the first file
         if self._watch:
-            self.index_guard.start()
-            settler = Settler(self.config.inbox, self.config.settle_seconds, self.consider,
-                              lambda path: pipeline.gone(self.ctx, path),
-                              rescan_seconds=self.config.rescan_minutes * 60,
-                              follow=self.follower, arriving=self._arriving,
-                              ignore=Ignore(self.config.ignore))
-            self._settler = settler
-            self._watcher = Watcher(settler, observer=self.config.observer)
-            self._watcher.start()
+            self._start_watching()
         self._serve_metrics()
         from ocrwatch.config.secrets_check import exposed_secrets
 
@@ -210,6 +202,20 @@ class Daemon:
         log.info("ocrwatch %s watching %s with the %s engine (%s)%s", __version__,
                  ", ".join(str(p) for p in self.config.inbox), self.choice.name,
                  self.choice.why, "; paused" if self.paused else "")
+
+    def _start_watching(self) -> None:
+        """The index guard, and the inbox watched: files that settle are recorded, and
+        the preparers woken once for each look's files (Settler's ``settled``)."""
+        self.index_guard.start()
+        settler = Settler(self.config.inbox, self.config.settle_seconds,
+                          lambda path: self.consider(path, wake=False),
+                          lambda path: pipeline.gone(self.ctx, path),
+                          rescan_seconds=self.config.rescan_minutes * 60,
+                          follow=self.follower, arriving=self._arriving,
+                          ignore=Ignore(self.config.ignore), settled=self.scheduler.wake)
+        self._settler = settler
+        self._watcher = Watcher(settler, observer=self.config.observer)
+        self._watcher.start()
 
     def request_stop(self) -> None:
         self._stopping.set()
@@ -429,16 +435,19 @@ class Daemon:
         if warm is not None and not self.paused:
             warm()
 
-    def consider(self, path: Path, asked: str | None = None) -> Seen | None:
+    def consider(self, path: Path, asked: str | None = None, *,
+                 wake: bool = True) -> Seen | None:
         """A finished file: record it as a job unless its content is already known
-        (``asked``: what a command asks for its original, :meth:`add`)."""
+        (``asked``: what a command asks for its original, :meth:`add`). ``wake``: tell
+        the preparers now (the settler tells them once for all the files it hands on)."""
         idle = not self.scheduler.busy()
         seen = pipeline.consider(self.ctx, path, asked)
         if seen is not None and seen is not Seen.UNCHANGED:
             if idle:  # a new stretch of work: its pages done (and its rate) count from here
                 self._batch_base = self.scheduler.rate.total
                 self.scheduler.rate.mark_start()
-            self.scheduler.wake()
+            if wake:
+                self.scheduler.wake()
         return seen
 
     def add(self, paths: Iterable[Path], asked: str | None = None) -> list[Path]:

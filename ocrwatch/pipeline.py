@@ -52,7 +52,7 @@ from ocrwatch.pages.merge import merged
 from ocrwatch.reindex import known_by_sidecars
 from ocrwatch.results.sidecar import remove_stale_temps
 from ocrwatch.scan import script
-from ocrwatch.scan.prepare import blank_result, finish
+from ocrwatch.scan.prepare import ScanPrep, blank_result, finish
 from ocrwatch.store.jobfiles import Seen
 from ocrwatch.store.jobs import file_sha256
 
@@ -278,36 +278,51 @@ def open_error(job: Job, exc: Exception) -> tuple[str | None, str | None]:
 
 
 # -- 3. read ------------------------------------------------------------------------
-def read(engine: Engine, name: str, pages: Sequence[Page]) -> tuple[list[PageText], str | None]:
+def read(engine: Engine, name: str, pages: Sequence[Page],
+         scan: ScanPrep | None = None) -> tuple[list[PageText], str | None]:
     """Every page's result, and the reason when the engine cannot work at all.
 
     Pages that need no engine (blank, or taken from a PDF's own text layer) are
-    answered here, the rest by the engine (:func:`recognize`).
+    answered here, the rest by the engine (:func:`recognize`). ``scan``, the preparation
+    the pages went through, is asked for the script of an unsure reading's page that OSD
+    did not see (``Page.script_unchecked``).
     """
     given = {n: _with_doubt(merged(blank_result() if p.blank else
                             PageText(markdown=text_to_markdown(p.text) if p.text else "",
                                      text=p.text.strip() + "\n" if p.text else ""),
-                                   p.known), p)
+                                   p.known), p, scan)
              for n, p in enumerate(pages) if p.text is not None}
     rest = [p for n, p in enumerate(pages) if n not in given]
     answers, unavailable = recognize(engine, name, rest) if rest else ([], None)
     if unavailable is None:
-        answers = [_with_doubt(merged(finish(_pictures(a, p), p), p.known), p)
+        answers = [_with_doubt(merged(finish(_pictures(a, p), p), p.known), p, scan)
                    if a.error is None else a for a, p in zip(answers, rest, strict=True)]
     got = iter([_doubted(a) for a in answers])
     return [given[n] if n in given else next(got) for n in range(len(pages))], unavailable
 
 
-def _with_doubt(result: PageText, page: Page) -> PageText:
+def _with_doubt(result: PageText, page: Page, scan: ScanPrep | None) -> PageText:
     """The result keeps the doubt its page's preparation found (``Page.doubt``), and the
-    script's doubt (``Page.script_doubt``) when the reading is unsure too."""
+    script's doubt (``Page.script_doubt``, or asked now of a page OSD did not see) when
+    the reading is unsure too."""
     doubt = page.doubt
-    if doubt is None and page.script_doubt is not None and script.confirmed(result.confidence):
-        log.warning("%s, page %d: %s", page.source.name, page.index + 1, page.script_doubt)
-        doubt = page.script_doubt
+    if doubt is None and (unread := script_doubt(page, result.confidence, scan)) is not None:
+        log.warning("%s, page %d: %s", page.source.name, page.index + 1, unread)
+        doubt = unread
     if doubt is None or result.keep_original:
         return result
     return replace(result, keep_original=doubt)
+
+
+def script_doubt(page: Page, confidence: float | None, scan: ScanPrep | None) -> str | None:
+    """The script's doubt that holds for ``page`` read at ``confidence``: the one its
+    preparation found, or, for a page OSD did not see (``Page.script_unchecked``), the
+    one ``scan`` finds now; None when the reading is sure (:func:`script.confirmed`)."""
+    if not script.confirmed(confidence):
+        return None
+    if page.script_doubt is None and page.script_unchecked and scan is not None:
+        return scan.script_doubt(page)
+    return page.script_doubt
 
 
 # A text page's pictures read unsurely with fewer word-like tokens than this are marks (a

@@ -378,7 +378,8 @@ class Scheduler:
         live = not work.discarded
         warm = self.rate.warm()
         began = time.monotonic()
-        results, unavailable = (pipeline.read(self.engine, self.ctx.engine_name, [item.page])
+        results, unavailable = (pipeline.read(self.engine, self.ctx.engine_name, [item.page],
+                                              self.ctx.scan)
                                 if live else ([], None))
         self.rate.add(sum(1 for r in results if not r.error))
         asked = live and unavailable is None and item.page.text is None and not item.page.blank

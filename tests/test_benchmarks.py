@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import MINUTES, scribbled, text_page
+from helpers import MINUTES, scribbled, text_page, wait_for
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -362,3 +362,49 @@ def test_mark_lines_benchmark_on_one_page(tmp_path: Path,
     assert cells[5].count("`") >= 4, rows[0]  # two lines left out, each in backquotes
     assert "of them of 4 characters or more found in the ground truth as read\n" in report + "\n"
     capsys.readouterr()
+
+
+def test_the_daemon_benchmarks_scraper_records_the_engines_fill(tmp_path: Path) -> None:
+    """benchmarks/_drop.py's Scraper over real HTTP on 127.0.0.1: each scrape's vLLM
+    requests running and waiting, with its time, reach the report's fill line, and the
+    first scrape at 90% of the engine alone's places is named."""
+    import http.server
+    import threading
+
+    from benchmarks._drop import Scraper
+    from benchmarks.gpu_daemon import fill_lines
+
+    running = iter([2, 9, 31, 34] + [34] * 1000)
+
+    class Metrics(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = ("# TYPE ocrwatch_vllm_requests_running gauge\n"
+                    f"ocrwatch_vllm_requests_running {next(running)}\n"
+                    "# TYPE ocrwatch_vllm_requests_waiting gauge\n"
+                    "ocrwatch_vllm_requests_waiting 1\n").encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
+    serving = threading.Thread(target=server.serve_forever, daemon=True)
+    serving.start()
+    try:
+        scraper = Scraper(f"http://127.0.0.1:{server.server_address[1]}/metrics", every=0.05)
+        with scraper:
+            wait_for(lambda: scraper.scrapes >= 4, 10, "four scrapes")
+    finally:
+        server.shutdown()
+        server.server_close()
+        serving.join(5)
+    summary = scraper.summary()
+    assert [row[1:] for row in summary["fill"][:4]] == [(2, 1), (9, 1), (31, 1), (34, 1)]
+    times = [row[0] for row in summary["fill"]]
+    assert times == sorted(times) and times[0] > 0
+    lines = fill_lines(summary["fill"], {"most_in_flight": 38, "max_num_seqs": 34})
+    assert "2+1" in lines[0] and "9+1" in lines[0]
+    assert lines[1] == f"  31 places or more first taken {times[2]:g} s after the drop"

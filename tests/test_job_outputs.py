@@ -287,3 +287,52 @@ def test_the_cli_reindex_from_sidecars_registers_the_outputs_it_finds(
     ocrwatch(["reindex", "--from-sidecars", "--config", str(toml)], child_env(tmp_path),
              check=True)
     assert recorded(config.database, inbox / "scan.png") == outputs
+
+
+def test_two_files_of_one_stem_named_at_once_get_names_of_their_own(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``a.JPG`` and ``a.jpg`` finished at the same moment: each chose ``a`` before the
+    other had reserved it, and the second one's text replaced the first's sidecar (seen
+    as one job's record pointing at nothing). The name is chosen and reserved at once."""
+    import contextlib
+    import threading
+
+    from ocrwatch.core.naming import choose_stem as real_choose
+    from ocrwatch.store import jobs as jobsmod
+
+    db = Database(tmp_path / "index.sqlite3")
+    queue = JobQueue(db)
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    found = []
+    for name in ("a.JPG", "a.jpg"):
+        (inbox / name).write_bytes(name.encode())
+        queue.offer(inbox / name, 5, 1, name)
+        job = queue.known(inbox / name)
+        assert job is not None
+        found.append(job)
+    both_in = threading.Barrier(2, timeout=1.0)
+
+    def slow_choose(*args: object) -> Path:
+        stem = real_choose(*args)  # type: ignore[arg-type]
+        # Unserialised, both threads meet here with the same stem; serialised, the
+        # barrier breaks and the other chooses after this one's reservation.
+        with contextlib.suppress(threading.BrokenBarrierError):
+            both_in.wait()
+        return stem
+
+    monkeypatch.setattr(jobsmod, "choose_stem", slow_choose)
+    stems: dict[int, Path] = {}
+    threads = [threading.Thread(target=lambda j=j: stems.__setitem__(
+        j.id, queue.files.name_sidecars(j, inbox))) for j in found]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+        assert not any(t.is_alive() for t in threads)
+        assert len(stems) == 2 and len(set(stems.values())) == 2, stems
+        outputs = [queue.outputs_of(j.id) for j in found]
+        assert not set(outputs[0].values()) & set(outputs[1].values()), outputs
+    finally:
+        db.close()

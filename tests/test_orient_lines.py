@@ -76,26 +76,32 @@ def test_a_page_upright_or_upside_down_is_decided_by_its_lines_without_osd(
         detector: orient.Detector, osd_calls: list[int], name: str, fed: int) -> None:
     """A typescript, a letter and a typed table, upright and upside down: their lines'
     ascenders tell, and OSD is not asked."""
-    found = detector.detect(orient.turn(corpus_page(name), fed), needs_script=False)
+    found = detector.detect(orient.turn(corpus_page(name), fed))
     assert found.lines and (fed + found.turn) % 360 == 0, found
     assert not osd_calls
 
 
 @needs_corpus
-def test_an_engine_that_needs_the_script_still_gets_osd(
+def test_an_engine_that_needs_the_script_asks_osd_only_after_an_unsure_reading(
         osd_calls: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
-    """Tesseract's script doubt needs OSD's script: its pages go to OSD as before; a
-    model's preparation turns the same page without OSD. And with the switch off, OSD
-    decides for the model too (what the benchmark compares)."""
+    """Tesseract's script doubt needs OSD's script, but only when the reading is unsure:
+    a page whose lines tell its turn is turned without OSD and marked unchecked, and
+    OSD is asked for its script once, afterwards (a French typescript: no doubt). With
+    the lines' check off, OSD decides at preparation and names the script then."""
     page = Page(Path("tapus_06.jpg"), 0, orient.turn(corpus_page("tapus_06.jpg"), 180),
                 dpi=None)
     config = Config(languages=["fra"])
     tesseract, model = scanprep.ScanPrep(config, scripts=True), scanprep.ScanPrep(config)
     try:
-        assert tesseract.prepare(page).turned == 180 and len(osd_calls) == 1
-        assert model.prepare(page).turned == 180 and len(osd_calls) == 1
+        prepared = tesseract.prepare(page)
+        assert prepared.turned == 180 and prepared.script_unchecked and not osd_calls
+        assert tesseract.script_doubt(prepared) is None and len(osd_calls) == 1
+        made = model.prepare(page)
+        assert made.turned == 180 and not made.script_unchecked and len(osd_calls) == 1
         monkeypatch.setattr(orient, "LINES_CHECK", False)
-        assert model.prepare(page).turned == 180 and len(osd_calls) == 2
+        prepared = tesseract.prepare(page)
+        assert prepared.turned == 180 and not prepared.script_unchecked
+        assert len(osd_calls) == 2
     finally:
         tesseract.close()
         model.close()
@@ -109,11 +115,11 @@ def test_a_sideways_page_is_decided_by_its_lines_turned_a_quarter(
     """Lines running down the page: measured turned a quarter, their ascenders tell which
     quarter, and OSD is not asked; with SIDEWAYS_LINES off, OSD turns it as before."""
     page = orient.turn(corpus_page("tapus_06.jpg"), fed)
-    found = detector.detect(page, needs_script=False)
+    found = detector.detect(page)
     assert found.lines and (fed + found.turn) % 360 == 0, found
     assert not osd_calls
     monkeypatch.setattr(orient, "SIDEWAYS_LINES", False)
-    found = detector.detect(page, needs_script=False)
+    found = detector.detect(page)
     assert not found.lines and (fed + found.turn) % 360 == 0, found
     assert osd_calls
 
@@ -149,7 +155,7 @@ def test_a_card_on_a_table_is_decided_by_the_lines_of_its_text(
     and blurred both profiles, so the card went to OSD; measured on the text's box its
     lines tell, and OSD is not asked."""
     photo = orient.turn(on_table(card(name, 0.2)), fed)
-    found = detector.detect(photo, needs_script=False)
+    found = detector.detect(photo)
     assert found.lines and (fed + found.turn) % 360 == 0, found
     assert not osd_calls
 
@@ -160,7 +166,7 @@ def test_the_card_measured_on_the_whole_picture_goes_to_osd(
     """What the text's box changes: with SHEET_LINES off the same card goes to OSD, which
     leaves it upright."""
     monkeypatch.setattr(orient, "SHEET_LINES", False)
-    found = detector.detect(on_table(card("ocrd_deu_00.tif", 0.2)), needs_script=False)
+    found = detector.detect(on_table(card("ocrd_deu_00.tif", 0.2)))
     assert not found.lines and found.turn == 0 and osd_calls, found
 
 
@@ -208,12 +214,12 @@ def test_many_lines_at_a_lower_majority_decide(
     lines on the orientation and held-out-style sets); with the first rule alone, OSD
     decides. Upside down they vote 25 to 3, which the first rule takes."""
     page = orient.turn(corpus_page("ehri_deu_06.jpg"), fed)
-    found = detector.detect(page, needs_script=False)
+    found = detector.detect(page)
     assert found.lines and (fed + found.turn) % 360 == 0, found
     assert not osd_calls
     if fed == 0:
         monkeypatch.setattr(ascenders, "RULES", ascenders.RULES[:1])
-        assert not detector.detect(page, needs_script=False).lines and osd_calls
+        assert not detector.detect(page).lines and osd_calls
 
 
 @needs_corpus
@@ -232,12 +238,12 @@ def test_few_lines_all_one_way_decide(
     finally:
         doc.close()
     page = orient.turn(image, fed)
-    found = detector.detect(page, needs_script=False)
+    found = detector.detect(page)
     assert found.lines and (fed + found.turn) % 360 == 0, found
     assert not osd_calls
     if fed == 0:  # upright, its 11 votes; with the first rule alone, OSD decides
         monkeypatch.setattr(ascenders, "RULES", ascenders.RULES[:1])
-        assert not detector.detect(page, needs_script=False).lines and osd_calls
+        assert not detector.detect(page).lines and osd_calls
 
 
 def test_the_rules_of_votes() -> None:
@@ -257,7 +263,7 @@ def test_a_page_of_too_few_lines_goes_to_osd(
     top = page.crop((0, 0, page.width, page.height // 5))
     votes = ascenders.measure(top)
     assert votes.upright + votes.upside_down < ascenders.MIN_LINES, votes
-    found = detector.detect(top, needs_script=False)
+    found = detector.detect(top)
     assert not found.lines and osd_calls, found
 
 
@@ -272,7 +278,7 @@ def test_languages_not_written_in_latin_go_to_osd(osd_calls: list[int]) -> None:
         pytest.skip(detector.missing)
     try:
         assert not detector.latin
-        found = detector.detect(orient.turn(page, 180), needs_script=False)
+        found = detector.detect(orient.turn(page, 180))
     finally:
         detector.close()
     assert not found.lines and osd_calls, found

@@ -263,3 +263,56 @@ def test_the_eta_is_within_a_quarter_of_the_time_really_left(
     the ETA comes from what the pages read cost."""
     errors = eta_errors(tmp_path, files, delay=delay, readers=readers, startup=2.0)
     assert statistics.median(errors) <= 0.25, sorted(errors)
+
+
+class _Saved:
+    """A daemon's view for ``add``'s progress loop: the file's reading saved, its deletion
+    owed (``retire = "pending"``) until ``owed`` ends."""
+
+    def __init__(self, path: Path, owed: float) -> None:
+        from ocrwatch.core.domain import Job
+        self.job = Job(id=1, path=path, sha256=None, size=1, mtime_ns=1, state="done",
+                       attempts=1, retire="pending")
+        self.until = time.monotonic() + owed
+        self.jobs = self
+
+    def get(self, job_id: int) -> object:
+        from dataclasses import replace
+        if time.monotonic() >= self.until:
+            return replace(self.job, retire=None, path=self.job.path.with_suffix(".gone"))
+        return self.job
+
+    def reading(self) -> list[object]:
+        return []
+
+
+def test_add_waits_for_the_original_to_be_deleted_before_it_sums_up(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A file saved by the daemon beside, its deletion not yet carried out (the window
+    between the job's "done" and the unlink): ``add`` waits for it instead of printing
+    "kept" for a file that is deleted a moment later; a deletion that never comes is
+    waited for only ``RETIRE_WAIT`` and then said as owed, not as done."""
+    import tqdm
+
+    from ocrwatch.cli import running
+
+    monkeypatch.setattr(tqdm.tqdm, "monitor_interval", 0)  # no monitor thread left behind
+    doc = tmp_path / "doc.png"
+    doc.write_bytes(image_bytes("x"))
+    config = make_config(tmp_path)
+    daemon = _Saved(doc, owed=1.0)
+    started = time.monotonic()
+    running._progress(daemon, {doc: 1}, config)
+    assert time.monotonic() - started >= 1.0
+    running._summarise({doc: daemon.get(1)}, "read", "delete")
+    assert "1 read, 0 failed, 1 deleted" in capsys.readouterr().out
+
+    monkeypatch.setattr(running, "RETIRE_WAIT", 0.5)
+    daemon = _Saved(doc, owed=60.0)
+    started = time.monotonic()
+    running._progress(daemon, {doc: 1}, config)
+    assert 0.5 <= time.monotonic() - started < 5.0
+    running._summarise({doc: daemon.get(1)}, "read", "delete")
+    out = capsys.readouterr().out
+    assert "0 deleted, 1 kept" in out and "not deleted yet" in out, out

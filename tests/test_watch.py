@@ -106,14 +106,20 @@ def test_close_after_write_shortens_but_does_not_replace_the_check(tmp_path: Pat
 
 
 def test_a_file_renamed_in_is_as_good_as_closed_but_must_still_be_still(tmp_path: Path) -> None:
+    """Renamed in whole (its end marker there): handed on once seen unchanged one look
+    (0.2 s) after its event; cut off (no end marker yet): as a closed file, 0.5 s."""
     rig = Rig(tmp_path)
     path = png(tmp_path / "a.png")
-    part = tmp_path / "a.png.part"
-    rig.settler.feed("moved", part, path)
+    cut = tmp_path / "cut.png"
+    cut.write_bytes(path.read_bytes()[:200])
+    rig.settler.feed("moved", tmp_path / "a.png.part", path)
+    rig.settler.feed("moved", tmp_path / "cut.png.part", cut)
     rig.after(0)
     assert rig.ready == []
-    rig.after(0.6)
+    rig.after(0.25)
     assert rig.ready == [path]
+    rig.after(0.3)
+    assert cut in rig.settler.pending  # its end marker is waited for
     # One that is still being written after the rename waits the whole settle time.
     growing = png(tmp_path / "b.png")
     rig.settler.feed("moved", tmp_path / "b.png.part", growing)
@@ -126,6 +132,83 @@ def test_a_file_renamed_in_is_as_good_as_closed_but_must_still_be_still(tmp_path
     assert rig.ready == [path]
     rig.after(1.1)
     assert rig.ready == [path, growing]
+
+
+def test_files_that_settle_together_are_all_handed_on_before_one_wake(
+        tmp_path: Path) -> None:
+    """The daemon wakes its preparers once a look has handed every settled file on,
+    not after the first (13 preparers woken by it slowed the recording of the rest
+    fifty-fold); a look that hands nothing on wakes nobody."""
+    handed: list[object] = []
+    rig = Rig(tmp_path)
+    rig.settler.ready = handed.append
+    rig.settler.settled = lambda: handed.append("wake")
+    for name in ("a.png", "b.png", "c.png"):
+        rig.feed("changed", path=png(tmp_path / name))
+    rig.after(0)
+    rig.after(1.0)
+    assert handed == []
+    rig.after(1.1)
+    assert sorted(map(str, handed[:3])) == sorted(str(tmp_path / n) for n in
+                                                  ("a.png", "b.png", "c.png"))
+    assert handed[3:] == ["wake"]
+    rig.after(2.1)
+    assert handed[4:] == []
+
+
+def test_a_file_whole_when_created_is_as_good_as_closed(tmp_path: Path) -> None:
+    """A creation is what inotify reports for a file renamed in from outside the watched
+    folders: whole when it appears, it settles as a closed one does; a creation of an
+    empty file, or of one whose end marker is not there yet, waits the settle time."""
+    rig = Rig(tmp_path)
+    whole = rig.feed("created", path=png(tmp_path / "a.png"))
+    data = (tmp_path / "a.png").read_bytes()
+    cut = tmp_path / "b.png"
+    cut.write_bytes(data[: len(data) // 2])
+    rig.feed("created", path=cut)
+    empty = tmp_path / "c.png"
+    empty.touch()
+    rig.feed("created", path=empty)
+    rig.after(0)
+    rig.after(0.25)
+    assert rig.ready == [whole]
+    empty.write_bytes(data)
+    rig.feed("changed", path=empty)  # its writer's events follow
+    rig.after(0)
+    rig.feed("closed", path=empty)
+    rig.after(0.6)
+    assert rig.ready == [whole, empty]
+    assert cut in rig.settler.pending  # no end marker: the settle time and its grace
+
+
+def test_a_file_renamed_in_from_outside_is_ready_before_the_settle_time(
+        tmp_path: Path) -> None:
+    """Real inotify: a file moved in from a folder not watched (a scanner's or browser's
+    staging folder) is reported as a creation, and is handed on well before the 3 s
+    settle time; one written in place still waits it."""
+    import time
+
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    ready: queue.Queue[Path] = queue.Queue()
+    watcher = Watcher(Settler([inbox], 3.0, ready.put, lambda p: None))
+    watcher.start()
+    try:
+        staged = png(tmp_path / "staged.png")
+        moved = time.monotonic()
+        staged.rename(inbox / "moved.png")
+        assert ready.get(timeout=10) == inbox / "moved.png"
+        assert time.monotonic() - moved < 2.0
+        written = time.monotonic()
+        with (inbox / "written.png").open("wb") as fh:
+            fh.write(b"\x89PNG\r\n")  # a scanner's first bytes; the rest comes later
+        with pytest.raises(queue.Empty):
+            ready.get(timeout=1.5)
+        (inbox / "written.png").write_bytes((inbox / "moved.png").read_bytes())
+        assert ready.get(timeout=10) == inbox / "written.png"
+        assert time.monotonic() - written >= 3.0
+    finally:
+        watcher.stop()
 
 
 def test_incomplete_looking_file_waits_longer(tmp_path: Path) -> None:

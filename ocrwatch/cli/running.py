@@ -463,6 +463,12 @@ def _reread_by_the_daemon(args: argparse.Namespace, config: config_mod.Config) -
     return 0
 
 
+# How long a saved file's archiving or deletion is waited for before the summary: a
+# daemon beside may be stopped or busy; then it finishes the move at its next start.
+RETIRE_WAIT = 30.0
+PENDING = ("its reading is saved; it is not {} yet: the daemon does it now, or at its "
+           "next start if it was stopped")
+
 LATE_ASK = ("the daemon running beside was saving its reading when this command named it, "
             "and kept it by its own rule; it is not {}d: do it yourself, its text is saved")
 
@@ -489,7 +495,9 @@ def _summarise(states: dict[Path, Any], verb: str, on_success: str = "keep") -> 
         line += f", {len(lost)} no longer in the index"
     echo(line)
     for path, job in kept.items():
-        echo(f"  kept: {safe(path)}: {safe(job.retire_reason or 'not archived yet')}")
+        why = job.retire_reason or PENDING.format(
+            {"archive": "archived", "delete": "deleted"}.get(on_success, "archived or deleted"))
+        echo(f"  kept: {safe(path)}: {safe(why)}")
     for path, reason in failed:
         echo(f"  failed: {safe(path)}: {safe(reason)}")
     return [p for p, _ in failed]
@@ -513,17 +521,25 @@ def _progress(daemon: Any, ids: dict[Path, int], config: config_mod.Config) -> N
 
     paths = list(ids)
     counts = _page_counts(paths, config)
+    owed: dict[Path, float] = {}  # when each file was seen saved with its on_success owed
     with tqdm(total=sum(counts.values()), unit="page", desc="reading", file=sys.stderr,
               dynamic_ncols=True, mininterval=0.5 if sys.stderr.isatty() else 5.0,
               smoothing=0.1) as bar:
         while True:
             reading = {r.path: r.done for r in daemon.reading()}
             pages = finished = 0
+            now = time.monotonic()
             for path in paths:
                 job = daemon.jobs.get(ids[path])
                 if job is None or job.state in ("done", "failed"):
-                    finished += 1
                     pages += counts[path]
+                    if job is not None and job.retire == "pending":
+                        # Saved, its original not yet archived or deleted (by this process
+                        # or a daemon beside): the summary says what became of it.
+                        since = owed.setdefault(path, now)
+                        if now - since < RETIRE_WAIT:
+                            continue
+                    finished += 1
                 elif job is not None:
                     pages += min(reading.get(job.display, 0), counts[path])
             if pages != bar.n:

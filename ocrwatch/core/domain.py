@@ -48,6 +48,10 @@ class Page:
     # A doubt that holds only if the engine's reading is unsure too (``PageText.confidence``):
     # the page looks written in a script none of the languages reads (ocrwatch/scan/script.py).
     script_doubt: str | None = None
+    # OSD did not look at the page (its lines told its turn, or it was not turned): its
+    # script is asked only when the reading is unsure (ScanPrep.script_doubt), which is
+    # the only time a script's doubt can hold, at no OSD cost for pages read surely.
+    script_unchecked: bool = False
     # A small drawing of a page whose text was taken from the PDF (its ``image`` is then
     # a 1x1 stand-in): what its thumbnail is made from. None when not drawn.
     sketch: Image.Image | None = None

@@ -27,6 +27,12 @@ ROOT_CHECK_SECONDS = 1.0  # how often the watched folders are checked for being 
 # folders) is then recognised by its inode when the new name settles.
 GONE_SETTLES = 2.0
 GONE_EXTRA = 3.0
+# How long a file must be seen unchanged (at most; settle_seconds when shorter): one
+# closed after writing may be opened again by a writer that adds a page at a time; one
+# renamed in whole (its end marker there) was finished under another name, so one look
+# later than its event is enough to see that nobody writes on through the new name.
+CLOSED_STILL = 0.5
+WHOLE_STILL = 0.2
 Event = tuple[str, Path, Path | None]  # kind, path, and where it went for a move
 
 
@@ -45,6 +51,7 @@ class _Pending:
     mtime_ns: int
     stable_since: float
     closed: bool = False
+    whole: bool = False  # renamed in with its end marker there
 
 
 class Settler(Service):
@@ -67,6 +74,7 @@ class Settler(Service):
         follow: Follows | None = None,
         arriving: Callable[[Path], None] | None = None,
         ignore: Ignore | None = None,
+        settled: Callable[[], None] | None = None,
     ) -> None:
         super().__init__("ocrwatch-settle")
         self.roots = roots
@@ -81,6 +89,9 @@ class Settler(Service):
         # Called when the watcher reports a file being written or moved in that was not
         # settling yet (not for what a scan finds): the daemon starts its engine then.
         self.arriving = arriving
+        # Called once after a look that handed files on (the daemon wakes its preparers
+        # then, not per file: see _check_pending).
+        self.settled = settled
         self.settle = settle_seconds
         self.ready = ready
         self.gone = gone
@@ -102,18 +113,10 @@ class Settler(Service):
     # -- logic (also driven directly by tests) ----------------------------------------
     def feed(self, kind: str, path: Path, dest: Path | None = None) -> None:
         if kind == "moved" and dest is not None:
-            self.pending.pop(path, None)
-            if (wanted(path, self.roots, self.ignore) and wanted(dest, self.roots, self.ignore)
-                    and self.follow is not None):
-                # Known: its row follows, and the settle check below finds it current.
-                self.follow.moved(path, dest)
-            elif wanted(path, self.roots, self.ignore):
-                self.feed("gone", path)
-            self.feed("changed", dest)
-            if dest in self.pending:
-                # Renamed in: written whole under another name (a download's .part, a
-                # scanner's temporary file, mv), so as good as closed after writing.
-                self.pending[dest].closed = True
+            self._moved(path, dest)
+            return
+        if kind == "created":
+            self._created(path)
             return
         if kind == "moved-tree" and dest is not None:
             for known in [p for p in self.pending if p.is_relative_to(path)]:
@@ -162,6 +165,34 @@ class Settler(Service):
         if kind == "closed":
             entry.closed = True
 
+    def _moved(self, path: Path, dest: Path) -> None:
+        self.pending.pop(path, None)
+        if (wanted(path, self.roots, self.ignore) and wanted(dest, self.roots, self.ignore)
+                and self.follow is not None):
+            # Known: its row follows, and the settle check below finds it current.
+            self.follow.moved(path, dest)
+        elif wanted(path, self.roots, self.ignore):
+            self.feed("gone", path)
+        self.feed("changed", dest)
+        entry = self.pending.get(dest)
+        if entry is not None:
+            # Renamed in: written under another name (a download's .part, a scanner's
+            # temporary file, mv), so as good as closed after writing; whole when its
+            # end marker is there.
+            entry.closed = True
+            entry.whole = entry.size > 0 and looks_complete(dest)
+
+    def _created(self, path: Path) -> None:
+        # Made in place (empty then: its writer's events follow), or renamed in from
+        # outside the watched folders, which inotify reports as a creation: a file whole
+        # when it appears (its format's end marker there) is as good as closed after
+        # writing, as a rename inside them is.
+        fresh = path not in self.pending
+        self.feed("changed", path)
+        entry = self.pending.get(path)
+        if fresh and entry is not None and entry.size > 0 and looks_complete(path):
+            entry.closed = entry.whole = True
+
     def waiting(self, limit: int = 200) -> tuple[int, int]:
         """Files not handed on yet: (settling, looking incomplete), for the status.
 
@@ -203,35 +234,54 @@ class Settler(Service):
                     self.vanished.setdefault(path, (now + self._grace(), False))
 
     def _check_pending(self, now: float) -> None:
-        for path, entry in list(self.pending.items()):
-            try:
-                st = path.stat()
-                size, mtime = st.st_size, st.st_mtime_ns
-            except FileNotFoundError:
-                if not os.path.lexists(path):
-                    del self.pending[path]
-                    self.vanished[path] = (now + self._grace(), False)
-                    continue
-                size, mtime = -1, -1  # a dangling link: report it once it is still
-            except OSError:
-                size, mtime = -1, -1  # a link loop and the like: reported by the reader
-            if (size, mtime) != (entry.size, entry.mtime_ns):
-                entry.size, entry.mtime_ns, entry.stable_since = size, mtime, now
-                entry.closed = False
-                continue
-            # Close-after-write lets a small file go sooner, but it must still be still.
-            need = min(self.settle, 0.5) if entry.closed else self.settle
-            still = now - entry.stable_since
-            if still < need:
-                continue
-            if size > 0 and not looks_complete(path) and still < self.settle * INCOMPLETE_GRACE:
-                continue  # a scanner pausing mid-file; wait for the rest
-            del self.pending[path]
-            try:
-                self.ready(path)
-            except TransientError:
-                # Not recorded (the index's disk is full...): offer it again later.
-                self.pending[path] = _Pending(size, mtime, now + RETRY_SECONDS)
+        handed = 0
+        try:
+            for path, entry in list(self.pending.items()):
+                handed += self._check_one(path, entry, now)
+        finally:
+            # Files that settle together are all recorded before anything is prepared: a
+            # drop of 52 files took 3-4.5 s to record on a 16-core machine whose 13
+            # preparers, woken by the first, held the interpreter's lock between each
+            # file's database calls (1.2 ms a file otherwise).
+            if handed and self.settled is not None:
+                self.settled()
+
+    def _check_one(self, path: Path, entry: _Pending, now: float) -> bool:
+        """Whether the pending file at ``path`` was handed on now."""
+        try:
+            st = path.stat()
+            size, mtime = st.st_size, st.st_mtime_ns
+        except FileNotFoundError:
+            if not os.path.lexists(path):
+                del self.pending[path]
+                self.vanished[path] = (now + self._grace(), False)
+                return False
+            size, mtime = -1, -1  # a dangling link: report it once it is still
+        except OSError:
+            size, mtime = -1, -1  # a link loop and the like: reported by the reader
+        if (size, mtime) != (entry.size, entry.mtime_ns):
+            entry.size, entry.mtime_ns, entry.stable_since = size, mtime, now
+            entry.closed = entry.whole = False
+            return False
+        # Close-after-write or a rename lets a file go sooner, but it must still be still.
+        need = self.settle
+        if entry.whole:
+            need = min(need, WHOLE_STILL)
+        elif entry.closed:
+            need = min(need, CLOSED_STILL)
+        still = now - entry.stable_since
+        if still < need:
+            return False
+        if size > 0 and not looks_complete(path) and still < self.settle * INCOMPLETE_GRACE:
+            return False  # a scanner pausing mid-file; wait for the rest
+        del self.pending[path]
+        try:
+            self.ready(path)
+        except TransientError:
+            # Not recorded (the index's disk is full...): offer it again later.
+            self.pending[path] = _Pending(size, mtime, now + RETRY_SECONDS)
+            return False
+        return True
 
     def _scan(self) -> None:
         for path in walk(self.roots, self.ignore, self.others):
@@ -270,7 +320,7 @@ class Settler(Service):
     def _live(self, kind: str, path: Path, dest: Path | None) -> None:
         """An event from the watcher: fed, and a file newly written or moved in is told to
         ``arriving`` (a rename inside the folders is a file that was there already)."""
-        new = kind in ("changed", "closed") and path not in self.pending
+        new = kind in ("created", "changed", "closed") and path not in self.pending
         self.feed(kind, path, dest)
         if new and self.arriving is not None and path in self.pending:
             self.arriving(path)

@@ -104,7 +104,9 @@ class _Handler(FileSystemEventHandler):
             self.events.put(("gone", src, None))
         elif isinstance(event, FileClosedEvent):
             self.events.put(("closed", src, None))
-        elif event.event_type in ("created", "modified"):
+        elif event.event_type == "created":
+            self.events.put(("created", src, None))
+        elif event.event_type == "modified":
             self.events.put(("changed", src, None))
 
 

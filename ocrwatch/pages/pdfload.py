@@ -18,13 +18,12 @@ from __future__ import annotations
 import io
 import logging
 import re
-import zlib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from ocrwatch.core.errors import OverBudget
 from ocrwatch.pages.budget import Budget
+from ocrwatch.pages.pdftext import stream_pieces
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +31,6 @@ BYTES_PER_CONTENT_BYTE = 16  # PDFium's parsed objects per byte of content (13-1
 BYTES_PER_FORM_USE = 2048  # each use of a form is parsed apart (1.4 KB measured)
 MAX_DEPTH = 28  # PDFium's own limit on forms inside forms is deeper; no real page nests so
 _DO = re.compile(rb"/([^\s/\[\]()<>{}%]+)\s*Do\b")
-_CHUNK = 1 << 20
 
 
 class _Cycle(OverBudget):
@@ -55,8 +53,9 @@ class LoadCost:
                 self._pdf = pikepdf.open(io.BytesIO(source.getvalue()))
             else:
                 self._pdf = pikepdf.open(f"/proc/self/fd/{source.fileno()}")
-        except (pikepdf.PdfError, pikepdf.QpdfRuntimeError, OSError, ValueError,
-                RecursionError) as exc:
+        # PikepdfError: both qpdf's PdfError and its QpdfRuntimeError (a page tree it
+        # cannot flatten), which is no PdfError (found by the page-loader fuzz).
+        except (pikepdf.PikepdfError, OSError, ValueError, RecursionError) as exc:
             log.debug("the pages' load cost cannot be measured (%s)", exc)
 
     def check(self, index: int, budget: Budget, where: str) -> None:
@@ -77,8 +76,7 @@ class LoadCost:
                 f"{where} of the PDF draws a form inside itself, without end: PDFium "
                 "would use all the machine's memory loading it. The file is damaged or "
                 "made to stop readers; print it to a new PDF if it is genuine") from None
-        except (pikepdf.PdfError, pikepdf.QpdfRuntimeError, OSError, ValueError,
-                RecursionError) as exc:
+        except (pikepdf.PikepdfError, OSError, ValueError, RecursionError) as exc:
             log.debug("%s: its load cost cannot be measured (%s)", where, exc)
             return
         if cost > limit:
@@ -134,7 +132,7 @@ class _Walk:
         try:
             uses: dict[bytes, int] = {}
             size, tail = 0, b""
-            for piece in _pieces(stream, pikepdf):
+            for piece in stream_pieces(stream, pikepdf):
                 data = tail + piece
                 for match in _DO.finditer(data):
                     if match.end() > len(tail):  # not counted with the piece before
@@ -160,28 +158,3 @@ class _Walk:
             self.open.discard(key)
         self.memo[key] = total
         return total
-
-
-def _pieces(stream: Any, pikepdf: Any) -> Iterator[bytes]:
-    """A stream's decoded bytes in pieces of at most a megabyte, never held decoded whole
-    when it is deflated (a Flate bomb stays a few megabytes)."""
-    filters = stream.get("/Filter")
-    if filters == pikepdf.Name.FlateDecode and stream.get("/DecodeParms") is None:
-        inflate = zlib.decompressobj()
-        data = stream.read_raw_bytes()
-        while data:
-            try:
-                piece = inflate.decompress(data, _CHUNK)
-            except zlib.error:
-                return
-            if not piece:
-                return
-            yield piece
-            data = inflate.unconsumed_tail
-        return
-    try:
-        whole = stream.read_bytes()
-    except pikepdf.PdfError:
-        return
-    for start in range(0, len(whole), _CHUNK):
-        yield whole[start:start + _CHUNK]

@@ -175,7 +175,7 @@ class ContentSizes:
                 self._pdf = pikepdf.open(io.BytesIO(source.getvalue()))
             else:
                 self._pdf = pikepdf.open(f"/proc/self/fd/{source.fileno()}")
-        except (pikepdf.PdfError, OSError, ValueError, RecursionError) as exc:
+        except (pikepdf.PikepdfError, OSError, ValueError, RecursionError) as exc:
             log.debug("the pages' content cannot be measured (%s)", exc)
 
     def __call__(self, index: int) -> int | None:
@@ -189,7 +189,7 @@ class ContentSizes:
             if index >= len(self._pdf.pages):
                 return None
             return pdftext.content_size(self._pdf.pages[index], self.limit)
-        except (pikepdf.PdfError, OSError, ValueError, RecursionError) as exc:
+        except (pikepdf.PikepdfError, OSError, ValueError, RecursionError) as exc:
             log.debug("page %d's content cannot be measured (%s)", index + 1, exc)
             return None
 

@@ -28,6 +28,7 @@ import logging
 import re
 import string
 import unicodedata
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -251,8 +252,9 @@ def content_size(page: Any, limit: int) -> int:
     return total
 
 
-def stream_pieces(stream: Any, pikepdf: Any) -> Any:
-    """A stream's decoded bytes in pieces of at most a megabyte."""
+def stream_pieces(stream: Any, pikepdf: Any) -> Iterator[bytes]:
+    """A stream's decoded bytes in pieces of at most a megabyte, never held decoded whole
+    when it is deflated (a Flate bomb stays a few megabytes)."""
     import zlib
 
     filters = stream.get("/Filter")
@@ -264,12 +266,14 @@ def stream_pieces(stream: Any, pikepdf: Any) -> Any:
                 piece = inflate.decompress(data, _CHUNK)
             except zlib.error:
                 return
+            if not piece:
+                return
             yield piece
             data = inflate.unconsumed_tail
         return
     try:
         whole = stream.read_bytes()
-    except pikepdf.PdfError:
+    except pikepdf.PikepdfError:
         return
     for start in range(0, len(whole), _CHUNK):
         yield whole[start:start + _CHUNK]

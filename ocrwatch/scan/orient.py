@@ -243,16 +243,17 @@ class Detector:
             close()
         return bool(own)
 
-    def detect(self, image: Image.Image, needs_script: bool = True) -> Orientation:
+    def detect(self, image: Image.Image) -> Orientation:
         """The turn that makes ``image`` upright (0 when unsure or OSD is missing).
 
-        ``needs_script``: the engine needs OSD's script (Tesseract's script doubt);
-        without it a page whose level lines tell which way up it is (``LINES_CHECK``) is
-        not shown to OSD. The page's resolution is not asked for: the page is sized by its pixels
-        (see the module's notes), which a wrong or missing resolution cannot mislead."""
+        A page whose lines tell which way up it is (``LINES_CHECK``) is not shown to OSD
+        (its script, where an engine needs it, is asked after the reading:
+        ``ScanPrep.script_doubt``). The page's resolution is not asked for: the page is
+        sized by its pixels (see the module's notes), which a wrong or missing resolution
+        cannot mislead."""
         if self.osd is None:
             return Orientation(0, -1.0)
-        if LINES_CHECK and not needs_script and self.latin:
+        if LINES_CHECK and self.latin:
             by_lines = self.by_lines(image)
             if by_lines is not None:
                 return by_lines

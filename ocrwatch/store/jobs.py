@@ -427,13 +427,19 @@ class JobFiles:
         reused (a crash between writing and completing leaves them behind), except
         those ``edited`` says someone else changed since: those are the user's now.
         """
+        # The job's own names, and whether someone edited them (reads of files), before
+        # the write lock: only this job's finishing changes them.
         own = self.own_sidecars(job.id)
         if edited is not None:
             own = {p for p in own if not edited(p)}
-        stem = choose_stem(job.path, folder, self.sidecars_of_others(job.id), own)
-        names = output_paths(stem, outputs)
-        if names:
-            self.reserve_outputs(job.id, names)
+        # The others' names read, a stem chosen and reserved in one write transaction:
+        # two files of one stem finished at once (a.JPG and a.jpg) could each choose "a"
+        # before either had reserved it, and the second's write would replace the first's.
+        with self.db.transaction() as conn:
+            stem = choose_stem(job.path, folder, self.sidecars_of_others(job.id), own)
+            names = output_paths(stem, outputs)
+            if names:
+                _record(conn, job.id, names)
         return stem
 
 

@@ -401,26 +401,33 @@ def test_a_new_version_saved_just_after_the_read_is_neither_deleted_nor_archived
     real_finish = Lifecycle.finish
     saved: list[bytes] = []
     first: list[str] = []
-
-    def save_then_finish(self: Lifecycle, job_id: int, original: Path, *rest: Any) -> Any:
-        if not saved:  # the first time only: the user saves once
-            tmp = original.with_name(".scan.png.part")
-            new_version.save(tmp, "PNG")
-            os.replace(tmp, original)  # as an editor saves
-            saved.append(original.read_bytes())
-            first.extend(r["text"] for r in self.db.query("SELECT text FROM pages"))
-        return real_finish(self, job_id, original, *rest)
-
-    monkeypatch.setattr(Lifecycle, "finish", save_then_finish)
     archive = tmp_path / "archive"
+    after_first: list[list[bytes]] = []
 
     def versions() -> list[bytes]:
         return [p.read_bytes() for p in [scan, *archive.rglob("scan*.png")] if p.exists()]
 
+    def save_then_finish(self: Lifecycle, job_id: int, original: Path, *rest: Any) -> Any:
+        if saved:
+            return real_finish(self, job_id, original, *rest)
+        # The first time only: the user saves once.
+        tmp = original.with_name(".scan.png.part")
+        new_version.save(tmp, "PNG")
+        os.replace(tmp, original)  # as an editor saves
+        saved.append(original.read_bytes())
+        first.extend(r["text"] for r in self.db.query("SELECT text FROM pages"))
+        result = real_finish(self, job_id, original, *rest)
+        # Looked at here, as the first reading's on_success ends: the new version is
+        # settled and read moments later, and then rightly deleted or archived.
+        after_first.append(versions())
+        return result
+
+    monkeypatch.setattr(Lifecycle, "finish", save_then_finish)
+
     with Daemon(config, engine=FakeEngine()) as d:
         text_page(["the first version"]).save(scan)
-        wait_for(lambda: bool(saved), 30, "the first version read")
-        assert saved[0] in versions(), "the new version was lost"
+        wait_for(lambda: bool(after_first), 30, "the first version read")
+        assert saved[0] in after_first[0], "the new version was lost"
         # The new version is read in its turn, then deleted or archived.
         wait_for(lambda: not scan.exists(), 30, "the new version read and handled")
         texts = [r["text"] for r in d.db.query("SELECT text FROM pages")]

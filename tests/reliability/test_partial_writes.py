@@ -33,12 +33,13 @@ def considered(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, int]
     seen: list[tuple[str, int]] = []
     real = Daemon.consider
 
-    def spy(self: Daemon, path: Path) -> Seen | None:
+    def spy(self: Daemon, path: Path, asked: str | None = None, *,
+            wake: bool = True) -> Seen | None:
         try:
             seen.append((path.name, path.stat().st_size))
         except OSError:
             seen.append((path.name, -1))
-        return real(self, path)
+        return real(self, path, asked, wake=wake)
 
     monkeypatch.setattr(Daemon, "consider", spy)
     yield seen

@@ -212,8 +212,12 @@ def test_one_stem_for_two_originals_and_the_users_own_md_keep_every_file(
         wait_for(lambda: all(ended(home.database, f, "done") for f in originals), 90,
                  "all read")
     else:  # each entry then names the archived original, or its result
+        # Retired means nothing owed any more: an original moved to its private name
+        # has left the inbox before its sidecars' moves are recorded.
         wait_for(lambda: not any(f.exists() for f in originals)
-                 and states(home.database) == {"done": 5}, 90, "originals retired")
+                 and states(home.database) == {"done": 5}
+                 and all(r["retire"] is None for r in jobs(home.database).values()),
+                 90, "originals retired")
     assert own.read_text(encoding="utf-8") == "my own notes\n"
     assert own_txt.read_text(encoding="utf-8") == "my own letter text\n"
     mds = {os.fsdecode(r["md_path"]) for r in jobs(home.database).values() if r["md_path"]}
