@@ -162,11 +162,13 @@ def fill_lines(fill: list[list[float]], alone: dict[str, Any] | None) -> list[st
 def run_daemon(model: str, folder: Path, files: dict[str, int], tokens: int, settle: float,
                work: Path, sampler: Sampler | None, timeout: float,
                torch_compile: bool, warm: tuple[int, int, int] = (1, 0, 0),
-               metrics_port: int | None = None) -> dict[str, Any]:
+               metrics_port: int | None = None, processes: bool = True) -> dict[str, Any]:
     """`ocrwatch run` with the vLLM engine on the drop (benchmarks/_drop.py); with
-    ``metrics_port``, its /metrics scraped while the drop is read."""
+    ``metrics_port``, its /metrics scraped while the drop is read; ``processes``: its
+    pages prepared in processes (vllm.prepare_processes), else in its threads."""
     return run_daemon_on_drop([
         *vllm_lines(model, tokens),
+        f"prepare_processes = {'true' if processes else 'false'}",
         f"torch_compile = {'true' if torch_compile else 'false'}",
         "idle_sleep_seconds = 0.0",
         f"idle_stop_seconds = {IDLE_STOP_S}",
@@ -349,7 +351,8 @@ def report(meta: dict[str, Any], prep: dict[str, Any], daemon: dict[str, Any] | 
         "",
         "page preparation alone (the daemon's loader: decode, scale to 1540 px, blank, "
         "orientation and skew checks; one "
-        f"thread; the daemon runs {meta.get('preparers', 1)} such preparers, a file each):",
+        f"thread; the daemon runs {meta.get('preparers', 1)} such preparers, a file each, "
+        f"preparing pages {meta.get('preparation', 'in processes')}):",
     ]
     for kind in ("a4", "card", "pdf") if prep else ():
         p = prep[kind]
@@ -458,6 +461,9 @@ def main() -> None:
     parser.add_argument("--prepare-only", action="store_true",
                         help="only the page preparation rates (no GPU needed)")
     parser.add_argument("--skip-plain", action="store_true", help="no plain vLLM runs")
+    parser.add_argument("--prepare-threads", action="store_true",
+                        help="the daemon prepares pages in its threads "
+                             "(vllm.prepare_processes = false), as before")
     parser.add_argument("--plain-only", action="store_true",
                         help="only plain vLLM (4096-token steps, max_model_len 3840: the "
                              "engine's plan at 500 tokens), for a call of its own")
@@ -500,6 +506,8 @@ def main() -> None:
                             "affinity": len(os.sched_getaffinity(0)),
                             "osd": osd_data(),
                             "torch_compile": args.torch_compile,
+                            "preparation": ("in threads" if args.prepare_threads
+                                            else "in processes"),
                             "baseline_mib": used_mib() if gpu else None,
                             "gpu": "none", "vllm": "-"}
     if gpu:
@@ -512,7 +520,8 @@ def main() -> None:
         if not args.plain_only:
             saved["daemon"] = run_daemon(args.model, folder, files, args.tokens, args.settle,
                                          args.work, sampler, args.timeout, args.torch_compile,
-                                         drop_counts(args.warm), args.metrics_port or None)
+                                         drop_counts(args.warm), args.metrics_port or None,
+                                         processes=not args.prepare_threads)
             print("daemon:", json.dumps(saved["daemon"]), flush=True)
             if args.json:
                 args.json.write_text(json.dumps(saved, indent=1))

@@ -52,14 +52,24 @@ class Context:
 
     def __post_init__(self) -> None:
         if self.scan is None:
-            # The engine that reads by languages is Tesseract's: a skew of a third of a
-            # degree breaks its lines (scan/deskew.MIN_ANGLE); a model's pages keep the
-            # floor of a degree.
-            reads_languages = registry.reads_languages(self.engine_name)
-            object.__setattr__(self, "scan", ScanPrep(
-                self.config, enabled=registry.scans(self.engine_name),
-                scripts=reads_languages,
-                least_skew=deskew.MIN_ANGLE if reads_languages else deskew.JUDGED_ANGLE))
+            object.__setattr__(self, "scan", scan_for(self.config, self.engine_name))
+
+
+def scan_for(config: Config, engine_name: str, processes: int = 0,
+             nice: int = 0) -> ScanPrep:
+    """The page preparation for this engine; in ``processes`` processes of its own
+    (ocrwatch/scan/pool.py) at ``nice`` steps lower priority when above 0."""
+    # The engine that reads by languages is Tesseract's: a skew of a third of a degree
+    # breaks its lines (scan/deskew.MIN_ANGLE); a model's pages keep the floor of a degree.
+    reads_languages = registry.reads_languages(engine_name)
+    enabled = registry.scans(engine_name)
+    least_skew = deskew.MIN_ANGLE if reads_languages else deskew.JUDGED_ANGLE
+    if processes > 0 and enabled:
+        from ocrwatch.scan.pool import PooledScanPrep  # the pool's imports: GPU engines only
+
+        return PooledScanPrep(config, processes, nice=nice, scripts=reads_languages,
+                              least_skew=least_skew)
+    return ScanPrep(config, enabled=enabled, scripts=reads_languages, least_skew=least_skew)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from typing import Protocol
 from ocrwatch import outcome, pipeline
 from ocrwatch.config import Config
 from ocrwatch.config import reload as reloading
-from ocrwatch.context import Context
+from ocrwatch.context import Context, scan_for
 from ocrwatch.core.errors import DaemonError, OcrwatchError, StateError
 from ocrwatch.core.events import Events
 from ocrwatch.core.progress import PageCounts, Progress, Waiting, estimate
@@ -121,8 +121,12 @@ class Daemon:
             self.engine = engine
         # What a page is read with: a language change makes earlier pages stale.
         self.read_with = registry.read_with(self.engine.name, config)
+        policy = self.engine.policy
         self.ctx = Context(
             config, self.jobs, self.choice.name, self.read_with,
+            scan=scan_for(config, self.choice.name,
+                          policy.preparers if policy.prepare_processes else 0,
+                          policy.prepare_nice),
             # What happens around the sidecars: the PDF, the original's fate, hooks.
             pdf=PdfMaker(config, word_boxes) if needs_boxes(config.outputs) else None,
             lifecycle=Lifecycle(config, self.db),
@@ -243,6 +247,8 @@ class Daemon:
             self._watcher.stop()
         self.index_guard.close(timeout=10)
         self.scheduler.close()
+        if self.ctx.scan is not None:
+            self.ctx.scan.close()  # OSD's instances, and the preparing processes
         self.ctx.after.close()
         self._paused_flag.close()
         if self._facts is not None:
@@ -434,6 +440,8 @@ class Daemon:
         warm = getattr(self.engine, "warm", None)
         if warm is not None and not self.paused:
             warm()
+            if self.ctx.scan is not None:
+                self.ctx.scan.warm()  # preparing processes (scan/pool.py) start beside it
 
     def consider(self, path: Path, asked: str | None = None, *,
                  wake: bool = True) -> Seen | None:

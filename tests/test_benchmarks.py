@@ -320,8 +320,8 @@ def test_skew_sweep_on_one_page(tmp_path: Path, capsys: pytest.CaptureFixture[st
 @pytest.mark.skipif(shutil.which("tesseract") is None, reason="needs Tesseract's OSD data")
 def test_preparer_threads_benchmark_on_one_page(tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    """The page fed four ways, prepared on 1 and 2 threads with orientation on and off:
-    every page prepared in each row, and the figures printed."""
+    """The page fed four ways, prepared on 1 and 2 threads, in them and in processes,
+    with orientation on and off: every page prepared in each row, the figures printed."""
     from benchmarks import prep_threads
 
     lines = ["Invoice number 4711 for the month of March, paid in full",
@@ -331,10 +331,11 @@ def test_preparer_threads_benchmark_on_one_page(tmp_path: Path,
     prep_threads.main(["--corpus", str(folder), "--threads", "1", "2", "--out", str(out)])
     rows = [line for line in out.read_text(encoding="utf-8").splitlines()
             if re.match(r"^\| (on|off) \|", line)]
-    assert [tuple(c.strip() for c in row.strip("|").split("|")[:3]) for row in rows] == [
-        ("on", "1", "4"), ("on", "2", "4"), ("off", "1", "4"), ("off", "2", "4")]
+    assert [tuple(c.strip() for c in row.strip("|").split("|")[:4]) for row in rows] == [
+        (rotate, way, threads, "4") for rotate in ("on", "off") for threads in ("1", "2")
+        for way in ("threads", "processes")]
     for row in rows:
-        rate = float(row.strip("|").split("|")[4])
+        rate = float(row.strip("|").split("|")[5])
         assert rate > 0, row
     capsys.readouterr()
 

@@ -83,6 +83,10 @@ class VllmConfig:
     # at the next step rather than after a round trip to the daemon.
     queued_pages: int = 4
     start_timeout_seconds: float = 600.0
+    # Prepare pages (blank, skew, orientation) in processes of their own, one per
+    # preparer, rather than in threads of the daemon's: threads share one interpreter lock
+    # and fed the GPU slower than it reads (docs/gpu.md).
+    prepare_processes: bool = True
     ignore_eos: bool = False  # benchmarks only: every page writes exactly max_tokens
 
 

@@ -33,6 +33,9 @@ class ReadPolicy:
     # core for reading.
     preparers: int = 1
     prepare_nice: int = 0
+    # Pages prepared in processes of their own (ocrwatch/scan/pool.py), one per preparer:
+    # a GPU reads faster than threads sharing the interpreter's lock prepare.
+    prepare_processes: bool = False
 
 
 # Cores the GPU engine's own side needs beside the preparers: the worker's front end
@@ -66,14 +69,16 @@ def gpu_preparers(turning: bool = False, cores: int | None = None,
     return min(8, max(min(4, free), free // 2))
 
 
-def gpu_read_policy(concurrency: int, turning: bool) -> ReadPolicy:
+def gpu_read_policy(concurrency: int, turning: bool, processes: bool = False) -> ReadPolicy:
     """The read policy of an engine that reads on a GPU: its callers, and preparers sized
-    from the cores free now, at a lower priority."""
+    from the cores free now, at a lower priority (in processes of their own when
+    ``processes``)."""
     busy = cpus.busy_elsewhere()
     preparers = gpu_preparers(turning, busy=busy)
     log.info("%d page preparers (%d cores usable, %.1f busy with other programs)",
              preparers, cpus.usable_cores(), busy)
-    return ReadPolicy(concurrency=concurrency, preparers=preparers, prepare_nice=PREPARE_NICE)
+    return ReadPolicy(concurrency=concurrency, preparers=preparers, prepare_nice=PREPARE_NICE,
+                      prepare_processes=processes)
 
 
 @runtime_checkable

@@ -172,6 +172,10 @@ class ScanPrep:
             detector.release()
         return script.doubt(found, self._config.languages)
 
+    def warm(self) -> None:
+        """A file is arriving: start what preparing its pages needs (nothing here; the
+        processes of scan/pool.PooledScanPrep)."""
+
     def idle(self) -> None:
         """This preparer has no page to prepare: its OSD instances closed and their
         memory given back (see orient.Detector.release)."""

@@ -51,6 +51,7 @@ class VllmEngine(lightonocr.LightOnOCREngine):
         clock: Callable[[], float] = time.monotonic,
         held_mib: Callable[[list[int]], int | None] | None = None,
         others_mib: Callable[[list[int]], int | None] | None = None,
+        prepare_processes: bool | None = None,
     ) -> None:
         self._profile = profiles.of(config)
         self._keep_margins = config.keep_margins
@@ -101,7 +102,12 @@ class VllmEngine(lightonocr.LightOnOCREngine):
                               held_mib, replan, others_mib, profile=self._profile)
         # One page per call: each page's result goes on to its file the moment it ends.
         # Twice max_num_seqs callers keep a choice of pages waiting for admission.
-        self._policy = gpu_read_policy(2 * plan.max_num_seqs, config.rotate_pages)
+        # Pages prepared in processes (vllm.prepare_processes) for the real worker; the
+        # tests' fake one keeps threads unless asked.
+        if prepare_processes is None:
+            prepare_processes = cfg.prepare_processes and backend == "vllm"
+        self._policy = gpu_read_policy(2 * plan.max_num_seqs, config.rotate_pages,
+                                       processes=prepare_processes)
         atexit.register(self.close)
 
     # -- the Engine interface ------------------------------------------------------------

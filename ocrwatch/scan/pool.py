@@ -1,0 +1,199 @@
+"""Preparing pages in worker processes, for an engine that reads on a GPU.
+
+A page's preparation (:meth:`ScanPrep.prepare`: ink, faint marks, skew, orientation) is
+Python between calls into Pillow, numpy and Tesseract's OSD. The daemon's preparer
+threads share one interpreter lock, so past a few threads they wait on each other and on
+the daemon's own threads (the settler recording a drop's files took 50 ms a file beside 13
+preparers, 1.2 ms alone), and a GPU reads faster than they hand it pages.
+:class:`PooledScanPrep` sends each page to one of ``workers`` processes of its own
+(``concurrent.futures``' process pool), each with a :class:`ScanPrep` made from the same
+settings. The preparer threads still open the files, decode and scale their pages (C code
+that lets go of the lock) and wait for the process's answer.
+
+The processes start when the first page needs them (``spawn``: a fresh interpreter, never
+a copy of the daemon's threads), run at the preparers' lower priority, and are ended once
+no page has come for ``IDLE_S`` (their memory given back, as the engine's is). A process
+that dies preparing a page (a crash in native code) takes down the pool: the pool is made
+again, and each page it held is tried again alone, in a process of its own; a page that
+ends that one too fails its file with that reason, and no other page fails with it. What
+a worker logs is logged here, in the daemon's log, after its page.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing
+import os
+import threading
+import time
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any
+
+from ocrwatch.config import Config
+from ocrwatch.core.domain import Page
+from ocrwatch.core.errors import InputError
+from ocrwatch.scan.prepare import ScanPrep
+
+log = logging.getLogger(__name__)
+
+# Seconds without a page before the processes are ended (each holds 60-100 MB).
+IDLE_S = 120.0
+
+# In a worker: its ScanPrep, made once by _start_worker.
+_WORKER: ScanPrep | None = None
+
+
+class _Collect(logging.Handler):
+    """A worker's log records for the page at hand, sent back with it."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        record.msg, record.args = record.getMessage(), None  # formatted here: picklable
+        record.exc_info = record.exc_text = None
+        self.records.append(record)
+
+
+_COLLECT = _Collect()
+
+
+def _start_worker(config: Config, options: dict[str, Any], nice: int) -> None:
+    global _WORKER
+    os.environ.setdefault("OMP_THREAD_LIMIT", "1")  # one core a process: they run beside
+    if nice > 0:
+        with contextlib.suppress(OSError):  # not allowed: it runs at the daemon's priority
+            os.nice(nice)
+    root = logging.getLogger()
+    root.handlers[:] = [_COLLECT]
+    root.setLevel(logging.INFO)
+    _WORKER = ScanPrep(config, **options)
+
+
+def _prepare_in_worker(page: Page) -> tuple[Page, list[logging.LogRecord]]:
+    assert _WORKER is not None, "the worker was not started by _start_worker"
+    _COLLECT.records = []
+    try:
+        return _WORKER.prepare(page), _COLLECT.records
+    finally:
+        _COLLECT.records = []
+
+
+def _noop() -> None:
+    """Sent to start the processes ahead of the first page (PooledScanPrep.warm)."""
+
+
+class PooledScanPrep(ScanPrep):
+    """A :class:`ScanPrep` whose :meth:`prepare` runs in ``workers`` processes; its other
+    methods (the Tesseract engine's checks) run here as ScanPrep's do."""
+
+    def __init__(self, config: Config, workers: int, *, nice: int = 0,
+                 **options: Any) -> None:
+        super().__init__(config, **options)
+        self.workers = max(1, workers)
+        self._start_args = (config, options, nice)
+        self._pool: ProcessPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+        self._in_flight = 0
+        self._last_used = time.monotonic()
+        self._closed = False
+        self._said: set[str] = set()  # warnings each process gives once: logged once here
+
+    # -- the pool ------------------------------------------------------------------
+    def _executor(self) -> ProcessPoolExecutor:
+        with self._pool_lock:
+            if self._closed:
+                raise RuntimeError("the page preparers were closed")
+            if self._pool is None:
+                self._pool = ProcessPoolExecutor(
+                    self.workers, mp_context=multiprocessing.get_context("spawn"),
+                    initializer=_start_worker, initargs=self._start_args)
+                log.info("page preparation in %d processes", self.workers)
+            self._in_flight += 1
+            self._last_used = time.monotonic()
+            return self._pool
+
+    def _done(self) -> None:
+        with self._pool_lock:
+            self._in_flight -= 1
+            self._last_used = time.monotonic()
+
+    def _broken(self, pool: ProcessPoolExecutor) -> None:
+        """``pool`` lost a process: it is replaced, once, by whichever page saw it first."""
+        with self._pool_lock:
+            if self._pool is not pool:
+                return
+            self._pool = None
+        log.warning("a page preparation process ended unexpectedly; starting them again")
+        pool.shutdown(wait=False, cancel_futures=True)
+
+    # -- ScanPrep ------------------------------------------------------------------
+    def prepare(self, page: Page) -> Page:
+        if page.text is not None:
+            return page  # nothing to prepare: blank already, or the PDF's own text
+        pool = self._executor()
+        try:
+            prepared, records = pool.submit(_prepare_in_worker, page).result()
+        except BrokenProcessPool:
+            # This page, or another in flight beside it, ended a process: each is tried
+            # again alone, so that only the one that does it again fails.
+            self._broken(pool)
+            prepared, records = self._alone(page)
+        finally:
+            self._done()
+        self._replay(records)
+        return prepared
+
+    def _alone(self, page: Page) -> tuple[Page, list[logging.LogRecord]]:
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                                 initializer=_start_worker,
+                                 initargs=self._start_args) as alone:
+            try:
+                return alone.submit(_prepare_in_worker, page).result()
+            except BrokenProcessPool:
+                raise InputError(
+                    f"page {page.index + 1} ended the process that prepared it, twice (a "
+                    "crash in an image library or in Tesseract); the file is kept as it "
+                    "is") from None
+
+    def _replay(self, records: list[logging.LogRecord]) -> None:
+        for record in records:
+            if record.levelno >= logging.WARNING:
+                if record.msg in self._said:
+                    continue
+                self._said.add(str(record.msg))
+            logging.getLogger(record.name).handle(record)
+
+    def warm(self) -> None:
+        """Start the processes now (a file is arriving), not with its first page."""
+        pool = self._executor()
+        try:
+            for _ in range(self.workers):
+                pool.submit(_noop)
+        except (BrokenProcessPool, RuntimeError):
+            self._broken(pool)
+        finally:
+            self._done()
+
+    def idle(self) -> None:
+        """A preparer found no file: the processes end once none has had a page for
+        ``IDLE_S``."""
+        super().idle()
+        with self._pool_lock:
+            pool = self._pool
+            if (pool is None or self._in_flight
+                    or time.monotonic() - self._last_used < IDLE_S):
+                return
+            self._pool = None
+        pool.shutdown(wait=True)
+
+    def close(self) -> None:
+        with self._pool_lock:
+            self._closed = True
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+        super().close()
