@@ -216,7 +216,8 @@ class Daemon:
                           lambda path: pipeline.gone(self.ctx, path),
                           rescan_seconds=self.config.rescan_minutes * 60,
                           follow=self.follower, arriving=self._arriving,
-                          ignore=Ignore(self.config.ignore), settled=self.scheduler.wake)
+                          ignore=Ignore(self.config.ignore), settled=self.scheduler.wake,
+                          intake=self.scheduler.intake)
         self._settler = settler
         self._watcher = Watcher(settler, observer=self.config.observer)
         self._watcher.start()

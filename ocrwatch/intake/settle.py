@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
 import time
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -75,6 +77,7 @@ class Settler(Service):
         arriving: Callable[[Path], None] | None = None,
         ignore: Ignore | None = None,
         settled: Callable[[], None] | None = None,
+        intake: Callable[[], AbstractContextManager[None]] | None = None,
     ) -> None:
         super().__init__("ocrwatch-settle")
         self.roots = roots
@@ -92,6 +95,9 @@ class Settler(Service):
         # Called once after a look that handed files on (the daemon wakes its preparers
         # then, not per file: see _check_pending).
         self.settled = settled
+        # Held while a look records the files that settled (the scheduler's preparers
+        # claim none meanwhile, Scheduler.intake).
+        self.intake = intake or contextlib.nullcontext
         self.settle = settle_seconds
         self.ready = ready
         self.gone = gone
@@ -236,8 +242,9 @@ class Settler(Service):
     def _check_pending(self, now: float) -> None:
         handed = 0
         try:
-            for path, entry in list(self.pending.items()):
-                handed += self._check_one(path, entry, now)
+            with self.intake():
+                for path, entry in list(self.pending.items()):
+                    handed += self._check_one(path, entry, now)
         finally:
             # Files that settle together are all recorded before anything is prepared: a
             # drop of 52 files took 3-4.5 s to record on a 16-core machine whose 13
