@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -147,3 +149,49 @@ def test_the_daemon_of_a_gpu_engine_prepares_in_processes_and_leaves_none(
         turned = [row[0] for row in daemon.db.query("SELECT turned FROM pages")]
     assert turned == [270]
     helpers.wait_for(lambda: not workers(), 10, "the preparing processes to end")
+
+
+_KILLED_PARENT = """
+import sys, time
+from ocrwatch.config import Config
+from ocrwatch.scan import pool
+if __name__ == "__main__":
+    prep = pool.PooledScanPrep(Config(languages=["eng"]), 2)
+    prep.warm()
+    print("warm", flush=True)
+    time.sleep(120)
+"""
+
+
+def test_processes_end_when_the_daemon_is_killed_outright(tmp_path: Path) -> None:
+    # SIGKILL (the out-of-memory killer): no close(), yet no process is left waiting.
+    script = tmp_path / "parent.py"
+    script.write_text(_KILLED_PARENT, encoding="utf-8")
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                              cwd=Path(__file__).resolve().parents[1])
+    try:
+        assert parent.stdout is not None and parent.stdout.readline() == b"warm\n"
+        proc = psutil.Process(parent.pid)
+        helpers.wait_for(lambda: len([c for c in proc.children()
+                                      if "spawn_main" in " ".join(c.cmdline())]) == 2,
+                         30, "the two processes started")
+        found = [c for c in proc.children() if "spawn_main" in " ".join(c.cmdline())]
+        parent.kill()
+        parent.wait(10)
+
+        def ended() -> bool:
+            for child in found:
+                try:
+                    if child.status() != psutil.STATUS_ZOMBIE:
+                        return False
+                except psutil.NoSuchProcess:
+                    continue
+            return True
+
+        helpers.wait_for(ended, 10 * pool.PARENT_CHECK_S, "the orphaned processes to end")
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait(10)
+        if parent.stdout is not None:
+            parent.stdout.close()

@@ -25,21 +25,25 @@ import contextlib
 import logging
 import multiprocessing
 import os
+import signal
 import threading
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import CancelledError, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from ocrwatch.config import Config
 from ocrwatch.core.domain import Page
-from ocrwatch.core.errors import InputError
+from ocrwatch.core.errors import InputError, TransientError
 from ocrwatch.scan.prepare import ScanPrep
 
 log = logging.getLogger(__name__)
 
 # Seconds without a page before the processes are ended (each holds 60-100 MB).
 IDLE_S = 120.0
+
+# How often a worker looks whether the daemon is still there (_end_with).
+PARENT_CHECK_S = 1.0
 
 # In a worker: its ScanPrep, made once by _start_worker.
 _WORKER: ScanPrep | None = None
@@ -61,8 +65,13 @@ class _Collect(logging.Handler):
 _COLLECT = _Collect()
 
 
-def _start_worker(config: Config, options: dict[str, Any], nice: int) -> None:
+def _start_worker(config: Config, options: dict[str, Any], nice: int, daemon: int) -> None:
     global _WORKER
+    # Ctrl-C in the daemon's terminal reaches the whole process group: the daemon stops
+    # its preparers in order, and their processes with them.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_end_with, args=(daemon,), name="ocrwatch-prep-parent",
+                     daemon=True).start()
     os.environ.setdefault("OMP_THREAD_LIMIT", "1")  # one core a process: they run beside
     if nice > 0:
         with contextlib.suppress(OSError):  # not allowed: it runs at the daemon's priority
@@ -71,6 +80,15 @@ def _start_worker(config: Config, options: dict[str, Any], nice: int) -> None:
     root.handlers[:] = [_COLLECT]
     root.setLevel(logging.INFO)
     _WORKER = ScanPrep(config, **options)
+
+
+def _end_with(parent: int) -> None:
+    """In a worker: end once the daemon is gone. A worker waits for pages on a pipe whose
+    writing end it holds too, so a daemon killed outright (the out-of-memory killer)
+    would leave it waiting for ever."""
+    while os.getppid() == parent:
+        time.sleep(PARENT_CHECK_S)
+    os._exit(0)
 
 
 def _prepare_in_worker(page: Page) -> tuple[Page, list[logging.LogRecord]]:
@@ -94,7 +112,9 @@ class PooledScanPrep(ScanPrep):
                  **options: Any) -> None:
         super().__init__(config, **options)
         self.workers = max(1, workers)
-        self._start_args = (config, options, nice)
+        # The daemon's pid from here: a worker that starts after the daemon was killed
+        # would see its new parent as its own.
+        self._start_args = (config, options, nice, os.getpid())
         self._pool: ProcessPoolExecutor | None = None
         self._pool_lock = threading.Lock()
         self._in_flight = 0
@@ -106,7 +126,7 @@ class PooledScanPrep(ScanPrep):
     def _executor(self) -> ProcessPoolExecutor:
         with self._pool_lock:
             if self._closed:
-                raise RuntimeError("the page preparers were closed")
+                raise TransientError("ocrwatch is stopping: the page is read at its next start")
             if self._pool is None:
                 self._pool = ProcessPoolExecutor(
                     self.workers, mp_context=multiprocessing.get_context("spawn"),
@@ -137,6 +157,9 @@ class PooledScanPrep(ScanPrep):
         pool = self._executor()
         try:
             prepared, records = pool.submit(_prepare_in_worker, page).result()
+        except CancelledError:  # close() ended the pool before the page's turn
+            raise TransientError("ocrwatch is stopping: the page is read at its next "
+                                 "start") from None
         except BrokenProcessPool:
             # This page, or another in flight beside it, ended a process: each is tried
             # again alone, so that only the one that does it again fails.
@@ -169,6 +192,8 @@ class PooledScanPrep(ScanPrep):
 
     def warm(self) -> None:
         """Start the processes now (a file is arriving), not with its first page."""
+        if self._closed:
+            return
         pool = self._executor()
         try:
             for _ in range(self.workers):
