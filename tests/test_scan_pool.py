@@ -18,13 +18,15 @@ import psutil
 import pytest
 from PIL import Image, ImageChops
 
-from benchmarks import cases
-from benchmarks.pdf_output import DPI, page_lines, synthetic_page
 from ocrwatch.config import Config
 from ocrwatch.core.domain import Page
 from ocrwatch.core.errors import InputError
 from ocrwatch.scan import deskew, pool
 from ocrwatch.scan.prepare import ScanPrep
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the benchmarks package
+from benchmarks import cases
+from benchmarks.pdf_output import DPI, page_lines, synthetic_page
 
 pytestmark = pytest.mark.skipif(not shutil.which("tesseract"),
                                 reason="tesseract is needed (apt install tesseract-ocr)")
