@@ -155,10 +155,12 @@ def test_a_drop_shows_pages_left_rate_eta_and_what_waits(home: Home) -> None:
         def with_eta() -> dict[str, object] | None:
             p = status(home)["progress"]
             assert isinstance(p, dict)
-            return p if p["eta_seconds"] and p["pages_done"] else None
-        running = wait_for(with_eta, 60, "an ETA once pages are read")
+            # (A page being finished is counted neither done nor left for a moment: a
+            # snapshot then shows 8 or 9 of the 11; the next one all of them.)
+            return (p if p["eta_seconds"] and p["pages_done"]
+                    and p["pages_done"] + p["pages_left"] >= 11 else None)  # type: ignore[operator]
+        running = wait_for(with_eta, 60, "an ETA once pages are read, every page counted")
         assert running["pages_per_second"] > 0  # type: ignore[operator]
-        assert running["pages_done"] + running["pages_left"] >= 11  # type: ignore[operator]
         text = ocrwatch_cli(home, "status").stdout
         assert "eta:     about " in text and "(done at " in text
 
