@@ -128,13 +128,15 @@ class PooledScanPrep(ScanPrep):
             if self._closed:
                 raise TransientError("ocrwatch is stopping: the page is read at its next start")
             if self._pool is None:
-                self._pool = ProcessPoolExecutor(
-                    self.workers, mp_context=multiprocessing.get_context("spawn"),
-                    initializer=_start_worker, initargs=self._start_args)
+                self._pool = self._new_pool(self.workers)
                 log.info("page preparation in %d processes", self.workers)
             self._in_flight += 1
             self._last_used = time.monotonic()
             return self._pool
+
+    def _new_pool(self, workers: int) -> ProcessPoolExecutor:
+        return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=_start_worker, initargs=self._start_args)
 
     def _done(self) -> None:
         with self._pool_lock:
@@ -171,9 +173,7 @@ class PooledScanPrep(ScanPrep):
         return prepared
 
     def _alone(self, page: Page) -> tuple[Page, list[logging.LogRecord]]:
-        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
-                                 initializer=_start_worker,
-                                 initargs=self._start_args) as alone:
+        with self._new_pool(1) as alone:
             try:
                 return alone.submit(_prepare_in_worker, page).result()
             except BrokenProcessPool:
