@@ -21,7 +21,7 @@ import pikepdf
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from PIL import Image, ImageDraw, ImageFont
+from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
 from ocrwatch.config import Config
 from ocrwatch.config.languages import available_languages
@@ -587,6 +587,21 @@ def test_punch_holes_and_a_staple_on_a_blank_back_are_not_text_but_a_word_by_the
     cx, cy = front.width // 2, front.height // 2
     ImageDraw.Draw(dotted).ellipse((cx - r, cy - r, cx + r, cy + r), fill="black")
     assert not inkcover.is_blank(dotted)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 120), st.integers(1, 120), st.sampled_from([3, 9, 11]),
+       st.lists(st.tuples(st.floats(0, 1, exclude_max=True), st.floats(0, 1, exclude_max=True)),
+                max_size=60))
+def test_marks_are_grouped_as_pillows_max_filter_groups_them(
+        width: int, height: int, size: int, inks: list[tuple[float, float]]) -> None:
+    """The margin's marks are grouped by running sums, not Pillow's rank filter (which sorts
+    each window and took most of a blank back's preparation): the same pixels, edges too."""
+    mask = Image.new("L", (width, height), 0)
+    for x, y in inks:
+        mask.putpixel((int(x * width), int(y * height)), 255)
+    assert (inkcover._spread(mask, size).tobytes()
+            == mask.filter(ImageFilter.MaxFilter(size)).tobytes())
 
 
 def test_a_holes_shadow_broken_into_arcs_is_one_hole(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -47,6 +47,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 from PIL import Image, ImageChops, ImageFilter
 
 WORK_SIDE = 1000  # pixels: the longest side the page is measured at
@@ -214,6 +215,20 @@ def _ink(mask: Image.Image) -> tuple[float, float]:
     return ink / (mask.width * mask.height), densest
 
 
+def _spread(mask: Image.Image, size: int) -> Image.Image:
+    """``mask.filter(ImageFilter.MaxFilter(size))`` for a 0/255 mask, in a time that does
+    not grow with ``size``: a window's ink counted from running sums. Pillow's rank filter
+    sorts each pixel's window, and for the 9 and 11 pixel groups it took more of a blank
+    back's preparation than the rest of it."""
+    reach = size // 2
+    ink = np.pad(np.asarray(mask) > 0, reach, mode="edge").astype(np.int32)
+    sums = np.zeros((ink.shape[0] + 1, ink.shape[1] + 1), dtype=np.int32)
+    np.cumsum(np.cumsum(ink, axis=0), axis=1, out=sums[1:, 1:])
+    counts = (sums[size:, size:] - sums[:-size, size:] - sums[size:, :-size]
+              + sums[:-size, :-size])
+    return Image.fromarray(np.where(counts > 0, 255, 0).astype(np.uint8), "L")
+
+
 def _clear_filing_marks(mask: Image.Image, spacing: int = GROUP) -> Image.Image | None:
     """``mask`` without its punch holes and staples, when the page's middle is blank and
     its margin band holds few marks (pieces ``spacing`` - 1 pixels apart taken as one); None
@@ -230,7 +245,7 @@ def _clear_filing_marks(mask: Image.Image, spacing: int = GROUP) -> Image.Image 
     rest.paste(0, middle)
     # Pieces a few pixels apart are one mark: the median filter breaks a staple's thin
     # wire into dashes.
-    groups = rest.filter(ImageFilter.MaxFilter(spacing))
+    groups = _spread(rest, spacing)
     only = [0] * 256
     only[128] = 255
     staples: list[Image.Image] = []
