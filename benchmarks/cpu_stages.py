@@ -8,6 +8,8 @@ sidecars (the default outputs) written to a scratch folder. The functions of eac
 are wrapped with a CPU clock (``time.process_time``); a stage's time is its own, without
 the stages it calls (OSD inside the orientation, a reading check's readings inside it).
 Plain ``tesseract FILE stdout`` is timed on the same page for comparison.
+``--no-read-first`` runs OSD before the reading on pages their lines do not turn, as
+before ``orient.READ_FIRST``.
 
     python benchmarks/cpu_stages.py --set /tmp/heldout [--classes receipt] [--out FILE]
 """
@@ -38,6 +40,7 @@ os.environ.setdefault("OMP_THREAD_LIMIT", "1")
 STAGES = ("decode", "blank check", "faint checks", "deskew", "OSD", "orientation other",
           "reading check: band", "reading check: four-way", "turn", "layout / enlargement",
           "first reading", "second: local threshold", "second: stretched", "second: rows",
+          "after reading: orientation", "after reading: read again, turned",
           "engine other", "finish", "thumbnail", "outputs")
 
 
@@ -90,6 +93,8 @@ def _reading_stage(engine: Any, api: Any) -> str:
     """Which of the engine's readings this is, from the settings it is read with."""
     from tesserocr import PSM
 
+    if "after reading: orientation" in CLOCK._stack:
+        return "after reading: read again, turned"  # a page read as it lay, then turned
     if api.GetVariableAsString("thresholding_method") == "2":
         return "second: local threshold"
     if api.GetPageSegMode() == PSM.SINGLE_BLOCK:
@@ -109,7 +114,8 @@ def instrument() -> None:
             (faint, "mostly_faint", "faint checks"),
             (deskew, "skew_angle", "deskew"), (deskew, "straighten", "deskew"),
             (orient, "turn", "turn"), (tesseract, "line_height", "layout / enlargement"),
-            (pipeline, "finish", "finish")):
+            (pipeline, "finish", "finish"),
+            (pipeline, "_read_first", "after reading: orientation")):
         setattr(module, name, _timed(stage, getattr(module, name)))
     for cls, name, stage in (
             (osd.OsdApi, "found", "OSD"),
@@ -148,7 +154,8 @@ def _pages(iterator: Iterator[Any]) -> Iterator[Any]:
         yield page
 
 
-def run(folder: Path, classes: list[str] | None) -> list[dict[str, Any]]:
+def run(folder: Path, classes: list[str] | None,
+        read_first: bool = True) -> list[dict[str, Any]]:
     instrument()
     from ocrwatch import pipeline
     from ocrwatch.config import Config
@@ -168,7 +175,7 @@ def run(folder: Path, classes: list[str] | None) -> list[dict[str, Any]]:
             if langs not in engines:
                 config = Config(languages=langs.split("+"))
                 engine = TesseractEngine(config)
-                prep = prepare.ScanPrep(config, scripts=True)
+                prep = prepare.ScanPrep(config, scripts=True, read_first=read_first)
                 engines[langs] = (config, engine, prep)
                 # Instances started once per process, not per page: warmed on this page.
                 for page in iter_pages(item.path, config, None):
@@ -233,8 +240,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--set", type=Path, required=True, metavar="DIR")
     parser.add_argument("--classes", nargs="*", metavar="KIND")
     parser.add_argument("--out", type=Path, default=None, metavar="FILE")
+    parser.add_argument("--no-read-first", dest="read_first", action="store_false",
+                        help="OSD before the reading on every page its lines do not turn, "
+                        "as before orient.READ_FIRST")
     args = parser.parse_args(argv)
-    lines = report(run(args.set, args.classes))
+    lines = report(run(args.set, args.classes, args.read_first))
+    if not args.read_first:
+        lines.insert(1, "# orient.READ_FIRST off (--no-read-first)")
     print("\n".join(lines))
     print(f"written: {_common.save('cpu_stages.txt', lines, args.out)}")
 

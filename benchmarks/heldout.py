@@ -82,7 +82,7 @@ def ocrmypdf(path: Path, langs: str, work: Path) -> tuple[str, float, str]:
 def run(folder: Path, classes: list[str] | None) -> list[dict[str, object]]:
     from ocrwatch import pipeline
     from ocrwatch.config import Config
-    from ocrwatch.engines import registry
+    from ocrwatch.context import scan_for
     from ocrwatch.engines.tesseract import TesseractEngine
     from ocrwatch.pages.decode import iter_pages
     from ocrwatch.scan.prepare import ScanPrep
@@ -96,11 +96,11 @@ def run(folder: Path, classes: list[str] | None) -> list[dict[str, object]]:
             langs = item.languages or "eng"
             if langs not in engines:
                 config = Config(languages=langs.split("+"))
-                # Prepared as the daemon prepares for Tesseract (context.py): with the
-                # script check, whose OSD runs after an unsure reading (pipeline.read).
-                engines[langs] = (config, TesseractEngine(config), ScanPrep(
-                    config, enabled=registry.scans("tesseract"),
-                    scripts=registry.reads_languages("tesseract")))
+                # Prepared as the daemon prepares for Tesseract (context.scan_for): with
+                # the script check, whose OSD runs after an unsure reading, and the turn
+                # of a page its lines do not tell left to its reading (pipeline.read).
+                engines[langs] = (config, TesseractEngine(config),
+                                  scan_for(config, "tesseract"))
             config, engine, prep = engines[langs]
             truth = item.truth.read_text("utf-8")
             started = time.process_time()

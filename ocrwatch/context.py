@@ -69,7 +69,8 @@ def scan_for(config: Config, engine_name: str, processes: int = 0,
 
         return PooledScanPrep(config, processes, nice=nice, scripts=reads_languages,
                               least_skew=least_skew)
-    return ScanPrep(config, enabled=enabled, scripts=reads_languages, least_skew=least_skew)
+    return ScanPrep(config, enabled=enabled, scripts=reads_languages, least_skew=least_skew,
+                    read_first=reads_languages)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ import contextlib
 import logging
 import os
 import pwd
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import BinaryIO
@@ -51,7 +51,7 @@ from ocrwatch.pages.decode import Limits, check_size, iter_pages
 from ocrwatch.pages.merge import merged
 from ocrwatch.reindex import known_by_sidecars
 from ocrwatch.results.sidecar import remove_stale_temps
-from ocrwatch.scan import script
+from ocrwatch.scan import orient, script
 from ocrwatch.scan.prepare import ScanPrep, blank_result, finish
 from ocrwatch.store.jobfiles import Seen
 from ocrwatch.store.jobs import file_sha256
@@ -279,13 +279,16 @@ def open_error(job: Job, exc: Exception) -> tuple[str | None, str | None]:
 
 # -- 3. read ------------------------------------------------------------------------
 def read(engine: Engine, name: str, pages: Sequence[Page],
-         scan: ScanPrep | None = None) -> tuple[list[PageText], str | None]:
+         scan: ScanPrep | None = None,
+         turned: Callable[[Page], None] | None = None) -> tuple[list[PageText], str | None]:
     """Every page's result, and the reason when the engine cannot work at all.
 
     Pages that need no engine (blank, or taken from a PDF's own text layer) are
     answered here, the rest by the engine (:func:`recognize`). ``scan``, the preparation
-    the pages went through, is asked for the script of an unsure reading's page that OSD
-    did not see (``Page.script_unchecked``).
+    the pages went through, turns a page whose turn was left to its reading
+    (``Page.turn_unchecked``) when that reading is not of upright text, and the page is
+    read again (``turned`` is told of it: its thumbnail); and it is asked for the script
+    of an unsure reading's page that OSD did not see (``Page.script_unchecked``).
     """
     given = {n: _with_doubt(merged(blank_result() if p.blank else
                             PageText(markdown=text_to_markdown(p.text) if p.text else "",
@@ -294,11 +297,39 @@ def read(engine: Engine, name: str, pages: Sequence[Page],
              for n, p in enumerate(pages) if p.text is not None}
     rest = [p for n, p in enumerate(pages) if n not in given]
     answers, unavailable = recognize(engine, name, rest) if rest else ([], None)
+    if unavailable is None and scan is not None:
+        answers, rest, unavailable = _read_first(engine, name, answers, rest, scan, turned)
     if unavailable is None:
         answers = [_with_doubt(merged(finish(_pictures(a, p), p), p.known), p, scan)
                    if a.error is None else a for a, p in zip(answers, rest, strict=True)]
     got = iter([_doubted(a) for a in answers])
     return [given[n] if n in given else next(got) for n in range(len(pages))], unavailable
+
+
+def _read_first(engine: Engine, name: str, answers: list[PageText], pages: list[Page],
+                scan: ScanPrep, turned: Callable[[Page], None] | None,
+                ) -> tuple[list[PageText], list[Page], str | None]:
+    """The answers and pages, each page whose turn was left to its reading and whose
+    reading is not of upright text (:func:`ocrwatch.scan.orient.reads_upright`) turned
+    now and, when that turns it, read again; the reason when the engine cannot work."""
+    answers, pages = list(answers), list(pages)
+    for n, (answer, page) in enumerate(zip(answers, pages, strict=True)):
+        if (not page.turn_unchecked or answer.error
+                or orient.reads_upright(answer.confidence, answer.layout)):
+            continue
+        upright = scan.turn_after_reading(page)
+        pages[n] = upright
+        if upright.turned == page.turned:
+            continue  # as it lies after all: the reading stands
+        log.info("%s, page %d: read as it lay, not as upright text: turned %d degrees "
+                 "and read again", page.source.name, page.index + 1, upright.turned)
+        (again,), unavailable = recognize(engine, name, [upright])
+        if unavailable is not None:
+            return answers, pages, unavailable
+        answers[n] = again
+        if turned is not None:
+            turned(upright)
+    return answers, pages, None
 
 
 def _with_doubt(result: PageText, page: Page, scan: ScanPrep | None) -> PageText:

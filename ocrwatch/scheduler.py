@@ -24,7 +24,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -412,7 +412,7 @@ class Scheduler:
         warm = self.rate.warm()
         began = time.monotonic()
         results, unavailable = (pipeline.read(self.engine, self.ctx.engine_name, [item.page],
-                                              self.ctx.scan)
+                                              self.ctx.scan, self._thumbnail(work.job))
                                 if live else ([], None))
         self.rate.add(sum(1 for r in results if not r.error))
         asked = live and unavailable is None and item.page.text is None and not item.page.blank
@@ -440,6 +440,13 @@ class Scheduler:
             # Its result, the file's finishing included when it was the last, paces the
             # rate and the ETA; a page the engine could not take at all says nothing.
             self.rate.took(warm=warm)
+
+    def _thumbnail(self, job: Job) -> Callable[[Page], None]:
+        """Draws the thumbnail of ``job``'s page again once its reading turned it."""
+        def save(page: Page) -> None:
+            if job.sha256:
+                self.ctx.thumbs.save(job.sha256, page.index + 1, page.image, again=True)
+        return save
 
     # -- finishing -------------------------------------------------------------------
     def _conclude(self, work: _Work, *, engine: str | None = None) -> None:

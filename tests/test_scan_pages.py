@@ -147,6 +147,81 @@ def test_turned_tiff_frames_are_read_upright_and_the_turn_is_recorded(tmp_path: 
         assert score(reference, page_text).cer < 0.02, page_text
 
 
+def test_a_page_its_lines_do_not_turn_is_read_first_and_turned_only_if_not_upright(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tesseract reads a page whose lines do not tell its turn as it lies: read as upright
+    text, it costs no OSD; read otherwise, it is turned as before (OSD, the reading check)
+    and read again, its turn recorded, its PDF page and thumbnail upright."""
+    monkeypatch.setattr(scanprep.orient.Detector, "by_lines", staticmethod(lambda image: None))
+    asked: list[object] = []
+    found = osd.OsdApi.found
+
+    def counted(self: osd.OsdApi, *args: Any, **kwargs: Any) -> Any:
+        asked.append(args)
+        return found(self, *args, **kwargs)
+
+    monkeypatch.setattr(osd.OsdApi, "found", counted)
+    config = config_for(tmp_path)
+    upright, lines, truth = letter(6)
+    frames = [upright, *(upright.transpose(ROTATE[t]) for t in (90, 180, 270))]
+    src = config.inbox[0] / "feeder.tif"
+    frames[0].save(src, save_all=True, append_images=frames[1:], dpi=(DPI, DPI),
+                   compression="tiff_deflate")
+    daemon = read(config, src)
+    try:
+        got = rows(daemon)
+        job = daemon.jobs.known(src)
+        assert job is not None and job.sha256
+        shapes = []
+        for number in range(1, 5):
+            with Image.open(daemon.thumbs.path(job.sha256, number)) as thumb:
+                shapes.append(thumb.width < thumb.height)
+    finally:
+        daemon.close()
+    assert [r["turned"] for r in got] == [0, 270, 180, 90]
+    assert len(asked) == 3  # OSD for the three pages not read as upright text, not the first
+    reference = "\n".join(lines)
+    for row in got:
+        assert score(reference, str(row["text"])).cer < 0.02, row["text"]
+    assert shapes == [upright.width < upright.height] * 4  # every thumbnail stands upright
+    pdf = config.inbox[0] / "feeder.ocr.pdf"
+    with pikepdf.open(pdf) as doc:
+        assert [int(p.obj.get("/Rotate", 0)) for p in doc.pages] == [0, 270, 180, 90]
+    for page_words in bbox_words(pdf):
+        offsets = word_offsets(page_words, truth)  # type: ignore[arg-type]
+        assert len(offsets) == len(truth) and max(offsets) <= TOLERANCE_PT, offsets
+
+
+def test_a_page_read_first_but_not_surely_is_read_again_only_if_osd_turns_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An engine whose reading does not say it is of upright text (no confidence here):
+    the page goes to OSD after its reading, as it would have before it; left as it lay,
+    its reading stands (one reading); turned, it is read again upright (two)."""
+    from ocrwatch import pipeline
+
+    monkeypatch.setattr(scanprep.orient.Detector, "by_lines", staticmethod(lambda image: None))
+    config = config_for(tmp_path)
+    prep = scanprep.ScanPrep(config, scripts=True, read_first=True)
+    upright, lines, _ = letter(7)
+    engine = Recording("\n".join(lines))
+    told: list[Page] = []
+    try:
+        for fed, reads, turned in ((0, 1, 0), (180, 2, 180)):
+            path = tmp_path / f"fed{fed}.png"
+            (upright.transpose(ROTATE[fed]) if fed else upright).save(path, dpi=(DPI, DPI))
+            (page,) = [prep.prepare(p) for p in iter_pages(path, config, None)]
+            assert page.turn_unchecked and page.turned == 0
+            engine.seen.clear()
+            (result,), unavailable = pipeline.read(engine, "recording", [page], prep,
+                                                   told.append)
+            assert unavailable is None and len(engine.seen) == reads
+            assert engine.seen[-1].turned == turned and result.turned == turned
+            assert engine.seen[-1].turn_unchecked == (reads == 1)  # read again: settled
+        assert [p.turned for p in told] == [180]  # its thumbnail drawn again, upright
+    finally:
+        prep.close()
+
+
 def test_a_pdf_page_scanned_upside_down_is_read_upright(tmp_path: Path) -> None:
     import img2pdf
 

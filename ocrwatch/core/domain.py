@@ -52,6 +52,10 @@ class Page:
     # script is asked only when the reading is unsure (ScanPrep.script_doubt), which is
     # the only time a script's doubt can hold, at no OSD cost for pages read surely.
     script_unchecked: bool = False
+    # Its turn was left to its reading (an engine that says how sure it is: Tesseract):
+    # its lines did not tell it, and a page read as upright text needs no OSD. One read
+    # otherwise is turned then, as its preparation would have (ScanPrep.turn_after_reading).
+    turn_unchecked: bool = False
     # A small drawing of a page whose text was taken from the PDF (its ``image`` is then
     # a 1x1 stand-in): what its thumbnail is made from. None when not drawn.
     sketch: Image.Image | None = None

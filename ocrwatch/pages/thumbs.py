@@ -62,11 +62,13 @@ class Thumbnails:
         """Where page ``page`` (1-based) of this content has its thumbnail."""
         return self.folder(sha256) / f"{int(page)}.webp"
 
-    def save(self, sha256: str, page: int, image: Image.Image) -> None:
-        """Make the thumbnail; a failure costs the picture only, never the page."""
+    def save(self, sha256: str, page: int, image: Image.Image, *, again: bool = False) -> None:
+        """Make the thumbnail (``again``: in place of the one made, a page turned once its
+        reading showed it was not upright); a failure costs the picture only, never the
+        page."""
         target = self.path(sha256, page)
         try:
-            if target.exists():
+            if target.exists() and not again:
                 return
             data = encode(image)
             target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)

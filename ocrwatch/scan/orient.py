@@ -68,6 +68,18 @@ measured on the text's box, the ink that does not reach the picture's edge
 (:func:`ocrwatch.scan.inkcover.text_box`). And a page whose profiles show lines running
 down it (the columns ``SIDEWAYS_RATIO`` times sharper than the rows) is measured turned a
 quarter: its lines then lie level, and upright or upside down says which quarter.
+
+The Tesseract engine reads every page anyway and says how sure it is, so for it a page
+whose lines do not tell its turn is not shown to OSD first (``READ_FIRST``;
+:meth:`Detector.lines_first`): it is read as it lies, and a reading of upright text
+(:func:`reads_upright`: ``READ_UPRIGHT_WORDS`` level words or more, ``READ_UPRIGHT_SHARE``
+of all the words read, at a mean word confidence of ``READ_UPRIGHT_MEAN`` or more) settles
+it. Any other reading has the page turned as above (:meth:`Detector.detect`, after the
+reading: :meth:`ocrwatch.scan.prepare.ScanPrep.turn_after_reading`) and read again when
+that turns it. A page lying sideways reads as words standing on end (none level); one
+upside down reads as level words of low confidence (benchmarks/results/read_first.txt).
+Most pages lie upright: each that reads so saves OSD's 0.3-0.5 CPU-s; a turned page pays
+one reading before its turn.
 """
 
 from __future__ import annotations
@@ -84,6 +96,7 @@ from typing import Any
 from PIL import Image
 
 from ocrwatch.config.languages import available_languages, prepare_tessdata
+from ocrwatch.core.layout import PageLayout
 from ocrwatch.core.wordlike import wordlike_share
 from ocrwatch.scan import ascenders, deskew, inkcover
 from ocrwatch.scan.osd import OsdApi
@@ -129,6 +142,19 @@ SHEET_LINES = True
 # rows), turned a quarter first.
 SIDEWAYS_LINES = True
 SIDEWAYS_RATIO = AXIS_RATIO
+# An engine that reads the page anyway and says how sure it is (Tesseract) reads first a
+# page whose lines did not tell its turn, as it lies: a reading of this many level words
+# (three letters or more, their box wider than tall), this share of all it read, at this
+# mean word confidence (0-100) is of an upright page, and no OSD is run for it; any other
+# is turned then as before (OSD, the reading check) and read again if turned. Read as
+# they lie, the upright pages of the held-out-style set and the orientation set's
+# variants read at 75-95 with half or more of their words level; upside down, at most 58
+# (clean forms), sideways with at most a fifth of their words level
+# (benchmarks/results/read_first.txt).
+READ_FIRST = True
+READ_UPRIGHT_WORDS = 20
+READ_UPRIGHT_SHARE = 0.5
+READ_UPRIGHT_MEAN = 70.0
 
 # Pixels: the longest side of the page OSD looks at. Larger pages are reduced to it (OSD,
 # which cannot be interrupted, took over 10 s on a 7000-pixel page, all of it in the way
@@ -151,6 +177,19 @@ class Orientation:
     script: str = ""
     script_confidence: float = 0.0
     lines: bool = False  # decided by its lines' shape (ascenders.py), OSD not asked
+    deferred: bool = False  # left to the page's reading (READ_FIRST): not decided yet
+
+
+def reads_upright(confidence: float | None, layout: PageLayout | None) -> bool:
+    """Whether a reading (its mean word confidence, its word boxes) is of upright text:
+    enough level words, most of what was read, read surely (``READ_UPRIGHT_*``)."""
+    if confidence is None or confidence < READ_UPRIGHT_MEAN or layout is None:
+        return False
+    words = [w for w in layout.words if w.text.strip()]
+    level = sum(1 for w in words
+                if len(w.text) >= 3 and w.box[2] - w.box[0] > w.box[3] - w.box[1])
+    return (not layout.by_line and level >= READ_UPRIGHT_WORDS
+            and level >= READ_UPRIGHT_SHARE * len(words))
 
 
 def sized(image: Image.Image, side: int) -> Image.Image:
@@ -273,6 +312,18 @@ class Detector:
                                script_confidence=script[1])
         return Orientation(self._best(image, clockwise), confidence, checked=self.can_check,
                            proposed=clockwise, script=script[0], script_confidence=script[1])
+
+    def lines_first(self, image: Image.Image) -> Orientation:
+        """The turn where ``image``'s lines tell it, else left to the page's reading
+        (``Orientation.deferred``; READ_FIRST): :meth:`detect` runs only if that reading
+        is not of upright text. Where the languages are not all in Latin letters (the
+        lines' shape and the reading's rule were measured on those), :meth:`detect` now."""
+        if self.osd is None:
+            return Orientation(0, -1.0)
+        if not (LINES_CHECK and self.latin):
+            return self.detect(image)
+        by_lines = self.by_lines(image)
+        return by_lines if by_lines is not None else Orientation(0, -1.0, deferred=True)
 
     @staticmethod
     def by_lines(image: Image.Image) -> Orientation | None:

@@ -10,7 +10,10 @@ In order, each page (image, TIFF frame or PDF page) is:
    on the straightened page, under it on the page as fed (a quarter turn and a small one
    give the same pixels in either order);
 3. turned upright when it lies sideways or upside down (:mod:`ocrwatch.scan.orient`;
-   ``rotate_pages``);
+   ``rotate_pages``). For an engine that says how sure its reading is (Tesseract), a page
+   whose lines do not tell its turn is left as it lies (``Page.turn_unchecked``) and read:
+   a reading of upright text settles it without OSD, any other has the page turned then
+   (:meth:`ScanPrep.turn_after_reading`) and read again if that turns it;
 4. for an engine that reads with ``languages`` (Tesseract), a doubt when OSD finds it in
    a script none of them reads and the reading is unsure too (:mod:`ocrwatch.scan.script`;
    ``Page.script_doubt``). OSD is not run for this alone: a page whose lines told its turn
@@ -63,7 +66,7 @@ class ScanPrep:
     """Blank, orientation and skew for the pages of one configuration."""
 
     def __init__(self, config: Config, *, enabled: bool = True, scripts: bool = False,
-                 least_skew: float = deskew.MIN_ANGLE) -> None:
+                 least_skew: float = deskew.MIN_ANGLE, read_first: bool = False) -> None:
         self.skip_blank = enabled and config.skip_blank
         self.rotate_pages = enabled and config.rotate_pages
         self.deskew = enabled and config.deskew
@@ -71,6 +74,9 @@ class ScanPrep:
         # The engine reads with ``languages``: a page in a script none of them reads is a
         # doubt (a model reads any script: no check for it).
         self.scripts = enabled and scripts
+        # The engine says how sure its reading is (Tesseract): a page whose lines do not
+        # tell its turn is read first, as it lies (orient.READ_FIRST).
+        self.read_first = self.rotate_pages and read_first and orient.READ_FIRST
         self._detector: orient.Detector | None = None
         self._config = config
         self._lock = threading.Lock()
@@ -116,8 +122,11 @@ class ScanPrep:
                   else None)
         if unread is not None:
             page = replace(page, script_doubt=unread)  # the reading confirms it, or not
-        elif self.scripts and (made.orientation.lines or not self.rotate_pages):
+        elif self.scripts and (made.orientation.lines or made.orientation.deferred
+                               or not self.rotate_pages):
             page = replace(page, script_unchecked=True)  # OSD asked after an unsure reading
+        if made.orientation.deferred:
+            page = replace(page, turn_unchecked=True)  # its reading tells (turn_after_reading)
         turned, angle = made.orientation.turn, made.skew
         if not turned and not angle:
             return page
@@ -141,7 +150,12 @@ class ScanPrep:
             judged = image if stretched is None else stretched
         # A page's lines decide before OSD; the script, when the engine needs it, is
         # asked after the reading (script_doubt) where no OSD ran.
-        found = self._orientation().detect(judged) if self.rotate_pages else LEFT
+        if not self.rotate_pages:
+            found = LEFT
+        elif self.read_first and stretched is None:
+            found = self._orientation().lines_first(judged)
+        else:
+            found = self._orientation().detect(judged)
         if found.turn:
             image = orient.turn(image, found.turn)
             stretched = None if stretched is None else orient.turn(stretched, found.turn)
@@ -159,6 +173,32 @@ class ScanPrep:
     def missing(self) -> str | None:
         """Why pages are not turned (osd.traineddata missing), when that is so."""
         return self._orientation().missing if self.rotate_pages else None
+
+    def turn_after_reading(self, page: Page) -> Page:
+        """A page whose turn was left to its reading (``Page.turn_unchecked``), that reading
+        not of upright text: turned as :meth:`upright` would have turned it (OSD, then the
+        reading check where OSD is unsure), with OSD's script doubt where it ran. Runs on
+        the reading thread, whose instances are closed again at once, as for
+        :meth:`script_doubt`."""
+        judged = page.image
+        if page.skew and abs(page.skew) < deskew.JUDGED_ANGLE:
+            # Judged as fed, as upright() judges a page this little crooked.
+            judged = deskew.straighten(judged, -page.skew)
+        detector = self._orientation()
+        try:
+            found = detector.detect(judged)
+        finally:
+            detector.release()
+        page = replace(page, turn_unchecked=False)
+        if self.scripts and not found.lines:  # OSD looked at it: its script is known now
+            page = replace(page, script_unchecked=False,
+                           script_doubt=script.doubt(found, self._config.languages))
+        if not found.turn:
+            return page
+        width, height = page.upright or page.image.size
+        upright = (height, width) if found.turn in (90, 270) else (width, height)
+        return replace(page, image=orient.turn(page.image, found.turn), turned=found.turn,
+                       upright=upright)
 
     def script_doubt(self, page: Page) -> str | None:
         """The script's doubt of a page marked ``script_unchecked``, asked of OSD once its
