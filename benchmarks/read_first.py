@@ -16,18 +16,20 @@ of the other classes fed turned, left out) and the orientation set (the corpus's
 the seven variants of ``benchmarks/orientation.py``).
 
     python benchmarks/read_first.py --heldout /tmp/heldout --corpus ../shared/corpus \\
-        [--variants scan dpi150 ...] [--jobs 2] [--out FILE]
+        [--variants scan dpi150 ...] [--jobs 2] [--save readings.jsonl] [--out FILE]
+    python benchmarks/read_first.py --load readings.jsonl  # the rule changed: no reading
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,8 +51,14 @@ class Reading:
     confidence: float = 0.0
     words: int = 0
     level: int = 0
-    upright: bool = False  # the rule's verdict
     cpu: float = 0.0  # the reading's CPU seconds
+
+    @property
+    def upright(self) -> bool:
+        """The rule's verdict (orient.reads_upright), with its thresholds as they are now."""
+        from ocrwatch.scan import orient
+
+        return not self.lines and orient.upright_counts(self.confidence, self.level, self.words)
 
 
 _ENGINES: dict[str, tuple[Any, Any, Any]] = {}
@@ -88,12 +96,10 @@ def read_file(set_name: str, label: str, path: Path, langs: str) -> list[Reading
             started = time.process_time()
             (result,) = engine.recognize([made])
             cpu = time.process_time() - started
-            words = [w for w in (result.layout.words if result.layout else ()) if w.text.strip()]
-            level = sum(1 for w in words
-                        if len(w.text) >= 3 and w.box[2] - w.box[0] > w.box[3] - w.box[1])
+            level, words = (orient.level_words(result.layout) if result.layout is not None
+                            else (0, 0))
             out.append(Reading(set_name, name, fed, False, float(result.confidence or 0.0),
-                               len(words), level,
-                               orient.reads_upright(result.confidence, result.layout), cpu))
+                               words, level, cpu=cpu))
     return out
 
 
@@ -173,10 +179,21 @@ def main(argv: list[str] | None = None) -> None:
                         default=[v.name for v in orientation.VARIANTS])
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--out", type=Path, default=None, metavar="FILE")
+    parser.add_argument("--save", type=Path, default=None, metavar="JSONL",
+                        help="keep each reading's figures, to judge them again with --load")
+    parser.add_argument("--load", type=Path, default=None, metavar="JSONL",
+                        help="judge saved readings with the rule as it is now: no reading")
     args = parser.parse_args(argv)
+    if args.load is not None:
+        readings = [Reading(**json.loads(line))
+                    for line in args.load.read_text(encoding="utf-8").splitlines() if line]
+        lines = report(readings)
+        print("\n".join(lines))
+        print(f"written: {_common.save('read_first.txt', lines, args.out)}")
+        return
     if args.heldout is None and args.corpus is None:
         parser.error("give --heldout, --corpus or both")
-    readings: list[Reading] = []
+    readings = []
     with tempfile.TemporaryDirectory(prefix="ocrwatch-readfirst-") as tmp:
         work = tasks(args.heldout, args.corpus, args.variants, Path(tmp))
         with ProcessPoolExecutor(max_workers=args.jobs) as pool:
@@ -187,6 +204,9 @@ def main(argv: list[str] | None = None) -> None:
                         print(f"{r.set:<15} {r.page:<40} fed {r.fed:3d} conf "
                               f"{r.confidence:5.1f} level {r.level:4d}/{r.words:<4d} "
                               f"{'upright' if r.upright else '-'}", flush=True)
+    if args.save is not None:
+        args.save.write_text("".join(json.dumps(asdict(r)) + "\n" for r in readings),
+                             encoding="utf-8")
     lines = report(readings)
     print("\n".join(lines))
     print(f"written: {_common.save('read_first.txt', lines, args.out)}")

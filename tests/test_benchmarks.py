@@ -227,6 +227,27 @@ def test_orientation_and_blank_benchmarks_on_one_page(tmp_path: Path,
     capsys.readouterr()
 
 
+def test_read_first_benchmark_on_one_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """The page's lines made undecided, so that it is read first each way it is fed: its
+    upright reading passes the rule and none of its turned ones does."""
+    from benchmarks import read_first
+    from ocrwatch.scan import orient
+
+    monkeypatch.setattr(orient.Detector, "by_lines", staticmethod(lambda image: None))
+    lines = ["Invoice number 4711 for the month of March, paid in full",
+             "The quick brown fox jumps over the lazy dog again and again",
+             "Please keep this letter with your other papers for next year"] * 4
+    folder = one_page_corpus(tmp_path, lines, size=36)
+    out = tmp_path / "read_first.txt"
+    read_first.main(["--corpus", str(folder), "--variants", "scan", "--out", str(out)])
+    report = out.read_text(encoding="utf-8")
+    assert "read first: 4 (1 upright, 3 turned)" in report
+    assert "upright pages read as upright text (no OSD): **1 of 1**" in report
+    assert "turned pages read as upright text (would stay turned): **0 of 3**" in report
+    capsys.readouterr()
+
+
 @pytest.mark.skipif(shutil.which("tesseract") is None, reason="needs Tesseract's OSD data")
 def test_orientation_benchmark_compares_the_band_check_with_the_whole_page(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

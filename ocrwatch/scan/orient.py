@@ -147,14 +147,16 @@ SIDEWAYS_RATIO = AXIS_RATIO
 # (three letters or more, their box wider than tall), this share of all it read, at this
 # mean word confidence (0-100) is of an upright page, and no OSD is run for it; any other
 # is turned then as before (OSD, the reading check) and read again if turned. Read as
-# they lie, the upright pages of the held-out-style set and the orientation set's
-# variants read at 75-95 with half or more of their words level; upside down, at most 58
-# (clean forms), sideways with at most a fifth of their words level
-# (benchmarks/results/read_first.txt).
+# they lie (benchmarks/results/read_first.txt), 68 of the 88 upright pages of the
+# held-out-style set and the orientation set's variants that their lines left undecided
+# read at 70-95 with over half their words level; upside down, pages read at up to 65
+# (a multilingual page; clean forms 54-58), level words up to all of them; sideways, a
+# fifth of their words level at most. So 75: ten over the surest upside-down reading
+# (three upright pages at 70-72 go to OSD as before).
 READ_FIRST = True
 READ_UPRIGHT_WORDS = 20
 READ_UPRIGHT_SHARE = 0.5
-READ_UPRIGHT_MEAN = 70.0
+READ_UPRIGHT_MEAN = 75.0
 
 # Pixels: the longest side of the page OSD looks at. Larger pages are reduced to it (OSD,
 # which cannot be interrupted, took over 10 s on a 7000-pixel page, all of it in the way
@@ -183,13 +185,24 @@ class Orientation:
 def reads_upright(confidence: float | None, layout: PageLayout | None) -> bool:
     """Whether a reading (its mean word confidence, its word boxes) is of upright text:
     enough level words, most of what was read, read surely (``READ_UPRIGHT_*``)."""
-    if confidence is None or confidence < READ_UPRIGHT_MEAN or layout is None:
+    if confidence is None or layout is None or layout.by_line:
         return False
+    return upright_counts(confidence, *level_words(layout))
+
+
+def level_words(layout: PageLayout) -> tuple[int, int]:
+    """The level words of a reading (three letters or more, their box wider than tall),
+    and all its words."""
     words = [w for w in layout.words if w.text.strip()]
     level = sum(1 for w in words
                 if len(w.text) >= 3 and w.box[2] - w.box[0] > w.box[3] - w.box[1])
-    return (not layout.by_line and level >= READ_UPRIGHT_WORDS
-            and level >= READ_UPRIGHT_SHARE * len(words))
+    return level, len(words)
+
+
+def upright_counts(confidence: float, level: int, words: int) -> bool:
+    """:func:`reads_upright` from a reading's mean word confidence and its word counts."""
+    return (confidence >= READ_UPRIGHT_MEAN and level >= READ_UPRIGHT_WORDS
+            and level >= READ_UPRIGHT_SHARE * words)
 
 
 def sized(image: Image.Image, side: int) -> Image.Image:
