@@ -147,12 +147,12 @@ SIDEWAYS_RATIO = AXIS_RATIO
 # (three letters or more, their box wider than tall), this share of all it read, at this
 # mean word confidence (0-100) is of an upright page, and no OSD is run for it; any other
 # is turned then as before (OSD, the reading check) and read again if turned. Read as
-# they lie (benchmarks/results/read_first.txt), 68 of the 88 upright pages of the
-# held-out-style set and the orientation set's variants that their lines left undecided
-# read at 70-95 with over half their words level; upside down, pages read at up to 65
-# (a multilingual page; clean forms 54-58), level words up to all of them; sideways, a
-# fifth of their words level at most. So 75: ten over the surest upside-down reading
-# (three upright pages at 70-72 go to OSD as before).
+# they lie (benchmarks/results/read_first.txt), the upright pages of the held-out-style
+# set and the orientation set's variants that their lines left undecided read mostly at
+# 70-95 with over half their words level; upside down, pages read at up to 65 (a
+# multilingual page; clean forms 54-58), level words up to all of them; sideways, a fifth
+# of their words level at most. So 75: ten over the surest upside-down reading. 65 of the
+# 88 upright pages pass (three at 70-72 go to OSD as before), none of the 288 turned.
 READ_FIRST = True
 READ_UPRIGHT_WORDS = 20
 READ_UPRIGHT_SHARE = 0.5
