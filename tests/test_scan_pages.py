@@ -71,6 +71,15 @@ def letter(seed: int = 3, count: int = 9) -> tuple[Image.Image, list[str], list[
     return image, lines, truth  # type: ignore[return-value]
 
 
+def feeder_tiff(config: Config, upright: Image.Image, turns: Sequence[int]) -> Path:
+    """A TIFF in the inbox of ``upright`` fed each of ``turns`` (clockwise degrees)."""
+    frames = [upright.transpose(ROTATE[t]) if t else upright for t in turns]
+    src = config.inbox[0] / "feeder.tif"
+    frames[0].save(src, save_all=True, append_images=frames[1:], dpi=(DPI, DPI),
+                   compression="tiff_deflate")
+    return src
+
+
 def read(config: Config, *paths: Path, engine: FakeEngine | None = None) -> Daemon:
     daemon = Daemon(config, engine=engine)
     daemon.start()
@@ -118,10 +127,7 @@ class Recording(FakeEngine):
 def test_turned_tiff_frames_are_read_upright_and_the_turn_is_recorded(tmp_path: Path) -> None:
     config = config_for(tmp_path)
     upright, lines, truth = letter()
-    frames = [upright.transpose(ROTATE[t]) for t in (90, 180, 270)]
-    src = config.inbox[0] / "feeder.tif"
-    frames[0].save(src, save_all=True, append_images=frames[1:], dpi=(DPI, DPI),
-                   compression="tiff_deflate")
+    src = feeder_tiff(config, upright, (90, 180, 270))
     daemon = read(config, src)
     try:
         got = rows(daemon)
@@ -163,10 +169,7 @@ def test_a_page_its_lines_do_not_turn_is_read_first_and_turned_only_if_not_uprig
     monkeypatch.setattr(osd.OsdApi, "found", counted)
     config = config_for(tmp_path)
     upright, lines, truth = letter(6)
-    frames = [upright, *(upright.transpose(ROTATE[t]) for t in (90, 180, 270))]
-    src = config.inbox[0] / "feeder.tif"
-    frames[0].save(src, save_all=True, append_images=frames[1:], dpi=(DPI, DPI),
-                   compression="tiff_deflate")
+    src = feeder_tiff(config, upright, (0, 90, 180, 270))
     daemon = read(config, src)
     try:
         got = rows(daemon)

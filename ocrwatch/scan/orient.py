@@ -194,9 +194,13 @@ def level_words(layout: PageLayout) -> tuple[int, int]:
     """The level words of a reading (three letters or more, their box wider than tall),
     and all its words."""
     words = [w for w in layout.words if w.text.strip()]
-    level = sum(1 for w in words
-                if len(w.text) >= 3 and w.box[2] - w.box[0] > w.box[3] - w.box[1])
-    return level, len(words)
+    return sum(1 for w in words if is_level(w.text, w.box)), len(words)
+
+
+def is_level(text: str, box: tuple[int, int, int, int]) -> bool:
+    """A word of three characters or more lying level (its box wider than tall): a page
+    lying sideways reads as words standing on end."""
+    return len(text.strip()) >= 3 and box[2] - box[0] > box[3] - box[1]
 
 
 def upright_counts(confidence: float, level: int, words: int) -> bool:
@@ -500,8 +504,7 @@ class Detector:
                     box = word.BoundingBox(RIL.WORD)
                 except RuntimeError:  # tesserocr's way of saying "no text here"
                     continue
-                if box and len(text.strip()) >= 3 and confidence > 0 and (
-                        box[2] - box[0] > box[3] - box[1]):
+                if box and confidence > 0 and is_level(text, box):
                     score += confidence / 100
                     count += 1
         except RuntimeError:
