@@ -8,8 +8,10 @@ the drop to the last sidecar.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import re
 import shutil
 import signal
 import sqlite3
@@ -195,7 +197,8 @@ def run_daemon_on_drop(engine: Sequence[str], folder: Path, files: dict[str, int
                        settle: float, sampler: Any, timeout: float,
                        idle_mark: str | None = None,
                        warm: tuple[int, int, int] = (1, 0, 0),
-                       metrics_port: int | None = None) -> dict[str, Any]:
+                       metrics_port: int | None = None,
+                       timeline: bool = False) -> dict[str, Any]:
     """`ocrwatch run` with the config lines ``engine`` (the engine's keys and section).
 
     Its HOME stays the user's (vLLM's compile cache lives there); its XDG folders, socket
@@ -207,7 +210,8 @@ def run_daemon_on_drop(engine: Sequence[str], folder: Path, files: dict[str, int
     holds meet a warm engine, as in a daemon that has been reading for a while. With
     ``metrics_port`` the daemon serves its metrics there and :class:`Scraper` reads them
     twice a second while the drop is read (``metrics`` in the result; the busiest scrape
-    in ``work/metrics_in_flight.txt``).
+    in ``work/metrics_in_flight.txt``). With ``timeline`` the daemon logs at DEBUG and
+    ``timeline`` in the result is :func:`page_timeline` of the drop's pages.
     """
     home = work / "home"
     inbox, staging = work / "inbox", work / "staging"
@@ -222,6 +226,7 @@ def run_daemon_on_drop(engine: Sequence[str], folder: Path, files: dict[str, int
         f"settle_seconds = {settle}",
         "rescan_minutes = 60.0",
         *([f'metrics_address = "127.0.0.1:{metrics_port}"'] if metrics_port else []),
+        *(['log_level = "DEBUG"'] if timeline else []),
         *engine,
     ]) + "\n")
     env = daemon_env(home, work)
@@ -280,12 +285,46 @@ def run_daemon_on_drop(engine: Sequence[str], folder: Path, files: dict[str, int
             proc.wait(10)
         log.close()
     seconds = ended_wall - started_wall
-    return {"pages": pages, "failed": states.get("failed", 0), "seconds": round(seconds, 2),
+    logged = "".join(f.read_text(errors="replace") for f in sorted(home.rglob("*.log*"))
+                     if f.is_file()) if timeline else ""
+    return {"timeline": page_timeline(logged, started, set(files)) if timeline else None,
+            "pages": pages, "failed": states.get("failed", 0), "seconds": round(seconds, 2),
             "rate": round(pages / seconds, 3), "peak_mib": peak,
             "first_file_s": round(first_file_s, 1), "first_page_s": round(first_page_s, 1),
             "errors": failures(database),
             "after_idle_stop_s": after_idle,
             "metrics": scraper.summary() if scraper is not None else None}
+
+
+TIMELINE = re.compile(r"page timeline: (\S+) page (\d+): queued ([\d.]+) sent ([\d.]+) "
+                      r"received ([\d.]+) taken ([\d.]+) done ([\d.]+)")
+STEPS = ("queued", "sent", "received", "taken", "done")
+
+
+def page_timeline(log_text: str, started: float, names: set[str]) -> dict[str, Any]:
+    """The drop's pages' way through the engine, from the feeder's debug lines
+    (ocrwatch/engines/vllm/feeder.timeline): for each step (queued for the engine, that
+    is prepared; sent to the worker; taken off the pipe there; taken by vLLM's front end;
+    read), seconds after the drop at which the first, a quarter, half, three quarters and
+    every page had passed it; and the median seconds between two steps."""
+    rows = [tuple(float(x) - started for x in m.groups()[2:])
+            for m in TIMELINE.finditer(log_text) if m.group(1) in names]
+    if not rows:
+        return {"pages": 0}
+
+    def at(values: list[float], share: float) -> float:
+        ordered = sorted(values)
+        return round(ordered[min(len(ordered) - 1, max(0, round(share * len(ordered)) - 1))],
+                     2)
+
+    out: dict[str, Any] = {"pages": len(rows)}
+    for i, step in enumerate(STEPS):
+        column = [r[i] for r in rows]
+        out[step] = {f"{int(q * 100)}%": at(column, q) for q in (0.0, 0.25, 0.5, 0.75, 1.0)}
+    for a, b in itertools.pairwise(STEPS):
+        gaps = sorted(r[STEPS.index(b)] - r[STEPS.index(a)] for r in rows)
+        out[f"{a}->{b}"] = round(gaps[len(gaps) // 2], 3)
+    return out
 
 
 def query(database: Path, sql: str) -> list[tuple[Any, ...]]:

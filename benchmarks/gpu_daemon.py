@@ -34,7 +34,9 @@ programs hold on the card counts against it.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import logging
 import os
 import shutil
 import sys
@@ -46,7 +48,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._drop import drop_counts, make_drop, run_daemon_on_drop, vllm_lines  # noqa: E402
+from benchmarks._drop import (  # noqa: E402
+    STEPS,
+    drop_counts,
+    make_drop,
+    page_timeline,
+    run_daemon_on_drop,
+    vllm_lines,
+)
 from benchmarks.gpu_engine import Sampler, emit, gpu_facts, used_mib  # noqa: E402
 from ocrwatch.core.cpus import usable_cores  # noqa: E402
 from ocrwatch.engines.base import gpu_preparers  # noqa: E402
@@ -162,10 +171,12 @@ def fill_lines(fill: list[list[float]], alone: dict[str, Any] | None) -> list[st
 def run_daemon(model: str, folder: Path, files: dict[str, int], tokens: int, settle: float,
                work: Path, sampler: Sampler | None, timeout: float,
                torch_compile: bool, warm: tuple[int, int, int] = (1, 0, 0),
-               metrics_port: int | None = None, processes: bool = True) -> dict[str, Any]:
+               metrics_port: int | None = None, processes: bool = True,
+               timeline: bool = False) -> dict[str, Any]:
     """`ocrwatch run` with the vLLM engine on the drop (benchmarks/_drop.py); with
     ``metrics_port``, its /metrics scraped while the drop is read; ``processes``: its
-    pages prepared in processes (vllm.prepare_processes), else in its threads."""
+    pages prepared in processes (vllm.prepare_processes), else in its threads;
+    ``timeline``: each page's way through the engine, from its debug log."""
     return run_daemon_on_drop([
         *vllm_lines(model, tokens),
         f"prepare_processes = {'true' if processes else 'false'}",
@@ -177,12 +188,25 @@ def run_daemon(model: str, folder: Path, files: dict[str, int], tokens: int, set
         # After the idle stop: the standby's imports done, so the page then dropped pays
         # only the engine's creation (a page later than 20 s after the stop, as after lunch).
     ], folder, files, work, settle, sampler, timeout, idle_mark="vLLM standby ready",
-        warm=warm, metrics_port=metrics_port)
+        warm=warm, metrics_port=metrics_port, timeline=timeline)
+
+
+class _Lines(logging.Handler):
+    """The feeder's debug lines (its page timeline), kept."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
 
 
 def run_engine_alone(model: str, folder: Path, files: dict[str, int], tokens: int,
-                     sampler: Sampler | None, torch_compile: bool) -> dict[str, Any]:
-    """The same pages, prepared first, straight into the engine the daemon's way."""
+                     sampler: Sampler | None, torch_compile: bool,
+                     timeline: bool = False) -> dict[str, Any]:
+    """The same pages, prepared first, straight into the engine the daemon's way; with
+    ``timeline``, the timed pass's pages' way through the engine."""
     from ocrwatch.config import Config
     from ocrwatch.engines.vllm import VllmEngine
     from ocrwatch.pages.decode import iter_pages
@@ -205,14 +229,23 @@ def run_engine_alone(model: str, folder: Path, files: dict[str, int], tokens: in
         # Two passes, as plain vLLM's below: the first pays the one-off work of each new
         # batch shape and page size, the second is timed.
         passes = []
+        feeder_log = logging.getLogger("ocrwatch.engines.vllm.feeder")
+        kept = _Lines()
+        if timeline:
+            feeder_log.setLevel(logging.DEBUG)
+            feeder_log.addHandler(kept)
         for _ in range(2):
+            kept.lines.clear()
             since = time.monotonic()
             with ThreadPoolExecutor(engine.policy.concurrency) as pool:
                 out = [r for rs in pool.map(lambda p: engine.recognize([p]), pages) for r in rs]
             passes.append(time.monotonic() - since)
         warm_s, seconds = passes
+        feeder_log.removeHandler(kept)
         bad = [r.error for r in out if r.error]
-        return {"pages": len(pages), "seconds": round(seconds, 2),
+        return {"timeline": (page_timeline("\n".join(kept.lines), since, set(files))
+                             if timeline else None),
+                "pages": len(pages), "seconds": round(seconds, 2),
                 "rate": round(len(pages) / seconds, 3), "errors": bad[:3],
                 "warm_rate": round(len(pages) / warm_s, 3),
                 "peak_mib": sampler.peak(since) if sampler else None,
@@ -329,6 +362,22 @@ def best_plain(plain: list[dict[str, Any]], base: int) -> dict[str, Any] | None:
     return max(fits, key=lambda p: p["rate"]) if fits else None
 
 
+def timeline_lines(name: str, timeline: dict[str, Any] | None) -> list[str]:
+    """A run's page timeline (benchmarks/_drop.page_timeline) as report lines."""
+    if not timeline:
+        return []
+    if not timeline.get("pages"):
+        return [f"{name}'s page timeline: no page timeline lines were logged"]
+    lines = [f"{name}'s page timeline ({timeline['pages']} pages; seconds after the "
+             "drop (the daemon) or the pass's start (the engine alone) by which the first, "
+             "a quarter, half, three quarters and all of the pages had passed each step):"]
+    for step in STEPS:
+        lines.append(f"  {step}: " + ", ".join(f"{v}" for v in timeline[step].values()))
+    lines.append("  medians between steps: " + ", ".join(
+        f"{a}->{b} {timeline[f'{a}->{b}']} s" for a, b in itertools.pairwise(STEPS)))
+    return lines
+
+
 def report(meta: dict[str, Any], prep: dict[str, Any], daemon: dict[str, Any] | None,
            alone: dict[str, Any] | None, plain: list[dict[str, Any]] | None = None) -> str:
     base = meta.get("baseline_mib") or 0
@@ -426,6 +475,8 @@ def report(meta: dict[str, Any], prep: dict[str, Any], daemon: dict[str, Any] | 
                          f"{metrics['last'][key]:g}, in {metrics['seen'][key]} scrapes")
         if not metrics["most"]:
             lines.append("  none: no ocrwatch_vllm_* series was served")
+    for name, run in (("daemon", daemon), ("engine alone", alone)):
+        lines.extend(timeline_lines(name, (run or {}).get("timeline")))
     if alone is not None:
         lines.append(f"engine alone: start {alone['start_s']} s; pages in flight at most "
                      f"{alone['most_in_flight']}; errors {alone['errors']}")
@@ -478,6 +529,8 @@ def main() -> None:
                              "the drop is read (0: off)")
     parser.add_argument("--plain-pagewise", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--plain-util", type=float, default=0.0926, help=argparse.SUPPRESS)
+    parser.add_argument("--timeline", action="store_true",
+                        help="each page's way through the engine (the daemon logs at DEBUG)")
     parser.add_argument("--skip-prepare", action="store_true",
                         help="no page preparation rates (they take a minute with orientation)")
     parser.add_argument("--caches", default="as found",
@@ -521,13 +574,14 @@ def main() -> None:
             saved["daemon"] = run_daemon(args.model, folder, files, args.tokens, args.settle,
                                          args.work, sampler, args.timeout, args.torch_compile,
                                          drop_counts(args.warm), args.metrics_port or None,
-                                         processes=not args.prepare_threads)
+                                         processes=not args.prepare_threads,
+                                         timeline=args.timeline)
             print("daemon:", json.dumps(saved["daemon"]), flush=True)
             if args.json:
                 args.json.write_text(json.dumps(saved, indent=1))
             sampler.settle(3.0)
             saved["alone"] = run_engine_alone(args.model, folder, files, args.tokens, sampler,
-                                              args.torch_compile)
+                                              args.torch_compile, timeline=args.timeline)
             print("engine alone:", json.dumps(saved["alone"]), flush=True)
             if args.json:
                 args.json.write_text(json.dumps(saved, indent=1))

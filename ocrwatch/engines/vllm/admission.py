@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -44,6 +45,10 @@ class Request:
     retried_loop: bool = False
     sent_alone: bool = False
     sent: bool = False  # handed to the worker
+    # The page's way through, by time.monotonic (one clock for the worker's process too):
+    # queued here, handed to the worker (the feeder's debug log tells each page's).
+    queued_at: float = field(default_factory=time.monotonic)
+    sent_at: float = 0.0
 
     def finish(self, *, output: Done | None = None, looped: bool = False,
                error: str | None = None, unavailable: EngineUnavailable | None = None) -> None:

@@ -80,6 +80,17 @@ class _Command:
     waited: bool = True  # False: nobody waits for it (warm), its error is only logged
 
 
+def timeline(request: Request, done: Done) -> str:
+    """One page's way through the engine, for the debug log: when (time.monotonic) it was
+    queued, sent to the worker, taken off the pipe there, taken by vLLM's front end, and
+    when its result came back; benchmarks/gpu_daemon.py reads these lines."""
+    page = request.page
+    return (f"page timeline: {page.source.name} page {page.index + 1}: "
+            f"queued {request.queued_at:.3f} sent {request.sent_at:.3f} "
+            f"received {done.received:.3f} taken {done.taken:.3f} "
+            f"done {time.monotonic():.3f}")
+
+
 class Feeder:
     """The pages, the worker and their state (under ``_cond``, which only this class
     takes), and the one thread that talks to the worker.
@@ -389,7 +400,7 @@ class Feeder:
                 self._lost(str(exc))
                 return
             with self._cond:
-                request.sent = True
+                request.sent, request.sent_at = True, time.monotonic()
 
     def _hold(self, requests: list[Request], busy: GpuBusy) -> None:
         """Not even one page fits beside the other programs: the pages wait, in order."""
@@ -457,6 +468,8 @@ class Feeder:
                 log.info("Page %d of %s did not finish cleanly; trying again at temperature "
                          "%.1f.", request.page.index + 1, request.page.source.name,
                          self._profile.retry_temperature)
+            if request is not None and log.isEnabledFor(logging.DEBUG):
+                log.debug(timeline(request, done))
             if self._queue.finished(rid, done, looped) is not None:
                 self._finished_at.append(self._clock())
             self._last_used = self._clock()

@@ -106,13 +106,17 @@ class Failed:
 @dataclass(frozen=True)
 class Done:
     """A page ended: its text, the tokens written, why it stopped ("stop", "length"), and
-    the most pages that were in flight while it was."""
+    the most pages that were in flight while it was; ``received`` and ``taken``: when
+    (``time.monotonic``, one clock for every process of the machine) the worker took its
+    Add off the pipe and when vLLM's front end had taken the page (its image processed)."""
 
     rid: str
     text: str
     tokens: int
     finish: str
     peers: int = 1
+    received: float = 0.0
+    taken: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ The messages on the pipe, and which answers which, are in :mod:`.messages`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import queue
 import sys
@@ -110,28 +111,32 @@ def _to_image(data: ImageData) -> Image.Image:
     return Image.frombytes("RGB", (width, height), raw)
 
 
-def _reader(conn: Connection, inbox: queue.Queue[object]) -> None:
-    """Takes the parent's messages off the pipe at once, so its writes never wait on a step.
+def _reader(conn: Connection, inbox: queue.Queue[tuple[object, float]]) -> None:
+    """Takes the parent's messages off the pipe at once, so its writes never wait on a step;
+    each with when it came.
 
     None in ``inbox``: the pipe closed."""
     while True:
         try:
-            inbox.put(conn.recv())
+            message = conn.recv()
         except (EOFError, OSError):
-            inbox.put(None)
+            inbox.put((None, time.monotonic()))
             return
+        inbox.put((message, time.monotonic()))
 
 
 FIGURES_EVERY = 1.0  # seconds between two sends of vLLM's figures while pages are in flight
 
 
 def _serve(conn: Connection, backend: Backend) -> None:
-    inbox: queue.Queue[object] = queue.Queue()
+    inbox: queue.Queue[tuple[object, float]] = queue.Queue()
     threading.Thread(target=_reader, args=(conn, inbox), daemon=True,
                      name="ocrwatch-worker-reader").start()
     figures_sent = 0.0
+    # Each page in flight: when its Add came and when vLLM had taken it (Done's timeline).
+    times: dict[str, tuple[float, float]] = {}
     while True:
-        messages: list[object] = []
+        messages: list[tuple[object, float]] = []
         if not backend.busy():
             messages.append(inbox.get())  # nothing to step: wait for the parent
         while True:
@@ -139,7 +144,7 @@ def _serve(conn: Connection, backend: Backend) -> None:
                 messages.append(inbox.get_nowait())
             except queue.Empty:
                 break
-        for message in messages:
+        for message, received in messages:
             match message:
                 case None:
                     return
@@ -149,6 +154,7 @@ def _serve(conn: Connection, backend: Backend) -> None:
                 case Add(rid=rid, image=data, sampling=sampling):
                     try:
                         backend.add(rid, _to_image(data), sampling)
+                        times[rid] = (received, time.monotonic())
                     except InputRefused as exc:
                         conn.send(Refused(rid, str(exc)))
                 case Sleep():
@@ -163,7 +169,8 @@ def _serve(conn: Connection, backend: Backend) -> None:
                     raise UnknownMessage(message, "vLLM worker")
         if backend.busy():
             for done in backend.step():
-                conn.send(done)
+                received, taken = times.pop(done.rid, (0.0, 0.0))
+                conn.send(dataclasses.replace(done, received=received, taken=taken))
             # vLLM's own figures (docs/metrics.md): about once a second while pages are in
             # flight, and once more as the last one ends, so the daemon's are never staler.
             now = time.monotonic()
