@@ -59,3 +59,35 @@ def test_plain_vllm_with_the_engines_encoder_is_reported_but_never_the_figure_to
     assert "| plain vLLM with the engine's page-at-a-time encoder, max_num_seqs 33," in text
     assert "best plain setting under 16 GiB: max_num_seqs 24, 4.60 pages/s" in text
     assert "engine alone / plain vLLM at 33 with the same encoder: 0.93x" in text
+
+
+def test_the_feeders_page_timeline_lines_are_what_the_benchmark_reads() -> None:
+    """The daemon's debug line (feeder.timeline) and the benchmark's parser agree: a
+    page's steps, in seconds after the drop, their quarters and the medians between."""
+    from _drop import page_timeline
+
+    from ocrwatch.core.domain import Page
+    from ocrwatch.engines.vllm.admission import Request
+    from ocrwatch.engines.vllm.feeder import timeline
+    from ocrwatch.engines.vllm.messages import Done
+
+    started = 1000.0
+    lines = []
+    for i in range(4):
+        page = Page(Path(f"a4_{i:02d}.jpg"), 0, None)  # type: ignore[arg-type]
+        request = Request(page, page.image, 1800, 0.0, 0.2, queued_at=started + 0.5 + i,
+                          sent_at=started + 0.6 + i)
+        done = Done("p1", "text", 500, "length", received=started + 0.61 + i,
+                    taken=started + 0.7 + i)
+        lines.append(timeline(request, done))
+    lines.append("page timeline: not_dropped.jpg page 1: queued 1 sent 1 received 1 "
+                 "taken 1 done 1")
+    figures = page_timeline("\n".join(lines), started, {f"a4_{i:02d}.jpg" for i in range(4)})
+    assert figures["pages"] == 4
+    assert figures["queued"] == {"0%": 0.5, "25%": 0.5, "50%": 1.5, "75%": 2.5, "100%": 3.5}
+    assert figures["sent->received"] == 0.01
+    assert abs(figures["received->taken"] - 0.09) < 1e-9
+    text = "\n".join(gpu_daemon.timeline_lines("daemon", figures))
+    assert "  taken: 0.7, 0.7, 1.7, 2.7, 3.7" in text
+    assert gpu_daemon.timeline_lines("daemon", {"pages": 0}) == [
+        "daemon's page timeline: no page timeline lines were logged"]
