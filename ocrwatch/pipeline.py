@@ -22,7 +22,7 @@ import contextlib
 import logging
 import os
 import pwd
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import BinaryIO
@@ -230,14 +230,21 @@ def open_pages(ctx: Context, job: Job, max_side: int | None) -> Generator[Page, 
     Close the iterator (``contextlib.closing``) when leaving it early.
     """
     with open_source(ctx, job.path) as fh:
-        for page in iter_pages(job.path, ctx.config, max_side, fh, text_layer=True):
-            _still_there(fh, job.path)  # a deleted file is not read to its end
-            assert ctx.scan is not None
-            page = ctx.scan.prepare(page)  # blank recorded, turned upright, straightened
-            if job.sha256:
-                ctx.thumbs.save(job.sha256, page.index + 1,
-                                page.sketch if page.sketch is not None else page.image)
-            yield page
+
+        def opened() -> Iterator[Page]:
+            for page in iter_pages(job.path, ctx.config, max_side, fh, text_layer=True):
+                _still_there(fh, job.path)  # a deleted file is not read to its end
+                yield page
+
+        assert ctx.scan is not None
+        # Blank recorded, turned upright, straightened; closed with this generator, so
+        # that pages being prepared ahead are let go of.
+        with contextlib.closing(ctx.scan.prepare_all(opened())) as prepared:
+            for page in prepared:
+                if job.sha256:
+                    ctx.thumbs.save(job.sha256, page.index + 1,
+                                    page.sketch if page.sketch is not None else page.image)
+                yield page
         st = _still_there(fh, job.path)
         if (st.st_size, st.st_mtime_ns) != (job.size, job.mtime_ns):
             raise TransientError("the file changed while it was being read")

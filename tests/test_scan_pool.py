@@ -86,6 +86,37 @@ def test_pages_prepared_in_processes_are_those_prepared_in_threads(
     here.close()
 
 
+def test_a_files_pages_are_prepared_several_at_once_and_come_out_in_order(
+        prep: pool.PooledScanPrep) -> None:
+    upright = letter()
+    fed = [Page(Path("long.pdf"), 0, upright.transpose(TURN[90]), dpi=DPI),
+           Page(Path("long.pdf"), 1, upright, dpi=DPI, text="its own text layer"),
+           *(Page(Path("long.pdf"), n, upright.transpose(TURN[180]), dpi=DPI)
+             for n in range(2, 6))]
+    pulled: list[int] = []
+
+    def opened() -> Iterator[Page]:
+        for page in fed:
+            pulled.append(page.index)
+            yield page
+
+    out = prep.prepare_all(opened())
+    first = next(out)
+    # The first page came out once AHEAD more were on their way behind it.
+    assert pulled == list(range(pool.AHEAD + 1))
+    rest = list(out)
+    assert [p.index for p in [first, *rest]] == list(range(6))
+    assert [p.turned for p in [first, *rest]] == [270, 0, 180, 180, 180, 180]
+    assert rest[0] is fed[1]  # a page with its own text is not prepared
+    assert prep._in_flight == 0
+
+    early = prep.prepare_all(iter(fed))
+    assert next(early).turned == 270
+    early.close()  # the file was left: the pages on their way are let go of
+    assert prep._in_flight == 0
+    assert prep.prepare(fed[2]).turned == 180  # and the pool works on
+
+
 def test_a_page_that_ends_its_process_fails_alone(prep: pool.PooledScanPrep) -> None:
     good = Page(Path("good.png"), 0, letter().transpose(TURN[180]), dpi=DPI)
     results: list[Page] = []

@@ -21,6 +21,7 @@ a worker logs is logged here, in the daemon's log, after its page.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import multiprocessing
@@ -28,7 +29,8 @@ import os
 import signal
 import threading
 import time
-from concurrent.futures import CancelledError, ProcessPoolExecutor
+from collections.abc import Generator, Iterable
+from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
@@ -41,6 +43,10 @@ log = logging.getLogger(__name__)
 
 # Seconds without a page before the processes are ended (each holds 60-100 MB).
 IDLE_S = 120.0
+
+# Pages of one file in the processes beyond the one its preparer waits for: a long PDF
+# is prepared on several cores (4 pages at once), its pages still handed on in order.
+AHEAD = 3
 
 # How often a worker looks whether the daemon is still there (_end_with).
 PARENT_CHECK_S = 1.0
@@ -91,7 +97,12 @@ def _end_with(parent: int) -> None:
     os._exit(0)
 
 
-def _prepare_in_worker(page: Page) -> tuple[Page, list[logging.LogRecord]]:
+_Prepared = tuple[Page, list[logging.LogRecord]]  # a page and what was logged preparing it
+# A page of a file on its way: sent to a process, or (None) needing no preparation.
+_Waiting = tuple[Page, "Future[_Prepared] | None", "ProcessPoolExecutor | None"]
+
+
+def _prepare_in_worker(page: Page) -> _Prepared:
     assert _WORKER is not None, "the worker was not started by _start_worker"
     _COLLECT.records = []
     try:
@@ -156,9 +167,54 @@ class PooledScanPrep(ScanPrep):
     def prepare(self, page: Page) -> Page:
         if page.text is not None:
             return page  # nothing to prepare: blank already, or the PDF's own text
+        return self._result(page, *self._submit(page))
+
+    def prepare_all(self, pages: Iterable[Page]) -> Generator[Page, None, None]:
+        """A file's pages prepared in order, up to ``AHEAD`` more of them in the processes
+        while the first waits: one long PDF is prepared on several cores, not one."""
+        waiting: collections.deque[_Waiting] = collections.deque()
+        try:
+            for page in pages:
+                waiting.append((page, *self._submit(page)) if page.text is None
+                               else (page, None, None))
+                if len(waiting) > AHEAD:
+                    yield self._next(waiting)
+            while waiting:
+                yield self._next(waiting)
+        finally:
+            for _page, future, _pool in waiting:  # left early: the rest are let go of
+                if future is not None:
+                    future.cancel()  # one already in a process ends there, unread
+                    self._done()
+
+    def _next(self, waiting: collections.deque[_Waiting]) -> Page:
+        page, future, pool = waiting.popleft()
+        if future is None or pool is None:
+            return page
+        return self._result(page, future, pool)
+
+    def _submit(self, page: Page) -> tuple[Future[_Prepared], ProcessPoolExecutor]:
+        """The page sent to a process; :meth:`_result` waits for it and counts it done."""
         pool = self._executor()
         try:
-            prepared, records = pool.submit(_prepare_in_worker, page).result()
+            return pool.submit(_prepare_in_worker, page), pool
+        except (BrokenProcessPool, RuntimeError):
+            self._broken(pool)  # ended by a page beside it: made again for this one
+            self._done()
+            pool = self._executor()
+            try:
+                return pool.submit(_prepare_in_worker, page), pool
+            except BaseException:
+                self._done()
+                raise
+        except BaseException:
+            self._done()
+            raise
+
+    def _result(self, page: Page, future: Future[_Prepared],
+                pool: ProcessPoolExecutor) -> Page:
+        try:
+            prepared, records = future.result()
         except CancelledError:  # close() ended the pool before the page's turn
             raise TransientError("ocrwatch is stopping: the page is read at its next "
                                  "start") from None

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass, replace
 
 from PIL import Image
@@ -92,6 +93,12 @@ class ScanPrep:
                 self._warned = True
                 log.warning("%s", detector.missing)
         return detector
+
+    def prepare_all(self, pages: Iterable[Page]) -> Generator[Page, None, None]:
+        """Each of a file's pages prepared (:meth:`prepare`), in order: here one at a
+        time; in processes (scan/pool.PooledScanPrep) a few of one file at once."""
+        for page in pages:
+            yield self.prepare(page)
 
     def prepare(self, page: Page) -> Page:
         """The page ready to read: blank recorded, straightened, turned upright."""
