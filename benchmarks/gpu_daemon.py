@@ -362,6 +362,9 @@ def best_plain(plain: list[dict[str, Any]], base: int) -> dict[str, Any] | None:
     return max(fits, key=lambda p: p["rate"]) if fits else None
 
 
+DROP_WORDS = "24 A4 300-dpi JPEGs, 24 card photos, 4 PDFs of 4 A4 pages"
+
+
 def timeline_lines(name: str, timeline: dict[str, Any] | None) -> list[str]:
     """A run's page timeline (benchmarks/_drop.page_timeline) as report lines."""
     if not timeline:
@@ -394,8 +397,8 @@ def report(meta: dict[str, Any], prep: dict[str, Any], daemon: dict[str, Any] | 
         f"torch.compile {'on' if meta.get('torch_compile') else 'off'}",
         f"cores usable {meta.get('usable_cores')} (affinity {meta.get('affinity')}); "
         f"Tesseract osd data: {meta.get('osd')}",
-        f"drop: {meta['files']} files, {meta['pages']} pages: 24 A4 300-dpi JPEGs, 24 card "
-        "photos, 4 four-page PDFs (benchmarks/gpu_remote.py's make_drop); settle_seconds "
+        f"drop: {meta['files']} files, {meta['pages']} pages: {meta.get('drop', DROP_WORDS)} "
+        "(benchmarks/_drop.py's make_drop); settle_seconds "
         f"{meta['settle']}",
         "",
         "page preparation alone (the daemon's loader: decode, scale to 1540 px, blank, "
@@ -499,6 +502,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("model", nargs="?", help="LightOnOCR-shaped model folder")
     parser.add_argument("--tokens", type=int, default=500)
+    parser.add_argument("--drop", default="24,24,4,4",
+                        help="the drop: A4 JPEGs, card photos, PDFs and pages a PDF "
+                             "(default 24,24,4,4; 0,0,1,48 is one 48-page PDF)")
     parser.add_argument("--warm", default="6,6,1",
                         help="the daemon's warm-up drop before the timed one: A4 pages, card "
                              "photos, four-page PDFs (default 6,6,1: every size the drop holds)")
@@ -549,11 +555,15 @@ def main() -> None:
 
     shutil.rmtree(args.work, ignore_errors=True)
     folder = args.work / "drop"
-    files = make_drop(folder)
+    a4, cards, pdfs, *rest = (int(x) for x in args.drop.split(","))
+    pdf_pages = rest[0] if rest else 4
+    files = make_drop(folder, a4, cards, pdfs, pdf_pages)
     gpu = shutil.which("nvidia-smi") is not None and not args.prepare_only
     meta: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "tokens": args.tokens,
                             "files": len(files), "pages": sum(files.values()),
                             "settle": args.settle, "cores": os.cpu_count(),
+                            "drop": (f"{a4} A4 300-dpi JPEGs, {cards} card photos, {pdfs} "
+                                     f"PDFs of {pdf_pages} A4 pages"),
                             "preparers": gpu_preparers(Config().rotate_pages),
                             "usable_cores": usable_cores(), "caches": args.caches,
                             "affinity": len(os.sched_getaffinity(0)),
