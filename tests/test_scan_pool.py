@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import helpers
@@ -102,8 +103,8 @@ def test_a_files_pages_are_prepared_several_at_once_and_come_out_in_order(
 
     out = prep.prepare_all(opened())
     first = next(out)
-    # The first page came out once AHEAD more were on their way behind it.
-    assert pulled == list(range(pool.AHEAD + 1))
+    # The first page came out once both processes had a page (0 and 2; page 1 needs none).
+    assert pulled == [0, 1, 2]
     rest = list(out)
     assert [p.index for p in [first, *rest]] == list(range(6))
     assert [p.turned for p in [first, *rest]] == [270, 0, 180, 180, 180, 180]
@@ -115,6 +116,26 @@ def test_a_files_pages_are_prepared_several_at_once_and_come_out_in_order(
     early.close()  # the file was left: the pages on their way are let go of
     assert prep._in_flight == 0
     assert prep.prepare(fed[2]).turned == 180  # and the pool works on
+
+
+def test_a_file_is_prepared_ahead_at_most_ahead_pages() -> None:
+    made = pool.PooledScanPrep(Config(languages=["eng"]), 8, least_skew=deskew.JUDGED_ANGLE)
+    try:
+        pulled: list[int] = []
+        page = Page(Path("long.pdf"), 0, letter(), dpi=DPI)
+
+        def opened() -> Iterator[Page]:
+            for n in range(8):
+                pulled.append(n)
+                yield replace(page, index=n)
+
+        out = made.prepare_all(opened())
+        assert next(out).index == 0
+        assert pulled == list(range(pool.AHEAD + 1))  # 8 processes, yet AHEAD ahead
+        assert [p.index for p in out] == list(range(1, 8))
+    finally:
+        made.close()
+    helpers.wait_for(lambda: not workers(), 10, "the preparing processes to end")
 
 
 def test_a_page_that_ends_its_process_fails_alone(prep: pool.PooledScanPrep) -> None:

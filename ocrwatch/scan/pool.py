@@ -44,8 +44,9 @@ log = logging.getLogger(__name__)
 # Seconds without a page before the processes are ended (each holds 60-100 MB).
 IDLE_S = 120.0
 
-# Pages of one file in the processes beyond the one its preparer waits for: a long PDF
-# is prepared on several cores (4 pages at once), its pages still handed on in order.
+# Pages of one file in the processes beyond the one its preparer waits for, while there
+# is a free process: a long PDF is prepared on several cores (4 pages at once), its pages
+# still handed on in order.
 AHEAD = 3
 
 # How often a worker looks whether the daemon is still there (_end_with).
@@ -171,14 +172,20 @@ class PooledScanPrep(ScanPrep):
 
     def prepare_all(self, pages: Iterable[Page]) -> Generator[Page, None, None]:
         """A file's pages prepared in order, up to ``AHEAD`` more of them in the processes
-        while the first waits: one long PDF is prepared on several cores, not one."""
+        while the first waits, as long as a process is free for them: one long PDF is
+        prepared on several cores, and a drop of many files keeps a page a file (and as
+        little memory)."""
         waiting: collections.deque[_Waiting] = collections.deque()
+        opened = iter(pages)
         try:
-            for page in pages:
+            while True:
+                while waiting and (len(waiting) > AHEAD or self._in_flight >= self.workers):
+                    yield self._next(waiting)
+                page = next(opened, None)
+                if page is None:
+                    break
                 waiting.append((page, *self._submit(page)) if page.text is None
                                else (page, None, None))
-                if len(waiting) > AHEAD:
-                    yield self._next(waiting)
             while waiting:
                 yield self._next(waiting)
         finally:
