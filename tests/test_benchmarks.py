@@ -249,6 +249,23 @@ def test_read_first_benchmark_on_one_page(tmp_path: Path, monkeypatch: pytest.Mo
 
 
 @pytest.mark.skipif(shutil.which("tesseract") is None, reason="needs Tesseract's OSD data")
+def test_prep_ahead_benchmark_on_a_short_pdf(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """Both ways prepare every page of the PDF (the benchmark asserts the count) and the
+    report sets them side by side."""
+    from benchmarks import prep_ahead
+
+    out = tmp_path / "prep_ahead.txt"
+    prep_ahead.main(["--pages", "3", "--runs", "1", "--workers", "2", "--out", str(out)])
+    report = out.read_text(encoding="utf-8")
+    assert "3 A4 pages at 300 dpi in one PDF" in report
+    assert re.search(r"\| up to 3 pages ahead \(as shipped\) \| [\d.]+ \| [\d.]+ \| [\d.]+ \|",
+                     report)
+    assert re.search(r"ahead / one at a time, pages/s \(medians\): [\d.]+x", report)
+    capsys.readouterr()
+
+
+@pytest.mark.skipif(shutil.which("tesseract") is None, reason="needs Tesseract's OSD data")
 def test_orientation_benchmark_compares_the_band_check_with_the_whole_page(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """--compare prepares each page with the band check, with the whole-page check and
