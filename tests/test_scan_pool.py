@@ -111,10 +111,19 @@ def test_a_files_pages_are_prepared_several_at_once_and_come_out_in_order(
     assert rest[0] is fed[1]  # a page with its own text is not prepared
     assert prep._in_flight == 0
 
-    early = prep.prepare_all(iter(fed))
+    ended: list[bool] = []
+
+    def decoding() -> Iterator[Page]:
+        try:
+            yield from fed
+        finally:
+            ended.append(True)
+
+    early = prep.prepare_all(decoding())
     assert next(early).turned == 270
     early.close()  # the file was left: the pages on their way are let go of
     assert prep._in_flight == 0
+    assert ended == [True]  # and its decoder closed with it
     assert prep.prepare(fed[2]).turned == 180  # and the pool works on
 
 

@@ -193,6 +193,8 @@ class PooledScanPrep(ScanPrep):
                 if future is not None:
                     future.cancel()  # one already in a process ends there, unread
                     self._done()
+            if isinstance(opened, Generator):
+                opened.close()  # the file's decoder, now rather than when collected
 
     def _next(self, waiting: collections.deque[_Waiting]) -> Page:
         page, future, pool = waiting.popleft()
