@@ -172,11 +172,12 @@ def run_daemon(model: str, folder: Path, files: dict[str, int], tokens: int, set
                work: Path, sampler: Sampler | None, timeout: float,
                torch_compile: bool, warm: tuple[int, int, int] = (1, 0, 0),
                metrics_port: int | None = None, processes: bool = True,
-               timeline: bool = False) -> dict[str, Any]:
+               timeline: bool = False, idle: bool = True) -> dict[str, Any]:
     """`ocrwatch run` with the vLLM engine on the drop (benchmarks/_drop.py); with
     ``metrics_port``, its /metrics scraped while the drop is read; ``processes``: its
     pages prepared in processes (vllm.prepare_processes), else in its threads;
-    ``timeline``: each page's way through the engine, from its debug log."""
+    ``timeline``: each page's way through the engine, from its debug log; ``idle``: a page
+    after the engine's idle stop timed too."""
     return run_daemon_on_drop([
         *vllm_lines(model, tokens),
         f"prepare_processes = {'true' if processes else 'false'}",
@@ -187,8 +188,9 @@ def run_daemon(model: str, folder: Path, files: dict[str, int], tokens: int, set
         "standby = true",
         # After the idle stop: the standby's imports done, so the page then dropped pays
         # only the engine's creation (a page later than 20 s after the stop, as after lunch).
-    ], folder, files, work, settle, sampler, timeout, idle_mark="vLLM standby ready",
-        warm=warm, metrics_port=metrics_port, timeline=timeline)
+    ], folder, files, work, settle, sampler, timeout,
+        idle_mark="vLLM standby ready" if idle else None, warm=warm,
+        metrics_port=metrics_port, timeline=timeline)
 
 
 class _Lines(logging.Handler):
@@ -461,10 +463,11 @@ def report(meta: dict[str, Any], prep: dict[str, Any], daemon: dict[str, Any] | 
                      f"(goal 30 s with warm caches; {meta.get('caches', '?')}); the whole "
                      f"warm-up drop {daemon['first_file_s']} s; failed files {daemon['failed']} "
                      f"{daemon['errors']}")
-        lines.append(f"daemon: idle_stop_seconds {IDLE_STOP_S:g}; after the worker had ended on "
-                     "idle and the standby process had imported vLLM, one more A4 page was "
-                     f"read in {daemon['after_idle_stop_s']} s from its drop to its sidecar "
-                     "(engine creation included; goal 10 s)")
+        if daemon.get("after_idle_stop_s") is not None:
+            lines.append(f"daemon: idle_stop_seconds {IDLE_STOP_S:g}; after the worker had "
+                         "ended on idle and the standby process had imported vLLM, one more "
+                         f"A4 page was read in {daemon['after_idle_stop_s']} s from its drop "
+                         "to its sidecar (engine creation included; goal 10 s)")
     metrics = (daemon or {}).get("metrics")
     if metrics:
         lines.append(f"daemon's /metrics while the drop was read: {metrics['scrapes']} scrapes "
@@ -535,6 +538,8 @@ def main() -> None:
                              "the drop is read (0: off)")
     parser.add_argument("--plain-pagewise", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--plain-util", type=float, default=0.0926, help=argparse.SUPPRESS)
+    parser.add_argument("--skip-idle", action="store_true",
+                        help="no page after the engine's idle stop (saves about 40 s)")
     parser.add_argument("--timeline", action="store_true",
                         help="each page's way through the engine (the daemon logs at DEBUG)")
     parser.add_argument("--skip-prepare", action="store_true",
@@ -585,7 +590,7 @@ def main() -> None:
                                          args.work, sampler, args.timeout, args.torch_compile,
                                          drop_counts(args.warm), args.metrics_port or None,
                                          processes=not args.prepare_threads,
-                                         timeline=args.timeline)
+                                         timeline=args.timeline, idle=not args.skip_idle)
             print("daemon:", json.dumps(saved["daemon"]), flush=True)
             if args.json:
                 args.json.write_text(json.dumps(saved, indent=1))
