@@ -162,6 +162,19 @@ def test_a_page_that_ends_its_process_fails_alone(prep: pool.PooledScanPrep) -> 
     assert prep.prepare(good).turned == 180  # and the pool works on
 
 
+def test_a_page_sent_to_a_pool_already_broken_is_tried_again_alone(
+        prep: pool.PooledScanPrep) -> None:
+    page = Page(Path("x.png"), 0, letter().transpose(TURN[180]), dpi=DPI)
+    assert prep.prepare(page).turned == 180
+    broken = prep._pool
+    assert broken is not None
+    broken.shutdown(wait=True)  # as _broken leaves it for the pages beside the crash
+    assert prep.prepare(page).turned == 180  # refused there, prepared alone
+    assert prep._pool is not broken  # and the pool made again for the next page
+    assert prep.prepare(page).turned == 180
+    assert prep._in_flight == 0
+
+
 def test_idle_processes_end_and_start_again_for_the_next_page(
         prep: pool.PooledScanPrep, monkeypatch: pytest.MonkeyPatch) -> None:
     page = Page(Path("x.png"), 0, letter().transpose(TURN[90]), dpi=DPI)

@@ -203,19 +203,17 @@ class PooledScanPrep(ScanPrep):
         return self._result(page, future, pool)
 
     def _submit(self, page: Page) -> tuple[Future[_Prepared], ProcessPoolExecutor]:
-        """The page sent to a process; :meth:`_result` waits for it and counts it done."""
+        """The page sent to a process; :meth:`_result` waits for it and counts it done. A
+        pool a page beside it broke (or shut down for that) refuses it: the refusal is
+        its future's, so that :meth:`_result` tries the page again alone, as for a pool
+        that breaks while the page is in it."""
         pool = self._executor()
         try:
             return pool.submit(_prepare_in_worker, page), pool
-        except (BrokenProcessPool, RuntimeError):
-            self._broken(pool)  # ended by a page beside it: made again for this one
-            self._done()
-            pool = self._executor()
-            try:
-                return pool.submit(_prepare_in_worker, page), pool
-            except BaseException:
-                self._done()
-                raise
+        except (BrokenProcessPool, RuntimeError) as exc:
+            refused: Future[_Prepared] = Future()
+            refused.set_exception(BrokenProcessPool(str(exc)))
+            return refused, pool
         except BaseException:
             self._done()
             raise
