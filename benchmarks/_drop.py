@@ -312,17 +312,15 @@ def page_timeline(log_text: str, started: float, names: set[str]) -> dict[str, A
     if not rows:
         return {"pages": 0}
 
-    def at(values: list[float], share: float) -> float:
-        ordered = sorted(values)
-        return round(ordered[min(len(ordered) - 1, max(0, round(share * len(ordered)) - 1))],
-                     2)
-
+    # The page by which a share of them had passed (the first at 0, the last at 1).
+    ranks = {f"{int(q * 100)}%": min(len(rows) - 1, max(0, round(q * len(rows)) - 1))
+             for q in (0.0, 0.25, 0.5, 0.75, 1.0)}
     out: dict[str, Any] = {"pages": len(rows)}
     for i, step in enumerate(STEPS):
-        column = [r[i] for r in rows]
-        out[step] = {f"{int(q * 100)}%": at(column, q) for q in (0.0, 0.25, 0.5, 0.75, 1.0)}
-    for a, b in itertools.pairwise(STEPS):
-        gaps = sorted(r[STEPS.index(b)] - r[STEPS.index(a)] for r in rows)
+        ordered = sorted(r[i] for r in rows)
+        out[step] = {share: round(ordered[rank], 2) for share, rank in ranks.items()}
+    for (i, a), (j, b) in itertools.pairwise(enumerate(STEPS)):
+        gaps = sorted(r[j] - r[i] for r in rows)
         out[f"{a}->{b}"] = round(gaps[len(gaps) // 2], 3)
     return out
 
